@@ -1,0 +1,342 @@
+//! Broker configuration (flags, TOML file) and topic configuration by Kafka's own
+//! property names.
+//!
+//! Topic configs are kept as Kafka writes them (`retention.ms` -> "604800000") so that
+//! DescribeConfigs can answer every key with its value and source, and converted to a
+//! typed `LogConfig` for the partition log.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use serde::Deserialize;
+
+use crate::log::{LogConfig, TimestampType};
+use crate::model::limits;
+
+/// When the broker fsyncs on the produce path.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum FsyncMode {
+    /// Kafka's default: no fsync on the produce path; topic flush.messages / flush.ms apply.
+    Never,
+    /// Group commit: every produce is acknowledged only after an fdatasync covers it.
+    Always,
+}
+
+/// The broker's settings, after merging the TOML file and the flags (flags win).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct BrokerConfig {
+    pub data_dir: PathBuf,
+    pub listen: String,
+    pub advertise: Option<String>,
+    pub cores: Option<usize>,
+    pub node_id: i32,
+    pub auto_create_topics: bool,
+    pub num_partitions: i32,
+    pub fsync: FsyncMode,
+    /// Broker-wide defaults for topic configs, by Kafka name (`log.retention.ms` style
+    /// broker names are accepted in their topic form: `retention.ms`).
+    pub topic_defaults: BTreeMap<String, String>,
+}
+
+impl Default for BrokerConfig {
+    fn default() -> Self {
+        Self {
+            data_dir: PathBuf::from("./data"),
+            listen: "127.0.0.1:9092".to_string(),
+            advertise: None,
+            cores: None,
+            node_id: 1,
+            auto_create_topics: true,
+            num_partitions: 1,
+            fsync: FsyncMode::Never,
+            topic_defaults: BTreeMap::new(),
+        }
+    }
+}
+
+impl BrokerConfig {
+    pub fn advertised(&self) -> &str {
+        self.advertise.as_deref().unwrap_or(&self.listen)
+    }
+
+    /// Check what cannot be checked by types alone.
+    pub fn validate(&self) -> Result<(), String> {
+        if self.num_partitions < 1 || self.num_partitions > limits::topic_partitions_max {
+            return Err(format!(
+                "num-partitions must be in 1..={}",
+                limits::topic_partitions_max
+            ));
+        }
+        if self.node_id < 0 {
+            return Err("node-id must be >= 0".into());
+        }
+        split_host_port(self.advertised())
+            .ok_or_else(|| format!("bad advertise address {:?}", self.advertised()))?;
+        TopicConfig::from_pairs(
+            self.topic_defaults
+                .iter()
+                .map(|(k, v)| (k.as_str(), Some(v.as_str()))),
+            &TopicConfig::kafka_defaults(),
+        )
+        .map_err(|e| format!("topic_defaults: {e}"))?;
+        Ok(())
+    }
+}
+
+pub fn split_host_port(addr: &str) -> Option<(String, i32)> {
+    let (host, port) = addr.rsplit_once(':')?;
+    let port: u16 = port.parse().ok()?;
+    Some((
+        host.trim_matches(|c| c == '[' || c == ']').to_string(),
+        port as i32,
+    ))
+}
+
+/// Where a config value comes from (Kafka's DescribeConfigs `config_source`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ConfigSource {
+    /// Set on the topic (DYNAMIC_TOPIC_CONFIG = 1).
+    Topic = 1,
+    /// Set in the broker's config file (STATIC_BROKER_CONFIG = 4).
+    StaticBroker = 4,
+    /// Kafka's default (DEFAULT_CONFIG = 5).
+    Default = 5,
+}
+
+/// One supported topic config: Kafka name, default, and how to check a value.
+struct TopicConfigKey {
+    name: &'static str,
+    default: &'static str,
+    kind: ValueKind,
+}
+
+#[derive(Clone, Copy)]
+enum ValueKind {
+    /// A long with a minimum value.
+    Long { min: i64 },
+    /// One of a fixed set.
+    Choice(&'static [&'static str]),
+}
+
+/// Every topic config Spate understands. Anything else is refused (INVALID_CONFIG), not
+/// ignored, so a user never believes a setting took effect when it did not.
+const TOPIC_CONFIG_KEYS: &[TopicConfigKey] = &[
+    TopicConfigKey {
+        name: "cleanup.policy",
+        default: "delete",
+        kind: ValueKind::Choice(&["delete"]),
+    },
+    TopicConfigKey {
+        name: "flush.messages",
+        default: "9223372036854775807",
+        kind: ValueKind::Long { min: 1 },
+    },
+    TopicConfigKey {
+        name: "flush.ms",
+        default: "9223372036854775807",
+        kind: ValueKind::Long { min: 0 },
+    },
+    TopicConfigKey {
+        name: "index.interval.bytes",
+        default: "4096",
+        kind: ValueKind::Long { min: 0 },
+    },
+    TopicConfigKey {
+        name: "max.message.bytes",
+        default: "1048588",
+        kind: ValueKind::Long { min: 0 },
+    },
+    TopicConfigKey {
+        name: "message.timestamp.type",
+        default: "CreateTime",
+        kind: ValueKind::Choice(&["CreateTime", "LogAppendTime"]),
+    },
+    TopicConfigKey {
+        name: "retention.bytes",
+        default: "-1",
+        kind: ValueKind::Long { min: -1 },
+    },
+    TopicConfigKey {
+        name: "retention.ms",
+        default: "604800000",
+        kind: ValueKind::Long { min: -1 },
+    },
+    TopicConfigKey {
+        name: "segment.bytes",
+        default: "1073741824",
+        kind: ValueKind::Long { min: 14 },
+    },
+    TopicConfigKey {
+        name: "segment.index.bytes",
+        default: "10485760",
+        kind: ValueKind::Long { min: 4 },
+    },
+    TopicConfigKey {
+        name: "segment.ms",
+        default: "604800000",
+        kind: ValueKind::Long { min: 1 },
+    },
+];
+
+/// The configs set on one topic (only what differs from the defaults), by Kafka name.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, Deserialize)]
+pub struct TopicConfig {
+    pub overrides: BTreeMap<String, String>,
+}
+
+impl TopicConfig {
+    pub fn kafka_defaults() -> BTreeMap<String, String> {
+        TOPIC_CONFIG_KEYS
+            .iter()
+            .map(|k| (k.name.to_string(), k.default.to_string()))
+            .collect()
+    }
+
+    /// Build from name/value pairs, checking every name and value. A `None` value
+    /// resets to the default.
+    pub fn from_pairs<'a>(
+        pairs: impl IntoIterator<Item = (&'a str, Option<&'a str>)>,
+        _defaults: &BTreeMap<String, String>,
+    ) -> Result<Self, String> {
+        let mut overrides = BTreeMap::new();
+        for (name, value) in pairs {
+            let key = TOPIC_CONFIG_KEYS
+                .iter()
+                .find(|k| k.name == name)
+                .ok_or_else(|| format!("unsupported topic config {name:?}"))?;
+            let Some(value) = value else { continue };
+            check_value(key, value)?;
+            overrides.insert(name.to_string(), value.to_string());
+        }
+        Ok(Self { overrides })
+    }
+
+    /// Every supported config with its effective value and source.
+    pub fn describe(
+        &self,
+        broker_defaults: &BTreeMap<String, String>,
+    ) -> Vec<(String, String, ConfigSource)> {
+        TOPIC_CONFIG_KEYS
+            .iter()
+            .map(|k| {
+                if let Some(v) = self.overrides.get(k.name) {
+                    (k.name.to_string(), v.clone(), ConfigSource::Topic)
+                } else if let Some(v) = broker_defaults.get(k.name) {
+                    (k.name.to_string(), v.clone(), ConfigSource::StaticBroker)
+                } else {
+                    (
+                        k.name.to_string(),
+                        k.default.to_string(),
+                        ConfigSource::Default,
+                    )
+                }
+            })
+            .collect()
+    }
+
+    /// The typed config the partition log runs with.
+    pub fn log_config(&self, broker_defaults: &BTreeMap<String, String>) -> LogConfig {
+        let values: BTreeMap<String, String> = self
+            .describe(broker_defaults)
+            .into_iter()
+            .map(|(k, v, _)| (k, v))
+            .collect();
+        let long = |name: &str| -> i64 {
+            values
+                .get(name)
+                .and_then(|v| v.parse::<i64>().ok())
+                .expect("validated topic config")
+        };
+        let clamp_u32 = |v: i64| v.clamp(0, u32::MAX as i64) as u32;
+        LogConfig {
+            segment_bytes: long("segment.bytes").max(14) as u64,
+            segment_ms: long("segment.ms"),
+            segment_index_bytes: clamp_u32(long("segment.index.bytes")),
+            index_interval_bytes: clamp_u32(long("index.interval.bytes")),
+            max_message_bytes: clamp_u32(long("max.message.bytes")).min(limits::message_bytes_max),
+            retention_ms: long("retention.ms"),
+            retention_bytes: long("retention.bytes"),
+            timestamp_type: if values.get("message.timestamp.type").map(String::as_str)
+                == Some("LogAppendTime")
+            {
+                TimestampType::LogAppendTime
+            } else {
+                TimestampType::CreateTime
+            },
+            flush_messages: long("flush.messages").max(1) as u64,
+            flush_ms: long("flush.ms"),
+        }
+    }
+}
+
+fn check_value(key: &TopicConfigKey, value: &str) -> Result<(), String> {
+    match key.kind {
+        ValueKind::Long { min } => {
+            let v: i64 = value
+                .trim()
+                .parse()
+                .map_err(|_| format!("{} must be an integer, got {value:?}", key.name))?;
+            if v < min {
+                return Err(format!("{} must be >= {min}, got {v}", key.name));
+            }
+            if key.name == "max.message.bytes" && v > limits::message_bytes_max as i64 {
+                return Err(format!(
+                    "max.message.bytes must be <= {}",
+                    limits::message_bytes_max
+                ));
+            }
+            Ok(())
+        }
+        ValueKind::Choice(choices) => {
+            if choices.contains(&value) {
+                Ok(())
+            } else {
+                Err(format!(
+                    "{} must be one of {choices:?} (others are not supported yet), got {value:?}",
+                    key.name
+                ))
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unsupported_config_is_refused() {
+        let e = TopicConfig::from_pairs([("cleanup.policy", Some("compact"))], &BTreeMap::new())
+            .unwrap_err();
+        assert!(e.contains("cleanup.policy"), "{e}");
+        let e = TopicConfig::from_pairs([("compression.type", Some("lz4"))], &BTreeMap::new())
+            .unwrap_err();
+        assert!(e.contains("unsupported"), "{e}");
+        let e =
+            TopicConfig::from_pairs([("retention.ms", Some("abc"))], &BTreeMap::new()).unwrap_err();
+        assert!(e.contains("integer"), "{e}");
+    }
+
+    #[test]
+    fn describe_lists_every_key_with_source() {
+        let c =
+            TopicConfig::from_pairs([("retention.ms", Some("1000"))], &BTreeMap::new()).unwrap();
+        let mut broker = BTreeMap::new();
+        broker.insert("segment.bytes".to_string(), "1048576".to_string());
+        let d = c.describe(&broker);
+        assert_eq!(d.len(), TOPIC_CONFIG_KEYS.len());
+        let get = |n: &str| d.iter().find(|(k, _, _)| k == n).unwrap().clone();
+        assert_eq!(
+            get("retention.ms"),
+            ("retention.ms".into(), "1000".into(), ConfigSource::Topic)
+        );
+        assert_eq!(get("segment.bytes").2, ConfigSource::StaticBroker);
+        assert_eq!(get("retention.bytes").2, ConfigSource::Default);
+        let lc = c.log_config(&broker);
+        assert_eq!(lc.retention_ms, 1000);
+        assert_eq!(lc.segment_bytes, 1048576);
+        assert_eq!(lc.max_message_bytes, 1_048_588);
+    }
+}

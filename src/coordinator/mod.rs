@@ -1,0 +1,4 @@
+//! Cluster metadata. For now: the topic registry of a single node, kept durable in the
+//! data dir. The coordinator issue moves it behind a `MetaStore` (embedded or ZooKeeper).
+
+pub mod registry;

@@ -1,0 +1,10 @@
+//! Spate: a Kafka-compatible message broker for bare-metal Linux, thread-per-core and
+//! shared-nothing on glommio and io_uring. See ARCHITECTURE.md for the map.
+
+pub mod config;
+pub mod coordinator;
+pub mod log;
+pub mod model;
+pub mod protocol;
+pub mod server;
+pub mod shard;

@@ -1,0 +1,79 @@
+//! Newtypes for ids and offsets, and every named limit in one place.
+//!
+//! Sizes carry `_bytes`, times `_ms`; limits end in `_max`.
+
+use std::fmt;
+
+/// A Kafka offset: the position of a record in a partition log.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
+pub struct Offset(pub i64);
+
+impl Offset {
+    pub fn get(self) -> i64 {
+        self.0
+    }
+}
+
+impl fmt::Display for Offset {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.0)
+    }
+}
+
+/// The index of one core-pinned executor.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct ShardId(pub usize);
+
+/// A broker's node id (`--node-id`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct BrokerId(pub i32);
+
+/// A topic name and a partition index.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct TopicPartition {
+    pub topic: String,
+    pub partition: i32,
+}
+
+impl TopicPartition {
+    pub fn new(topic: impl Into<String>, partition: i32) -> Self {
+        Self {
+            topic: topic.into(),
+            partition,
+        }
+    }
+
+    /// The partition's directory name: `<topic>-<partition>`, as Kafka names it.
+    pub fn dir_name(&self) -> String {
+        format!("{}-{}", self.topic, self.partition)
+    }
+}
+
+impl fmt::Display for TopicPartition {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}-{}", self.topic, self.partition)
+    }
+}
+
+/// Named limits. Everything read from the network or from disk is checked against one
+/// of these before it is trusted.
+#[allow(non_upper_case_globals)]
+pub mod limits {
+    /// `socket.request.max.bytes`: the largest request frame accepted (Kafka: 100 MiB).
+    pub const request_frame_bytes_max: usize = 100 * 1024 * 1024;
+    /// Requests a client may have in flight on one connection before we stop reading.
+    pub const connection_in_flight_max: usize = 16;
+    /// Kafka's `max.message.bytes` default: the largest record batch a topic accepts.
+    pub const message_bytes_default: u32 = 1_048_588;
+    /// The largest `max.message.bytes` a topic may configure (a batch length is
+    /// an i32 on the wire and an index position is a u32 on disk).
+    pub const message_bytes_max: u32 = 256 * 1024 * 1024;
+    /// Partitions one topic may have.
+    pub const topic_partitions_max: i32 = 100_000;
+    /// Kafka's topic name length limit.
+    pub const topic_name_bytes_max: usize = 249;
+    /// A cross-shard channel's capacity.
+    pub const shard_channel_depth_max: usize = 1024;
+    /// Bytes one Fetch response may carry when the client asks for more.
+    pub const fetch_response_bytes_max: usize = 64 * 1024 * 1024;
+}

@@ -1,0 +1,200 @@
+//! Kafka wire protocol: framing, the request header, the ApiVersions table, response
+//! encoding. The message codecs come from the `kafka-protocol` crate.
+//!
+//! A frame is an i32 big-endian length followed by that many bytes. The length is
+//! checked against `socket.request.max.bytes` before anything is allocated.
+
+use bytes::{BufMut, Bytes, BytesMut};
+use kafka_protocol::messages::{ApiKey, RequestHeader, ResponseHeader};
+use kafka_protocol::protocol::{Decodable, Encodable};
+
+use crate::model::limits;
+
+/// The APIs Spate implements, with the version ranges it advertises. These ranges are
+/// chosen so that librdkafka 2.x (Debian's kcat runs 2.0.2), kafka-python 2.x, kafkajs
+/// 2.x and the Java client 3.x each find a common version; every version listed is
+/// handled. Versions that need topic ids on the request side (Fetch 13+, Produce 13,
+/// DeleteTopics 6 by id) are left out until topic ids are used on the record path.
+pub const SUPPORTED_APIS: &[(ApiKey, i16, i16)] = &[
+    (ApiKey::Produce, 3, 9),
+    (ApiKey::Fetch, 4, 12),
+    (ApiKey::ListOffsets, 1, 7),
+    (ApiKey::Metadata, 0, 12),
+    (ApiKey::ApiVersions, 0, 3),
+    (ApiKey::CreateTopics, 2, 7),
+    (ApiKey::DeleteTopics, 1, 5),
+    (ApiKey::DescribeConfigs, 1, 4),
+];
+
+pub fn supported_range(key: ApiKey) -> Option<(i16, i16)> {
+    SUPPORTED_APIS
+        .iter()
+        .find(|(k, _, _)| *k == key)
+        .map(|(_, lo, hi)| (*lo, *hi))
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ProtocolError {
+    #[error("frame length {0} is negative or above socket.request.max.bytes ({max})", max = limits::request_frame_bytes_max)]
+    FrameTooLarge(i64),
+    #[error("request header does not decode: {0}")]
+    BadHeader(String),
+    #[error("request body does not decode: {0}")]
+    BadBody(String),
+}
+
+/// Check a frame's length prefix before allocating for it.
+pub fn check_frame_len(len: i32) -> Result<usize, ProtocolError> {
+    if len < 0 || len as usize > limits::request_frame_bytes_max {
+        return Err(ProtocolError::FrameTooLarge(len as i64));
+    }
+    Ok(len as usize)
+}
+
+/// A request frame with its header decoded; the body is still raw.
+pub struct RequestFrame {
+    pub api_key: i16,
+    pub api_version: i16,
+    pub correlation_id: i32,
+    /// Set when the API key is known to the codec library.
+    pub header: Option<RequestHeader>,
+    pub body: Bytes,
+}
+
+/// Decode the header of a request frame. Unknown API keys and versions still yield the
+/// correlation id (from the fixed v0/v1 header prefix) so they can be answered.
+pub fn decode_frame(mut frame: Bytes) -> Result<RequestFrame, ProtocolError> {
+    if frame.len() < 8 {
+        return Err(ProtocolError::BadHeader(format!(
+            "frame of {} bytes is shorter than a header",
+            frame.len()
+        )));
+    }
+    let api_key = i16::from_be_bytes([frame[0], frame[1]]);
+    let api_version = i16::from_be_bytes([frame[2], frame[3]]);
+    let correlation_id = i32::from_be_bytes([frame[4], frame[5], frame[6], frame[7]]);
+    let Ok(key) = ApiKey::try_from(api_key) else {
+        return Ok(RequestFrame {
+            api_key,
+            api_version,
+            correlation_id,
+            header: None,
+            body: Bytes::new(),
+        });
+    };
+    if !(key.valid_versions().min..=key.valid_versions().max).contains(&api_version) {
+        return Ok(RequestFrame {
+            api_key,
+            api_version,
+            correlation_id,
+            header: None,
+            body: Bytes::new(),
+        });
+    }
+    let header_version = key.request_header_version(api_version);
+    let header = RequestHeader::decode(&mut frame, header_version)
+        .map_err(|e| ProtocolError::BadHeader(e.to_string()))?;
+    Ok(RequestFrame {
+        api_key,
+        api_version,
+        correlation_id,
+        header: Some(header),
+        body: frame,
+    })
+}
+
+pub fn decode_body<T: Decodable>(frame: &RequestFrame) -> Result<T, ProtocolError> {
+    let mut body = frame.body.clone();
+    T::decode(&mut body, frame.api_version).map_err(|e| ProtocolError::BadBody(e.to_string()))
+}
+
+/// Encode a whole response frame: length, header (v0 or v1 by the API's rules), body.
+/// ApiVersions always answers with a v0 header, even for flexible versions (KIP-511).
+pub fn encode_response<T: Encodable>(
+    key: ApiKey,
+    version: i16,
+    correlation_id: i32,
+    body: &T,
+) -> anyhow::Result<Bytes> {
+    let header_version = key.response_header_version(version);
+    let header = ResponseHeader::default().with_correlation_id(correlation_id);
+    let size = header.compute_size(header_version)? + body.compute_size(version)?;
+    let mut buf = BytesMut::with_capacity(4 + size);
+    buf.put_i32(size as i32);
+    header.encode(&mut buf, header_version)?;
+    body.encode(&mut buf, version)?;
+    debug_assert_eq!(buf.len(), 4 + size);
+    Ok(buf.freeze())
+}
+
+/// Kafka error codes Spate answers with (the `kafka-protocol` crate's `ResponseError`
+/// carries the same numbers; named here so handlers read as Kafka's docs do).
+pub mod error_code {
+    pub const NONE: i16 = 0;
+    pub const UNKNOWN_SERVER_ERROR: i16 = -1;
+    pub const OFFSET_OUT_OF_RANGE: i16 = 1;
+    pub const CORRUPT_MESSAGE: i16 = 2;
+    pub const UNKNOWN_TOPIC_OR_PARTITION: i16 = 3;
+    pub const LEADER_NOT_AVAILABLE: i16 = 5;
+    pub const NOT_LEADER_OR_FOLLOWER: i16 = 6;
+    pub const REQUEST_TIMED_OUT: i16 = 7;
+    pub const MESSAGE_TOO_LARGE: i16 = 10;
+    pub const INVALID_TOPIC_EXCEPTION: i16 = 17;
+    pub const RECORD_LIST_TOO_LARGE: i16 = 18;
+    pub const INVALID_REQUIRED_ACKS: i16 = 21;
+    pub const UNSUPPORTED_VERSION: i16 = 35;
+    pub const TOPIC_ALREADY_EXISTS: i16 = 36;
+    pub const INVALID_PARTITIONS: i16 = 37;
+    pub const INVALID_REPLICATION_FACTOR: i16 = 38;
+    pub const INVALID_REQUEST: i16 = 42;
+    pub const INVALID_CONFIG: i16 = 40;
+    pub const KAFKA_STORAGE_ERROR: i16 = 56;
+    pub const INVALID_RECORD: i16 = 87;
+    pub const INVALID_TIMESTAMP: i16 = 32;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kafka_protocol::messages::ApiVersionsResponse;
+
+    #[test]
+    fn frame_limits() {
+        assert!(check_frame_len(-1).is_err());
+        assert!(check_frame_len(i32::MAX).is_err());
+        assert_eq!(check_frame_len(100).unwrap(), 100);
+    }
+
+    #[test]
+    fn advertised_versions_are_ones_the_codec_knows() {
+        for (key, lo, hi) in SUPPORTED_APIS {
+            let v = key.valid_versions();
+            assert!(
+                v.min <= *lo && *hi <= v.max,
+                "{key:?} {lo}..{hi} outside codec {v}"
+            );
+        }
+    }
+
+    #[test]
+    fn api_versions_v3_omits_default_tagged_fields() {
+        // Old librdkafka rejects an ApiVersions answer carrying tagged fields at defaults.
+        let body = ApiVersionsResponse::default();
+        let frame = encode_response(ApiKey::ApiVersions, 3, 7, &body).unwrap();
+        // length(4) correlation(4) error(2) api_keys compact len(1) throttle(4) tags(1)
+        assert_eq!(frame.len(), 4 + 4 + 2 + 1 + 4 + 1);
+        assert_eq!(*frame.last().unwrap(), 0, "no tagged fields written");
+    }
+
+    #[test]
+    fn unknown_key_keeps_correlation_id() {
+        let mut b = BytesMut::new();
+        b.put_i16(9999);
+        b.put_i16(0);
+        b.put_i32(42);
+        b.put_i16(-1);
+        let f = decode_frame(b.freeze()).unwrap();
+        assert_eq!((f.api_key, f.correlation_id), (9999, 42));
+        assert!(f.header.is_none());
+    }
+}

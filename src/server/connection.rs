@@ -1,0 +1,125 @@
+//! One client connection: read frames, hand each to a handler task, write the answers
+//! back in request order (clients pipeline up to `max.in.flight.requests.per.connection`).
+//!
+//! A frame longer than `socket.request.max.bytes`, or one whose header does not decode,
+//! closes the connection with a log line and a counter; it never stalls other
+//! connections or panics the shard.
+
+use std::os::fd::AsRawFd;
+use std::rc::Rc;
+use std::sync::atomic::Ordering;
+
+use bytes::{Bytes, BytesMut};
+use futures_lite::{AsyncReadExt, AsyncWriteExt};
+use glommio::net::TcpStream;
+use glommio::task::JoinHandle;
+
+use crate::model::limits;
+use crate::protocol::{check_frame_len, decode_frame, ProtocolError};
+
+use super::context::ShardContext;
+use super::handlers;
+
+/// An answer still being computed, or the signal to hang up.
+enum Pending {
+    Answer(JoinHandle<Result<Option<Bytes>, ProtocolError>>),
+}
+
+pub async fn serve(ctx: Rc<ShardContext>, stream: TcpStream) {
+    let peer = stream
+        .peer_addr()
+        .map(|a| a.to_string())
+        .unwrap_or_else(|_| "?".into());
+    let _ = stream.set_nodelay(true);
+    let fd = stream.as_raw_fd();
+    let counters = ctx.metrics.shard(ctx.id);
+    tracing::debug!(shard = ctx.id.0, %peer, "connection opened");
+    let (mut reader, mut writer) = futures_lite::io::split(stream);
+    let (tx, rx) =
+        glommio::channels::local_channel::new_bounded::<Pending>(limits::connection_in_flight_max);
+
+    let writer_task = {
+        let ctx = ctx.clone();
+        let peer = peer.clone();
+        glommio::spawn_local(async move {
+            let counters = ctx.metrics.shard(ctx.id);
+            while let Some(Pending::Answer(task)) = rx.recv().await {
+                match task.await {
+                    Some(Ok(Some(bytes))) => {
+                        counters
+                            .bytes_out
+                            .fetch_add(bytes.len() as u64, Ordering::Relaxed);
+                        if let Err(e) = writer.write_all(&bytes).await {
+                            tracing::debug!(%peer, error = %e, "write failed");
+                            break;
+                        }
+                    }
+                    Some(Ok(None)) => {} // acks=0: no answer
+                    Some(Err(e)) => {
+                        counters.bad_requests.fetch_add(1, Ordering::Relaxed);
+                        tracing::warn!(%peer, error = %e, "closing connection: bad request");
+                        break;
+                    }
+                    None => break,
+                }
+            }
+            let _ = writer.flush().await;
+            // Wake the reader if it is still blocked on the socket.
+            // SAFETY: fd is the connection's socket, still owned by the reader half.
+            unsafe { libc::shutdown(fd, libc::SHUT_RDWR) };
+        })
+    };
+
+    loop {
+        if ctx.stopping.get() {
+            break;
+        }
+        let mut len = [0u8; 4];
+        match reader.read_exact(&mut len).await {
+            Ok(()) => {}
+            Err(_) => break, // EOF or reset: the client left
+        }
+        let len = match check_frame_len(i32::from_be_bytes(len)) {
+            Ok(len) => len,
+            Err(e) => {
+                counters.bad_frames.fetch_add(1, Ordering::Relaxed);
+                tracing::warn!(%peer, error = %e, "closing connection: bad frame");
+                break;
+            }
+        };
+        let mut frame = BytesMut::zeroed(len);
+        if let Err(e) = reader.read_exact(&mut frame).await {
+            counters.bad_frames.fetch_add(1, Ordering::Relaxed);
+            tracing::debug!(%peer, error = %e, expected_bytes = len, "connection closed inside a frame");
+            break;
+        }
+        counters
+            .bytes_in
+            .fetch_add(4 + len as u64, Ordering::Relaxed);
+        counters.requests.fetch_add(1, Ordering::Relaxed);
+        let frame = match decode_frame(frame.freeze()) {
+            Ok(f) => f,
+            Err(e) => {
+                counters.bad_frames.fetch_add(1, Ordering::Relaxed);
+                tracing::warn!(%peer, error = %e, "closing connection: bad request header");
+                break;
+            }
+        };
+        ctx.in_flight.set(ctx.in_flight.get() + 1);
+        let task = {
+            let ctx = ctx.clone();
+            glommio::spawn_local(async move {
+                let answer = handlers::handle(&ctx, frame).await;
+                ctx.in_flight.set(ctx.in_flight.get() - 1);
+                answer
+            })
+            .detach()
+        };
+        if tx.send(Pending::Answer(task)).await.is_err() {
+            break; // the writer hung up
+        }
+    }
+    drop(tx);
+    let _ = writer_task.await;
+    tracing::debug!(shard = ctx.id.0, %peer, "connection closed");
+}

@@ -1,0 +1,131 @@
+//! CreateTopics: validate name, partition count, replication factor and every config
+//! (unsupported configs are refused with INVALID_CONFIG, never silently ignored), then
+//! register the topic durably. Partition logs open lazily on their owner shard.
+
+use bytes::Bytes;
+use kafka_protocol::messages::create_topics_response::{
+    CreatableTopicConfigs, CreatableTopicResult,
+};
+use kafka_protocol::messages::{ApiKey, CreateTopicsRequest, CreateTopicsResponse};
+
+use crate::config::TopicConfig;
+use crate::coordinator::registry::{validate_topic_name, RegistryError, TopicMeta};
+use crate::protocol::{decode_body, error_code, ProtocolError, RequestFrame};
+
+use super::super::context::ShardContext;
+use super::{respond, str_bytes};
+
+/// Register a topic. Errors come back as (Kafka error code, message).
+pub fn create_topic(
+    ctx: &ShardContext,
+    name: &str,
+    partitions: i32,
+    configs: TopicConfig,
+    validate_only: bool,
+) -> Result<TopicMeta, (i16, String)> {
+    let mut reg = ctx.registry.write().expect("registry lock");
+    if validate_only {
+        validate_topic_name(name)
+            .map_err(|e| (error_code::INVALID_TOPIC_EXCEPTION, e.to_string()))?;
+        if reg.get(name).is_some() {
+            return Err((
+                error_code::TOPIC_ALREADY_EXISTS,
+                format!("topic {name:?} already exists"),
+            ));
+        }
+        return Ok(TopicMeta {
+            id: uuid::Uuid::nil(),
+            partitions,
+            configs,
+        });
+    }
+    reg.create(name, partitions, configs).map_err(|e| {
+        let code = match &e {
+            RegistryError::TopicExists(_) => error_code::TOPIC_ALREADY_EXISTS,
+            RegistryError::InvalidName(..) => error_code::INVALID_TOPIC_EXCEPTION,
+            RegistryError::InvalidPartitions(_) => error_code::INVALID_PARTITIONS,
+            RegistryError::UnknownTopic(_) | RegistryError::Io(_) | RegistryError::Corrupt(_) => {
+                error_code::UNKNOWN_SERVER_ERROR
+            }
+        };
+        (code, e.to_string())
+    })
+}
+
+pub async fn handle(ctx: &ShardContext, frame: &RequestFrame) -> Result<Bytes, ProtocolError> {
+    let req: CreateTopicsRequest = decode_body(frame)?;
+    let mut results = Vec::with_capacity(req.topics.len());
+    for t in &req.topics {
+        let name = t.name.0.to_string();
+        let partitions = if t.num_partitions == -1 {
+            ctx.config.num_partitions
+        } else {
+            t.num_partitions
+        };
+        let outcome = (|| {
+            if !t.assignments.is_empty() {
+                return Err((
+                    error_code::INVALID_REQUEST,
+                    "manual replica assignment is not supported yet".to_string(),
+                ));
+            }
+            if t.replication_factor != -1 && t.replication_factor != 1 {
+                return Err((
+                    error_code::INVALID_REPLICATION_FACTOR,
+                    format!(
+                        "replication factor {} is larger than the 1 available broker",
+                        t.replication_factor
+                    ),
+                ));
+            }
+            let configs = TopicConfig::from_pairs(
+                t.configs
+                    .iter()
+                    .map(|c| (c.name.as_str(), c.value.as_ref().map(|v| v.as_str()))),
+                &ctx.config.topic_defaults,
+            )
+            .map_err(|e| (error_code::INVALID_CONFIG, e))?;
+            create_topic(ctx, &name, partitions, configs, req.validate_only)
+        })();
+        let mut r = CreatableTopicResult::default().with_name(t.name.clone());
+        match outcome {
+            Ok(meta) => {
+                if !req.validate_only {
+                    tracing::info!(topic = %name, partitions = meta.partitions, configs = ?meta.configs.overrides, "created topic");
+                }
+                r = r
+                    .with_topic_id(meta.id)
+                    .with_num_partitions(meta.partitions)
+                    .with_replication_factor(1);
+                if frame.api_version >= 5 {
+                    let configs = meta
+                        .configs
+                        .describe(&ctx.config.topic_defaults)
+                        .into_iter()
+                        .map(|(k, v, source)| {
+                            CreatableTopicConfigs::default()
+                                .with_name(str_bytes(k))
+                                .with_value(Some(str_bytes(v)))
+                                .with_config_source(source as i8)
+                        })
+                        .collect();
+                    r = r.with_configs(Some(configs));
+                }
+            }
+            Err((code, message)) => {
+                tracing::info!(topic = %name, error = %message, "create topic refused");
+                r = r
+                    .with_error_code(code)
+                    .with_error_message(Some(str_bytes(message)))
+                    .with_num_partitions(-1)
+                    .with_replication_factor(-1);
+            }
+        }
+        results.push(r);
+    }
+    respond(
+        ApiKey::CreateTopics,
+        frame,
+        &CreateTopicsResponse::default().with_topics(results),
+    )
+}

@@ -1,0 +1,63 @@
+//! DeleteTopics: remove the topic from the registry (durably), then have each owner
+//! shard delete its partitions' logs. A crash in between is finished at startup: a
+//! partition directory whose topic is not registered is removed.
+
+use bytes::Bytes;
+use kafka_protocol::messages::delete_topics_response::DeletableTopicResult;
+use kafka_protocol::messages::{ApiKey, DeleteTopicsRequest, DeleteTopicsResponse, TopicName};
+
+use crate::model::TopicPartition;
+use crate::protocol::{decode_body, error_code, ProtocolError, RequestFrame};
+use crate::shard::PartitionOp;
+
+use super::super::context::ShardContext;
+use super::{respond, str_bytes};
+
+pub async fn handle(ctx: &ShardContext, frame: &RequestFrame) -> Result<Bytes, ProtocolError> {
+    let req: DeleteTopicsRequest = decode_body(frame)?;
+    let names: Vec<TopicName> = if frame.api_version >= 6 {
+        req.topics.iter().filter_map(|t| t.name.clone()).collect()
+    } else {
+        req.topic_names.clone()
+    };
+    let mut responses = Vec::with_capacity(names.len());
+    for name in names {
+        let removed = ctx
+            .registry
+            .write()
+            .expect("registry lock")
+            .delete(name.as_str());
+        let mut r = DeletableTopicResult::default().with_name(Some(name.clone()));
+        match removed {
+            Ok(meta) => {
+                r = r.with_topic_id(meta.id);
+                let deletions = (0..meta.partitions).map(|p| {
+                    ctx.call(PartitionOp::DeletePartition {
+                        tp: TopicPartition::new(name.as_str(), p),
+                    })
+                });
+                for (p, result) in futures::future::join_all(deletions)
+                    .await
+                    .into_iter()
+                    .enumerate()
+                {
+                    if let Err(e) = result {
+                        tracing::error!(topic = %name.as_str(), partition = p, error = %e, "partition delete failed; retried at restart");
+                    }
+                }
+                tracing::info!(topic = %name.as_str(), "deleted topic");
+            }
+            Err(e) => {
+                r = r
+                    .with_error_code(error_code::UNKNOWN_TOPIC_OR_PARTITION)
+                    .with_error_message(Some(str_bytes(e.to_string())));
+            }
+        }
+        responses.push(r);
+    }
+    respond(
+        ApiKey::DeleteTopics,
+        frame,
+        &DeleteTopicsResponse::default().with_responses(responses),
+    )
+}

@@ -1,0 +1,136 @@
+//! Fetch: whole record batches from each requested partition, below the high watermark,
+//! within the response and partition byte limits (the first batch is returned even if
+//! larger, KIP-74). Long-polls until `min_bytes` are there or `max_wait_ms` passes, then
+//! returns what there is. No fetch sessions yet: session id 0 tells clients to send
+//! full requests.
+
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use futures::future::{select, select_all, Either};
+use kafka_protocol::messages::fetch_response::{FetchableTopicResponse, PartitionData};
+use kafka_protocol::messages::{ApiKey, FetchRequest, FetchResponse};
+
+use crate::model::{limits, Offset, TopicPartition};
+use crate::protocol::{decode_body, ProtocolError, RequestFrame};
+use crate::shard::{PartitionOp, PartitionReply};
+
+use super::super::context::ShardContext;
+use super::{partition_error_code, respond};
+
+/// The longest long-poll we honour (Kafka clients use 500 ms by default).
+const fetch_wait_ms_max: i32 = 60_000;
+
+pub async fn handle(ctx: &ShardContext, frame: &RequestFrame) -> Result<Bytes, ProtocolError> {
+    let req: FetchRequest = decode_body(frame)?;
+    let started = Instant::now();
+    let deadline =
+        started + Duration::from_millis(req.max_wait_ms.clamp(0, fetch_wait_ms_max) as u64);
+    let response_bytes_max = if req.max_bytes <= 0 {
+        limits::fetch_response_bytes_max
+    } else {
+        (req.max_bytes as usize).min(limits::fetch_response_bytes_max)
+    };
+    loop {
+        let (topics, total_bytes, any_error) = fetch_once(ctx, &req, response_bytes_max).await;
+        let now = Instant::now();
+        if total_bytes >= req.min_bytes.max(1) as usize
+            || any_error
+            || now >= deadline
+            || ctx.stopping.get()
+        {
+            return respond(
+                ApiKey::Fetch,
+                frame,
+                &FetchResponse::default().with_responses(topics),
+            );
+        }
+        // Nothing (enough) yet: wait until any partition grows, or the deadline.
+        let waits = req.topics.iter().flat_map(|t| {
+            t.partitions.iter().map(move |p| {
+                ctx.call(PartitionOp::WaitForData {
+                    tp: TopicPartition::new(t.topic.as_str(), p.partition),
+                    offset: Offset(p.fetch_offset),
+                })
+            })
+        });
+        let receivers: Vec<_> = futures::future::join_all(waits)
+            .await
+            .into_iter()
+            .filter_map(|r| match r {
+                Ok(PartitionReply::Waiting(rx)) => Some(rx),
+                _ => None,
+            })
+            .collect();
+        let timer = Box::pin(glommio::timer::sleep(deadline - now));
+        if receivers.is_empty() {
+            timer.await;
+        } else if let Either::Left(_) = select(timer, select_all(receivers)).await {
+            // Deadline reached; the loop answers with whatever is there.
+        }
+    }
+}
+
+/// One pass over every requested partition. Returns the topics, the record bytes
+/// gathered, and whether any partition failed (an error is answered at once).
+async fn fetch_once(
+    ctx: &ShardContext,
+    req: &FetchRequest,
+    response_bytes_max: usize,
+) -> (Vec<FetchableTopicResponse>, usize, bool) {
+    let calls = req.topics.iter().flat_map(|t| {
+        t.partitions.iter().map(move |p| {
+            let max_bytes = (p.partition_max_bytes.max(0) as usize).min(response_bytes_max);
+            ctx.call(PartitionOp::Fetch {
+                tp: TopicPartition::new(t.topic.as_str(), p.partition),
+                offset: Offset(p.fetch_offset),
+                max_bytes,
+                min_one_batch: true,
+            })
+        })
+    });
+    let mut replies = futures::future::join_all(calls).await.into_iter();
+    let mut total_bytes = 0usize;
+    let mut any_error = false;
+    let mut topics = Vec::with_capacity(req.topics.len());
+    for t in &req.topics {
+        let mut partitions = Vec::with_capacity(t.partitions.len());
+        for p in &t.partitions {
+            let reply = replies.next().expect("one reply per partition");
+            let d = PartitionData::default()
+                .with_partition_index(p.partition)
+                .with_aborted_transactions(None);
+            partitions.push(match reply {
+                Ok(PartitionReply::Fetched(data)) => {
+                    // Whole batches only: a partition that would overflow the response
+                    // budget contributes nothing this time, unless it is the first.
+                    let records = if total_bytes > 0
+                        && total_bytes + data.records.len() > response_bytes_max
+                    {
+                        Bytes::new()
+                    } else {
+                        total_bytes += data.records.len();
+                        Bytes::from(data.records)
+                    };
+                    d.with_high_watermark(data.high_watermark.0)
+                        .with_last_stable_offset(data.high_watermark.0)
+                        .with_log_start_offset(data.log_start_offset.0)
+                        .with_records(Some(records))
+                }
+                Ok(other) => unreachable!("Fetch answered {other:?}"),
+                Err(e) => {
+                    any_error = true;
+                    d.with_error_code(partition_error_code(&e))
+                        .with_high_watermark(-1)
+                        .with_records(Some(Bytes::new()))
+                }
+            });
+        }
+        topics.push(
+            FetchableTopicResponse::default()
+                .with_topic(t.topic.clone())
+                .with_partitions(partitions),
+        );
+    }
+    (topics, total_bytes, any_error)
+}

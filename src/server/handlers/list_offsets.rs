@@ -1,0 +1,61 @@
+//! ListOffsets: earliest (-2), latest (-1), or the first offset at or after a timestamp.
+
+use bytes::Bytes;
+use kafka_protocol::messages::list_offsets_response::{
+    ListOffsetsPartitionResponse, ListOffsetsTopicResponse,
+};
+use kafka_protocol::messages::{ApiKey, ListOffsetsRequest, ListOffsetsResponse};
+
+use crate::model::TopicPartition;
+use crate::protocol::{decode_body, ProtocolError, RequestFrame};
+use crate::shard::{PartitionOp, PartitionReply};
+
+use super::super::context::ShardContext;
+use super::{partition_error_code, respond};
+
+pub async fn handle(ctx: &ShardContext, frame: &RequestFrame) -> Result<Bytes, ProtocolError> {
+    let req: ListOffsetsRequest = decode_body(frame)?;
+    let mut topics = Vec::with_capacity(req.topics.len());
+    for t in &req.topics {
+        let calls = t.partitions.iter().map(|p| {
+            ctx.call(PartitionOp::ListOffset {
+                tp: TopicPartition::new(t.name.as_str(), p.partition_index),
+                timestamp_ms: p.timestamp,
+            })
+        });
+        let replies = futures::future::join_all(calls).await;
+        let partitions = t
+            .partitions
+            .iter()
+            .zip(replies)
+            .map(|(p, reply)| {
+                let r =
+                    ListOffsetsPartitionResponse::default().with_partition_index(p.partition_index);
+                match reply {
+                    Ok(PartitionReply::Offset {
+                        offset,
+                        timestamp_ms,
+                    }) => r
+                        .with_offset(offset.0)
+                        .with_timestamp(timestamp_ms)
+                        .with_leader_epoch(if offset.0 >= 0 { 0 } else { -1 }),
+                    Ok(other) => unreachable!("ListOffset answered {other:?}"),
+                    Err(e) => r
+                        .with_error_code(partition_error_code(&e))
+                        .with_offset(-1)
+                        .with_timestamp(-1),
+                }
+            })
+            .collect();
+        topics.push(
+            ListOffsetsTopicResponse::default()
+                .with_name(t.name.clone())
+                .with_partitions(partitions),
+        );
+    }
+    respond(
+        ApiKey::ListOffsets,
+        frame,
+        &ListOffsetsResponse::default().with_topics(topics),
+    )
+}

@@ -1,0 +1,129 @@
+//! Metadata: this broker, and every requested topic with its partitions. On a single
+//! node this broker leads every partition. Unknown topics are created when both the
+//! request and the broker (`auto.create.topics.enable`) allow it, as Kafka does.
+
+use bytes::Bytes;
+use kafka_protocol::messages::metadata_response::{
+    MetadataResponseBroker, MetadataResponsePartition, MetadataResponseTopic,
+};
+use kafka_protocol::messages::{ApiKey, BrokerId, MetadataRequest, MetadataResponse, TopicName};
+
+use crate::config::{split_host_port, TopicConfig};
+use crate::coordinator::registry::{validate_topic_name, TopicMeta};
+use crate::protocol::{decode_body, error_code, ProtocolError, RequestFrame};
+
+use super::super::context::ShardContext;
+use super::create_topics::create_topic;
+use super::{respond, str_bytes};
+
+pub async fn handle(ctx: &ShardContext, frame: &RequestFrame) -> Result<Bytes, ProtocolError> {
+    let req: MetadataRequest = decode_body(frame)?;
+    let node = BrokerId(ctx.config.node_id);
+    let (host, port) = split_host_port(ctx.config.advertised()).expect("validated at startup");
+    let mut body = MetadataResponse::default()
+        .with_brokers(vec![MetadataResponseBroker::default()
+            .with_node_id(node)
+            .with_host(str_bytes(host))
+            .with_port(port)])
+        .with_cluster_id(Some(str_bytes(ctx.cluster_id.clone())))
+        .with_controller_id(node);
+
+    // v0: an empty list means all topics; v1+: null means all topics.
+    let wanted: Option<Vec<(Option<String>, uuid::Uuid)>> = match &req.topics {
+        None => None,
+        Some(t) if t.is_empty() && frame.api_version == 0 => None,
+        Some(t) => Some(
+            t.iter()
+                .map(|t| (t.name.as_ref().map(|n| n.0.to_string()), t.topic_id))
+                .collect(),
+        ),
+    };
+    let allow_create =
+        (frame.api_version < 4 || req.allow_auto_topic_creation) && ctx.config.auto_create_topics;
+
+    let topics: Vec<(String, Result<TopicMeta, i16>)> = match wanted {
+        None => {
+            let reg = ctx.registry.read().expect("registry lock");
+            reg.topics()
+                .map(|(n, m)| (n.clone(), Ok(m.clone())))
+                .collect()
+        }
+        Some(list) => {
+            let mut out = Vec::with_capacity(list.len());
+            for (name, id) in list {
+                let name = match name {
+                    Some(n) => n,
+                    None => match ctx.registry.read().expect("registry lock").by_id(id) {
+                        Some((n, _)) => n.clone(),
+                        None => {
+                            out.push((String::new(), Err(error_code::UNKNOWN_TOPIC_OR_PARTITION)));
+                            continue;
+                        }
+                    },
+                };
+                if validate_topic_name(&name).is_err() {
+                    out.push((name, Err(error_code::INVALID_TOPIC_EXCEPTION)));
+                    continue;
+                }
+                let existing = ctx
+                    .registry
+                    .read()
+                    .expect("registry lock")
+                    .get(&name)
+                    .cloned();
+                let result = match existing {
+                    Some(m) => Ok(m),
+                    None if allow_create => {
+                        match create_topic(
+                            ctx,
+                            &name,
+                            ctx.config.num_partitions,
+                            TopicConfig::default(),
+                            false,
+                        ) {
+                            Ok(m) => {
+                                tracing::info!(topic = %name, partitions = m.partitions, "auto-created topic");
+                                Ok(m)
+                            }
+                            // Another connection created it meanwhile.
+                            Err((code, _)) if code == error_code::TOPIC_ALREADY_EXISTS => ctx
+                                .registry
+                                .read()
+                                .expect("registry lock")
+                                .get(&name)
+                                .cloned()
+                                .ok_or(error_code::LEADER_NOT_AVAILABLE),
+                            Err((code, _)) => Err(code),
+                        }
+                    }
+                    None => Err(error_code::UNKNOWN_TOPIC_OR_PARTITION),
+                };
+                out.push((name, result));
+            }
+            out
+        }
+    };
+
+    body.topics = topics
+        .into_iter()
+        .map(|(name, meta)| {
+            let t = MetadataResponseTopic::default().with_name(Some(TopicName(str_bytes(name))));
+            match meta {
+                Err(code) => t.with_error_code(code),
+                Ok(meta) => t.with_topic_id(meta.id).with_partitions(
+                    (0..meta.partitions)
+                        .map(|p| {
+                            MetadataResponsePartition::default()
+                                .with_partition_index(p)
+                                .with_leader_id(node)
+                                .with_leader_epoch(0)
+                                .with_replica_nodes(vec![node])
+                                .with_isr_nodes(vec![node])
+                        })
+                        .collect(),
+                ),
+            }
+        })
+        .collect();
+    respond(ApiKey::Metadata, frame, &body)
+}

@@ -1,0 +1,109 @@
+//! Produce: each partition's record set goes to its owner shard, which validates and
+//! appends it. acks=0 gets no answer; acks=1 is answered after the append (and after
+//! the fsync when the operator chose `--fsync always` or the topic's flush policy is
+//! due); acks=-1 behaves as acks=1 until replication exists.
+
+use bytes::Bytes;
+use kafka_protocol::messages::produce_response::{PartitionProduceResponse, TopicProduceResponse};
+use kafka_protocol::messages::{ApiKey, ProduceRequest, ProduceResponse};
+
+use crate::config::FsyncMode;
+use crate::model::TopicPartition;
+use crate::protocol::{decode_body, error_code, ProtocolError, RequestFrame};
+use crate::shard::{PartitionOp, PartitionReply};
+
+use super::super::context::ShardContext;
+use super::super::now_ms;
+use super::{partition_error_code, respond, str_bytes};
+
+pub async fn handle(
+    ctx: &ShardContext,
+    frame: &RequestFrame,
+) -> Result<Option<Bytes>, ProtocolError> {
+    let req: ProduceRequest = decode_body(frame)?;
+    let durable = ctx.config.fsync == FsyncMode::Always;
+    let acks_valid = matches!(req.acks, -1..=1);
+    let mut responses = Vec::with_capacity(req.topic_data.len());
+    for t in &req.topic_data {
+        let topic = t.name.as_str();
+        let calls = t.partition_data.iter().map(|p| async move {
+            if !acks_valid {
+                return Err((error_code::INVALID_REQUIRED_ACKS, None));
+            }
+            let Some(records) = p.records.as_ref().filter(|r| !r.is_empty()) else {
+                return Err((
+                    error_code::CORRUPT_MESSAGE,
+                    Some("empty record set".to_string()),
+                ));
+            };
+            // The append rewrites the base offset in place, so it needs its own buffer.
+            let op = PartitionOp::Produce {
+                tp: TopicPartition::new(topic, p.index),
+                records: records.to_vec(),
+                now_ms: now_ms(),
+                durable,
+            };
+            match ctx.call(op).await {
+                Ok(PartitionReply::Produced {
+                    info,
+                    log_start_offset,
+                    durable,
+                }) => {
+                    if let Some(wait) = durable {
+                        match wait.await {
+                            Ok(Ok(())) => {}
+                            Ok(Err(e)) => return Err((error_code::KAFKA_STORAGE_ERROR, Some(e))),
+                            Err(_) => {
+                                return Err((
+                                    error_code::KAFKA_STORAGE_ERROR,
+                                    Some("flush abandoned".into()),
+                                ))
+                            }
+                        }
+                    }
+                    Ok((info, log_start_offset))
+                }
+                Ok(other) => unreachable!("Produce answered {other:?}"),
+                Err(e) => {
+                    tracing::debug!(topic, partition = p.index, error = %e, "produce refused");
+                    Err((partition_error_code(&e), Some(e.to_string())))
+                }
+            }
+        });
+        let results = futures::future::join_all(calls).await;
+        let partition_responses = t
+            .partition_data
+            .iter()
+            .zip(results)
+            .map(|(p, result)| {
+                let r = PartitionProduceResponse::default().with_index(p.index);
+                match result {
+                    Ok((info, log_start_offset)) => r
+                        .with_base_offset(info.base_offset.0)
+                        .with_log_append_time_ms(info.log_append_time_ms)
+                        .with_log_start_offset(log_start_offset.0),
+                    Err((code, message)) => r
+                        .with_error_code(code)
+                        .with_base_offset(-1)
+                        .with_log_append_time_ms(-1)
+                        .with_log_start_offset(-1)
+                        .with_error_message(message.map(str_bytes)),
+                }
+            })
+            .collect();
+        responses.push(
+            TopicProduceResponse::default()
+                .with_name(t.name.clone())
+                .with_partition_responses(partition_responses),
+        );
+    }
+    if req.acks == 0 {
+        return Ok(None);
+    }
+    respond(
+        ApiKey::Produce,
+        frame,
+        &ProduceResponse::default().with_responses(responses),
+    )
+    .map(Some)
+}

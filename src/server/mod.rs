@@ -1,0 +1,263 @@
+//! The runtime: one glommio executor pinned to each core, the channel mesh between them,
+//! TCP accept on every shard (SO_REUSEPORT), group commit, housekeeping and shutdown.
+//! This is the only module that names glommio.
+//!
+//! Lifecycle: `run` opens the topic registry, starts N shard threads, waits for them.
+//! SIGINT/SIGTERM sets the shutdown flag: shards stop accepting, let in-flight requests
+//! finish (bounded by `shutdown_grace_ms`), close their logs (flush + clean-shutdown
+//! marker) and exit. A second signal exits the process at once.
+
+mod connection;
+mod context;
+mod handlers;
+pub mod metrics;
+
+use std::rc::Rc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+use glommio::channels::channel_mesh::MeshBuilder;
+use glommio::net::TcpListener;
+use glommio::{LocalExecutorBuilder, Placement};
+
+use crate::config::BrokerConfig;
+use crate::coordinator::registry::Registry;
+use crate::model::ShardId;
+use crate::shard::Shard;
+
+use context::ShardContext;
+pub use context::ShardMessage;
+
+/// How long a clean shutdown waits for in-flight requests.
+const shutdown_grace_ms: u64 = 10_000;
+/// How often each shard rolls segments by age and checks flush.ms.
+const housekeeping_interval_ms: u64 = 1_000;
+/// Kafka's `log.retention.check.interval.ms` default.
+const retention_check_interval_ms: u64 = 300_000;
+
+pub fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
+}
+
+/// Start the broker and block until it has shut down.
+pub fn run(config: BrokerConfig) -> anyhow::Result<()> {
+    std::fs::create_dir_all(&config.data_dir)?;
+    let registry = Arc::new(RwLock::new(Registry::open(&config.data_dir)?));
+    let cluster_id = cluster_id(&config.data_dir)?;
+    let cores: Vec<usize> = match core_affinity::get_core_ids() {
+        Some(ids) if !ids.is_empty() => ids.into_iter().map(|c| c.id).collect(),
+        _ => (0..std::thread::available_parallelism()
+            .map(|n| n.get())
+            .unwrap_or(1))
+            .collect(),
+    };
+    let nr_shards = config.cores.unwrap_or(cores.len()).max(1);
+    // Bind once up front so a bad address fails fast with a clear message.
+    drop(
+        std::net::TcpListener::bind(&config.listen)
+            .map_err(|e| anyhow::anyhow!("cannot listen on {}: {e}", config.listen))?,
+    );
+
+    let shutdown = Arc::new(AtomicBool::new(false));
+    install_signal_handlers(shutdown.clone())?;
+    let metrics = Arc::new(metrics::Metrics::new(nr_shards));
+    tracing::info!(
+        listen = %config.listen, advertise = %config.advertised(), shards = nr_shards,
+        data_dir = %config.data_dir.display(), node_id = config.node_id, fsync = ?config.fsync,
+        "spate starting"
+    );
+
+    let config = Arc::new(config);
+    let mesh: MeshBuilder<ShardMessage, _> =
+        MeshBuilder::full(nr_shards, crate::model::limits::shard_channel_depth_max);
+    let mut handles = Vec::new();
+    for shard in 0..nr_shards {
+        let placement = if nr_shards <= cores.len() {
+            Placement::Fixed(cores[shard])
+        } else {
+            Placement::Unbound
+        };
+        let (config, registry, shutdown, mesh, metrics, cluster_id) = (
+            config.clone(),
+            registry.clone(),
+            shutdown.clone(),
+            mesh.clone(),
+            metrics.clone(),
+            cluster_id.clone(),
+        );
+        let handle = LocalExecutorBuilder::new(placement)
+            .name(&format!("spate-shard-{shard}"))
+            .spawn(move || async move {
+                if let Err(e) = run_shard(
+                    ShardId(shard),
+                    nr_shards,
+                    config,
+                    registry,
+                    shutdown,
+                    mesh,
+                    metrics,
+                    cluster_id,
+                )
+                .await
+                {
+                    tracing::error!(shard, error = %e, "shard failed");
+                    std::process::exit(1);
+                }
+            })
+            .map_err(|e| anyhow::anyhow!("cannot start shard {shard}: {e}"))?;
+        handles.push(handle);
+    }
+    for h in handles {
+        h.join()
+            .map_err(|e| anyhow::anyhow!("shard thread: {e:?}"))?;
+    }
+    tracing::info!("spate stopped cleanly");
+    Ok(())
+}
+
+fn cluster_id(data_dir: &std::path::Path) -> anyhow::Result<String> {
+    let path = data_dir.join("spate-meta").join("cluster_id");
+    if let Ok(id) = std::fs::read_to_string(&path) {
+        let id = id.trim();
+        if !id.is_empty() && id.len() < 64 {
+            return Ok(id.to_string());
+        }
+    }
+    let id = uuid::Uuid::new_v4().simple().to_string()[..22].to_string();
+    std::fs::create_dir_all(path.parent().expect("has parent"))?;
+    std::fs::write(&path, &id)?;
+    Ok(id)
+}
+
+fn install_signal_handlers(shutdown: Arc<AtomicBool>) -> anyhow::Result<()> {
+    use signal_hook::consts::{SIGINT, SIGTERM};
+    let mut signals = signal_hook::iterator::Signals::new([SIGINT, SIGTERM])?;
+    std::thread::Builder::new()
+        .name("spate-signals".into())
+        .spawn(move || {
+            for sig in signals.forever() {
+                if shutdown.swap(true, Ordering::SeqCst) {
+                    tracing::warn!(signal = sig, "second signal: exiting now");
+                    std::process::exit(130);
+                }
+                tracing::info!(
+                    signal = sig,
+                    "shutting down cleanly (send again to exit at once)"
+                );
+            }
+        })?;
+    Ok(())
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn run_shard(
+    id: ShardId,
+    nr_shards: usize,
+    config: Arc<BrokerConfig>,
+    registry: Arc<RwLock<Registry>>,
+    shutdown: Arc<AtomicBool>,
+    mesh: MeshBuilder<ShardMessage, glommio::channels::channel_mesh::Full>,
+    metrics: Arc<metrics::Metrics>,
+    cluster_id: String,
+) -> anyhow::Result<()> {
+    let (senders, receivers) = mesh
+        .join()
+        .await
+        .map_err(|_| anyhow::anyhow!("channel mesh join failed"))?;
+    let mut shard = Shard::new(
+        id,
+        nr_shards,
+        config.data_dir.clone(),
+        registry.clone(),
+        config.topic_defaults.clone(),
+    );
+    shard.open_existing(now_ms())?;
+    let ctx = Rc::new(ShardContext::new(
+        id,
+        nr_shards,
+        config.clone(),
+        registry,
+        shard,
+        senders,
+        metrics,
+        cluster_id,
+    ));
+
+    // Serve partition work sent by other shards.
+    let mut receivers = receivers;
+    for (peer, rx) in receivers.streams() {
+        let ctx = ctx.clone();
+        glommio::spawn_local(async move {
+            while let Some(msg) = rx.recv().await {
+                ctx.serve_remote(msg);
+            }
+            tracing::debug!(shard = ctx.id.0, peer, "mesh channel closed");
+        })
+        .detach();
+    }
+
+    // Group commit: one fdatasync round at a time, covering every partition written.
+    let flusher = {
+        let ctx = ctx.clone();
+        glommio::spawn_local(async move { ctx.group_commit_loop().await })
+    };
+    flusher.detach();
+
+    // Housekeeping.
+    {
+        let ctx = ctx.clone();
+        glommio::spawn_local(async move {
+            let mut last_retention = std::time::Instant::now();
+            loop {
+                glommio::timer::sleep(Duration::from_millis(housekeeping_interval_ms)).await;
+                let retention =
+                    last_retention.elapsed() >= Duration::from_millis(retention_check_interval_ms);
+                if retention {
+                    last_retention = std::time::Instant::now();
+                }
+                ctx.shard.borrow_mut().tick(now_ms(), retention);
+                ctx.flush_wakeup();
+            }
+        })
+        .detach();
+    }
+
+    let listener = TcpListener::bind(config.listen.as_str())
+        .map_err(|e| anyhow::anyhow!("cannot listen on {}: {e}", config.listen))?;
+    tracing::info!(shard = id.0, listen = %config.listen, "accepting connections");
+    let accept = {
+        let ctx = ctx.clone();
+        glommio::spawn_local(async move {
+            loop {
+                match listener.accept().await {
+                    Ok(stream) => {
+                        let ctx = ctx.clone();
+                        glommio::spawn_local(async move { connection::serve(ctx, stream).await })
+                            .detach();
+                    }
+                    Err(e) => {
+                        tracing::warn!(error = %e, "accept failed");
+                        glommio::timer::sleep(Duration::from_millis(10)).await;
+                    }
+                }
+            }
+        })
+    };
+
+    while !shutdown.load(Ordering::SeqCst) {
+        glommio::timer::sleep(Duration::from_millis(50)).await;
+    }
+    drop(accept.cancel().await);
+    ctx.stopping.set(true);
+    let deadline = std::time::Instant::now() + Duration::from_millis(shutdown_grace_ms);
+    while ctx.in_flight.get() > 0 && std::time::Instant::now() < deadline {
+        glommio::timer::sleep(Duration::from_millis(10)).await;
+    }
+    ctx.shard.borrow_mut().close_all();
+    tracing::info!(shard = id.0, "shard stopped");
+    Ok(())
+}

@@ -1,0 +1,425 @@
+//! One core's partitions.
+//!
+//! A `Shard` owns the partition logs whose owner is its core (`owner_shard`), and only
+//! it touches them. Work for a partition arrives as a `PartitionOp`, either from a
+//! connection on the same core or over the channel mesh from another core; the owner
+//! executes it synchronously (appends land in the page cache) and answers with a
+//! `PartitionReply`. Nothing here knows the async runtime: waits (fetch long-polls,
+//! group commit) are handed back as `futures` oneshot receivers.
+//!
+//! Invariant: `execute` is only ever called with partitions this shard owns (asserted).
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::PathBuf;
+use std::sync::{Arc, RwLock};
+
+use futures::channel::oneshot;
+
+use crate::coordinator::registry::Registry;
+use crate::log::{AppendInfo, FlushHandle, LogError, PartitionLog};
+use crate::model::{Offset, ShardId, TopicPartition};
+
+/// Which shard owns a partition: a stable hash of the topic name, then partitions of one
+/// topic round-robin over the shards.
+pub fn owner_shard(tp: &TopicPartition, nr_shards: usize) -> ShardId {
+    assert!(nr_shards > 0);
+    let h = crc32c::crc32c(tp.topic.as_bytes()) as u64;
+    ShardId(((h + tp.partition as u64) % nr_shards as u64) as usize)
+}
+
+/// Parse a partition directory name `<topic>-<partition>`.
+pub fn parse_partition_dir(name: &str) -> Option<TopicPartition> {
+    let (topic, p) = name.rsplit_once('-')?;
+    let partition: i32 = p.parse().ok()?;
+    if topic.is_empty() || partition < 0 || p.starts_with('+') {
+        return None;
+    }
+    Some(TopicPartition::new(topic, partition))
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum PartitionError {
+    #[error("unknown topic or partition {0}")]
+    UnknownTopicOrPartition(TopicPartition),
+    #[error("{0}")]
+    Log(#[from] LogError),
+}
+
+/// A request for the owner of one partition.
+#[derive(Debug)]
+pub enum PartitionOp {
+    /// Append a produce request's record set. `durable` asks for an fsync before the ack.
+    Produce {
+        tp: TopicPartition,
+        records: Vec<u8>,
+        now_ms: i64,
+        durable: bool,
+    },
+    /// Read whole batches from `offset`, at most `max_bytes` (but at least one batch when
+    /// `min_one_batch`).
+    Fetch {
+        tp: TopicPartition,
+        offset: Offset,
+        max_bytes: usize,
+        min_one_batch: bool,
+    },
+    /// ListOffsets: -2 earliest, -1 latest, else by timestamp.
+    ListOffset {
+        tp: TopicPartition,
+        timestamp_ms: i64,
+    },
+    /// Wake me when the log end offset passes `offset`.
+    WaitForData { tp: TopicPartition, offset: Offset },
+    /// The topic is gone from the registry: remove this partition's log and directory.
+    DeletePartition { tp: TopicPartition },
+}
+
+impl PartitionOp {
+    pub fn tp(&self) -> &TopicPartition {
+        match self {
+            PartitionOp::Produce { tp, .. }
+            | PartitionOp::Fetch { tp, .. }
+            | PartitionOp::ListOffset { tp, .. }
+            | PartitionOp::WaitForData { tp, .. }
+            | PartitionOp::DeletePartition { tp } => tp,
+        }
+    }
+}
+
+#[derive(Debug)]
+pub struct FetchData {
+    pub high_watermark: Offset,
+    pub log_start_offset: Offset,
+    pub records: Vec<u8>,
+}
+
+/// Resolves when an fsync covering the append completed (Err: the log went offline).
+pub type DurableWait = oneshot::Receiver<Result<(), String>>;
+
+#[derive(Debug)]
+pub enum PartitionReply {
+    Produced {
+        info: AppendInfo,
+        log_start_offset: Offset,
+        durable: Option<DurableWait>,
+    },
+    Fetched(FetchData),
+    Offset {
+        offset: Offset,
+        timestamp_ms: i64,
+    },
+    Waiting(oneshot::Receiver<()>),
+    Deleted,
+}
+
+struct Partition {
+    log: PartitionLog,
+    /// Fetch long-polls waiting for the log end offset to move.
+    data_waiters: Vec<oneshot::Sender<()>>,
+    /// Produce acks waiting for an fsync that covers their last offset.
+    durable_waiters: Vec<(Offset, oneshot::Sender<Result<(), String>>)>,
+}
+
+/// An fsync to run off the data core for group commit: every dirty partition's files.
+pub struct FlushBatch {
+    pub items: Vec<(TopicPartition, FlushHandle)>,
+}
+
+pub struct Shard {
+    id: ShardId,
+    nr_shards: usize,
+    data_dir: PathBuf,
+    registry: Arc<RwLock<Registry>>,
+    broker_topic_defaults: BTreeMap<String, String>,
+    partitions: HashMap<TopicPartition, Partition>,
+}
+
+impl Shard {
+    pub fn new(
+        id: ShardId,
+        nr_shards: usize,
+        data_dir: PathBuf,
+        registry: Arc<RwLock<Registry>>,
+        broker_topic_defaults: BTreeMap<String, String>,
+    ) -> Self {
+        Self {
+            id,
+            nr_shards,
+            data_dir,
+            registry,
+            broker_topic_defaults,
+            partitions: HashMap::new(),
+        }
+    }
+
+    pub fn id(&self) -> ShardId {
+        self.id
+    }
+
+    fn owns(&self, tp: &TopicPartition) -> bool {
+        owner_shard(tp, self.nr_shards) == self.id
+    }
+
+    /// At startup: open (and so recover) every partition this shard owns, and finish the
+    /// deletion of partitions whose topic is no longer registered.
+    pub fn open_existing(&mut self, now_ms: i64) -> std::io::Result<()> {
+        let mut owned = Vec::new();
+        for entry in std::fs::read_dir(&self.data_dir)? {
+            let entry = entry?;
+            if !entry.file_type()?.is_dir() {
+                continue;
+            }
+            let Some(tp) = entry.file_name().to_str().and_then(parse_partition_dir) else {
+                continue;
+            };
+            if self.owns(&tp) {
+                owned.push(tp);
+            }
+        }
+        owned.sort();
+        for tp in owned {
+            let registered = {
+                let reg = self.registry.read().expect("registry lock");
+                reg.get(&tp.topic)
+                    .map(|m| tp.partition < m.partitions)
+                    .unwrap_or(false)
+            };
+            if registered {
+                match self.partition_mut(&tp, now_ms) {
+                    Ok(_) => tracing::info!(shard = self.id.0, partition = %tp, "opened partition"),
+                    Err(e) => {
+                        tracing::error!(shard = self.id.0, partition = %tp, error = %e, "cannot open partition")
+                    }
+                }
+            } else {
+                tracing::info!(shard = self.id.0, partition = %tp, "removing partition of a deleted topic");
+                std::fs::remove_dir_all(self.data_dir.join(tp.dir_name()))?;
+            }
+        }
+        Ok(())
+    }
+
+    fn partition_mut(
+        &mut self,
+        tp: &TopicPartition,
+        now_ms: i64,
+    ) -> Result<&mut Partition, PartitionError> {
+        if !self.partitions.contains_key(tp) {
+            let config = {
+                let reg = self.registry.read().expect("registry lock");
+                match reg.get(&tp.topic) {
+                    Some(meta) if tp.partition >= 0 && tp.partition < meta.partitions => {
+                        meta.configs.log_config(&self.broker_topic_defaults)
+                    }
+                    _ => return Err(PartitionError::UnknownTopicOrPartition(tp.clone())),
+                }
+            };
+            let log = PartitionLog::open(&self.data_dir.join(tp.dir_name()), config, now_ms)?;
+            self.partitions.insert(
+                tp.clone(),
+                Partition {
+                    log,
+                    data_waiters: Vec::new(),
+                    durable_waiters: Vec::new(),
+                },
+            );
+        }
+        Ok(self.partitions.get_mut(tp).expect("just inserted"))
+    }
+
+    /// Run one operation on a partition this shard owns.
+    pub fn execute(&mut self, op: PartitionOp) -> Result<PartitionReply, PartitionError> {
+        assert!(
+            self.owns(op.tp()),
+            "shard {} got {} owned by another shard",
+            self.id.0,
+            op.tp()
+        );
+        match op {
+            PartitionOp::Produce {
+                tp,
+                mut records,
+                now_ms,
+                durable,
+            } => {
+                let p = self.partition_mut(&tp, now_ms)?;
+                let info = p.log.append(&mut records, now_ms)?;
+                for w in p.data_waiters.drain(..) {
+                    let _ = w.send(());
+                }
+                let durable = if durable || p.log.flush_due(now_ms) {
+                    let (tx, rx) = oneshot::channel();
+                    p.durable_waiters.push((info.last_offset, tx));
+                    Some(rx)
+                } else {
+                    None
+                };
+                Ok(PartitionReply::Produced {
+                    info,
+                    log_start_offset: p.log.log_start_offset(),
+                    durable,
+                })
+            }
+            PartitionOp::Fetch {
+                tp,
+                offset,
+                max_bytes,
+                min_one_batch,
+            } => {
+                let p = self.partition_mut(&tp, 0)?;
+                let high_watermark = p.log.log_end_offset();
+                let plan = p
+                    .log
+                    .read(offset, max_bytes, high_watermark, min_one_batch)?;
+                let records = if plan.length_bytes == 0 {
+                    Vec::new()
+                } else {
+                    plan.read_to_vec().map_err(LogError::Io)?
+                };
+                Ok(PartitionReply::Fetched(FetchData {
+                    high_watermark,
+                    log_start_offset: p.log.log_start_offset(),
+                    records,
+                }))
+            }
+            PartitionOp::ListOffset { tp, timestamp_ms } => {
+                let p = self.partition_mut(&tp, 0)?;
+                let (offset, timestamp_ms) = match timestamp_ms {
+                    -2 => (p.log.log_start_offset(), -1),
+                    -1 => (p.log.log_end_offset(), -1),
+                    ts => p.log.offset_for_timestamp(ts)?.unwrap_or((Offset(-1), -1)),
+                };
+                Ok(PartitionReply::Offset {
+                    offset,
+                    timestamp_ms,
+                })
+            }
+            PartitionOp::WaitForData { tp, offset } => {
+                let p = self.partition_mut(&tp, 0)?;
+                let (tx, rx) = oneshot::channel();
+                if p.log.log_end_offset() > offset {
+                    let _ = tx.send(());
+                } else {
+                    p.data_waiters.retain(|w| !w.is_canceled());
+                    p.data_waiters.push(tx);
+                }
+                Ok(PartitionReply::Waiting(rx))
+            }
+            PartitionOp::DeletePartition { tp } => {
+                if let Some(p) = self.partitions.remove(&tp) {
+                    for (_, w) in p.durable_waiters {
+                        let _ = w.send(Err(format!("partition {tp} deleted")));
+                    }
+                    p.log.delete()?;
+                } else {
+                    let dir = self.data_dir.join(tp.dir_name());
+                    match std::fs::remove_dir_all(&dir) {
+                        Ok(()) => {}
+                        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                        Err(e) => return Err(PartitionError::Log(LogError::Io(e))),
+                    }
+                }
+                Ok(PartitionReply::Deleted)
+            }
+        }
+    }
+
+    /// Housekeeping on a timer: roll by segment.ms, retention, flush.ms.
+    pub fn tick(&mut self, now_ms: i64, run_retention: bool) {
+        for (tp, p) in self.partitions.iter_mut() {
+            if let Err(e) = p.log.maybe_roll(now_ms) {
+                tracing::error!(partition = %tp, error = %e, "segment roll failed");
+            }
+            if run_retention {
+                match p.log.enforce_retention(now_ms) {
+                    Ok(0) => {}
+                    Ok(n) => {
+                        tracing::info!(partition = %tp, segments = n, log_start_offset = %p.log.log_start_offset(), "retention deleted segments")
+                    }
+                    Err(e) => tracing::error!(partition = %tp, error = %e, "retention failed"),
+                }
+            }
+            if p.durable_waiters.is_empty() && p.log.flush_due(now_ms) {
+                // flush.ms elapsed with nobody waiting: queue a flush all the same.
+                let (tx, _rx) = oneshot::channel();
+                p.durable_waiters.push((p.log.unflushed_end(), tx));
+            }
+        }
+    }
+
+    /// True when some partition has acks (or a flush policy) waiting for an fsync.
+    pub fn has_flush_work(&self) -> bool {
+        self.partitions
+            .values()
+            .any(|p| !p.durable_waiters.is_empty())
+    }
+
+    /// Group commit, step 1: collect what one fdatasync round must cover.
+    pub fn take_flush_batch(&mut self) -> FlushBatch {
+        let items = self
+            .partitions
+            .iter()
+            .filter(|(_, p)| !p.durable_waiters.is_empty())
+            .map(|(tp, p)| (tp.clone(), p.log.flush_handle()))
+            .collect();
+        FlushBatch { items }
+    }
+
+    /// Group commit, step 2: record the outcome and release every ack it covers.
+    pub fn complete_flush(&mut self, results: Vec<(TopicPartition, Offset, std::io::Result<()>)>) {
+        for (tp, upto, result) in results {
+            let Some(p) = self.partitions.get_mut(&tp) else {
+                continue;
+            };
+            let outcome = p.log.mark_flushed(upto, result).map_err(|e| e.to_string());
+            if let Err(e) = &outcome {
+                tracing::error!(partition = %tp, error = %e, "fsync failed: partition is offline");
+            }
+            let waiters = std::mem::take(&mut p.durable_waiters);
+            for (offset, w) in waiters {
+                if outcome.is_err() || offset <= upto {
+                    let _ = w.send(outcome.clone());
+                } else {
+                    p.durable_waiters.push((offset, w));
+                }
+            }
+        }
+    }
+
+    /// Clean shutdown: close every log (flush, trim indexes, clean-shutdown marker).
+    pub fn close_all(&mut self) {
+        for (tp, p) in self.partitions.drain() {
+            if let Err(e) = p.log.close() {
+                tracing::error!(partition = %tp, error = %e, "close failed");
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn partition_dirs_parse() {
+        assert_eq!(
+            parse_partition_dir("orders-3"),
+            Some(TopicPartition::new("orders", 3))
+        );
+        assert_eq!(
+            parse_partition_dir("my-topic-0"),
+            Some(TopicPartition::new("my-topic", 0))
+        );
+        assert_eq!(parse_partition_dir("spate-meta"), None);
+        assert_eq!(parse_partition_dir("-1"), None);
+        assert_eq!(parse_partition_dir("a-+1"), None);
+    }
+
+    #[test]
+    fn partitions_of_a_topic_spread_over_shards() {
+        let owners: std::collections::HashSet<_> = (0..8)
+            .map(|p| owner_shard(&TopicPartition::new("t", p), 2))
+            .collect();
+        assert_eq!(owners.len(), 2);
+    }
+}
