@@ -133,10 +133,6 @@ impl ShardContext {
             self.shard.borrow_mut().complete_flush(results);
         }
     }
-
-    pub fn owner(&self, tp: &TopicPartition) -> ShardId {
-        owner_shard(tp, self.nr_shards)
-    }
 }
 
 fn shard_gone(tp: TopicPartition) -> PartitionError {

@@ -33,6 +33,8 @@ pub use context::ShardMessage;
 const shutdown_grace_ms: u64 = 10_000;
 /// How often each shard rolls segments by age and checks flush.ms.
 const housekeeping_interval_ms: u64 = 1_000;
+/// glommio's registered buffer pool per shard (only DMA file I/O uses it).
+const shard_io_memory_bytes: usize = 1024 * 1024;
 /// Kafka's `log.retention.check.interval.ms` default.
 const retention_check_interval_ms: u64 = 300_000;
 
@@ -91,6 +93,9 @@ pub fn run(config: BrokerConfig) -> anyhow::Result<()> {
         );
         let handle = LocalExecutorBuilder::new(placement)
             .name(&format!("spate-shard-{shard}"))
+            // No O_DIRECT buffers are used; a small pool keeps non-root users inside
+            // the default 8 MiB memlock limit.
+            .io_memory(shard_io_memory_bytes)
             .spawn(move || async move {
                 if let Err(e) = run_shard(
                     ShardId(shard),
@@ -251,7 +256,7 @@ async fn run_shard(
     while !shutdown.load(Ordering::SeqCst) {
         glommio::timer::sleep(Duration::from_millis(50)).await;
     }
-    drop(accept.cancel().await);
+    accept.cancel().await;
     ctx.stopping.set(true);
     let deadline = std::time::Instant::now() + Duration::from_millis(shutdown_grace_ms);
     while ctx.in_flight.get() > 0 && std::time::Instant::now() < deadline {

@@ -93,11 +93,11 @@ pub async fn handle(ctx: &ShardContext, frame: &RequestFrame) -> Result<Bytes, P
                 if !req.validate_only {
                     tracing::info!(topic = %name, partitions = meta.partitions, configs = ?meta.configs.overrides, "created topic");
                 }
-                r = r
-                    .with_topic_id(meta.id)
-                    .with_num_partitions(meta.partitions)
-                    .with_replication_factor(1);
+                if frame.api_version >= 7 {
+                    r.topic_id = meta.id;
+                }
                 if frame.api_version >= 5 {
+                    r = r.with_num_partitions(meta.partitions).with_replication_factor(1);
                     let configs = meta
                         .configs
                         .describe(&ctx.config.topic_defaults)
@@ -114,11 +114,10 @@ pub async fn handle(ctx: &ShardContext, frame: &RequestFrame) -> Result<Bytes, P
             }
             Err((code, message)) => {
                 tracing::info!(topic = %name, error = %message, "create topic refused");
-                r = r
-                    .with_error_code(code)
-                    .with_error_message(Some(str_bytes(message)))
-                    .with_num_partitions(-1)
-                    .with_replication_factor(-1);
+                r = r.with_error_code(code).with_error_message(Some(str_bytes(message)));
+                if frame.api_version >= 5 {
+                    r = r.with_num_partitions(-1).with_replication_factor(-1);
+                }
             }
         }
         results.push(r);

@@ -30,7 +30,9 @@ pub async fn handle(ctx: &ShardContext, frame: &RequestFrame) -> Result<Bytes, P
         let mut r = DeletableTopicResult::default().with_name(Some(name.clone()));
         match removed {
             Ok(meta) => {
-                r = r.with_topic_id(meta.id);
+                if frame.api_version >= 6 {
+                    r.topic_id = meta.id;
+                }
                 let deletions = (0..meta.partitions).map(|p| {
                     ctx.call(PartitionOp::DeletePartition {
                         tp: TopicPartition::new(name.as_str(), p),
@@ -48,9 +50,10 @@ pub async fn handle(ctx: &ShardContext, frame: &RequestFrame) -> Result<Bytes, P
                 tracing::info!(topic = %name.as_str(), "deleted topic");
             }
             Err(e) => {
-                r = r
-                    .with_error_code(error_code::UNKNOWN_TOPIC_OR_PARTITION)
-                    .with_error_message(Some(str_bytes(e.to_string())));
+                r = r.with_error_code(error_code::UNKNOWN_TOPIC_OR_PARTITION);
+                if frame.api_version >= 5 {
+                    r.error_message = Some(str_bytes(e.to_string()));
+                }
             }
         }
         responses.push(r);

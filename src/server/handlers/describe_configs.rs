@@ -159,9 +159,10 @@ pub fn handle(ctx: &ShardContext, frame: &RequestFrame) -> Result<Bytes, Protoco
                         let mut c = DescribeConfigsResourceResult::default()
                             .with_name(str_bytes(k.clone()))
                             .with_value(Some(str_bytes(v.clone())))
-                            .with_read_only(res.resource_type == RESOURCE_BROKER)
-                            .with_config_source(source as i8)
-                            .with_config_type(config_type(&k, &v));
+                            .with_read_only(res.resource_type == RESOURCE_BROKER).with_config_source(source as i8);
+                        if frame.api_version >= 3 {
+                            c.config_type = config_type(&k, &v);
+                        }
                         if req.include_synonyms {
                             c.synonyms = vec![DescribeConfigsSynonym::default()
                                 .with_name(str_bytes(k))

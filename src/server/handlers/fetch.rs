@@ -32,7 +32,7 @@ pub async fn handle(ctx: &ShardContext, frame: &RequestFrame) -> Result<Bytes, P
         (req.max_bytes as usize).min(limits::fetch_response_bytes_max)
     };
     loop {
-        let (topics, total_bytes, any_error) = fetch_once(ctx, &req, response_bytes_max).await;
+        let (topics, total_bytes, any_error) = fetch_once(ctx, &req, frame.api_version, response_bytes_max).await;
         let now = Instant::now();
         if total_bytes >= req.min_bytes.max(1) as usize
             || any_error
@@ -75,8 +75,7 @@ pub async fn handle(ctx: &ShardContext, frame: &RequestFrame) -> Result<Bytes, P
 /// gathered, and whether any partition failed (an error is answered at once).
 async fn fetch_once(
     ctx: &ShardContext,
-    req: &FetchRequest,
-    response_bytes_max: usize,
+    req: &FetchRequest, req_version: i16,response_bytes_max: usize,
 ) -> (Vec<FetchableTopicResponse>, usize, bool) {
     let calls = req.topics.iter().flat_map(|t| {
         t.partitions.iter().map(move |p| {
@@ -112,11 +111,15 @@ async fn fetch_once(
                         total_bytes += data.records.len();
                         Bytes::from(data.records)
                     };
-                    d.with_high_watermark(data.high_watermark.0)
+                    let d = d
+                        .with_high_watermark(data.high_watermark.0)
                         .with_last_stable_offset(data.high_watermark.0)
-                        .with_log_start_offset(data.log_start_offset.0)
-                        .with_records(Some(records))
-                }
+                        .with_records(Some(records));
+                    if req_version >= 5 {
+                        d.with_log_start_offset(data.log_start_offset.0)
+                    } else {
+                        d
+                    }}
                 Ok(other) => unreachable!("Fetch answered {other:?}"),
                 Err(e) => {
                     any_error = true;

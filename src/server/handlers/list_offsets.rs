@@ -35,11 +35,8 @@ pub async fn handle(ctx: &ShardContext, frame: &RequestFrame) -> Result<Bytes, P
                     Ok(PartitionReply::Offset {
                         offset,
                         timestamp_ms,
-                    }) => r
-                        .with_offset(offset.0)
-                        .with_timestamp(timestamp_ms)
-                        .with_leader_epoch(if offset.0 >= 0 { 0 } else { -1 }),
-                    Ok(other) => unreachable!("ListOffset answered {other:?}"),
+                    }) => { let r = r.with_offset(offset.0).with_timestamp(timestamp_ms);
+                        if frame.api_version >= 4 { r.with_leader_epoch(if offset.0 >= 0 { 0 } else { -1 }) } else { r } }Ok(other) => unreachable!("ListOffset answered {other:?}"),
                     Err(e) => r
                         .with_error_code(partition_error_code(&e))
                         .with_offset(-1)

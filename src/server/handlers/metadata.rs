@@ -24,9 +24,14 @@ pub async fn handle(ctx: &ShardContext, frame: &RequestFrame) -> Result<Bytes, P
         .with_brokers(vec![MetadataResponseBroker::default()
             .with_node_id(node)
             .with_host(str_bytes(host))
-            .with_port(port)])
-        .with_cluster_id(Some(str_bytes(ctx.cluster_id.clone())))
-        .with_controller_id(node);
+            .with_port(port)]);
+    let version = frame.api_version;
+    if version >= 1 {
+        body.controller_id = node;
+    }
+    if version >= 2 {
+        body.cluster_id = Some(str_bytes(ctx.cluster_id.clone()));
+    }
 
     // v0: an empty list means all topics; v1+: null means all topics.
     let wanted: Option<Vec<(Option<String>, uuid::Uuid)>> = match &req.topics {
@@ -110,14 +115,12 @@ pub async fn handle(ctx: &ShardContext, frame: &RequestFrame) -> Result<Bytes, P
             let t = MetadataResponseTopic::default().with_name(Some(TopicName(str_bytes(name))));
             match meta {
                 Err(code) => t.with_error_code(code),
-                Ok(meta) => t.with_topic_id(meta.id).with_partitions(
+                Ok(meta) => t.with_topic_id(if version >= 10 { meta.id } else { uuid::Uuid::nil() }).with_partitions(
                     (0..meta.partitions)
                         .map(|p| {
                             MetadataResponsePartition::default()
                                 .with_partition_index(p)
-                                .with_leader_id(node)
-                                .with_leader_epoch(0)
-                                .with_replica_nodes(vec![node])
+                                .with_leader_id(node).with_leader_epoch(if version >= 7 { 0 } else { -1 }).with_replica_nodes(vec![node])
                                 .with_isr_nodes(vec![node])
                         })
                         .collect(),

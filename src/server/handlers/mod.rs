@@ -73,8 +73,7 @@ fn respond<T: Encodable>(
     body: &T,
 ) -> Result<Bytes, ProtocolError> {
     encode_response(key, frame.api_version, frame.correlation_id, body)
-        .map_err(|e| ProtocolError::BadBody(format!("encode: {e}")))
-}
+        .map_err(|e| ProtocolError::BadBody(format!("encoding {key:?} v{} answer: {e}", frame.api_version)))}
 
 /// The Kafka error code for a partition-level failure.
 fn partition_error_code(e: &PartitionError) -> i16 {

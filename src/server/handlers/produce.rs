@@ -23,6 +23,7 @@ pub async fn handle(
     let req: ProduceRequest = decode_body(frame)?;
     let durable = ctx.config.fsync == FsyncMode::Always;
     let acks_valid = matches!(req.acks, -1..=1);
+    let version = frame.api_version;
     let mut responses = Vec::with_capacity(req.topic_data.len());
     for t in &req.topic_data {
         let topic = t.name.as_str();
@@ -78,17 +79,21 @@ pub async fn handle(
             .map(|(p, result)| {
                 let r = PartitionProduceResponse::default().with_index(p.index);
                 match result {
-                    Ok((info, log_start_offset)) => r
-                        .with_base_offset(info.base_offset.0)
-                        .with_log_append_time_ms(info.log_append_time_ms)
-                        .with_log_start_offset(log_start_offset.0),
-                    Err((code, message)) => r
-                        .with_error_code(code)
-                        .with_base_offset(-1)
-                        .with_log_append_time_ms(-1)
-                        .with_log_start_offset(-1)
-                        .with_error_message(message.map(str_bytes)),
-                }
+                    Ok((info, log_start_offset)) => {
+                        let r = r.with_base_offset(info.base_offset.0).with_log_append_time_ms(info.log_append_time_ms);
+                        if version >= 5 {
+                            r.with_log_start_offset(log_start_offset.0)
+                        } else {
+                            r
+                        }
+                    }Err((code, message)) => {
+                        let r = r.with_error_code(code).with_base_offset(-1).with_log_append_time_ms(-1).with_log_start_offset(-1);
+                        if version >= 8 {
+                            r.with_error_message(message.map(str_bytes))
+                        } else {
+                            r
+                        }
+                    }}
             })
             .collect();
         responses.push(

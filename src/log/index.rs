@@ -1,0 +1,253 @@
+//! Sparse, mmap'ed, fixed-width index files: `.index` (relative offset u32 BE, position
+//! u32 BE) and `.timeindex` (timestamp i64 BE, relative offset u32 BE).
+//!
+//! The active segment's index files are preallocated to `segment.index.bytes` (rounded
+//! down to whole entries) and trimmed to the used entries on roll and close. Entries are
+//! appended in strictly increasing order (asserted); lookups binary-search.
+
+use std::fs::{File, OpenOptions};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use memmap2::MmapMut;
+
+pub const OFFSET_ENTRY_BYTES: usize = 8;
+pub const TIME_ENTRY_BYTES: usize = 12;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    Offset,
+    Time,
+}
+
+/// One index file. `entries` counts the valid entries; the rest of the mapping is zeros
+/// (preallocated) or absent (trimmed).
+pub struct Index {
+    kind: Kind,
+    path: PathBuf,
+    file: Arc<File>,
+    mmap: Option<MmapMut>,
+    entries: usize,
+    capacity: usize,
+}
+
+impl Index {
+    fn entry_bytes(kind: Kind) -> usize {
+        match kind {
+            Kind::Offset => OFFSET_ENTRY_BYTES,
+            Kind::Time => TIME_ENTRY_BYTES,
+        }
+    }
+
+    /// Open (or create) the index file; its entries are taken as the longest valid
+    /// prefix (see `valid_prefix`), so a zero-filled preallocated tail is harmless.
+    /// Returns the index and whether entries after the valid prefix were non-zero
+    /// (a sign of an inconsistent file that the caller should rebuild).
+    pub fn open(path: &Path, kind: Kind, log_size_bytes: u64) -> std::io::Result<(Index, bool)> {
+        let file = OpenOptions::new().read(true).write(true).create(true).truncate(false).open(path)?;
+        let len = file.metadata()?.len() as usize;
+        let eb = Self::entry_bytes(kind);
+        let capacity = len / eb;
+        let mut index = Index { kind, path: path.to_path_buf(), file: Arc::new(file), mmap: None, entries: 0, capacity };
+        index.remap(capacity * eb)?;
+        let entries = index.valid_prefix(log_size_bytes);
+        index.entries = entries;
+        let garbage = match &index.mmap {
+            Some(m) => m[entries * eb..].iter().any(|b| *b != 0) || len % eb != 0,
+            None => len % eb != 0,
+        };
+        Ok((index, garbage))
+    }
+
+    fn remap(&mut self, len_bytes: usize) -> std::io::Result<()> {
+        self.mmap = None;
+        if self.file.metadata()?.len() as usize != len_bytes {
+            self.file.set_len(len_bytes as u64)?;
+        }
+        self.capacity = len_bytes / Self::entry_bytes(self.kind);
+        if len_bytes > 0 {
+            // SAFETY: the file is private to this partition directory and owned by this
+            // log; nothing else resizes it while mapped.
+            self.mmap = Some(unsafe { MmapMut::map_mut(&self.file)? });
+        }
+        Ok(())
+    }
+
+    /// Entries that are in order: offset index relative offsets and positions strictly
+    /// increasing, positions inside the log (and > 0: the first batch is never indexed);
+    /// time index timestamps strictly increasing, offsets non-decreasing.
+    fn valid_prefix(&self, log_size_bytes: u64) -> usize {
+        let mut n = 0;
+        while n < self.capacity {
+            let ok = match self.kind {
+                Kind::Offset => {
+                    let (rel, pos) = self.offset_entry(n);
+                    pos > 0
+                        && (pos as u64) < log_size_bytes
+                        && (n == 0 || {
+                            let (prel, ppos) = self.offset_entry(n - 1);
+                            rel > prel && pos > ppos
+                        })
+                }
+                Kind::Time => {
+                    let (ts, rel) = self.time_entry(n);
+                    ts >= 0
+                        && !(ts == 0 && rel == 0)
+                        && (n == 0 || {
+                            let (pts, prel) = self.time_entry(n - 1);
+                            ts > pts && rel >= prel
+                        })
+                }
+            };
+            if !ok {
+                break;
+            }
+            n += 1;
+        }
+        n
+    }
+
+    pub fn entries(&self) -> usize {
+        self.entries
+    }
+
+    pub fn is_full(&self) -> bool {
+        self.entries >= self.capacity
+    }
+
+    fn raw(&self, i: usize) -> &[u8] {
+        let eb = Self::entry_bytes(self.kind);
+        &self.mmap.as_ref().expect("index entry of an unmapped index")[i * eb..(i + 1) * eb]
+    }
+
+    pub fn offset_entry(&self, i: usize) -> (u32, u32) {
+        let r = self.raw(i);
+        (u32::from_be_bytes(r[0..4].try_into().unwrap()), u32::from_be_bytes(r[4..8].try_into().unwrap()))
+    }
+
+    pub fn time_entry(&self, i: usize) -> (i64, u32) {
+        let r = self.raw(i);
+        (i64::from_be_bytes(r[0..8].try_into().unwrap()), u32::from_be_bytes(r[8..12].try_into().unwrap()))
+    }
+
+    fn push(&mut self, bytes: &[u8]) {
+        assert!(!self.is_full());
+        let eb = Self::entry_bytes(self.kind);
+        assert_eq!(bytes.len(), eb);
+        let at = self.entries * eb;
+        self.mmap.as_mut().unwrap()[at..at + eb].copy_from_slice(bytes);
+        self.entries += 1;
+    }
+
+    /// Append (relative offset, position); both strictly increase. Skipped when full.
+    pub fn push_offset(&mut self, rel: u32, pos: u32) {
+        assert_eq!(self.kind, Kind::Offset);
+        if self.is_full() {
+            return;
+        }
+        if let Some(last) = self.entries.checked_sub(1) {
+            let (prel, ppos) = self.offset_entry(last);
+            assert!(rel > prel && pos > ppos, "offset index out of order: ({rel},{pos}) after ({prel},{ppos})");
+        }
+        let mut b = [0u8; OFFSET_ENTRY_BYTES];
+        b[0..4].copy_from_slice(&rel.to_be_bytes());
+        b[4..8].copy_from_slice(&pos.to_be_bytes());
+        self.push(&b);
+    }
+
+    /// Append (timestamp, relative offset) only when the timestamp grows (as Kafka).
+    pub fn maybe_push_time(&mut self, ts: i64, rel: u32) {
+        assert_eq!(self.kind, Kind::Time);
+        if self.is_full() || ts <= self.last_time().map_or(-1, |(t, _)| t) || (ts == 0 && rel == 0) {
+            return;
+        }
+        if let Some((_, prel)) = self.last_time() {
+            assert!(rel >= prel, "time index offsets out of order: {rel} after {prel}");
+        }
+        let mut b = [0u8; TIME_ENTRY_BYTES];
+        b[0..8].copy_from_slice(&ts.to_be_bytes());
+        b[8..12].copy_from_slice(&rel.to_be_bytes());
+        self.push(&b);
+    }
+
+    pub fn last_time(&self) -> Option<(i64, u32)> {
+        self.entries.checked_sub(1).map(|i| self.time_entry(i))
+    }
+
+    pub fn last_offset_entry(&self) -> Option<(u32, u32)> {
+        self.entries.checked_sub(1).map(|i| self.offset_entry(i))
+    }
+
+    /// The last entry with relative offset <= `rel`.
+    pub fn lookup_offset(&self, rel: u32) -> Option<(u32, u32)> {
+        let n = partition_point(self.entries, |i| self.offset_entry(i).0 <= rel);
+        n.checked_sub(1).map(|i| self.offset_entry(i))
+    }
+
+    /// The last entry with timestamp < `ts`.
+    pub fn lookup_time_below(&self, ts: i64) -> Option<(i64, u32)> {
+        let n = partition_point(self.entries, |i| self.time_entry(i).0 < ts);
+        n.checked_sub(1).map(|i| self.time_entry(i))
+    }
+
+    /// Keep only the first `entries` entries (zeroing the rest so a crash cannot revive them).
+    pub fn truncate_entries(&mut self, entries: usize) {
+        if entries >= self.entries {
+            return;
+        }
+        let eb = Self::entry_bytes(self.kind);
+        if let Some(m) = self.mmap.as_mut() {
+            m[entries * eb..self.entries * eb].fill(0);
+        }
+        self.entries = entries;
+    }
+
+    /// Keep the entries whose predicate holds (a prefix).
+    pub fn truncate_while(&mut self, keep: impl Fn(&Index, usize) -> bool) {
+        let n = partition_point(self.entries, |i| keep(self, i));
+        self.truncate_entries(n);
+    }
+
+    /// Shrink the file to the used entries (roll, close).
+    pub fn trim(&mut self) -> std::io::Result<()> {
+        let len = self.entries * Self::entry_bytes(self.kind);
+        self.remap(len)
+    }
+
+    /// Grow the file to `max_bytes` (rounded down to whole entries) for appends.
+    pub fn make_active(&mut self, max_bytes: u32) -> std::io::Result<()> {
+        let eb = Self::entry_bytes(self.kind);
+        let len = (max_bytes as usize / eb).max(self.entries) * eb;
+        self.remap(len)
+    }
+
+    /// Write back the mapping and the file (fdatasync).
+    pub fn sync(&self) -> std::io::Result<()> {
+        if let Some(m) = &self.mmap {
+            m.flush()?;
+        }
+        self.file.sync_data()
+    }
+
+    pub fn file(&self) -> Arc<File> {
+        self.file.clone()
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+}
+
+/// The first i in 0..n where `pred` turns false (pred must be monotone true..false).
+fn partition_point(n: usize, pred: impl Fn(usize) -> bool) -> usize {
+    let (mut lo, mut hi) = (0, n);
+    while lo < hi {
+        let mid = lo + (hi - lo) / 2;
+        if pred(mid) {
+            lo = mid + 1;
+        } else {
+            hi = mid;
+        }
+    }
+    lo
+}

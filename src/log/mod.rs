@@ -1,0 +1,822 @@
+//! The partition log: one replica of one partition, on disk, in Kafka's own format.
+//!
+//! CONTRACT (the broker codes against these signatures; fill the bodies, keep the names).
+//! Owned by exactly one shard; not Sync; no network code and no async runtime. Plain
+//! positional file I/O into the page cache; fdatasync only in `flush` / group commit.
+//! No clock reads: every method that needs the time takes `now_ms`.
+//!
+//! Invariants (asserted, on in release): offsets strictly increase across batches and
+//! segments; every position inside a segment fits a u32; index entries strictly increase;
+//! `log_start_offset <= recovery_point <= log_end_offset` (recovery point clamped).
+//!
+//! # On-disk format, version 1 (byte-identical to Kafka's for `.log`/`.index`/`.timeindex`)
+//!
+//! All integers are big-endian. One directory per partition, `<topic>-<partition>/`:
+//!
+//! ```text
+//! 00000000000000000000.log        segment: record batches back to back, no file header
+//! 00000000000000000000.index      offset index of that segment
+//! 00000000000000000000.timeindex  time index of that segment
+//! 00000000000000001234.log ...    the next segment, named by its base offset (20 digits)
+//! spate-recovery-point            checkpoint: offset below which data is known fsynced
+//! .spate-clean-shutdown           present only after a clean close()
+//! ```
+//!
+//! `.log`, one record batch (magic 2), 61-byte header then the records:
+//!
+//! ```text
+//! off len field
+//!   0   8 baseOffset            i64  assigned by the log (not covered by the CRC)
+//!   8   4 batchLength           i32  bytes after this field (whole batch = 12 + batchLength)
+//!  12   4 partitionLeaderEpoch  i32  (not covered by the CRC)
+//!  16   1 magic                 i8   = 2
+//!  17   4 crc                   u32  CRC32C (Castagnoli) of bytes 21..end of batch
+//!  21   2 attributes            i16  bits 0-2 codec (0 none,1 gzip,2 snappy,3 lz4,4 zstd),
+//!                                    bit 3 timestamp type (1 = LogAppendTime),
+//!                                    bit 4 transactional, bit 5 control
+//!  23   4 lastOffsetDelta       i32  = recordsCount - 1 for produced batches
+//!  27   8 baseTimestamp         i64
+//!  35   8 maxTimestamp          i64  (the append time for LogAppendTime)
+//!  43   8 producerId            i64  -1 when not idempotent
+//!  51   2 producerEpoch         i16
+//!  53   4 baseSequence          i32
+//!  57   4 recordsCount          i32
+//!  61   . records (compressed as a whole when the codec is not 0), each:
+//!         length varint, attributes i8, timestampDelta varlong, offsetDelta varint,
+//!         keyLength varint, key, valueLength varint, value, headerCount varint,
+//!         headers (keyLength varint, key, valueLength varint, value)
+//!         (varints are zig-zag, 7 bits per byte, low group first)
+//! ```
+//!
+//! `.index`, 8-byte entries: `relativeOffset u32` (offset - segment base), `position u32`
+//! (byte position of a batch in the `.log`). The offset is the *last* offset of the batch
+//! at that position (as Kafka 3.x writes it). One entry when more than
+//! `index.interval.bytes` were appended since the previous entry; the first batch of a
+//! segment is never indexed, so a valid entry has position > 0. While a segment is
+//! active the file is preallocated to `segment.index.bytes` (zero-filled, mmap'ed); on
+//! roll and close it is trimmed to the used entries.
+//!
+//! `.timeindex`, 12-byte entries: `timestamp i64` (max timestamp so far in the segment),
+//! `relativeOffset u32` (last offset of the batch holding that timestamp). Written beside
+//! each offset index entry, but only when the max timestamp grew; one final entry on roll
+//! and close. Preallocated and trimmed like `.index`.
+//!
+//! `spate-recovery-point`, ASCII: `1 <offset> <crc>\n`, where `1` is the format version
+//! and `<crc>` is the decimal CRC32C of the text `1 <offset>`. A missing or garbled file
+//! reads as offset 0 (recover everything): a stale, lower value is always safe.
+//!
+//! `.spate-clean-shutdown`, ASCII `1\n`. Removed (and the removal fsynced) on open, so a
+//! crash afterwards is seen as unclean.
+//!
+//! # Recovery
+//!
+//! With the marker: indexes are trusted; only the tail after each segment's last index
+//! entry is scanned (headers only). Without it: every segment at or after the recovery
+//! point is re-read, each batch checked (length within the file and the 256 MiB batch
+//! limit, magic, CRC, increasing offsets), indexes rebuilt, and the segment truncated at
+//! the first bad batch; later segments are deleted. Earlier segments are trusted unless
+//! their index files look inconsistent, in which case they are recovered the same way.
+
+use std::cell::Cell;
+use std::fs::File;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use crate::model::limits;
+use crate::model::Offset;
+
+pub mod batch;
+pub mod index;
+pub mod segment;
+
+use batch::BatchHeader;
+use segment::Segment;
+
+/// The clean-shutdown marker's file name (per partition directory).
+pub const CLEAN_SHUTDOWN_FILE: &str = ".spate-clean-shutdown";
+/// The recovery-point checkpoint's file name (per partition directory).
+pub const RECOVERY_POINT_FILE: &str = "spate-recovery-point";
+/// Version of the marker and checkpoint formats described above.
+pub const FORMAT_VERSION: u32 = 1;
+/// Batches one produce record set may carry.
+#[allow(non_upper_case_globals)]
+pub const append_batches_max: usize = 10_000;
+
+#[derive(Debug, thiserror::Error)]
+pub enum LogError {
+    /// Batch length above `max.message.bytes` -> MESSAGE_TOO_LARGE.
+    #[error("record batch of {size_bytes} bytes exceeds max.message.bytes {limit_bytes}")]
+    MessageTooLarge { size_bytes: usize, limit_bytes: usize },
+    /// Bad CRC, bad magic, truncated batch, inconsistent lengths -> CORRUPT_MESSAGE.
+    #[error("corrupt record batch: {0}")]
+    Corrupt(String),
+    /// Structurally valid but semantically wrong (counts, deltas, timestamps) -> INVALID_RECORD.
+    #[error("invalid record batch: {0}")]
+    InvalidRecord(String),
+    /// Read below the log start offset or above the log end offset -> OFFSET_OUT_OF_RANGE.
+    #[error("offset {offset} out of range [{log_start_offset}, {log_end_offset}]")]
+    OffsetOutOfRange { offset: i64, log_start_offset: i64, log_end_offset: i64 },
+    /// A failed fsync or write: the log is offline for good -> KAFKA_STORAGE_ERROR.
+    #[error("log offline: {0}")]
+    Offline(String),
+    #[error("i/o error: {0}")]
+    Io(#[from] std::io::Error),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TimestampType {
+    CreateTime,
+    LogAppendTime,
+}
+
+/// Per-topic configuration, with Kafka's defaults.
+#[derive(Debug, Clone)]
+pub struct LogConfig {
+    pub segment_bytes: u64,            // segment.bytes, 1 GiB
+    pub segment_ms: i64,               // segment.ms, 7 days
+    pub segment_index_bytes: u32,      // segment.index.bytes, 10 MiB
+    pub index_interval_bytes: u32,     // index.interval.bytes, 4096
+    pub max_message_bytes: u32,        // max.message.bytes, 1048588
+    pub retention_ms: i64,             // retention.ms, 7 days (-1 = forever)
+    pub retention_bytes: i64,          // retention.bytes, -1
+    pub timestamp_type: TimestampType, // message.timestamp.type, CreateTime
+    pub flush_messages: u64,           // flush.messages, u64::MAX = never (1 = every append)
+    pub flush_ms: i64,                 // flush.ms, i64::MAX = never
+}
+
+impl Default for LogConfig {
+    fn default() -> Self {
+        LogConfig {
+            segment_bytes: 1 << 30,
+            segment_ms: 7 * 24 * 3600 * 1000,
+            segment_index_bytes: 10 * 1024 * 1024,
+            index_interval_bytes: 4096,
+            max_message_bytes: crate::model::limits::message_bytes_default,
+            retention_ms: 7 * 24 * 3600 * 1000,
+            retention_bytes: -1,
+            timestamp_type: TimestampType::CreateTime,
+            flush_messages: u64::MAX,
+            flush_ms: i64::MAX,
+        }
+    }
+}
+
+/// What one append assigned.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AppendInfo {
+    pub base_offset: Offset,
+    pub last_offset: Offset,
+    /// -1 unless the topic uses LogAppendTime.
+    pub log_append_time_ms: i64,
+    pub record_count: u32,
+    pub bytes: usize,
+}
+
+/// Where the bytes for a fetch lie: whole batches, from the batch that contains the
+/// fetch offset, never past `upper` (the first offset not to return).
+/// `length_bytes == 0` means nothing to read yet (fetch offset == upper).
+#[derive(Debug, Clone)]
+pub struct ReadPlan {
+    pub file: std::sync::Arc<std::fs::File>, // the segment's .log, kept open even if deleted
+    pub segment_base_offset: Offset,
+    pub position_bytes: u64,
+    pub length_bytes: u64,
+}
+
+impl ReadPlan {
+    /// The copying read: pread the planned range.
+    pub fn read_to_vec(&self) -> std::io::Result<Vec<u8>> {
+        let mut buf = vec![0u8; self.length_bytes as usize];
+        self.file.read_exact_at(&mut buf, self.position_bytes)?;
+        Ok(buf)
+    }
+}
+
+pub struct PartitionLog {
+    dir: PathBuf,
+    dir_file: Arc<File>,
+    config: LogConfig,
+    /// Sorted by base offset; the last one is the active segment. Never empty.
+    segments: Vec<Segment>,
+    /// Offsets below this are known durable.
+    recovery_point: i64,
+    /// The value last written to the checkpoint file.
+    checkpointed_recovery_point: i64,
+    /// The append time of the oldest unflushed data (for `flush.ms`).
+    first_unflushed_append_ms: Option<i64>,
+    /// A roll or delete changed the directory since the last flush.
+    dir_dirty: bool,
+    /// Lowest truncation point since the last `flush_handle` (clamps `mark_flushed`).
+    truncated_below: Cell<Option<i64>>,
+    offline: Option<String>,
+}
+
+fn io_err_string(context: &str, e: &std::io::Error) -> String {
+    format!("{context}: {e}")
+}
+
+impl PartitionLog {
+    /// Open (or create) the log in `dir` (`<data>/<topic>-<partition>`), recovering after
+    /// a crash. `now_ms` is the wall clock (no clock reads inside the log).
+    pub fn open(dir: &Path, config: LogConfig, now_ms: i64) -> Result<Self, LogError> {
+        std::fs::create_dir_all(dir)?;
+        let dir_file = Arc::new(File::open(dir)?);
+        let marker = dir.join(CLEAN_SHUTDOWN_FILE);
+        let clean = marker.exists();
+        let checkpoint = read_checkpoint(dir);
+
+        let mut bases = Vec::new();
+        let mut index_files = Vec::new();
+        for entry in std::fs::read_dir(dir)? {
+            let name = entry?.file_name();
+            let Some(name) = name.to_str() else { continue };
+            let Some((stem, suffix)) = name.split_once('.') else { continue };
+            if stem.len() != 20 || !stem.bytes().all(|b| b.is_ascii_digit()) {
+                continue;
+            }
+            let Ok(base) = stem.parse::<i64>() else { continue };
+            match suffix {
+                "log" => bases.push(base),
+                "index" | "timeindex" => index_files.push((base, name.to_string())),
+                _ => {}
+            }
+        }
+        bases.sort_unstable();
+        for (base, name) in index_files {
+            if bases.binary_search(&base).is_err() {
+                std::fs::remove_file(dir.join(name))?;
+            }
+        }
+        if clean {
+            std::fs::remove_file(&marker)?;
+            dir_file.sync_all()?;
+        }
+        let recovery_point = if clean { i64::MAX } else { checkpoint.unwrap_or(0) };
+
+        let mut segments: Vec<Segment> = Vec::with_capacity(bases.len().max(1));
+        let mut cut_at: Option<usize> = None;
+        for (i, &base) in bases.iter().enumerate() {
+            if cut_at.is_some() {
+                for suffix in [".log", ".index", ".timeindex"] {
+                    let _ = std::fs::remove_file(dir.join(segment::file_name(base, suffix)));
+                }
+                continue;
+            }
+            let (mut seg, bad_index) = Segment::open(dir, base)?;
+            let beyond_recovery_point = bases.get(i + 1).map_or(true, |next| *next > recovery_point);
+            let mut must_recover = (!clean && beyond_recovery_point) || bad_index;
+            if !must_recover {
+                if let Err(stop) = seg.load_trusting_indexes() {
+                    tracing::warn!(dir = %dir.display(), segment = base, position = stop.position_bytes,
+                        reason = %stop.reason, "segment does not match its index; recovering it");
+                    must_recover = true;
+                }
+            }
+            if must_recover {
+                if let Some((stop, dropped)) = seg.recover(limits::message_bytes_max as usize, config.index_interval_bytes)? {
+                    tracing::warn!(dir = %dir.display(), offset = seg.next_offset, position = stop.position_bytes,
+                        dropped_bytes = dropped, reason = %stop.reason,
+                        "truncated a torn or corrupt log tail; later segments dropped");
+                    cut_at = Some(i);
+                }
+                if seg.first_batch_time_ms.is_none() && !seg.is_empty() {
+                    seg.first_batch_time_ms = Some(now_ms);
+                }
+            }
+            if let Some(prev) = segments.last() {
+                if seg.base_offset < prev.next_offset {
+                    tracing::warn!(dir = %dir.display(), segment = base, previous_end = prev.next_offset,
+                        "segment overlaps its predecessor; dropping it and every later segment");
+                    seg.delete_files()?;
+                    cut_at = Some(i);
+                    continue;
+                }
+            }
+            segments.push(seg);
+        }
+        if segments.is_empty() {
+            segments.push(Segment::create(dir, 0, config.segment_index_bytes)?);
+        }
+        let last = segments.len() - 1;
+        for (i, seg) in segments.iter_mut().enumerate() {
+            if i == last {
+                seg.make_active(config.segment_index_bytes)?;
+                if seg.first_batch_time_ms.is_none() && !seg.is_empty() {
+                    seg.first_batch_time_ms = Some(now_ms);
+                }
+            } else {
+                seg.index.trim()?;
+                seg.time_index.trim()?;
+            }
+        }
+        let log_end_offset = segments[last].next_offset;
+        let recovery_point = recovery_point.min(log_end_offset).max(segments[0].base_offset);
+        Ok(PartitionLog {
+            dir: dir.to_path_buf(),
+            dir_file,
+            config,
+            segments,
+            recovery_point,
+            checkpointed_recovery_point: checkpoint.unwrap_or(0),
+            first_unflushed_append_ms: (recovery_point < log_end_offset).then_some(now_ms),
+            dir_dirty: !clean,
+            truncated_below: Cell::new(None),
+            offline: None,
+        })
+    }
+
+    fn check_online(&self) -> Result<(), LogError> {
+        match &self.offline {
+            Some(reason) => Err(LogError::Offline(reason.clone())),
+            None => Ok(()),
+        }
+    }
+
+    /// Take the log offline for good; returns the error to hand back.
+    fn go_offline(&mut self, reason: String) -> LogError {
+        tracing::error!(dir = %self.dir.display(), %reason, "partition log goes offline");
+        LogError::Offline(self.offline.get_or_insert(reason).clone())
+    }
+
+    fn offline_on_err<T>(&mut self, context: &str, r: std::io::Result<T>) -> Result<T, LogError> {
+        r.map_err(|e| self.go_offline(io_err_string(context, &e)))
+    }
+
+    fn active(&self) -> &Segment {
+        self.segments.last().expect("a log always has an active segment")
+    }
+
+    fn active_mut(&mut self) -> &mut Segment {
+        self.segments.last_mut().expect("a log always has an active segment")
+    }
+
+    /// Validate every batch in `records` (a produce request's record set: one or more
+    /// magic-2 batches), then assign offsets (rewriting baseOffset in place, and
+    /// maxTimestamp + attributes for LogAppendTime, recomputing the CRC then), and write
+    /// them. Nothing is written if any batch is invalid. Does not fsync.
+    pub fn append(&mut self, records: &mut [u8], now_ms: i64) -> Result<AppendInfo, LogError> {
+        self.append_inner(records, None, now_ms)
+    }
+
+    /// `append`, also stamping `partitionLeaderEpoch` (what a leader does in Kafka).
+    pub fn append_with_leader_epoch(&mut self, records: &mut [u8], leader_epoch: i32, now_ms: i64) -> Result<AppendInfo, LogError> {
+        self.append_inner(records, Some(leader_epoch), now_ms)
+    }
+
+    fn append_inner(&mut self, records: &mut [u8], leader_epoch: Option<i32>, now_ms: i64) -> Result<AppendInfo, LogError> {
+        self.check_online()?;
+        if records.is_empty() {
+            return Err(LogError::Corrupt("empty record set".into()));
+        }
+        let batch_bytes_max = self.config.max_message_bytes.min(limits::message_bytes_max) as usize;
+        let mut batches: Vec<(usize, usize)> = Vec::new();
+        let mut record_count: i64 = 0;
+        let mut pos = 0;
+        while pos < records.len() {
+            let (h, size) = batch::check_structure(&records[pos..], batch_bytes_max)?;
+            batch::check_semantics(&h)?;
+            if batches.len() == append_batches_max {
+                return Err(LogError::InvalidRecord(format!("more than {append_batches_max} batches in one record set")));
+            }
+            batches.push((pos, size));
+            record_count += h.records_count as i64;
+            pos += size;
+        }
+        let total_bytes = records.len();
+        assert!(total_bytes as u64 <= u32::MAX as u64 / 2, "record set too large for one segment");
+
+        let base_offset = self.log_end_offset().0;
+        let last_offset = base_offset + record_count - 1;
+        if self.should_roll(total_bytes as u64, last_offset, now_ms) {
+            self.roll()?;
+        }
+
+        let log_append_time = self.config.timestamp_type == TimestampType::LogAppendTime;
+        let mut next = base_offset;
+        let mut headers = Vec::with_capacity(batches.len());
+        for &(pos, size) in &batches {
+            let b = &mut records[pos..pos + size];
+            batch::set_base_offset(b, next);
+            if let Some(epoch) = leader_epoch {
+                batch::set_leader_epoch(b, epoch);
+            }
+            if log_append_time {
+                batch::set_log_append_time(b, now_ms);
+            }
+            let h = BatchHeader::parse(b);
+            next = h.last_offset() + 1;
+            headers.push(h);
+        }
+        assert_eq!(next, last_offset + 1);
+
+        let interval = self.config.index_interval_bytes;
+        let write_pos = self.active().size_bytes;
+        let written = self.active().log.write_all_at(records, write_pos);
+        self.offline_on_err("append write", written)?;
+        let seg = self.active_mut();
+        for (&(pos, _), h) in batches.iter().zip(&headers) {
+            seg.note_batch(write_pos + pos as u64, h, interval);
+        }
+        seg.size_bytes += total_bytes as u64;
+        if seg.first_batch_time_ms.is_none() {
+            seg.first_batch_time_ms = Some(now_ms);
+        }
+        assert_eq!(seg.next_offset, last_offset + 1);
+        self.first_unflushed_append_ms.get_or_insert(now_ms);
+        Ok(AppendInfo {
+            base_offset: Offset(base_offset),
+            last_offset: Offset(last_offset),
+            log_append_time_ms: if log_append_time { now_ms } else { -1 },
+            record_count: record_count as u32,
+            bytes: total_bytes,
+        })
+    }
+
+    fn should_roll(&self, extra_bytes: u64, last_offset: i64, now_ms: i64) -> bool {
+        let seg = self.active();
+        if seg.is_empty() {
+            return false;
+        }
+        let segment_bytes = self.config.segment_bytes.min(u32::MAX as u64 / 2);
+        seg.size_bytes + extra_bytes > segment_bytes
+            || seg.first_batch_time_ms.is_some_and(|t| now_ms.saturating_sub(t) >= self.config.segment_ms)
+            || seg.index.is_full()
+            || seg.time_index.is_full()
+            || last_offset - seg.base_offset > u32::MAX as i64
+    }
+
+    fn roll(&mut self) -> Result<(), LogError> {
+        let next = self.log_end_offset().0;
+        let r = self.active_mut().become_inactive();
+        self.offline_on_err("roll: trim indexes", r)?;
+        let r = Segment::create(&self.dir, next, self.config.segment_index_bytes);
+        let seg = self.offline_on_err("roll: create segment", r)?;
+        self.segments.push(seg);
+        self.dir_dirty = true;
+        Ok(())
+    }
+
+    /// Plan a read of at most `max_bytes` (at least one whole batch is returned even if it
+    /// is larger, as Kafka does, when `min_one_batch`), from `offset`, below `upper`.
+    /// Reads stop at the end of a segment. A batch whose last offset reaches `upper` is
+    /// not returned.
+    pub fn read(&self, offset: Offset, max_bytes: usize, upper: Offset, min_one_batch: bool) -> Result<ReadPlan, LogError> {
+        self.check_online()?;
+        let (start, end) = (self.log_start_offset().0, self.log_end_offset().0);
+        let offset = offset.0;
+        if offset < start || offset > end {
+            return Err(LogError::OffsetOutOfRange { offset, log_start_offset: start, log_end_offset: end });
+        }
+        let mut i = self.segments.partition_point(|s| s.base_offset <= offset).saturating_sub(1);
+        while i + 1 < self.segments.len() && self.segments[i].next_offset <= offset {
+            i += 1;
+        }
+        let seg = &self.segments[i];
+        let empty = |position_bytes| ReadPlan {
+            file: seg.log.clone(),
+            segment_base_offset: Offset(seg.base_offset),
+            position_bytes,
+            length_bytes: 0,
+        };
+        if offset >= upper.0 || offset >= seg.next_offset {
+            return Ok(empty(seg.size_bytes));
+        }
+        let corrupt = |stop: segment::ScanStop| {
+            LogError::Corrupt(format!("segment {} at {}: {}", seg.base_offset, stop.position_bytes, stop.reason))
+        };
+        let (position, _) = seg.position_of(offset).map_err(corrupt)?;
+        let mut length: u64 = 0;
+        while let Some(h) = seg.header_at(position + length, seg.size_bytes).map_err(corrupt)? {
+            if h.last_offset() >= upper.0 {
+                break;
+            }
+            let size = h.size_bytes();
+            if length + size > max_bytes as u64 && !(length == 0 && min_one_batch) {
+                break;
+            }
+            length += size;
+        }
+        if length == 0 {
+            return Ok(empty(position));
+        }
+        Ok(ReadPlan { file: seg.log.clone(), segment_base_offset: Offset(seg.base_offset), position_bytes: position, length_bytes: length })
+    }
+
+    pub fn log_start_offset(&self) -> Offset {
+        Offset(self.segments[0].base_offset)
+    }
+
+    pub fn log_end_offset(&self) -> Offset {
+        Offset(self.active().next_offset)
+    }
+
+    /// The offset below which data is known durable.
+    pub fn recovery_point(&self) -> Offset {
+        Offset(self.recovery_point)
+    }
+
+    /// ListOffsets by timestamp: the first offset whose record timestamp >= `ts_ms`, with
+    /// that timestamp; None when no such record. Exact for uncompressed batches; for a
+    /// compressed batch (never decompressed here) or a LogAppendTime batch, the batch's
+    /// base offset and max timestamp.
+    pub fn offset_for_timestamp(&self, ts_ms: i64) -> Result<Option<(Offset, i64)>, LogError> {
+        self.check_online()?;
+        let mut buf = Vec::new();
+        for seg in &self.segments {
+            if seg.max_timestamp_ms < ts_ms || seg.is_empty() {
+                continue;
+            }
+            let from = match seg.time_index.lookup_time_below(ts_ms) {
+                Some((_, rel)) => seg.base_offset + rel as i64 + 1,
+                None => seg.base_offset,
+            };
+            if from >= seg.next_offset {
+                continue;
+            }
+            let corrupt = |stop: segment::ScanStop| {
+                LogError::Corrupt(format!("segment {} at {}: {}", seg.base_offset, stop.position_bytes, stop.reason))
+            };
+            let (mut pos, _) = seg.position_of(from).map_err(corrupt)?;
+            while let Some(h) = seg.header_at(pos, seg.size_bytes).map_err(corrupt)? {
+                if h.max_timestamp >= ts_ms {
+                    if h.compression() == 0 && !h.is_log_append_time() {
+                        buf.resize(h.size_bytes() as usize, 0);
+                        seg.log.read_exact_at(&mut buf, pos)?;
+                        if let Some((offset, ts)) = batch::find_record_by_timestamp(&buf, &h, ts_ms) {
+                            return Ok(Some((Offset(offset), ts)));
+                        }
+                    }
+                    return Ok(Some((Offset(h.base_offset), h.max_timestamp)));
+                }
+                pos += h.size_bytes();
+            }
+        }
+        Ok(None)
+    }
+
+    /// True when the flush policy (flush.messages / flush.ms) says an fsync is due, or a
+    /// rolled segment is not durable yet.
+    pub fn flush_due(&self, now_ms: i64) -> bool {
+        if self.offline.is_some() {
+            return false;
+        }
+        let unflushed = self.log_end_offset().0 - self.recovery_point;
+        let by_count = unflushed > 0 && unflushed as u64 >= self.config.flush_messages;
+        let by_time = unflushed > 0
+            && self.first_unflushed_append_ms.is_some_and(|t| now_ms.saturating_sub(t) >= self.config.flush_ms);
+        let rolled = self.segments[..self.segments.len() - 1].iter().any(|s| s.next_offset > self.recovery_point);
+        by_count || by_time || rolled
+    }
+
+    /// Everything appended so far that is not yet durable: the offset a flush must cover.
+    pub fn unflushed_end(&self) -> Offset {
+        self.log_end_offset()
+    }
+
+    /// fdatasync the active segment (and any rolled unsynced ones). Blocking; the broker
+    /// calls it off the data core. A failure takes the log offline for good.
+    pub fn flush(&mut self) -> Result<(), LogError> {
+        self.check_online()?;
+        let handle = self.flush_handle();
+        let result = handle.files.iter().try_for_each(|f| f.sync_data());
+        self.mark_flushed(handle.upto, result)
+    }
+
+    /// A handle to do the fdatasync on another thread (group commit): returns the files
+    /// to sync and the offset they cover; then `mark_flushed(offset, result)`. One handle
+    /// at a time.
+    pub fn flush_handle(&self) -> FlushHandle {
+        self.truncated_below.set(None);
+        let last = self.segments.len() - 1;
+        let mut files = Vec::new();
+        for (i, seg) in self.segments.iter().enumerate() {
+            if seg.next_offset > self.recovery_point || (i == last && self.dir_dirty) {
+                files.extend(seg.sync_files(i != last));
+            }
+        }
+        if self.dir_dirty {
+            files.push(self.dir_file.clone());
+        }
+        FlushHandle { files, upto: self.log_end_offset() }
+    }
+
+    pub fn mark_flushed(&mut self, upto: Offset, result: std::io::Result<()>) -> Result<(), LogError> {
+        self.check_online()?;
+        if let Err(e) = result {
+            return Err(self.go_offline(io_err_string("fdatasync", &e)));
+        }
+        let mut upto = upto.0.min(self.log_end_offset().0);
+        if let Some(t) = self.truncated_below.take() {
+            upto = upto.min(t);
+        }
+        self.recovery_point = self.recovery_point.max(upto);
+        if self.recovery_point >= self.active().base_offset {
+            self.dir_dirty = false;
+        }
+        if self.recovery_point >= self.log_end_offset().0 {
+            self.first_unflushed_append_ms = None;
+        }
+        let (done, rp) = (self.checkpointed_recovery_point, self.recovery_point);
+        if self.segments.iter().any(|s| s.base_offset > done && s.base_offset <= rp) {
+            if let Err(e) = write_checkpoint(&self.dir, rp, false) {
+                tracing::warn!(dir = %self.dir.display(), error = %e, "could not write the recovery point");
+            } else {
+                self.checkpointed_recovery_point = rp;
+            }
+        }
+        Ok(())
+    }
+
+    /// Roll if segment.bytes / segment.ms say so (also checked on append).
+    pub fn maybe_roll(&mut self, now_ms: i64) -> Result<(), LogError> {
+        self.check_online()?;
+        if self.should_roll(1, self.log_end_offset().0, now_ms) {
+            self.roll()?;
+        }
+        Ok(())
+    }
+
+    /// Delete whole expired segments (retention.ms / retention.bytes), never the active
+    /// one. Returns the number of segments deleted.
+    pub fn enforce_retention(&mut self, now_ms: i64) -> Result<usize, LogError> {
+        self.check_online()?;
+        let mut deleted = 0;
+        if self.config.retention_ms >= 0 {
+            while self.segments.len() > 1 {
+                let seg = &self.segments[0];
+                let largest_ms = if seg.max_timestamp_ms >= 0 { seg.max_timestamp_ms } else { file_mtime_ms(&seg.log).unwrap_or(now_ms) };
+                if now_ms.saturating_sub(largest_ms) <= self.config.retention_ms {
+                    break;
+                }
+                self.delete_oldest_segment()?;
+                deleted += 1;
+            }
+        }
+        if self.config.retention_bytes >= 0 {
+            let mut excess = self.size_bytes() as i64 - self.config.retention_bytes;
+            while self.segments.len() > 1 && excess >= self.segments[0].size_bytes as i64 {
+                excess -= self.segments[0].size_bytes as i64;
+                self.delete_oldest_segment()?;
+                deleted += 1;
+            }
+        }
+        self.recovery_point = self.recovery_point.max(self.log_start_offset().0);
+        Ok(deleted)
+    }
+
+    fn delete_oldest_segment(&mut self) -> Result<(), LogError> {
+        let seg = self.segments.remove(0);
+        let r = seg.delete_files();
+        self.offline_on_err("delete segment", r)?;
+        self.dir_dirty = true;
+        Ok(())
+    }
+
+    /// Remove every record at or above `offset` (whole batches: a batch that holds
+    /// `offset` goes entirely). Below the log start, the log restarts empty at `offset`.
+    /// Durable before it returns (fdatasync of the segment, directory and checkpoint).
+    pub fn truncate_to(&mut self, offset: Offset) -> Result<(), LogError> {
+        self.check_online()?;
+        let offset = offset.0;
+        if offset >= self.log_end_offset().0 {
+            return Ok(());
+        }
+        let interval = self.config.index_interval_bytes;
+        if offset < self.log_start_offset().0 {
+            while let Some(seg) = self.segments.pop() {
+                let r = seg.delete_files();
+                self.offline_on_err("truncate: delete segment", r)?;
+            }
+            let r = Segment::create(&self.dir, offset, self.config.segment_index_bytes);
+            let seg = self.offline_on_err("truncate: create segment", r)?;
+            self.segments.push(seg);
+            self.recovery_point = offset;
+        } else {
+            while self.segments.len() > 1 && self.active().base_offset > offset {
+                let seg = self.segments.pop().unwrap();
+                let r = seg.delete_files();
+                self.offline_on_err("truncate: delete segment", r)?;
+            }
+            let index_bytes = self.config.segment_index_bytes;
+            let seg = self.active_mut();
+            let r = seg.truncate_to(offset, interval).and_then(|_| seg.make_active(index_bytes));
+            self.offline_on_err("truncate", r)?;
+        }
+        let end = self.log_end_offset().0;
+        let r = self.active().log.sync_data().and_then(|_| self.dir_file.sync_all());
+        self.offline_on_err("truncate: fdatasync", r)?;
+        self.recovery_point = self.recovery_point.min(end);
+        let r = write_checkpoint(&self.dir, self.recovery_point, true);
+        self.offline_on_err("truncate: checkpoint", r)?;
+        self.checkpointed_recovery_point = self.recovery_point;
+        let below = self.truncated_below.get().map_or(end, |t| t.min(end));
+        self.truncated_below.set(Some(below));
+        if self.recovery_point >= end {
+            self.first_unflushed_append_ms = None;
+        }
+        Ok(())
+    }
+
+    /// Replace the topic config (alter-configs); takes effect on the next append/roll.
+    pub fn set_config(&mut self, config: LogConfig) {
+        self.config = config;
+    }
+
+    /// Flush, trim indexes, write the clean-shutdown marker.
+    pub fn close(mut self) -> Result<(), LogError> {
+        self.check_online()?;
+        let r = self.active_mut().become_inactive();
+        self.offline_on_err("close: trim indexes", r)?;
+        self.dir_dirty = true;
+        self.flush()?;
+        let r = self.active().index.sync().and_then(|_| self.active().time_index.sync());
+        self.offline_on_err("close: sync indexes", r)?;
+        let r = write_checkpoint(&self.dir, self.log_end_offset().0, true)
+            .and_then(|_| write_durable(&self.dir.join(CLEAN_SHUTDOWN_FILE), format!("{FORMAT_VERSION}\n").as_bytes()))
+            .and_then(|_| self.dir_file.sync_all());
+        self.offline_on_err("close: marker", r)?;
+        Ok(())
+    }
+
+    /// Remove the log and its directory (topic deletion).
+    pub fn delete(self) -> Result<(), LogError> {
+        let dir = self.dir.clone();
+        drop(self);
+        std::fs::remove_dir_all(&dir)?;
+        Ok(())
+    }
+
+    pub fn size_bytes(&self) -> u64 {
+        self.segments.iter().map(|s| s.size_bytes).sum()
+    }
+
+    /// Base offsets of the segments, oldest first (the last is the active one).
+    pub fn segment_base_offsets(&self) -> Vec<Offset> {
+        self.segments.iter().map(|s| Offset(s.base_offset)).collect()
+    }
+
+    /// Why the log is offline, if it is.
+    pub fn offline_reason(&self) -> Option<&str> {
+        self.offline.as_deref()
+    }
+
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+}
+
+/// Files to fdatasync for a group commit, and the offset that makes durable.
+pub struct FlushHandle {
+    pub files: Vec<std::sync::Arc<std::fs::File>>,
+    pub upto: Offset,
+}
+
+fn file_mtime_ms(file: &File) -> Option<i64> {
+    let modified = file.metadata().ok()?.modified().ok()?;
+    Some(modified.duration_since(std::time::UNIX_EPOCH).ok()?.as_millis() as i64)
+}
+
+fn checkpoint_text(offset: i64) -> String {
+    let body = format!("{FORMAT_VERSION} {offset}");
+    format!("{body} {}\n", crc32c::crc32c(body.as_bytes()))
+}
+
+/// The recovery point, or None when the file is missing or does not check out.
+fn read_checkpoint(dir: &Path) -> Option<i64> {
+    let text = std::fs::read(dir.join(RECOVERY_POINT_FILE)).ok()?;
+    if text.len() > 64 {
+        return None;
+    }
+    let text = std::str::from_utf8(&text).ok()?;
+    let mut parts = text.trim_end().split(' ');
+    let (version, offset, _crc) = (parts.next()?, parts.next()?, parts.next()?);
+    if version != FORMAT_VERSION.to_string() {
+        return None;
+    }
+    let offset: i64 = offset.parse().ok()?;
+    (checkpoint_text(offset) == text && offset >= 0).then_some(offset)
+}
+
+/// Write via a temporary file and rename. With `durable`, fsync the file and directory.
+fn write_checkpoint(dir: &Path, offset: i64, durable: bool) -> std::io::Result<()> {
+    let tmp = dir.join(format!("{RECOVERY_POINT_FILE}.tmp"));
+    {
+        let f = File::create(&tmp)?;
+        f.write_all_at(checkpoint_text(offset).as_bytes(), 0)?;
+        if durable {
+            f.sync_data()?;
+        }
+    }
+    std::fs::rename(&tmp, dir.join(RECOVERY_POINT_FILE))?;
+    if durable {
+        File::open(dir)?.sync_all()?;
+    }
+    Ok(())
+}
+
+fn write_durable(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    let f = File::create(path)?;
+    f.write_all_at(bytes, 0)?;
+    f.sync_data()
+}
