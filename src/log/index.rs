@@ -48,7 +48,8 @@ impl Index {
         let len = file.metadata()?.len() as usize;
         let eb = Self::entry_bytes(kind);
         let capacity = len / eb;
-        let mut index = Index { kind, path: path.to_path_buf(), file: Arc::new(file), mmap: None, entries: 0, capacity };
+        let mut index =
+            Index { kind, path: path.to_path_buf(), file: Arc::new(file), mmap: None, entries: 0, capacity };
         index.remap(capacity * eb)?;
         let entries = index.valid_prefix(log_size_bytes);
         index.entries = entries;

@@ -274,7 +274,9 @@ impl PartitionLog {
                 }
             }
             if must_recover {
-                if let Some((stop, dropped)) = seg.recover(limits::message_bytes_max as usize, config.index_interval_bytes)? {
+                if let Some((stop, dropped)) =
+                    seg.recover(limits::message_bytes_max as usize, config.index_interval_bytes)?
+                {
                     tracing::warn!(dir = %dir.display(), offset = seg.next_offset, position = stop.position_bytes,
                         dropped_bytes = dropped, reason = %stop.reason,
                         "truncated a torn or corrupt log tail; later segments dropped");
@@ -360,11 +362,21 @@ impl PartitionLog {
     }
 
     /// `append`, also stamping `partitionLeaderEpoch` (what a leader does in Kafka).
-    pub fn append_with_leader_epoch(&mut self, records: &mut [u8], leader_epoch: i32, now_ms: i64) -> Result<AppendInfo, LogError> {
+    pub fn append_with_leader_epoch(
+        &mut self,
+        records: &mut [u8],
+        leader_epoch: i32,
+        now_ms: i64,
+    ) -> Result<AppendInfo, LogError> {
         self.append_inner(records, Some(leader_epoch), now_ms)
     }
 
-    fn append_inner(&mut self, records: &mut [u8], leader_epoch: Option<i32>, now_ms: i64) -> Result<AppendInfo, LogError> {
+    fn append_inner(
+        &mut self,
+        records: &mut [u8],
+        leader_epoch: Option<i32>,
+        now_ms: i64,
+    ) -> Result<AppendInfo, LogError> {
         self.check_online()?;
         if records.is_empty() {
             return Err(LogError::Corrupt("empty record set".into()));
@@ -377,7 +389,9 @@ impl PartitionLog {
             let (h, size) = batch::check_structure(&records[pos..], batch_bytes_max)?;
             batch::check_semantics(&h)?;
             if batches.len() == append_batches_max {
-                return Err(LogError::InvalidRecord(format!("more than {append_batches_max} batches in one record set")));
+                return Err(LogError::InvalidRecord(format!(
+                    "more than {append_batches_max} batches in one record set"
+                )));
             }
             batches.push((pos, size));
             record_count += h.records_count as i64;
@@ -461,7 +475,13 @@ impl PartitionLog {
     /// is larger, as Kafka does, when `min_one_batch`), from `offset`, below `upper`.
     /// Reads stop at the end of a segment. A batch whose last offset reaches `upper` is
     /// not returned.
-    pub fn read(&self, offset: Offset, max_bytes: usize, upper: Offset, min_one_batch: bool) -> Result<ReadPlan, LogError> {
+    pub fn read(
+        &self,
+        offset: Offset,
+        max_bytes: usize,
+        upper: Offset,
+        min_one_batch: bool,
+    ) -> Result<ReadPlan, LogError> {
         self.check_online()?;
         let (start, end) = (self.log_start_offset().0, self.log_end_offset().0);
         let offset = offset.0;
@@ -500,7 +520,12 @@ impl PartitionLog {
         if length == 0 {
             return Ok(empty(position));
         }
-        Ok(ReadPlan { file: seg.log.clone(), segment_base_offset: Offset(seg.base_offset), position_bytes: position, length_bytes: length })
+        Ok(ReadPlan {
+            file: seg.log.clone(),
+            segment_base_offset: Offset(seg.base_offset),
+            position_bytes: position,
+            length_bytes: length,
+        })
     }
 
     pub fn log_start_offset(&self) -> Offset {
@@ -645,7 +670,11 @@ impl PartitionLog {
         if self.config.retention_ms >= 0 {
             while self.segments.len() > 1 {
                 let seg = &self.segments[0];
-                let largest_ms = if seg.max_timestamp_ms >= 0 { seg.max_timestamp_ms } else { file_mtime_ms(&seg.log).unwrap_or(now_ms) };
+                let largest_ms = if seg.max_timestamp_ms >= 0 {
+                    seg.max_timestamp_ms
+                } else {
+                    file_mtime_ms(&seg.log).unwrap_or(now_ms)
+                };
                 if now_ms.saturating_sub(largest_ms) <= self.config.retention_ms {
                     break;
                 }

@@ -72,7 +72,8 @@ impl Segment {
         let log = OpenOptions::new().read(true).write(true).open(&log_path)?;
         let size_bytes = log.metadata()?.len();
         let (index, bad_index) = Index::open(&dir.join(file_name(base_offset, ".index")), Kind::Offset, size_bytes)?;
-        let (time_index, bad_time) = Index::open(&dir.join(file_name(base_offset, ".timeindex")), Kind::Time, size_bytes)?;
+        let (time_index, bad_time) =
+            Index::open(&dir.join(file_name(base_offset, ".timeindex")), Kind::Time, size_bytes)?;
         let segment = Segment {
             base_offset,
             log_path,
@@ -186,7 +187,11 @@ impl Segment {
     /// Crash path: re-validate every batch (CRC included), rebuild both indexes, and
     /// truncate the file at the first bad batch. Returns the stop (position, reason) and
     /// the bytes dropped when something was cut.
-    pub fn recover(&mut self, batch_bytes_max: usize, index_interval_bytes: u32) -> std::io::Result<Option<(ScanStop, u64)>> {
+    pub fn recover(
+        &mut self,
+        batch_bytes_max: usize,
+        index_interval_bytes: u32,
+    ) -> std::io::Result<Option<(ScanStop, u64)>> {
         self.index.truncate_entries(0);
         self.time_index.truncate_entries(0);
         self.next_offset = self.base_offset;

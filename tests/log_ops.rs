@@ -1,0 +1,92 @@
+//! Flush policy, group commit, offline-for-good, retention with open readers, roll by time.
+
+#[path = "log_common/mod.rs"]
+mod common;
+
+use common::*;
+use spate::log::{LogConfig, LogError, PartitionLog};
+use spate::model::Offset;
+
+#[test]
+fn flush_policy_and_group_commit() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = LogConfig { flush_messages: 3, flush_ms: 1000, ..small_config() };
+    let mut log = PartitionLog::open(dir.path(), config, 0).unwrap();
+    assert!(!log.flush_due(0));
+    log.append(&mut build_batch(&recs(2, 0, 1)), 100).unwrap();
+    assert!(!log.flush_due(100));
+    assert!(log.flush_due(1100), "flush.ms");
+    log.append(&mut build_batch(&recs(1, 0, 1)), 200).unwrap();
+    assert!(log.flush_due(200), "flush.messages");
+    let handle = log.flush_handle();
+    assert_eq!(handle.upto, Offset(3));
+    log.append(&mut build_batch(&recs(1, 0, 1)), 300).unwrap();
+    for f in &handle.files {
+        f.sync_data().unwrap();
+    }
+    log.mark_flushed(handle.upto, Ok(())).unwrap();
+    assert_eq!(log.recovery_point(), Offset(3));
+    assert_eq!(log.unflushed_end(), Offset(4));
+    log.flush().unwrap();
+    assert_eq!(log.recovery_point(), Offset(4));
+    assert!(!log.flush_due(10_000));
+}
+
+#[test]
+fn failed_fsync_takes_the_log_offline_for_good() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut log = PartitionLog::open(dir.path(), small_config(), 0).unwrap();
+    log.append(&mut build_batch(&recs(1, 0, 1)), 0).unwrap();
+    let h = log.flush_handle();
+    let err = log.mark_flushed(h.upto, Err(std::io::Error::other("EIO"))).unwrap_err();
+    assert!(matches!(err, LogError::Offline(_)));
+    assert!(matches!(log.append(&mut build_batch(&recs(1, 0, 1)), 0), Err(LogError::Offline(_))));
+    assert!(matches!(log.read(Offset(0), 10, Offset(1), true), Err(LogError::Offline(_))));
+    assert!(matches!(log.flush(), Err(LogError::Offline(_))));
+    assert!(matches!(log.mark_flushed(Offset(1), Ok(())), Err(LogError::Offline(_))));
+    assert!(matches!(log.close(), Err(LogError::Offline(_))));
+}
+
+#[test]
+fn retention_keeps_open_readers_working() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = LogConfig { segment_bytes: 500, retention_bytes: 600, retention_ms: -1, ..small_config() };
+    let mut log = PartitionLog::open(dir.path(), config, 0).unwrap();
+    for i in 0..12 {
+        log.append(&mut build_batch(&recs(1, i, 200)), 0).unwrap();
+    }
+    let plan = log.read(Offset(0), 1 << 20, Offset(12), true).unwrap();
+    let before = plan.read_to_vec().unwrap();
+    let deleted = log.enforce_retention(0).unwrap();
+    assert!(deleted > 0);
+    assert!(log.log_start_offset() > Offset(0));
+    assert!(!dir.path().join("00000000000000000000.log").exists());
+    assert_eq!(plan.read_to_vec().unwrap(), before, "unlinked segment still readable");
+    assert!(matches!(log.read(Offset(0), 10, Offset(12), true), Err(LogError::OffsetOutOfRange { .. })));
+    // time retention by largest timestamp, never the active segment
+    let mut c = small_config();
+    c.segment_bytes = 500;
+    c.retention_ms = 100;
+    log.set_config(c);
+    log.enforce_retention(1_000_000).unwrap();
+    assert_eq!(log.segment_base_offsets().len(), 1);
+    assert_eq!(log.log_end_offset(), Offset(12));
+}
+
+#[test]
+fn roll_by_segment_ms() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = LogConfig { segment_ms: 1000, ..small_config() };
+    let mut log = PartitionLog::open(dir.path(), config, 0).unwrap();
+    log.append(&mut build_batch(&recs(1, 5_000, 1)), 5_000).unwrap();
+    log.maybe_roll(5_500).unwrap();
+    assert_eq!(log.segment_base_offsets().len(), 1);
+    log.append(&mut build_batch(&recs(1, 6_001, 1)), 6_001).unwrap();
+    assert_eq!(log.segment_base_offsets(), vec![Offset(0), Offset(1)]);
+    assert!(dir.path().join("00000000000000000001.log").exists());
+    assert!(log.flush_due(6_001), "a rolled, unsynced segment wants a flush");
+    log.flush().unwrap();
+    log.close().unwrap();
+    let log = PartitionLog::open(dir.path(), small_config(), 7_000).unwrap();
+    assert_eq!(log.log_end_offset(), Offset(2));
+}
