@@ -6,6 +6,7 @@
 
 pub mod config;
 pub mod coordinator;
+pub mod group;
 pub mod log;
 pub mod model;
 pub mod protocol;

@@ -1,0 +1,1180 @@
+//! The group state machine (Kafka's classic protocol).
+//!
+//! States, as Kafka names them:
+//!   Empty --join--> PreparingRebalance --all joined or rebalance timeout--> CompletingRebalance
+//!   CompletingRebalance --leader's SyncGroup--> Stable
+//!   Stable / CompletingRebalance --member joins, leaves, changes protocols or times out--> PreparingRebalance
+//!   PreparingRebalance --no members left--> Empty
+//! Invariants: a member awaits at most one join and one sync answer; `generation` only
+//! grows; the leader is a member whenever the group is CompletingRebalance or Stable.
+
+use std::collections::{BTreeMap, HashMap};
+
+use bytes::Bytes;
+use futures::channel::oneshot;
+
+use super::records::{self, StoredGroup, StoredMember, StoredOffset};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum GroupError {
+    #[error("UNKNOWN_MEMBER_ID")]
+    UnknownMemberId,
+    #[error("ILLEGAL_GENERATION")]
+    IllegalGeneration,
+    #[error("REBALANCE_IN_PROGRESS")]
+    RebalanceInProgress,
+    #[error("FENCED_INSTANCE_ID")]
+    FencedInstanceId,
+    #[error("MEMBER_ID_REQUIRED")]
+    MemberIdRequired,
+    #[error("INCONSISTENT_GROUP_PROTOCOL")]
+    InconsistentGroupProtocol,
+    #[error("INVALID_SESSION_TIMEOUT")]
+    InvalidSessionTimeout,
+    #[error("GROUP_ID_NOT_FOUND")]
+    GroupIdNotFound,
+    #[error("NON_EMPTY_GROUP")]
+    NonEmptyGroup,
+    #[error("GROUP_SUBSCRIBED_TO_TOPIC")]
+    GroupSubscribedToTopic,
+    #[error("OFFSET_METADATA_TOO_LARGE")]
+    OffsetMetadataTooLarge,
+    #[error("INVALID_GROUP_ID")]
+    InvalidGroupId,
+    #[error("GROUP_MAX_SIZE_REACHED")]
+    GroupMaxSizeReached,
+}
+
+#[derive(Debug, Clone)]
+pub struct GroupConfig {
+    /// group.initial.rebalance.delay.ms (Kafka: 3000)
+    pub initial_rebalance_delay_ms: i64,
+    /// group.min.session.timeout.ms (6000) and group.max.session.timeout.ms (1800000)
+    pub session_timeout_min_ms: i32,
+    pub session_timeout_max_ms: i32,
+    /// offsets.retention.minutes (7 days), in ms
+    pub offsets_retention_ms: i64,
+    /// offset.metadata.max.bytes (4096)
+    pub offset_metadata_bytes_max: usize,
+    /// group.max.size
+    pub group_members_max: usize,
+}
+
+impl Default for GroupConfig {
+    fn default() -> Self {
+        Self {
+            initial_rebalance_delay_ms: 3000,
+            session_timeout_min_ms: 6000,
+            session_timeout_max_ms: 1_800_000,
+            offsets_retention_ms: 7 * 24 * 3600 * 1000,
+            offset_metadata_bytes_max: 4096,
+            group_members_max: 1000,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GroupState {
+    Empty,
+    PreparingRebalance,
+    CompletingRebalance,
+    Stable,
+}
+
+impl GroupState {
+    pub fn name(self) -> &'static str {
+        match self {
+            GroupState::Empty => "Empty",
+            GroupState::PreparingRebalance => "PreparingRebalance",
+            GroupState::CompletingRebalance => "CompletingRebalance",
+            GroupState::Stable => "Stable",
+        }
+    }
+}
+
+/// An answer now, or later (when the rebalance or the leader's assignment comes).
+pub enum Deferred<T> {
+    Now(T),
+    Later(oneshot::Receiver<T>),
+}
+
+#[derive(Debug, Clone)]
+pub struct JoinRequest {
+    pub group_id: String,
+    pub member_id: String,
+    pub group_instance_id: Option<String>,
+    pub protocol_type: String,
+    pub protocols: Vec<(String, Bytes)>,
+    pub session_timeout_ms: i32,
+    pub rebalance_timeout_ms: i32,
+    pub client_id: String,
+    pub client_host: String,
+    /// JoinGroup v4+: a new dynamic member must first learn its id (KIP-394).
+    pub require_known_member_id: bool,
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct JoinResponse {
+    pub error: Option<GroupError>,
+    pub generation_id: i32,
+    pub protocol_type: Option<String>,
+    pub protocol_name: Option<String>,
+    pub leader: String,
+    pub member_id: String,
+    /// Only the leader gets the members: (member id, instance id, metadata).
+    pub members: Vec<(String, Option<String>, Bytes)>,
+}
+
+impl JoinResponse {
+    fn error(e: GroupError, member_id: &str) -> Self {
+        Self { error: Some(e), generation_id: -1, member_id: member_id.to_string(), ..Default::default() }
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct SyncRequest {
+    pub group_id: String,
+    pub member_id: String,
+    pub group_instance_id: Option<String>,
+    pub generation_id: i32,
+    pub protocol_type: Option<String>,
+    pub protocol_name: Option<String>,
+    pub assignments: Vec<(String, Bytes)>,
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct SyncResponse {
+    pub error: Option<GroupError>,
+    pub protocol_type: Option<String>,
+    pub protocol_name: Option<String>,
+    pub assignment: Bytes,
+}
+
+impl SyncResponse {
+    fn error(e: GroupError) -> Self {
+        Self { error: Some(e), ..Default::default() }
+    }
+}
+
+/// A member as DescribeGroups shows it.
+#[derive(Debug, Clone)]
+pub struct MemberDescription {
+    pub member_id: String,
+    pub group_instance_id: Option<String>,
+    pub client_id: String,
+    pub client_host: String,
+    pub metadata: Bytes,
+    pub assignment: Bytes,
+}
+
+#[derive(Debug, Clone)]
+pub struct GroupDescription {
+    pub state: GroupState,
+    pub protocol_type: String,
+    pub protocol: String,
+    pub members: Vec<MemberDescription>,
+}
+
+struct Member {
+    id: String,
+    instance_id: Option<String>,
+    client_id: String,
+    client_host: String,
+    protocol_type: String,
+    protocols: Vec<(String, Bytes)>,
+    session_timeout_ms: i32,
+    rebalance_timeout_ms: i32,
+    assignment: Bytes,
+    last_heartbeat_ms: i64,
+    awaiting_join: Option<oneshot::Sender<JoinResponse>>,
+    awaiting_sync: Option<oneshot::Sender<SyncResponse>>,
+}
+
+impl Member {
+    fn metadata_for(&self, protocol: &str) -> Bytes {
+        self.protocols.iter().find(|(n, _)| n == protocol).map(|(_, m)| m.clone()).unwrap_or_default()
+    }
+}
+
+struct Group {
+    state: GroupState,
+    generation: i32,
+    protocol_type: Option<String>,
+    protocol: Option<String>,
+    leader: Option<String>,
+    /// In join order: the first member becomes leader when a leader is needed.
+    members: Vec<Member>,
+    /// Member ids handed out with MEMBER_ID_REQUIRED, with when they expire.
+    pending_member_ids: HashMap<String, i64>,
+    rebalance_deadline_ms: i64,
+    initial_delay_until_ms: Option<i64>,
+    state_timestamp_ms: i64,
+    offsets: BTreeMap<(String, i32), StoredOffset>,
+}
+
+impl Group {
+    fn new(now_ms: i64) -> Self {
+        Self {
+            state: GroupState::Empty,
+            generation: 0,
+            protocol_type: None,
+            protocol: None,
+            leader: None,
+            members: Vec::new(),
+            pending_member_ids: HashMap::new(),
+            rebalance_deadline_ms: 0,
+            initial_delay_until_ms: None,
+            state_timestamp_ms: now_ms,
+            offsets: BTreeMap::new(),
+        }
+    }
+
+    fn member(&self, id: &str) -> Option<&Member> {
+        self.members.iter().find(|m| m.id == id)
+    }
+
+    fn member_mut(&mut self, id: &str) -> Option<&mut Member> {
+        self.members.iter_mut().find(|m| m.id == id)
+    }
+
+    fn by_instance(&self, instance: &str) -> Option<usize> {
+        self.members.iter().position(|m| m.instance_id.as_deref() == Some(instance))
+    }
+
+    /// FENCED_INSTANCE_ID when a static member's id is not the one we know for its
+    /// instance; UNKNOWN_MEMBER_ID when the member is unknown.
+    fn check_member(&self, member_id: &str, instance: Option<&str>) -> Result<usize, GroupError> {
+        if let Some(instance) = instance {
+            if let Some(i) = self.by_instance(instance) {
+                return if self.members[i].id == member_id { Ok(i) } else { Err(GroupError::FencedInstanceId) };
+            }
+        }
+        self.members.iter().position(|m| m.id == member_id).ok_or(GroupError::UnknownMemberId)
+    }
+
+    fn set_state(&mut self, state: GroupState, now_ms: i64) {
+        self.state = state;
+        self.state_timestamp_ms = now_ms;
+    }
+
+    /// Protocols every member supports, chosen by each member's first preference.
+    fn select_protocol(&self) -> Option<String> {
+        let first = self.members.first()?;
+        let candidates: Vec<&String> = first
+            .protocols
+            .iter()
+            .map(|(n, _)| n)
+            .filter(|n| self.members.iter().all(|m| m.protocols.iter().any(|(p, _)| p == *n)))
+            .collect();
+        let mut best: Option<(&String, usize)> = None;
+        for c in &candidates {
+            let votes = self
+                .members
+                .iter()
+                .filter(|m| m.protocols.iter().map(|(n, _)| n).find(|n| candidates.contains(n)) == Some(*c))
+                .count();
+            if best.map(|(_, v)| votes > v).unwrap_or(true) {
+                best = Some((c, votes));
+            }
+        }
+        best.map(|(c, _)| c.clone())
+    }
+
+    fn supports(&self, protocol_type: &str, protocols: &[(String, Bytes)]) -> bool {
+        if self.members.is_empty() {
+            return !protocols.is_empty();
+        }
+        if self.protocol_type.as_deref().is_some_and(|t| t != protocol_type) {
+            return false;
+        }
+        protocols.iter().any(|(n, _)| self.members.iter().all(|m| m.protocols.iter().any(|(p, _)| p == n)))
+    }
+
+    fn join_response_for(&self, member_id: &str) -> JoinResponse {
+        let protocol = self.protocol.clone().unwrap_or_default();
+        let leader = self.leader.clone().unwrap_or_default();
+        let members = if leader == member_id {
+            self.members.iter().map(|m| (m.id.clone(), m.instance_id.clone(), m.metadata_for(&protocol))).collect()
+        } else {
+            Vec::new()
+        };
+        JoinResponse {
+            error: None,
+            generation_id: self.generation,
+            protocol_type: self.protocol_type.clone(),
+            protocol_name: self.protocol.clone(),
+            leader,
+            member_id: member_id.to_string(),
+            members,
+        }
+    }
+
+    fn stored(&self) -> StoredGroup {
+        StoredGroup {
+            protocol_type: self.protocol_type.clone().unwrap_or_default(),
+            generation: self.generation,
+            protocol: self.protocol.clone(),
+            leader: self.leader.clone(),
+            current_state_timestamp_ms: self.state_timestamp_ms,
+            members: self
+                .members
+                .iter()
+                .map(|m| StoredMember {
+                    member_id: m.id.clone(),
+                    group_instance_id: m.instance_id.clone(),
+                    client_id: m.client_id.clone(),
+                    client_host: m.client_host.clone(),
+                    rebalance_timeout_ms: m.rebalance_timeout_ms,
+                    session_timeout_ms: m.session_timeout_ms,
+                    subscription: m.metadata_for(self.protocol.as_deref().unwrap_or("")),
+                    assignment: m.assignment.clone(),
+                })
+                .collect(),
+        }
+    }
+}
+
+/// A record the caller must append to the group's `__consumer_offsets` partition.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PendingRecord {
+    pub group_id: String,
+    pub key: Bytes,
+    pub value: Option<Bytes>,
+}
+
+/// One partition's offset to commit.
+#[derive(Debug, Clone)]
+pub struct OffsetCommit {
+    pub topic: String,
+    pub partition: i32,
+    pub offset: i64,
+    pub leader_epoch: i32,
+    pub metadata: String,
+}
+
+#[derive(Default)]
+pub struct GroupCoordinator {
+    config: GroupConfig,
+    groups: HashMap<String, Group>,
+    pending_records: Vec<PendingRecord>,
+}
+
+impl GroupCoordinator {
+    pub fn new(config: GroupConfig) -> Self {
+        Self { config, groups: HashMap::new(), pending_records: Vec::new() }
+    }
+
+    /// Records produced since the last call, to append to `__consumer_offsets`.
+    pub fn take_pending_records(&mut self) -> Vec<PendingRecord> {
+        std::mem::take(&mut self.pending_records)
+    }
+
+    fn persist_group(&mut self, group_id: &str) {
+        let Some(g) = self.groups.get(group_id) else { return };
+        let value = records::group_value(&g.stored());
+        self.pending_records.push(PendingRecord { group_id: group_id.to_string(), key: records::group_key(group_id), value: Some(value) });
+    }
+
+    pub fn join(&mut self, req: JoinRequest, now_ms: i64, new_member_id: String) -> Deferred<JoinResponse> {
+        if req.group_id.is_empty() {
+            return Deferred::Now(JoinResponse::error(GroupError::InvalidGroupId, &req.member_id));
+        }
+        if req.session_timeout_ms < self.config.session_timeout_min_ms || req.session_timeout_ms > self.config.session_timeout_max_ms {
+            return Deferred::Now(JoinResponse::error(GroupError::InvalidSessionTimeout, &req.member_id));
+        }
+        if !req.member_id.is_empty() && !self.groups.contains_key(&req.group_id) {
+            return Deferred::Now(JoinResponse::error(GroupError::UnknownMemberId, &req.member_id));
+        }
+        let delay_ms = self.config.initial_rebalance_delay_ms;
+        let members_max = self.config.group_members_max;
+        let group_id = req.group_id.clone();
+        let g = self.groups.entry(req.group_id.clone()).or_insert_with(|| Group::new(now_ms));
+        if !g.supports(&req.protocol_type, &req.protocols) {
+            return Deferred::Now(JoinResponse::error(GroupError::InconsistentGroupProtocol, &req.member_id));
+        }
+        let (tx, rx) = oneshot::channel();
+
+        if req.member_id.is_empty() {
+            if let Some(instance) = req.group_instance_id.as_deref() {
+                if let Some(i) = g.by_instance(instance) {
+                    // A static member came back under a new member id: fence the old one.
+                    let old = &mut g.members[i];
+                    let old_id = std::mem::replace(&mut old.id, new_member_id.clone());
+                    if let Some(w) = old.awaiting_join.take() {
+                        let _ = w.send(JoinResponse::error(GroupError::FencedInstanceId, &old_id));
+                    }
+                    if let Some(w) = old.awaiting_sync.take() {
+                        let _ = w.send(SyncResponse::error(GroupError::FencedInstanceId));
+                    }
+                    let same_protocols = old.protocols == req.protocols;
+                    old.protocols = req.protocols.clone();
+                    old.session_timeout_ms = req.session_timeout_ms;
+                    old.rebalance_timeout_ms = req.rebalance_timeout_ms;
+                    old.client_id = req.client_id.clone();
+                    old.client_host = req.client_host.clone();
+                    old.last_heartbeat_ms = now_ms;
+                    if g.leader.as_deref() == Some(old_id.as_str()) {
+                        g.leader = Some(new_member_id.clone());
+                    }
+                    tracing::info!(group = %group_id, instance, old_member = %old_id, member = %new_member_id, "static member rejoined");
+                    if same_protocols && g.state == GroupState::Stable {
+                        // No rebalance: it gets its previous assignment at SyncGroup.
+                        let resp = g.join_response_for(&new_member_id);
+                        self.persist_group(&group_id);
+                        return Deferred::Now(resp);
+                    }
+                    let m = g.member_mut(&new_member_id).expect("just renamed");
+                    m.awaiting_join = Some(tx);
+                    Self::prepare_rebalance(g, now_ms, delay_ms, &group_id, "static member rejoined");
+                    Self::maybe_complete_join(g, now_ms, &group_id);
+                    return Deferred::Later(rx);
+                }
+            } else if req.require_known_member_id {
+                g.pending_member_ids.insert(new_member_id.clone(), now_ms + req.session_timeout_ms as i64);
+                return Deferred::Now(JoinResponse::error(GroupError::MemberIdRequired, &new_member_id));
+            }
+            if g.members.len() >= members_max {
+                return Deferred::Now(JoinResponse::error(GroupError::GroupMaxSizeReached, &new_member_id));
+            }
+            Self::add_member(g, &req, new_member_id, tx, now_ms, delay_ms, &group_id);
+            return Deferred::Later(rx);
+        }
+
+        // A member id was given.
+        match g.check_member(&req.member_id, req.group_instance_id.as_deref()) {
+            Ok(i) => {
+                let m = &mut g.members[i];
+                let same_protocols = m.protocols == req.protocols;
+                m.protocols = req.protocols.clone();
+                m.session_timeout_ms = req.session_timeout_ms;
+                m.rebalance_timeout_ms = req.rebalance_timeout_ms;
+                m.last_heartbeat_ms = now_ms;
+                let is_leader = g.leader.as_deref() == Some(req.member_id.as_str());
+                match g.state {
+                    GroupState::PreparingRebalance => {
+                        if let Some(w) = g.members[i].awaiting_join.replace(tx) {
+                            let _ = w.send(JoinResponse::error(GroupError::RebalanceInProgress, &req.member_id));
+                        }
+                        Self::maybe_complete_join(g, now_ms, &group_id);
+                        Deferred::Later(rx)
+                    }
+                    GroupState::CompletingRebalance | GroupState::Stable
+                        if same_protocols && (g.state == GroupState::CompletingRebalance || !is_leader) =>
+                    {
+                        Deferred::Now(g.join_response_for(&req.member_id))
+                    }
+                    _ => {
+                        g.members[i].awaiting_join = Some(tx);
+                        Self::prepare_rebalance(g, now_ms, delay_ms, &group_id, "member rejoined with new metadata");
+                        Self::maybe_complete_join(g, now_ms, &group_id);
+                        Deferred::Later(rx)
+                    }
+                }
+            }
+            Err(GroupError::UnknownMemberId) if g.pending_member_ids.remove(&req.member_id).is_some() => {
+                if g.members.len() >= members_max {
+                    return Deferred::Now(JoinResponse::error(GroupError::GroupMaxSizeReached, &req.member_id));
+                }
+                Self::add_member(g, &req, req.member_id.clone(), tx, now_ms, delay_ms, &group_id);
+                Deferred::Later(rx)
+            }
+            Err(e) => Deferred::Now(JoinResponse::error(e, &req.member_id)),
+        }
+    }
+
+    fn add_member(
+        g: &mut Group,
+        req: &JoinRequest,
+        id: String,
+        tx: oneshot::Sender<JoinResponse>,
+        now_ms: i64,
+        delay_ms: i64,
+        group_id: &str,
+    ) {
+        tracing::info!(group = group_id, member = %id, instance = ?req.group_instance_id, "member joining");
+        if g.members.is_empty() {
+            g.protocol_type = Some(req.protocol_type.clone());
+        }
+        g.members.push(Member {
+            id,
+            instance_id: req.group_instance_id.clone(),
+            client_id: req.client_id.clone(),
+            client_host: req.client_host.clone(),
+            protocol_type: req.protocol_type.clone(),
+            protocols: req.protocols.clone(),
+            session_timeout_ms: req.session_timeout_ms,
+            rebalance_timeout_ms: req.rebalance_timeout_ms,
+            assignment: Bytes::new(),
+            last_heartbeat_ms: now_ms,
+            awaiting_join: Some(tx),
+            awaiting_sync: None,
+        });
+        // A new member during the initial delay pushes it back (bounded by the
+        // rebalance timeout), so members starting together land in one generation.
+        if let Some(until) = g.initial_delay_until_ms.as_mut() {
+            *until = (now_ms + delay_ms).min(g.rebalance_deadline_ms);
+        }
+        Self::prepare_rebalance(g, now_ms, delay_ms, group_id, "member joined");
+        Self::maybe_complete_join(g, now_ms, group_id);
+    }
+
+    fn prepare_rebalance(g: &mut Group, now_ms: i64, delay_ms: i64, group_id: &str, reason: &str) {
+        if g.state == GroupState::PreparingRebalance {
+            return;
+        }
+        if g.state == GroupState::CompletingRebalance {
+            for m in g.members.iter_mut() {
+                if let Some(w) = m.awaiting_sync.take() {
+                    let _ = w.send(SyncResponse::error(GroupError::RebalanceInProgress));
+                }
+            }
+        }
+        let rebalance_timeout_ms = g.members.iter().map(|m| m.rebalance_timeout_ms as i64).max().unwrap_or(0);
+        g.rebalance_deadline_ms = now_ms + rebalance_timeout_ms;
+        g.initial_delay_until_ms = if g.state == GroupState::Empty { Some((now_ms + delay_ms).min(g.rebalance_deadline_ms)) } else { None };
+        tracing::info!(group = group_id, generation = g.generation, reason, "preparing rebalance");
+        g.set_state(GroupState::PreparingRebalance, now_ms);
+    }
+
+    /// Finish the join phase once every member rejoined (after the initial delay), or
+    /// the rebalance timeout passed (dropping those who did not rejoin).
+    fn maybe_complete_join(g: &mut Group, now_ms: i64, group_id: &str) {
+        if g.state != GroupState::PreparingRebalance {
+            return;
+        }
+        if g.initial_delay_until_ms.is_some_and(|t| now_ms < t) {
+            return;
+        }
+        let all_joined = g.members.iter().all(|m| m.awaiting_join.is_some());
+        if !all_joined && now_ms < g.rebalance_deadline_ms {
+            return;
+        }
+        let before = g.members.len();
+        g.members.retain(|m| {
+            let keep = m.awaiting_join.is_some();
+            if !keep {
+                tracing::info!(group = group_id, member = %m.id, "removing member that did not rejoin in time");
+            }
+            keep
+        });
+        let _ = before;
+        g.generation += 1;
+        g.initial_delay_until_ms = None;
+        if g.members.is_empty() {
+            g.protocol = None;
+            g.leader = None;
+            g.set_state(GroupState::Empty, now_ms);
+            tracing::info!(group = group_id, generation = g.generation, "group is empty");
+            return;
+        }
+        g.protocol = g.select_protocol();
+        g.protocol_type = Some(g.members[0].protocol_type.clone());
+        if !g.leader.as_ref().is_some_and(|l| g.member(l).is_some()) {
+            g.leader = Some(g.members[0].id.clone());
+        }
+        g.set_state(GroupState::CompletingRebalance, now_ms);
+        tracing::info!(
+            group = group_id, generation = g.generation, protocol = ?g.protocol, members = g.members.len(),
+            leader = ?g.leader, "rebalance: join complete"
+        );
+        let ids: Vec<String> = g.members.iter().map(|m| m.id.clone()).collect();
+        for id in ids {
+            let resp = g.join_response_for(&id);
+            let m = g.member_mut(&id).expect("member");
+            m.last_heartbeat_ms = now_ms;
+            if let Some(w) = m.awaiting_join.take() {
+                let _ = w.send(resp);
+            }
+        }
+    }
+
+    pub fn sync(&mut self, req: SyncRequest, now_ms: i64) -> Deferred<SyncResponse> {
+        let Some(g) = self.groups.get_mut(&req.group_id) else {
+            return Deferred::Now(SyncResponse::error(GroupError::UnknownMemberId));
+        };
+        let i = match g.check_member(&req.member_id, req.group_instance_id.as_deref()) {
+            Ok(i) => i,
+            Err(e) => return Deferred::Now(SyncResponse::error(e)),
+        };
+        if req.generation_id != g.generation {
+            return Deferred::Now(SyncResponse::error(GroupError::IllegalGeneration));
+        }
+        if req.protocol_type.as_ref().is_some_and(|t| Some(t) != g.protocol_type.as_ref())
+            || req.protocol_name.as_ref().is_some_and(|p| Some(p) != g.protocol.as_ref())
+        {
+            return Deferred::Now(SyncResponse::error(GroupError::InconsistentGroupProtocol));
+        }
+        g.members[i].last_heartbeat_ms = now_ms;
+        let is_leader = g.leader.as_deref() == Some(req.member_id.as_str());
+        match g.state {
+            GroupState::Empty => Deferred::Now(SyncResponse::error(GroupError::UnknownMemberId)),
+            GroupState::PreparingRebalance => Deferred::Now(SyncResponse::error(GroupError::RebalanceInProgress)),
+            GroupState::CompletingRebalance => {
+                let (tx, rx) = oneshot::channel();
+                g.members[i].awaiting_sync = Some(tx);
+                if is_leader {
+                    Self::apply_assignments(g, &req.assignments);
+                    g.set_state(GroupState::Stable, now_ms);
+                    tracing::info!(group = %req.group_id, generation = g.generation, "rebalance: group stable");
+                    let (pt, pn) = (g.protocol_type.clone(), g.protocol.clone());
+                    for m in g.members.iter_mut() {
+                        if let Some(w) = m.awaiting_sync.take() {
+                            let _ = w.send(SyncResponse {
+                                error: None,
+                                protocol_type: pt.clone(),
+                                protocol_name: pn.clone(),
+                                assignment: m.assignment.clone(),
+                            });
+                        }
+                    }
+                    let group_id = req.group_id.clone();
+                    self.persist_group(&group_id);
+                }
+                Deferred::Later(rx)
+            }
+            GroupState::Stable => {
+                if is_leader && !req.assignments.is_empty() {
+                    // A static leader that rejoined recomputed the assignment.
+                    Self::apply_assignments(g, &req.assignments);
+                }
+                Deferred::Now(SyncResponse {
+                    error: None,
+                    protocol_type: g.protocol_type.clone(),
+                    protocol_name: g.protocol.clone(),
+                    assignment: g.members[i].assignment.clone(),
+                })
+            }
+        }
+    }
+
+    fn apply_assignments(g: &mut Group, assignments: &[(String, Bytes)]) {
+        for m in g.members.iter_mut() {
+            m.assignment = assignments.iter().find(|(id, _)| *id == m.id).map(|(_, a)| a.clone()).unwrap_or_default();
+        }
+    }
+
+    pub fn heartbeat(
+        &mut self,
+        group_id: &str,
+        member_id: &str,
+        instance: Option<&str>,
+        generation: i32,
+        now_ms: i64,
+    ) -> Result<(), GroupError> {
+        let g = self.groups.get_mut(group_id).ok_or(GroupError::UnknownMemberId)?;
+        let i = g.check_member(member_id, instance)?;
+        if g.state == GroupState::Empty {
+            return Err(GroupError::UnknownMemberId);
+        }
+        if generation != g.generation {
+            return Err(GroupError::IllegalGeneration);
+        }
+        g.members[i].last_heartbeat_ms = now_ms;
+        match g.state {
+            GroupState::PreparingRebalance => Err(GroupError::RebalanceInProgress),
+            _ => Ok(()),
+        }
+    }
+
+    /// LeaveGroup for one or more members (v3+ batches them). The answer per member.
+    pub fn leave(
+        &mut self,
+        group_id: &str,
+        members: &[(String, Option<String>)],
+        now_ms: i64,
+    ) -> Result<Vec<Result<(), GroupError>>, GroupError> {
+        let delay_ms = self.config.initial_rebalance_delay_ms;
+        let g = self.groups.get_mut(group_id).ok_or(GroupError::UnknownMemberId)?;
+        let mut results = Vec::with_capacity(members.len());
+        let mut removed = false;
+        for (member_id, instance) in members {
+            let found = match instance {
+                Some(inst) => match g.by_instance(inst) {
+                    Some(i) if member_id.is_empty() || g.members[i].id == *member_id => Ok(i),
+                    Some(_) => Err(GroupError::FencedInstanceId),
+                    None => Err(GroupError::UnknownMemberId),
+                },
+                None => g.members.iter().position(|m| m.id == *member_id).ok_or(GroupError::UnknownMemberId),
+            };
+            match found {
+                Ok(i) => {
+                    let m = g.members.remove(i);
+                    tracing::info!(group = group_id, member = %m.id, "member left");
+                    Self::answer_removed(m);
+                    removed = true;
+                    results.push(Ok(()));
+                }
+                Err(e) => results.push(Err(e)),
+            }
+        }
+        if removed {
+            Self::after_removal(g, now_ms, delay_ms, group_id, "member left");
+        }
+        Ok(results)
+    }
+
+    fn answer_removed(m: Member) {
+        if let Some(w) = m.awaiting_join {
+            let _ = w.send(JoinResponse::error(GroupError::UnknownMemberId, &m.id));
+        }
+        if let Some(w) = m.awaiting_sync {
+            let _ = w.send(SyncResponse::error(GroupError::UnknownMemberId));
+        }
+    }
+
+    fn after_removal(g: &mut Group, now_ms: i64, delay_ms: i64, group_id: &str, reason: &str) {
+        match g.state {
+            GroupState::Stable | GroupState::CompletingRebalance => {
+                Self::prepare_rebalance(g, now_ms, delay_ms, group_id, reason);
+                Self::maybe_complete_join(g, now_ms, group_id);
+            }
+            GroupState::PreparingRebalance => Self::maybe_complete_join(g, now_ms, group_id),
+            GroupState::Empty => {}
+        }
+    }
+
+    /// Timers: session expiry, rebalance completion, pending member ids, offset expiry.
+    pub fn tick(&mut self, now_ms: i64) {
+        let delay_ms = self.config.initial_rebalance_delay_ms;
+        let retention_ms = self.config.offsets_retention_ms;
+        let mut tombstones = Vec::new();
+        let mut persist = Vec::new();
+        let mut dead = Vec::new();
+        for (group_id, g) in self.groups.iter_mut() {
+            g.pending_member_ids.retain(|_, until| *until > now_ms);
+            let mut expired = Vec::new();
+            g.members.retain(|m| {
+                let alive = m.awaiting_join.is_some()
+                    || m.awaiting_sync.is_some()
+                    || now_ms - m.last_heartbeat_ms <= m.session_timeout_ms as i64;
+                if !alive {
+                    expired.push(m.id.clone());
+                }
+                alive
+            });
+            for id in &expired {
+                tracing::info!(group = %group_id, member = %id, "member session expired");
+            }
+            if !expired.is_empty() {
+                Self::after_removal(g, now_ms, delay_ms, group_id, "member session expired");
+                persist.push(group_id.clone());
+            }
+            let gen_before = g.generation;
+            Self::maybe_complete_join(g, now_ms, group_id);
+            if g.generation != gen_before && g.state == GroupState::Empty {
+                persist.push(group_id.clone());
+            }
+            // Offsets of an empty group expire offsets.retention.minutes after the group
+            // emptied (or after their commit, whichever is later).
+            if g.state == GroupState::Empty {
+                let expired_offsets: Vec<(String, i32)> = g
+                    .offsets
+                    .iter()
+                    .filter(|(_, o)| now_ms - o.commit_timestamp_ms.max(g.state_timestamp_ms) > retention_ms)
+                    .map(|(k, _)| k.clone())
+                    .collect();
+                for (topic, partition) in expired_offsets {
+                    g.offsets.remove(&(topic.clone(), partition));
+                    tombstones.push(PendingRecord {
+                        group_id: group_id.clone(),
+                        key: records::offset_key(group_id, &topic, partition),
+                        value: None,
+                    });
+                }
+                if g.offsets.is_empty() && g.members.is_empty() && g.pending_member_ids.is_empty() {
+                    dead.push(group_id.clone());
+                }
+            }
+        }
+        for id in dead {
+            // Keep the group record's last word: a tombstone, so a reload forgets it.
+            if self.groups.get(&id).is_some_and(|g| g.generation > 0) {
+                tombstones.push(PendingRecord { group_id: id.clone(), key: records::group_key(&id), value: None });
+            }
+            self.groups.remove(&id);
+        }
+        self.pending_records.extend(tombstones);
+        for id in persist {
+            if self.groups.contains_key(&id) {
+                self.persist_group(&id);
+            }
+        }
+    }
+
+    /// Check an OffsetCommit before its records are appended. Simple (standalone)
+    /// consumers commit with generation -1 and no member id to a group with no members.
+    pub fn validate_commit(
+        &self,
+        group_id: &str,
+        member_id: &str,
+        instance: Option<&str>,
+        generation: i32,
+    ) -> Result<(), GroupError> {
+        if group_id.is_empty() {
+            return Err(GroupError::InvalidGroupId);
+        }
+        let Some(g) = self.groups.get(group_id) else {
+            return if generation < 0 { Ok(()) } else { Err(GroupError::IllegalGeneration) };
+        };
+        if generation < 0 && member_id.is_empty() {
+            return if g.members.is_empty() { Ok(()) } else { Err(GroupError::UnknownMemberId) };
+        }
+        g.check_member(member_id, instance)?;
+        if generation != g.generation {
+            return Err(GroupError::IllegalGeneration);
+        }
+        match g.state {
+            GroupState::CompletingRebalance | GroupState::PreparingRebalance => Err(GroupError::RebalanceInProgress),
+            _ => Ok(()),
+        }
+    }
+
+    /// The records an OffsetCommit appends. Partitions whose metadata is too large get
+    /// an error and no record.
+    pub fn commit_records(
+        &self,
+        group_id: &str,
+        offsets: &[OffsetCommit],
+        now_ms: i64,
+    ) -> (Vec<PendingRecord>, Vec<Result<(), GroupError>>) {
+        let mut recs = Vec::new();
+        let mut results = Vec::with_capacity(offsets.len());
+        for o in offsets {
+            if o.metadata.len() > self.config.offset_metadata_bytes_max {
+                results.push(Err(GroupError::OffsetMetadataTooLarge));
+                continue;
+            }
+            let value = StoredOffset {
+                offset: o.offset,
+                leader_epoch: o.leader_epoch,
+                metadata: o.metadata.clone(),
+                commit_timestamp_ms: now_ms,
+            };
+            recs.push(PendingRecord {
+                group_id: group_id.to_string(),
+                key: records::offset_key(group_id, &o.topic, o.partition),
+                value: Some(records::offset_value(&value)),
+            });
+            results.push(Ok(()));
+        }
+        (recs, results)
+    }
+
+    /// Apply records once they are in the log: commits, and replay at load time.
+    pub fn apply_record(&mut self, record: records::OffsetsRecord, now_ms: i64) {
+        match record {
+            records::OffsetsRecord::Offset { group, topic, partition, value } => match value {
+                Some(v) => {
+                    self.groups.entry(group).or_insert_with(|| Group::new(now_ms)).offsets.insert((topic, partition), v);
+                }
+                None => {
+                    if let Some(g) = self.groups.get_mut(&group) {
+                        g.offsets.remove(&(topic, partition));
+                    }
+                }
+            },
+            records::OffsetsRecord::Group { group, value } => match value {
+                None => {
+                    if let Some(g) = self.groups.get_mut(&group) {
+                        g.members.clear();
+                        g.set_state(GroupState::Empty, now_ms);
+                    }
+                }
+                Some(stored) => {
+                    let g = self.groups.entry(group).or_insert_with(|| Group::new(now_ms));
+                    // Only loads rebuild membership; live groups already hold it.
+                    if !g.members.iter().any(|m| m.awaiting_join.is_some() || m.awaiting_sync.is_some()) {
+                        Self::restore(g, stored, now_ms);
+                    }
+                }
+            },
+        }
+    }
+
+    fn restore(g: &mut Group, s: StoredGroup, now_ms: i64) {
+        g.generation = g.generation.max(s.generation);
+        g.protocol_type = if s.protocol_type.is_empty() { None } else { Some(s.protocol_type.clone()) };
+        g.protocol = s.protocol.clone();
+        g.leader = s.leader.clone();
+        g.members = s
+            .members
+            .into_iter()
+            .map(|m| Member {
+                id: m.member_id,
+                instance_id: m.group_instance_id,
+                client_id: m.client_id,
+                client_host: m.client_host,
+                protocol_type: s.protocol_type.clone(),
+                protocols: vec![(s.protocol.clone().unwrap_or_default(), m.subscription)],
+                session_timeout_ms: m.session_timeout_ms,
+                rebalance_timeout_ms: m.rebalance_timeout_ms,
+                assignment: m.assignment,
+                // Members get a full session to come back after a coordinator move.
+                last_heartbeat_ms: now_ms,
+                awaiting_join: None,
+                awaiting_sync: None,
+            })
+            .collect();
+        let state = if g.members.is_empty() { GroupState::Empty } else { GroupState::Stable };
+        g.state = state;
+        g.state_timestamp_ms = if s.current_state_timestamp_ms > 0 { s.current_state_timestamp_ms } else { now_ms };
+    }
+
+    /// OffsetFetch: committed offsets of a group; all of them when `partitions` is None.
+    pub fn fetch_offsets(&self, group_id: &str, partitions: Option<&[(String, i32)]>) -> Vec<(String, i32, Option<StoredOffset>)> {
+        let g = self.groups.get(group_id);
+        match partitions {
+            Some(list) => list
+                .iter()
+                .map(|(t, p)| (t.clone(), *p, g.and_then(|g| g.offsets.get(&(t.clone(), *p)).cloned())))
+                .collect(),
+            None => g
+                .map(|g| g.offsets.iter().map(|((t, p), o)| (t.clone(), *p, Some(o.clone()))).collect())
+                .unwrap_or_default(),
+        }
+    }
+
+    pub fn list(&self) -> Vec<(String, String, GroupState)> {
+        let mut v: Vec<_> = self
+            .groups
+            .iter()
+            .map(|(id, g)| (id.clone(), g.protocol_type.clone().unwrap_or_default(), g.state))
+            .collect();
+        v.sort_by(|a, b| a.0.cmp(&b.0));
+        v
+    }
+
+    pub fn describe(&self, group_id: &str) -> Option<GroupDescription> {
+        let g = self.groups.get(group_id)?;
+        let protocol = g.protocol.clone().unwrap_or_default();
+        let stable = matches!(g.state, GroupState::Stable | GroupState::CompletingRebalance);
+        Some(GroupDescription {
+            state: g.state,
+            protocol_type: g.protocol_type.clone().unwrap_or_default(),
+            protocol: if stable { protocol.clone() } else { String::new() },
+            members: g
+                .members
+                .iter()
+                .map(|m| MemberDescription {
+                    member_id: m.id.clone(),
+                    group_instance_id: m.instance_id.clone(),
+                    client_id: m.client_id.clone(),
+                    client_host: m.client_host.clone(),
+                    metadata: if stable { m.metadata_for(&protocol) } else { Bytes::new() },
+                    assignment: if g.state == GroupState::Stable { m.assignment.clone() } else { Bytes::new() },
+                })
+                .collect(),
+        })
+    }
+
+    /// DeleteGroups: only an empty group can go; its offsets go with it.
+    pub fn delete_group(&mut self, group_id: &str) -> Result<(), GroupError> {
+        let g = self.groups.get(group_id).ok_or(GroupError::GroupIdNotFound)?;
+        if g.state != GroupState::Empty {
+            return Err(GroupError::NonEmptyGroup);
+        }
+        let g = self.groups.remove(group_id).expect("present");
+        for (topic, partition) in g.offsets.keys() {
+            self.pending_records.push(PendingRecord {
+                group_id: group_id.to_string(),
+                key: records::offset_key(group_id, topic, *partition),
+                value: None,
+            });
+        }
+        self.pending_records.push(PendingRecord { group_id: group_id.to_string(), key: records::group_key(group_id), value: None });
+        tracing::info!(group = group_id, "group deleted");
+        Ok(())
+    }
+
+    /// OffsetDelete: refused for topics the (non-empty) group is subscribed to.
+    pub fn delete_offsets(
+        &mut self,
+        group_id: &str,
+        partitions: &[(String, i32)],
+        subscribed: impl Fn(&[u8], &str) -> bool,
+    ) -> Result<Vec<Result<(), GroupError>>, GroupError> {
+        let g = self.groups.get_mut(group_id).ok_or(GroupError::GroupIdNotFound)?;
+        let protocol = g.protocol.clone().unwrap_or_default();
+        let mut results = Vec::with_capacity(partitions.len());
+        for (topic, partition) in partitions {
+            let in_use = g.state != GroupState::Empty
+                && g.members.iter().any(|m| subscribed(&m.metadata_for(&protocol), topic));
+            if in_use {
+                results.push(Err(GroupError::GroupSubscribedToTopic));
+                continue;
+            }
+            if g.offsets.remove(&(topic.clone(), *partition)).is_some() {
+                self.pending_records.push(PendingRecord {
+                    group_id: group_id.to_string(),
+                    key: records::offset_key(group_id, topic, *partition),
+                    value: None,
+                });
+            }
+            results.push(Ok(()));
+        }
+        Ok(results)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn join_req(group: &str, member: &str, instance: Option<&str>) -> JoinRequest {
+        JoinRequest {
+            group_id: group.into(),
+            member_id: member.into(),
+            group_instance_id: instance.map(String::from),
+            protocol_type: "consumer".into(),
+            protocols: vec![("range".into(), Bytes::from_static(b"meta"))],
+            session_timeout_ms: 10_000,
+            rebalance_timeout_ms: 30_000,
+            client_id: "c".into(),
+            client_host: "/127.0.0.1".into(),
+            require_known_member_id: true,
+        }
+    }
+
+    fn now<T>(d: Deferred<T>) -> T {
+        match d {
+            Deferred::Now(t) => t,
+            Deferred::Later(_) => panic!("expected an immediate answer"),
+        }
+    }
+
+    fn later<T>(d: Deferred<T>) -> oneshot::Receiver<T> {
+        match d {
+            Deferred::Later(rx) => rx,
+            Deferred::Now(_) => panic!("expected a deferred answer"),
+        }
+    }
+
+    fn ready<T>(rx: &mut oneshot::Receiver<T>) -> Option<T> {
+        rx.try_recv().expect("not cancelled")
+    }
+
+    /// Two members join (KIP-394 first), the rebalance completes after the initial
+    /// delay, the leader assigns, both are stable; then one times out and the survivor
+    /// is told to rejoin.
+    #[test]
+    fn join_sync_heartbeat_expiry() {
+        let mut c = GroupCoordinator::new(GroupConfig::default());
+        let r1 = now(c.join(join_req("g", "", None), 0, "m1".into()));
+        assert_eq!(r1.error, Some(GroupError::MemberIdRequired));
+        let mut j1 = later(c.join(join_req("g", "m1", None), 10, "x".into()));
+        let r2 = now(c.join(join_req("g", "", None), 20, "m2".into()));
+        assert_eq!(r2.member_id, "m2");
+        let mut j2 = later(c.join(join_req("g", "m2", None), 30, "x".into()));
+        c.tick(1000);
+        assert!(ready(&mut j1).is_none(), "initial delay holds the join");
+        c.tick(3100);
+        let a1 = ready(&mut j1).unwrap();
+        let a2 = ready(&mut j2).unwrap();
+        assert_eq!((a1.generation_id, a2.generation_id), (1, 1));
+        assert_eq!(a1.leader, "m1");
+        assert_eq!(a1.members.len(), 2);
+        assert!(a2.members.is_empty());
+        assert_eq!(a1.protocol_name.as_deref(), Some("range"));
+
+        let sync = |m: &str, assign: Vec<(String, Bytes)>| SyncRequest {
+            group_id: "g".into(),
+            member_id: m.into(),
+            group_instance_id: None,
+            generation_id: 1,
+            protocol_type: Some("consumer".into()),
+            protocol_name: Some("range".into()),
+            assignments: assign,
+        };
+        let mut s2 = later(c.sync(sync("m2", vec![]), 3200));
+        assert!(ready(&mut s2).is_none(), "follower waits for the leader");
+        let mut s1 = later(c.sync(
+            sync("m1", vec![("m1".into(), Bytes::from_static(b"a1")), ("m2".into(), Bytes::from_static(b"a2"))]),
+            3300,
+        ));
+        assert_eq!(&ready(&mut s1).unwrap().assignment[..], b"a1");
+        assert_eq!(&ready(&mut s2).unwrap().assignment[..], b"a2");
+        assert_eq!(c.describe("g").unwrap().state, GroupState::Stable);
+        assert!(!c.take_pending_records().is_empty(), "group metadata persisted");
+
+        assert_eq!(c.heartbeat("g", "m1", None, 1, 5000), Ok(()));
+        assert_eq!(c.heartbeat("g", "m1", None, 0, 5000), Err(GroupError::IllegalGeneration));
+        assert_eq!(c.heartbeat("g", "nobody", None, 1, 5000), Err(GroupError::UnknownMemberId));
+        // m2 stops heartbeating; after its session timeout m1 is told to rebalance.
+        c.tick(13_400);
+        assert_eq!(c.heartbeat("g", "m1", None, 1, 13_400), Err(GroupError::RebalanceInProgress));
+        let mut j1 = later(c.join(join_req("g", "m1", None), 13_500, "x".into()));
+        let a = ready(&mut j1).unwrap();
+        assert_eq!(a.generation_id, 2);
+        assert_eq!(a.members.len(), 1);
+    }
+
+    #[test]
+    fn static_member_rejoins_without_rebalance_and_old_id_is_fenced() {
+        let mut c = GroupCoordinator::new(GroupConfig { initial_rebalance_delay_ms: 50, ..Default::default() });
+        let mut j1 = later(c.join(join_req("g", "", Some("i1")), 0, "m1".into()));
+        let mut j2 = later(c.join(join_req("g", "", Some("i2")), 0, "m2".into()));
+        c.tick(60);
+        let (a1, a2) = (ready(&mut j1).unwrap(), ready(&mut j2).unwrap());
+        let leader = a1.leader.clone();
+        assert_eq!(a2.leader, leader);
+        let follower = if leader == "m1" { ("m2", "i2") } else { ("m1", "i1") };
+        let s = SyncRequest {
+            group_id: "g".into(),
+            member_id: leader.clone(),
+            group_instance_id: Some(if leader == "m1" { "i1" } else { "i2" }.into()),
+            generation_id: 1,
+            protocol_type: None,
+            protocol_name: None,
+            assignments: vec![("m1".into(), Bytes::from_static(b"p0")), ("m2".into(), Bytes::from_static(b"p1"))],
+        };
+        let _ = c.sync(s, 2);
+        // The follower restarts: same instance id, new member id, same generation.
+        let r = now(c.join(join_req("g", "", Some(follower.1)), 100, "m9".into()));
+        assert_eq!(r.generation_id, 1, "no rebalance");
+        assert_eq!(r.member_id, "m9");
+        assert_eq!(c.describe("g").unwrap().state, GroupState::Stable);
+        assert_eq!(c.heartbeat("g", follower.0, Some(follower.1), 1, 101), Err(GroupError::FencedInstanceId));
+        assert_eq!(c.heartbeat("g", &leader, None, 1, 101), Ok(()));
+    }
+
+    #[test]
+    fn commits_validate_and_reload_from_records() {
+        let mut c = GroupCoordinator::new(GroupConfig::default());
+        assert_eq!(c.validate_commit("simple", "", None, -1), Ok(()));
+        let (recs, res) = c.commit_records(
+            "simple",
+            &[OffsetCommit { topic: "t".into(), partition: 0, offset: 42, leader_epoch: -1, metadata: "x".into() }],
+            7,
+        );
+        assert_eq!(res, vec![Ok(())]);
+        let mut reloaded = GroupCoordinator::new(GroupConfig::default());
+        for r in recs {
+            let rec = records::decode(&r.key, r.value.as_ref()).unwrap();
+            c.apply_record(rec.clone(), 7);
+            reloaded.apply_record(rec, 7);
+        }
+        for co in [&c, &reloaded] {
+            let got = co.fetch_offsets("simple", Some(&[("t".into(), 0), ("t".into(), 1)]));
+            assert_eq!(got[0].2.as_ref().unwrap().offset, 42);
+            assert!(got[1].2.is_none());
+        }
+        // Offsets of an empty group expire after the retention.
+        c.tick(7 + 7 * 24 * 3600 * 1000 + 1);
+        assert!(c.fetch_offsets("simple", None).is_empty());
+        assert!(c.take_pending_records().iter().any(|r| r.value.is_none()), "tombstone written");
+    }
+
+    #[test]
+    fn leave_triggers_rebalance_and_empty_group_can_be_deleted() {
+        let mut c = GroupCoordinator::new(GroupConfig { initial_rebalance_delay_ms: 0, ..Default::default() });
+        let mut j1 = later(c.join(join_req("g", "", Some("i1")), 0, "m1".into()));
+        c.tick(1);
+        ready(&mut j1).unwrap();
+        assert_eq!(c.delete_group("g"), Err(GroupError::NonEmptyGroup));
+        let r = c.leave("g", &[(String::new(), Some("i1".into())), ("ghost".into(), None)], 5).unwrap();
+        assert_eq!(r, vec![Ok(()), Err(GroupError::UnknownMemberId)]);
+        assert_eq!(c.describe("g").unwrap().state, GroupState::Empty);
+        assert_eq!(c.delete_group("g"), Ok(()));
+        assert_eq!(c.delete_group("g"), Err(GroupError::GroupIdNotFound));
+    }
+}
