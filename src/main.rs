@@ -8,11 +8,7 @@ use clap::{Parser, Subcommand};
 use spate::config::{BrokerConfig, FsyncMode};
 
 #[derive(Parser)]
-#[command(
-    name = "spate",
-    version,
-    about = "A Kafka-compatible message broker, thread-per-core on io_uring"
-)]
+#[command(name = "spate", version, about = "A Kafka-compatible message broker, thread-per-core on io_uring")]
 struct Cli {
     /// Log level (error, warn, info, debug, trace) or a tracing filter; RUST_LOG also works.
     #[arg(long, global = true)]
@@ -56,13 +52,21 @@ struct ServeArgs {
     /// never: Kafka's default, no fsync on the produce path; always: group commit, acks after fdatasync [default: never]
     #[arg(long, value_enum)]
     fsync: Option<FsyncMode>,
+    /// group.initial.rebalance.delay.ms [default: 3000]
+    #[arg(long)]
+    group_initial_rebalance_delay_ms: Option<i64>,
+    /// group.min.session.timeout.ms [default: 6000]
+    #[arg(long)]
+    group_min_session_timeout_ms: Option<i32>,
+    /// offsets.retention.minutes [default: 10080]
+    #[arg(long)]
+    offsets_retention_minutes: Option<i64>,
 }
 
 fn load_config(args: ServeArgs) -> Result<BrokerConfig, String> {
     let mut config = match &args.config {
         Some(path) => {
-            let text = std::fs::read_to_string(path)
-                .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+            let text = std::fs::read_to_string(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
             toml::from_str::<BrokerConfig>(&text).map_err(|e| format!("{}: {e}", path.display()))?
         }
         None => BrokerConfig::default(),
@@ -91,6 +95,15 @@ fn load_config(args: ServeArgs) -> Result<BrokerConfig, String> {
     if let Some(v) = args.num_partitions {
         config.num_partitions = v;
     }
+    if let Some(v) = args.group_initial_rebalance_delay_ms {
+        config.group_initial_rebalance_delay_ms = v;
+    }
+    if let Some(v) = args.group_min_session_timeout_ms {
+        config.group_min_session_timeout_ms = v;
+    }
+    if let Some(v) = args.offsets_retention_minutes {
+        config.offsets_retention_minutes = v;
+    }
     if let Some(v) = args.fsync {
         config.fsync = v;
     }
@@ -104,11 +117,7 @@ fn init_logging(level: Option<&str>) {
         None => tracing_subscriber::EnvFilter::try_from_default_env()
             .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
     };
-    tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .with_target(false)
-        .init();
+    tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_target(false).init();
 }
 
 fn main() -> ExitCode {

@@ -38,6 +38,12 @@ pub struct BrokerConfig {
     /// Broker-wide defaults for topic configs, by Kafka name (`log.retention.ms` style
     /// broker names are accepted in their topic form: `retention.ms`).
     pub topic_defaults: BTreeMap<String, String>,
+    /// group.initial.rebalance.delay.ms
+    pub group_initial_rebalance_delay_ms: i64,
+    /// group.min.session.timeout.ms
+    pub group_min_session_timeout_ms: i32,
+    /// offsets.retention.minutes
+    pub offsets_retention_minutes: i64,
 }
 
 impl Default for BrokerConfig {
@@ -52,11 +58,23 @@ impl Default for BrokerConfig {
             num_partitions: 1,
             fsync: FsyncMode::Never,
             topic_defaults: BTreeMap::new(),
+            group_initial_rebalance_delay_ms: 3000,
+            group_min_session_timeout_ms: 6000,
+            offsets_retention_minutes: 7 * 24 * 60,
         }
     }
 }
 
 impl BrokerConfig {
+    pub fn group_config(&self) -> crate::group::GroupConfig {
+        crate::group::GroupConfig {
+            initial_rebalance_delay_ms: self.group_initial_rebalance_delay_ms.max(0),
+            session_timeout_min_ms: self.group_min_session_timeout_ms.max(1),
+            offsets_retention_ms: self.offsets_retention_minutes.saturating_mul(60_000),
+            ..Default::default()
+        }
+    }
+
     pub fn advertised(&self) -> &str {
         self.advertise.as_deref().unwrap_or(&self.listen)
     }
@@ -64,20 +82,14 @@ impl BrokerConfig {
     /// Check what cannot be checked by types alone.
     pub fn validate(&self) -> Result<(), String> {
         if self.num_partitions < 1 || self.num_partitions > limits::topic_partitions_max {
-            return Err(format!(
-                "num-partitions must be in 1..={}",
-                limits::topic_partitions_max
-            ));
+            return Err(format!("num-partitions must be in 1..={}", limits::topic_partitions_max));
         }
         if self.node_id < 0 {
             return Err("node-id must be >= 0".into());
         }
-        split_host_port(self.advertised())
-            .ok_or_else(|| format!("bad advertise address {:?}", self.advertised()))?;
+        split_host_port(self.advertised()).ok_or_else(|| format!("bad advertise address {:?}", self.advertised()))?;
         TopicConfig::from_pairs(
-            self.topic_defaults
-                .iter()
-                .map(|(k, v)| (k.as_str(), Some(v.as_str()))),
+            self.topic_defaults.iter().map(|(k, v)| (k.as_str(), Some(v.as_str()))),
             &TopicConfig::kafka_defaults(),
         )
         .map_err(|e| format!("topic_defaults: {e}"))?;
@@ -88,10 +100,7 @@ impl BrokerConfig {
 pub fn split_host_port(addr: &str) -> Option<(String, i32)> {
     let (host, port) = addr.rsplit_once(':')?;
     let port: u16 = port.parse().ok()?;
-    Some((
-        host.trim_matches(|c| c == '[' || c == ']').to_string(),
-        port as i32,
-    ))
+    Some((host.trim_matches(|c| c == '[' || c == ']').to_string(), port as i32))
 }
 
 /// Where a config value comes from (Kafka's DescribeConfigs `config_source`).
@@ -123,61 +132,21 @@ enum ValueKind {
 /// Every topic config Spate understands. Anything else is refused (INVALID_CONFIG), not
 /// ignored, so a user never believes a setting took effect when it did not.
 const TOPIC_CONFIG_KEYS: &[TopicConfigKey] = &[
-    TopicConfigKey {
-        name: "cleanup.policy",
-        default: "delete",
-        kind: ValueKind::Choice(&["delete"]),
-    },
-    TopicConfigKey {
-        name: "flush.messages",
-        default: "9223372036854775807",
-        kind: ValueKind::Long { min: 1 },
-    },
-    TopicConfigKey {
-        name: "flush.ms",
-        default: "9223372036854775807",
-        kind: ValueKind::Long { min: 0 },
-    },
-    TopicConfigKey {
-        name: "index.interval.bytes",
-        default: "4096",
-        kind: ValueKind::Long { min: 0 },
-    },
-    TopicConfigKey {
-        name: "max.message.bytes",
-        default: "1048588",
-        kind: ValueKind::Long { min: 0 },
-    },
+    TopicConfigKey { name: "cleanup.policy", default: "delete", kind: ValueKind::Choice(&["delete"]) },
+    TopicConfigKey { name: "flush.messages", default: "9223372036854775807", kind: ValueKind::Long { min: 1 } },
+    TopicConfigKey { name: "flush.ms", default: "9223372036854775807", kind: ValueKind::Long { min: 0 } },
+    TopicConfigKey { name: "index.interval.bytes", default: "4096", kind: ValueKind::Long { min: 0 } },
+    TopicConfigKey { name: "max.message.bytes", default: "1048588", kind: ValueKind::Long { min: 0 } },
     TopicConfigKey {
         name: "message.timestamp.type",
         default: "CreateTime",
         kind: ValueKind::Choice(&["CreateTime", "LogAppendTime"]),
     },
-    TopicConfigKey {
-        name: "retention.bytes",
-        default: "-1",
-        kind: ValueKind::Long { min: -1 },
-    },
-    TopicConfigKey {
-        name: "retention.ms",
-        default: "604800000",
-        kind: ValueKind::Long { min: -1 },
-    },
-    TopicConfigKey {
-        name: "segment.bytes",
-        default: "1073741824",
-        kind: ValueKind::Long { min: 14 },
-    },
-    TopicConfigKey {
-        name: "segment.index.bytes",
-        default: "10485760",
-        kind: ValueKind::Long { min: 4 },
-    },
-    TopicConfigKey {
-        name: "segment.ms",
-        default: "604800000",
-        kind: ValueKind::Long { min: 1 },
-    },
+    TopicConfigKey { name: "retention.bytes", default: "-1", kind: ValueKind::Long { min: -1 } },
+    TopicConfigKey { name: "retention.ms", default: "604800000", kind: ValueKind::Long { min: -1 } },
+    TopicConfigKey { name: "segment.bytes", default: "1073741824", kind: ValueKind::Long { min: 14 } },
+    TopicConfigKey { name: "segment.index.bytes", default: "10485760", kind: ValueKind::Long { min: 4 } },
+    TopicConfigKey { name: "segment.ms", default: "604800000", kind: ValueKind::Long { min: 1 } },
 ];
 
 /// The configs set on one topic (only what differs from the defaults), by Kafka name.
@@ -188,10 +157,7 @@ pub struct TopicConfig {
 
 impl TopicConfig {
     pub fn kafka_defaults() -> BTreeMap<String, String> {
-        TOPIC_CONFIG_KEYS
-            .iter()
-            .map(|k| (k.name.to_string(), k.default.to_string()))
-            .collect()
+        TOPIC_CONFIG_KEYS.iter().map(|k| (k.name.to_string(), k.default.to_string())).collect()
     }
 
     /// Build from name/value pairs, checking every name and value. A `None` value
@@ -214,10 +180,7 @@ impl TopicConfig {
     }
 
     /// Every supported config with its effective value and source.
-    pub fn describe(
-        &self,
-        broker_defaults: &BTreeMap<String, String>,
-    ) -> Vec<(String, String, ConfigSource)> {
+    pub fn describe(&self, broker_defaults: &BTreeMap<String, String>) -> Vec<(String, String, ConfigSource)> {
         TOPIC_CONFIG_KEYS
             .iter()
             .map(|k| {
@@ -226,11 +189,7 @@ impl TopicConfig {
                 } else if let Some(v) = broker_defaults.get(k.name) {
                     (k.name.to_string(), v.clone(), ConfigSource::StaticBroker)
                 } else {
-                    (
-                        k.name.to_string(),
-                        k.default.to_string(),
-                        ConfigSource::Default,
-                    )
+                    (k.name.to_string(), k.default.to_string(), ConfigSource::Default)
                 }
             })
             .collect()
@@ -238,16 +197,10 @@ impl TopicConfig {
 
     /// The typed config the partition log runs with.
     pub fn log_config(&self, broker_defaults: &BTreeMap<String, String>) -> LogConfig {
-        let values: BTreeMap<String, String> = self
-            .describe(broker_defaults)
-            .into_iter()
-            .map(|(k, v, _)| (k, v))
-            .collect();
+        let values: BTreeMap<String, String> =
+            self.describe(broker_defaults).into_iter().map(|(k, v, _)| (k, v)).collect();
         let long = |name: &str| -> i64 {
-            values
-                .get(name)
-                .and_then(|v| v.parse::<i64>().ok())
-                .expect("validated topic config")
+            values.get(name).and_then(|v| v.parse::<i64>().ok()).expect("validated topic config")
         };
         let clamp_u32 = |v: i64| v.clamp(0, u32::MAX as i64) as u32;
         LogConfig {
@@ -258,9 +211,7 @@ impl TopicConfig {
             max_message_bytes: clamp_u32(long("max.message.bytes")).min(limits::message_bytes_max),
             retention_ms: long("retention.ms"),
             retention_bytes: long("retention.bytes"),
-            timestamp_type: if values.get("message.timestamp.type").map(String::as_str)
-                == Some("LogAppendTime")
-            {
+            timestamp_type: if values.get("message.timestamp.type").map(String::as_str) == Some("LogAppendTime") {
                 TimestampType::LogAppendTime
             } else {
                 TimestampType::CreateTime
@@ -274,18 +225,12 @@ impl TopicConfig {
 fn check_value(key: &TopicConfigKey, value: &str) -> Result<(), String> {
     match key.kind {
         ValueKind::Long { min } => {
-            let v: i64 = value
-                .trim()
-                .parse()
-                .map_err(|_| format!("{} must be an integer, got {value:?}", key.name))?;
+            let v: i64 = value.trim().parse().map_err(|_| format!("{} must be an integer, got {value:?}", key.name))?;
             if v < min {
                 return Err(format!("{} must be >= {min}, got {v}", key.name));
             }
             if key.name == "max.message.bytes" && v > limits::message_bytes_max as i64 {
-                return Err(format!(
-                    "max.message.bytes must be <= {}",
-                    limits::message_bytes_max
-                ));
+                return Err(format!("max.message.bytes must be <= {}", limits::message_bytes_max));
             }
             Ok(())
         }
@@ -293,10 +238,7 @@ fn check_value(key: &TopicConfigKey, value: &str) -> Result<(), String> {
             if choices.contains(&value) {
                 Ok(())
             } else {
-                Err(format!(
-                    "{} must be one of {choices:?} (others are not supported yet), got {value:?}",
-                    key.name
-                ))
+                Err(format!("{} must be one of {choices:?} (others are not supported yet), got {value:?}", key.name))
             }
         }
     }
@@ -308,30 +250,23 @@ mod tests {
 
     #[test]
     fn unsupported_config_is_refused() {
-        let e = TopicConfig::from_pairs([("cleanup.policy", Some("compact"))], &BTreeMap::new())
-            .unwrap_err();
+        let e = TopicConfig::from_pairs([("cleanup.policy", Some("compact"))], &BTreeMap::new()).unwrap_err();
         assert!(e.contains("cleanup.policy"), "{e}");
-        let e = TopicConfig::from_pairs([("compression.type", Some("lz4"))], &BTreeMap::new())
-            .unwrap_err();
+        let e = TopicConfig::from_pairs([("compression.type", Some("lz4"))], &BTreeMap::new()).unwrap_err();
         assert!(e.contains("unsupported"), "{e}");
-        let e =
-            TopicConfig::from_pairs([("retention.ms", Some("abc"))], &BTreeMap::new()).unwrap_err();
+        let e = TopicConfig::from_pairs([("retention.ms", Some("abc"))], &BTreeMap::new()).unwrap_err();
         assert!(e.contains("integer"), "{e}");
     }
 
     #[test]
     fn describe_lists_every_key_with_source() {
-        let c =
-            TopicConfig::from_pairs([("retention.ms", Some("1000"))], &BTreeMap::new()).unwrap();
+        let c = TopicConfig::from_pairs([("retention.ms", Some("1000"))], &BTreeMap::new()).unwrap();
         let mut broker = BTreeMap::new();
         broker.insert("segment.bytes".to_string(), "1048576".to_string());
         let d = c.describe(&broker);
         assert_eq!(d.len(), TOPIC_CONFIG_KEYS.len());
         let get = |n: &str| d.iter().find(|(k, _, _)| k == n).unwrap().clone();
-        assert_eq!(
-            get("retention.ms"),
-            ("retention.ms".into(), "1000".into(), ConfigSource::Topic)
-        );
+        assert_eq!(get("retention.ms"), ("retention.ms".into(), "1000".into(), ConfigSource::Topic));
         assert_eq!(get("segment.bytes").2, ConfigSource::StaticBroker);
         assert_eq!(get("retention.bytes").2, ConfigSource::Default);
         let lc = c.log_config(&broker);

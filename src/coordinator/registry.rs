@@ -69,10 +69,7 @@ pub fn validate_topic_name(name: &str) -> Result<(), RegistryError> {
     if name == "." || name == ".." {
         return bad("'.' and '..' are not allowed");
     }
-    if !name
-        .bytes()
-        .all(|b| b.is_ascii_alphanumeric() || b == b'.' || b == b'_' || b == b'-')
-    {
+    if !name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'.' || b == b'_' || b == b'-') {
         return bad("only ASCII alphanumerics, '.', '_' and '-' are allowed");
     }
     Ok(())
@@ -86,19 +83,12 @@ impl Registry {
         let topics = match fs::metadata(&path) {
             Ok(m) => {
                 if m.len() > REGISTRY_FILE_BYTES_MAX {
-                    return Err(RegistryError::Corrupt(format!(
-                        "{} is {} bytes",
-                        path.display(),
-                        m.len()
-                    )));
+                    return Err(RegistryError::Corrupt(format!("{} is {} bytes", path.display(), m.len())));
                 }
                 let file: RegistryFile = serde_json::from_slice(&fs::read(&path)?)
                     .map_err(|e| RegistryError::Corrupt(format!("{}: {e}", path.display())))?;
                 if file.version != REGISTRY_VERSION {
-                    return Err(RegistryError::Corrupt(format!(
-                        "unknown registry version {}",
-                        file.version
-                    )));
+                    return Err(RegistryError::Corrupt(format!("unknown registry version {}", file.version)));
                 }
                 file.topics
             }
@@ -120,12 +110,7 @@ impl Registry {
         self.topics.iter()
     }
 
-    pub fn create(
-        &mut self,
-        name: &str,
-        partitions: i32,
-        configs: TopicConfig,
-    ) -> Result<TopicMeta, RegistryError> {
+    pub fn create(&mut self, name: &str, partitions: i32, configs: TopicConfig) -> Result<TopicMeta, RegistryError> {
         validate_topic_name(name)?;
         if !(1..=limits::topic_partitions_max).contains(&partitions) {
             return Err(RegistryError::InvalidPartitions(partitions));
@@ -133,11 +118,7 @@ impl Registry {
         if self.topics.contains_key(name) {
             return Err(RegistryError::TopicExists(name.to_string()));
         }
-        let meta = TopicMeta {
-            id: uuid::Uuid::new_v4(),
-            partitions,
-            configs,
-        };
+        let meta = TopicMeta { id: uuid::Uuid::new_v4(), partitions, configs };
         self.topics.insert(name.to_string(), meta.clone());
         if let Err(e) = self.persist() {
             self.topics.remove(name);
@@ -147,10 +128,7 @@ impl Registry {
     }
 
     pub fn delete(&mut self, name: &str) -> Result<TopicMeta, RegistryError> {
-        let meta = self
-            .topics
-            .remove(name)
-            .ok_or_else(|| RegistryError::UnknownTopic(name.to_string()))?;
+        let meta = self.topics.remove(name).ok_or_else(|| RegistryError::UnknownTopic(name.to_string()))?;
         if let Err(e) = self.persist() {
             self.topics.insert(name.to_string(), meta);
             return Err(e);
@@ -159,11 +137,8 @@ impl Registry {
     }
 
     fn persist(&self) -> Result<(), RegistryError> {
-        let body = serde_json::to_vec_pretty(&RegistryFile {
-            version: REGISTRY_VERSION,
-            topics: self.topics.clone(),
-        })
-        .map_err(|e| RegistryError::Corrupt(e.to_string()))?;
+        let body = serde_json::to_vec_pretty(&RegistryFile { version: REGISTRY_VERSION, topics: self.topics.clone() })
+            .map_err(|e| RegistryError::Corrupt(e.to_string()))?;
         let tmp = self.path.with_extension("json.tmp");
         let mut f = fs::File::create(&tmp)?;
         f.write_all(&body)?;
@@ -185,18 +160,9 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let mut r = Registry::open(dir.path()).unwrap();
         let m = r.create("orders", 3, TopicConfig::default()).unwrap();
-        assert!(matches!(
-            r.create("orders", 1, TopicConfig::default()),
-            Err(RegistryError::TopicExists(_))
-        ));
-        assert!(matches!(
-            r.create("bad name", 1, TopicConfig::default()),
-            Err(RegistryError::InvalidName(..))
-        ));
-        assert!(matches!(
-            r.create("x", 0, TopicConfig::default()),
-            Err(RegistryError::InvalidPartitions(0))
-        ));
+        assert!(matches!(r.create("orders", 1, TopicConfig::default()), Err(RegistryError::TopicExists(_))));
+        assert!(matches!(r.create("bad name", 1, TopicConfig::default()), Err(RegistryError::InvalidName(..))));
+        assert!(matches!(r.create("x", 0, TopicConfig::default()), Err(RegistryError::InvalidPartitions(0))));
         r.create("gone", 1, TopicConfig::default()).unwrap();
         r.delete("gone").unwrap();
         let r2 = Registry::open(dir.path()).unwrap();

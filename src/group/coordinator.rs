@@ -372,14 +372,20 @@ impl GroupCoordinator {
     fn persist_group(&mut self, group_id: &str) {
         let Some(g) = self.groups.get(group_id) else { return };
         let value = records::group_value(&g.stored());
-        self.pending_records.push(PendingRecord { group_id: group_id.to_string(), key: records::group_key(group_id), value: Some(value) });
+        self.pending_records.push(PendingRecord {
+            group_id: group_id.to_string(),
+            key: records::group_key(group_id),
+            value: Some(value),
+        });
     }
 
     pub fn join(&mut self, req: JoinRequest, now_ms: i64, new_member_id: String) -> Deferred<JoinResponse> {
         if req.group_id.is_empty() {
             return Deferred::Now(JoinResponse::error(GroupError::InvalidGroupId, &req.member_id));
         }
-        if req.session_timeout_ms < self.config.session_timeout_min_ms || req.session_timeout_ms > self.config.session_timeout_max_ms {
+        if req.session_timeout_ms < self.config.session_timeout_min_ms
+            || req.session_timeout_ms > self.config.session_timeout_max_ms
+        {
             return Deferred::Now(JoinResponse::error(GroupError::InvalidSessionTimeout, &req.member_id));
         }
         if !req.member_id.is_empty() && !self.groups.contains_key(&req.group_id) {
@@ -531,7 +537,8 @@ impl GroupCoordinator {
         }
         let rebalance_timeout_ms = g.members.iter().map(|m| m.rebalance_timeout_ms as i64).max().unwrap_or(0);
         g.rebalance_deadline_ms = now_ms + rebalance_timeout_ms;
-        g.initial_delay_until_ms = if g.state == GroupState::Empty { Some((now_ms + delay_ms).min(g.rebalance_deadline_ms)) } else { None };
+        g.initial_delay_until_ms =
+            if g.state == GroupState::Empty { Some((now_ms + delay_ms).min(g.rebalance_deadline_ms)) } else { None };
         tracing::info!(group = group_id, generation = g.generation, reason, "preparing rebalance");
         g.set_state(GroupState::PreparingRebalance, now_ms);
     }
@@ -865,7 +872,11 @@ impl GroupCoordinator {
         match record {
             records::OffsetsRecord::Offset { group, topic, partition, value } => match value {
                 Some(v) => {
-                    self.groups.entry(group).or_insert_with(|| Group::new(now_ms)).offsets.insert((topic, partition), v);
+                    self.groups
+                        .entry(group)
+                        .or_insert_with(|| Group::new(now_ms))
+                        .offsets
+                        .insert((topic, partition), v);
                 }
                 None => {
                     if let Some(g) = self.groups.get_mut(&group) {
@@ -921,7 +932,11 @@ impl GroupCoordinator {
     }
 
     /// OffsetFetch: committed offsets of a group; all of them when `partitions` is None.
-    pub fn fetch_offsets(&self, group_id: &str, partitions: Option<&[(String, i32)]>) -> Vec<(String, i32, Option<StoredOffset>)> {
+    pub fn fetch_offsets(
+        &self,
+        group_id: &str,
+        partitions: Option<&[(String, i32)]>,
+    ) -> Vec<(String, i32, Option<StoredOffset>)> {
         let g = self.groups.get(group_id);
         match partitions {
             Some(list) => list
@@ -981,7 +996,11 @@ impl GroupCoordinator {
                 value: None,
             });
         }
-        self.pending_records.push(PendingRecord { group_id: group_id.to_string(), key: records::group_key(group_id), value: None });
+        self.pending_records.push(PendingRecord {
+            group_id: group_id.to_string(),
+            key: records::group_key(group_id),
+            value: None,
+        });
         tracing::info!(group = group_id, "group deleted");
         Ok(())
     }
@@ -997,8 +1016,8 @@ impl GroupCoordinator {
         let protocol = g.protocol.clone().unwrap_or_default();
         let mut results = Vec::with_capacity(partitions.len());
         for (topic, partition) in partitions {
-            let in_use = g.state != GroupState::Empty
-                && g.members.iter().any(|m| subscribed(&m.metadata_for(&protocol), topic));
+            let in_use =
+                g.state != GroupState::Empty && g.members.iter().any(|m| subscribed(&m.metadata_for(&protocol), topic));
             if in_use {
                 results.push(Err(GroupError::GroupSubscribedToTopic));
                 continue;

@@ -226,7 +226,14 @@ pub fn decode(key: &Bytes, value: Option<&Bytes>) -> Result<OffsetsRecord, Recor
                             assignment: get_bytes(&mut v)?,
                         });
                     }
-                    Some(StoredGroup { protocol_type, generation, protocol, leader, current_state_timestamp_ms, members })
+                    Some(StoredGroup {
+                        protocol_type,
+                        generation,
+                        protocol,
+                        leader,
+                        current_state_timestamp_ms,
+                        members,
+                    })
                 }
             };
             Ok(OffsetsRecord::Group { group, value })
@@ -245,12 +252,10 @@ mod tests {
         assert_eq!(&key[..], &[0, 1, 0, 1, b'g', 0, 1, b't', 0, 0, 0, 3]);
         let v = StoredOffset { offset: 42, leader_epoch: 0, metadata: "m".into(), commit_timestamp_ms: 7 };
         let value = offset_value(&v);
-        assert_eq!(decode(&key, Some(&value)).unwrap(), OffsetsRecord::Offset {
-            group: "g".into(),
-            topic: "t".into(),
-            partition: 3,
-            value: Some(v)
-        });
+        assert_eq!(
+            decode(&key, Some(&value)).unwrap(),
+            OffsetsRecord::Offset { group: "g".into(), topic: "t".into(), partition: 3, value: Some(v) }
+        );
         assert!(matches!(decode(&key, None).unwrap(), OffsetsRecord::Offset { value: None, .. }));
     }
 
@@ -283,7 +288,8 @@ mod tests {
         for cut in 0..key.len() {
             let _ = decode(&key.slice(..cut), None);
         }
-        let v = offset_value(&StoredOffset { offset: 1, leader_epoch: 0, metadata: String::new(), commit_timestamp_ms: 0 });
+        let v =
+            offset_value(&StoredOffset { offset: 1, leader_epoch: 0, metadata: String::new(), commit_timestamp_ms: 0 });
         for cut in 0..v.len() {
             assert!(decode(&key, Some(&v.slice(..cut))).is_err());
         }

@@ -37,10 +37,7 @@ pub struct TopicPartition {
 
 impl TopicPartition {
     pub fn new(topic: impl Into<String>, partition: i32) -> Self {
-        Self {
-            topic: topic.into(),
-            partition,
-        }
+        Self { topic: topic.into(), partition }
     }
 
     /// The partition's directory name: `<topic>-<partition>`, as Kafka names it.

@@ -24,13 +24,21 @@ pub const SUPPORTED_APIS: &[(ApiKey, i16, i16)] = &[
     (ApiKey::CreateTopics, 2, 7),
     (ApiKey::DeleteTopics, 1, 5),
     (ApiKey::DescribeConfigs, 1, 4),
+    (ApiKey::FindCoordinator, 0, 4),
+    (ApiKey::JoinGroup, 0, 7),
+    (ApiKey::SyncGroup, 0, 5),
+    (ApiKey::Heartbeat, 0, 4),
+    (ApiKey::LeaveGroup, 0, 5),
+    (ApiKey::OffsetCommit, 2, 8),
+    (ApiKey::OffsetFetch, 1, 8),
+    (ApiKey::ListGroups, 0, 4),
+    (ApiKey::DescribeGroups, 0, 5),
+    (ApiKey::DeleteGroups, 0, 2),
+    (ApiKey::OffsetDelete, 0, 0),
 ];
 
 pub fn supported_range(key: ApiKey) -> Option<(i16, i16)> {
-    SUPPORTED_APIS
-        .iter()
-        .find(|(k, _, _)| *k == key)
-        .map(|(_, lo, hi)| (*lo, *hi))
+    SUPPORTED_APIS.iter().find(|(k, _, _)| *k == key).map(|(_, lo, hi)| (*lo, *hi))
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -59,16 +67,15 @@ pub struct RequestFrame {
     /// Set when the API key is known to the codec library.
     pub header: Option<RequestHeader>,
     pub body: Bytes,
+    /// The client's address as Kafka shows it in group descriptions ("/127.0.0.1").
+    pub client_host: String,
 }
 
 /// Decode the header of a request frame. Unknown API keys and versions still yield the
 /// correlation id (from the fixed v0/v1 header prefix) so they can be answered.
 pub fn decode_frame(mut frame: Bytes) -> Result<RequestFrame, ProtocolError> {
     if frame.len() < 8 {
-        return Err(ProtocolError::BadHeader(format!(
-            "frame of {} bytes is shorter than a header",
-            frame.len()
-        )));
+        return Err(ProtocolError::BadHeader(format!("frame of {} bytes is shorter than a header", frame.len())));
     }
     let api_key = i16::from_be_bytes([frame[0], frame[1]]);
     let api_version = i16::from_be_bytes([frame[2], frame[3]]);
@@ -80,6 +87,7 @@ pub fn decode_frame(mut frame: Bytes) -> Result<RequestFrame, ProtocolError> {
             correlation_id,
             header: None,
             body: Bytes::new(),
+            client_host: String::new(),
         });
     };
     if !(key.valid_versions().min..=key.valid_versions().max).contains(&api_version) {
@@ -89,17 +97,19 @@ pub fn decode_frame(mut frame: Bytes) -> Result<RequestFrame, ProtocolError> {
             correlation_id,
             header: None,
             body: Bytes::new(),
+            client_host: String::new(),
         });
     }
     let header_version = key.request_header_version(api_version);
-    let header = RequestHeader::decode(&mut frame, header_version)
-        .map_err(|e| ProtocolError::BadHeader(e.to_string()))?;
+    let header =
+        RequestHeader::decode(&mut frame, header_version).map_err(|e| ProtocolError::BadHeader(e.to_string()))?;
     Ok(RequestFrame {
         api_key,
         api_version,
         correlation_id,
         header: Some(header),
         body: frame,
+        client_host: String::new(),
     })
 }
 
@@ -151,6 +161,21 @@ pub mod error_code {
     pub const KAFKA_STORAGE_ERROR: i16 = 56;
     pub const INVALID_RECORD: i16 = 87;
     pub const INVALID_TIMESTAMP: i16 = 32;
+    pub const OFFSET_METADATA_TOO_LARGE: i16 = 12;
+    pub const COORDINATOR_NOT_AVAILABLE: i16 = 15;
+    pub const NOT_COORDINATOR: i16 = 16;
+    pub const ILLEGAL_GENERATION: i16 = 22;
+    pub const INCONSISTENT_GROUP_PROTOCOL: i16 = 23;
+    pub const INVALID_GROUP_ID: i16 = 24;
+    pub const UNKNOWN_MEMBER_ID: i16 = 25;
+    pub const INVALID_SESSION_TIMEOUT: i16 = 26;
+    pub const REBALANCE_IN_PROGRESS: i16 = 27;
+    pub const NON_EMPTY_GROUP: i16 = 68;
+    pub const GROUP_ID_NOT_FOUND: i16 = 69;
+    pub const MEMBER_ID_REQUIRED: i16 = 79;
+    pub const GROUP_MAX_SIZE_REACHED: i16 = 81;
+    pub const FENCED_INSTANCE_ID: i16 = 82;
+    pub const GROUP_SUBSCRIBED_TO_TOPIC: i16 = 86;
 }
 
 #[cfg(test)]
@@ -169,10 +194,7 @@ mod tests {
     fn advertised_versions_are_ones_the_codec_knows() {
         for (key, lo, hi) in SUPPORTED_APIS {
             let v = key.valid_versions();
-            assert!(
-                v.min <= *lo && *hi <= v.max,
-                "{key:?} {lo}..{hi} outside codec {v}"
-            );
+            assert!(v.min <= *lo && *hi <= v.max, "{key:?} {lo}..{hi} outside codec {v}");
         }
     }
 

@@ -26,17 +26,14 @@ enum Pending {
 }
 
 pub async fn serve(ctx: Rc<ShardContext>, stream: TcpStream) {
-    let peer = stream
-        .peer_addr()
-        .map(|a| a.to_string())
-        .unwrap_or_else(|_| "?".into());
+    let peer = stream.peer_addr().map(|a| a.to_string()).unwrap_or_else(|_| "?".into());
     let _ = stream.set_nodelay(true);
     let fd = stream.as_raw_fd();
+    let client_host = stream.peer_addr().map(|a| format!("/{}", a.ip())).unwrap_or_default();
     let counters = ctx.metrics.shard(ctx.id);
     tracing::debug!(shard = ctx.id.0, %peer, "connection opened");
     let (mut reader, mut writer) = futures_lite::io::split(stream);
-    let (tx, rx) =
-        glommio::channels::local_channel::new_bounded::<Pending>(limits::connection_in_flight_max);
+    let (tx, rx) = glommio::channels::local_channel::new_bounded::<Pending>(limits::connection_in_flight_max);
 
     let writer_task = {
         let ctx = ctx.clone();
@@ -46,9 +43,7 @@ pub async fn serve(ctx: Rc<ShardContext>, stream: TcpStream) {
             while let Some(Pending::Answer(task)) = rx.recv().await {
                 match task.await {
                     Some(Ok(Some(bytes))) => {
-                        counters
-                            .bytes_out
-                            .fetch_add(bytes.len() as u64, Ordering::Relaxed);
+                        counters.bytes_out.fetch_add(bytes.len() as u64, Ordering::Relaxed);
                         if let Err(e) = writer.write_all(&bytes).await {
                             tracing::debug!(%peer, error = %e, "write failed");
                             break;
@@ -93,11 +88,9 @@ pub async fn serve(ctx: Rc<ShardContext>, stream: TcpStream) {
             tracing::debug!(%peer, error = %e, expected_bytes = len, "connection closed inside a frame");
             break;
         }
-        counters
-            .bytes_in
-            .fetch_add(4 + len as u64, Ordering::Relaxed);
+        counters.bytes_in.fetch_add(4 + len as u64, Ordering::Relaxed);
         counters.requests.fetch_add(1, Ordering::Relaxed);
-        let frame = match decode_frame(frame.freeze()) {
+        let mut frame = match decode_frame(frame.freeze()) {
             Ok(f) => f,
             Err(e) => {
                 counters.bad_frames.fetch_add(1, Ordering::Relaxed);
@@ -105,6 +98,7 @@ pub async fn serve(ctx: Rc<ShardContext>, stream: TcpStream) {
                 break;
             }
         };
+        frame.client_host.clone_from(&client_host);
         ctx.in_flight.set(ctx.in_flight.get() + 1);
         let task = {
             let ctx = ctx.clone();

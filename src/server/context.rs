@@ -11,14 +11,16 @@ use glommio::channels::channel_mesh::Senders;
 use crate::config::BrokerConfig;
 use crate::coordinator::registry::Registry;
 use crate::model::{ShardId, TopicPartition};
-use crate::shard::{owner_shard, PartitionError, PartitionOp, PartitionReply, Shard};
+use crate::shard::{
+    group_partition, owner_shard, GroupOp, GroupReply, PartitionError, PartitionOp, PartitionReply, Shard,
+};
 
 use super::metrics::Metrics;
 
-/// A partition operation sent to its owner shard, with the way back.
-pub struct ShardMessage {
-    pub op: PartitionOp,
-    pub reply: oneshot::Sender<Result<PartitionReply, PartitionError>>,
+/// Work sent to the shard that owns it, with the way back.
+pub enum ShardMessage {
+    Partition { op: PartitionOp, reply: oneshot::Sender<Result<PartitionReply, PartitionError>> },
+    Group { op: GroupOp, reply: oneshot::Sender<GroupReply> },
 }
 
 pub struct ShardContext {
@@ -74,22 +76,45 @@ impl ShardContext {
         }
         let tp = op.tp().clone();
         let (reply, rx) = oneshot::channel();
-        if self
-            .senders
-            .send_to(owner.0, ShardMessage { op, reply })
-            .await
-            .is_err()
-        {
+        if self.senders.send_to(owner.0, ShardMessage::Partition { op, reply }).await.is_err() {
             return Err(shard_gone(tp));
         }
         rx.await.unwrap_or_else(|_| Err(shard_gone(tp)))
     }
 
-    /// Serve an operation another shard sent us.
+    /// Run a group operation on the group's coordinator shard (`shard` when the op names
+    /// no group). `None` only if that shard is gone (shutting down).
+    pub async fn call_group(&self, op: GroupOp, shard: Option<ShardId>) -> Option<GroupReply> {
+        let owner = match op.group_id() {
+            Some(g) => owner_shard(&group_partition(g), self.nr_shards),
+            None => shard.unwrap_or(self.id),
+        };
+        if owner == self.id {
+            let reply = self.shard.borrow_mut().execute_group(op);
+            self.flush_wakeup();
+            return Some(reply);
+        }
+        let (reply, rx) = oneshot::channel();
+        if self.senders.send_to(owner.0, ShardMessage::Group { op, reply }).await.is_err() {
+            return None;
+        }
+        rx.await.ok()
+    }
+
+    /// Serve work another shard sent us.
     pub fn serve_remote(&self, msg: ShardMessage) {
-        let result = self.shard.borrow_mut().execute(msg.op);
-        self.flush_wakeup();
-        let _ = msg.reply.send(result);
+        match msg {
+            ShardMessage::Partition { op, reply } => {
+                let result = self.shard.borrow_mut().execute(op);
+                self.flush_wakeup();
+                let _ = reply.send(result);
+            }
+            ShardMessage::Group { op, reply } => {
+                let result = self.shard.borrow_mut().execute_group(op);
+                self.flush_wakeup();
+                let _ = reply.send(result);
+            }
+        }
     }
 
     /// Tell the group-commit loop there may be work.
@@ -136,7 +161,5 @@ impl ShardContext {
 }
 
 fn shard_gone(tp: TopicPartition) -> PartitionError {
-    PartitionError::Log(crate::log::LogError::Offline(format!(
-        "owner shard of {tp} is shutting down"
-    )))
+    PartitionError::Log(crate::log::LogError::Offline(format!("owner shard of {tp} is shutting down")))
 }

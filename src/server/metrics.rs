@@ -24,9 +24,7 @@ pub struct Metrics {
 
 impl Metrics {
     pub fn new(nr_shards: usize) -> Self {
-        Self {
-            shards: (0..nr_shards).map(|_| ShardCounters::default()).collect(),
-        }
+        Self { shards: (0..nr_shards).map(|_| ShardCounters::default()).collect() }
     }
 
     pub fn shard(&self, id: ShardId) -> &ShardCounters {
@@ -36,7 +34,6 @@ impl Metrics {
     pub fn record_fsync(&self, id: ShardId, took: Duration) {
         let c = self.shard(id);
         c.fsyncs.fetch_add(1, Ordering::Relaxed);
-        c.fsync_micros
-            .fetch_add(took.as_micros() as u64, Ordering::Relaxed);
+        c.fsync_micros.fetch_add(took.as_micros() as u64, Ordering::Relaxed);
     }
 }

@@ -31,6 +31,8 @@ pub use context::ShardMessage;
 
 /// How long a clean shutdown waits for in-flight requests.
 const shutdown_grace_ms: u64 = 10_000;
+/// How often group timers (session expiry, rebalance completion) are checked.
+const group_tick_interval_ms: u64 = 100;
 /// How often each shard rolls segments by age and checks flush.ms.
 const housekeeping_interval_ms: u64 = 1_000;
 /// glommio's registered buffer pool per shard (only DMA file I/O uses it).
@@ -39,23 +41,18 @@ const shard_io_memory_bytes: usize = 1024 * 1024;
 const retention_check_interval_ms: u64 = 300_000;
 
 pub fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis() as i64)
-        .unwrap_or(0)
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as i64).unwrap_or(0)
 }
 
 /// Start the broker and block until it has shut down.
 pub fn run(config: BrokerConfig) -> anyhow::Result<()> {
     std::fs::create_dir_all(&config.data_dir)?;
     let registry = Arc::new(RwLock::new(Registry::open(&config.data_dir)?));
+    ensure_offsets_topic(&registry)?;
     let cluster_id = cluster_id(&config.data_dir)?;
     let cores: Vec<usize> = match core_affinity::get_core_ids() {
         Some(ids) if !ids.is_empty() => ids.into_iter().map(|c| c.id).collect(),
-        _ => (0..std::thread::available_parallelism()
-            .map(|n| n.get())
-            .unwrap_or(1))
-            .collect(),
+        _ => (0..std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1)).collect(),
     };
     let nr_shards = config.cores.unwrap_or(cores.len()).max(1);
     // Bind once up front so a bad address fails fast with a clear message.
@@ -78,36 +75,17 @@ pub fn run(config: BrokerConfig) -> anyhow::Result<()> {
         MeshBuilder::full(nr_shards, crate::model::limits::shard_channel_depth_max);
     let mut handles = Vec::new();
     for shard in 0..nr_shards {
-        let placement = if nr_shards <= cores.len() {
-            Placement::Fixed(cores[shard])
-        } else {
-            Placement::Unbound
-        };
-        let (config, registry, shutdown, mesh, metrics, cluster_id) = (
-            config.clone(),
-            registry.clone(),
-            shutdown.clone(),
-            mesh.clone(),
-            metrics.clone(),
-            cluster_id.clone(),
-        );
+        let placement = if nr_shards <= cores.len() { Placement::Fixed(cores[shard]) } else { Placement::Unbound };
+        let (config, registry, shutdown, mesh, metrics, cluster_id) =
+            (config.clone(), registry.clone(), shutdown.clone(), mesh.clone(), metrics.clone(), cluster_id.clone());
         let handle = LocalExecutorBuilder::new(placement)
             .name(&format!("spate-shard-{shard}"))
             // No O_DIRECT buffers are used; a small pool keeps non-root users inside
             // the default 8 MiB memlock limit.
             .io_memory(shard_io_memory_bytes)
             .spawn(move || async move {
-                if let Err(e) = run_shard(
-                    ShardId(shard),
-                    nr_shards,
-                    config,
-                    registry,
-                    shutdown,
-                    mesh,
-                    metrics,
-                    cluster_id,
-                )
-                .await
+                if let Err(e) =
+                    run_shard(ShardId(shard), nr_shards, config, registry, shutdown, mesh, metrics, cluster_id).await
                 {
                     tracing::error!(shard, error = %e, "shard failed");
                     std::process::exit(1);
@@ -117,10 +95,26 @@ pub fn run(config: BrokerConfig) -> anyhow::Result<()> {
         handles.push(handle);
     }
     for h in handles {
-        h.join()
-            .map_err(|e| anyhow::anyhow!("shard thread: {e:?}"))?;
+        h.join().map_err(|e| anyhow::anyhow!("shard thread: {e:?}"))?;
     }
     tracing::info!("spate stopped cleanly");
+    Ok(())
+}
+
+/// `__consumer_offsets` exists from the start, as Kafka's internal topics do. Kafka
+/// compacts it; until Spate has compaction it keeps every record (retention.ms=-1).
+fn ensure_offsets_topic(registry: &RwLock<Registry>) -> anyhow::Result<()> {
+    use crate::group::{offsets_topic_partitions, OFFSETS_TOPIC};
+    let mut reg = registry.write().expect("registry lock");
+    if reg.get(OFFSETS_TOPIC).is_none() {
+        let configs = crate::config::TopicConfig::from_pairs(
+            [("retention.ms", Some("-1")), ("segment.bytes", Some("104857600"))],
+            &Default::default(),
+        )
+        .map_err(|e| anyhow::anyhow!(e))?;
+        reg.create(OFFSETS_TOPIC, offsets_topic_partitions, configs)?;
+        tracing::info!(topic = OFFSETS_TOPIC, partitions = offsets_topic_partitions, "created internal topic");
+    }
     Ok(())
 }
 
@@ -141,20 +135,15 @@ fn cluster_id(data_dir: &std::path::Path) -> anyhow::Result<String> {
 fn install_signal_handlers(shutdown: Arc<AtomicBool>) -> anyhow::Result<()> {
     use signal_hook::consts::{SIGINT, SIGTERM};
     let mut signals = signal_hook::iterator::Signals::new([SIGINT, SIGTERM])?;
-    std::thread::Builder::new()
-        .name("spate-signals".into())
-        .spawn(move || {
-            for sig in signals.forever() {
-                if shutdown.swap(true, Ordering::SeqCst) {
-                    tracing::warn!(signal = sig, "second signal: exiting now");
-                    std::process::exit(130);
-                }
-                tracing::info!(
-                    signal = sig,
-                    "shutting down cleanly (send again to exit at once)"
-                );
+    std::thread::Builder::new().name("spate-signals".into()).spawn(move || {
+        for sig in signals.forever() {
+            if shutdown.swap(true, Ordering::SeqCst) {
+                tracing::warn!(signal = sig, "second signal: exiting now");
+                std::process::exit(130);
             }
-        })?;
+            tracing::info!(signal = sig, "shutting down cleanly (send again to exit at once)");
+        }
+    })?;
     Ok(())
 }
 
@@ -169,28 +158,18 @@ async fn run_shard(
     metrics: Arc<metrics::Metrics>,
     cluster_id: String,
 ) -> anyhow::Result<()> {
-    let (senders, receivers) = mesh
-        .join()
-        .await
-        .map_err(|_| anyhow::anyhow!("channel mesh join failed"))?;
+    let (senders, receivers) = mesh.join().await.map_err(|_| anyhow::anyhow!("channel mesh join failed"))?;
     let mut shard = Shard::new(
         id,
         nr_shards,
         config.data_dir.clone(),
         registry.clone(),
         config.topic_defaults.clone(),
+        config.group_config(),
     );
     shard.open_existing(now_ms())?;
-    let ctx = Rc::new(ShardContext::new(
-        id,
-        nr_shards,
-        config.clone(),
-        registry,
-        shard,
-        senders,
-        metrics,
-        cluster_id,
-    ));
+    shard.load_groups(now_ms());
+    let ctx = Rc::new(ShardContext::new(id, nr_shards, config.clone(), registry, shard, senders, metrics, cluster_id));
 
     // Serve partition work sent by other shards.
     let mut receivers = receivers;
@@ -212,6 +191,18 @@ async fn run_shard(
     };
     flusher.detach();
 
+    // Group timers: sessions, rebalance deadlines, offset expiry.
+    {
+        let ctx = ctx.clone();
+        glommio::spawn_local(async move {
+            loop {
+                glommio::timer::sleep(Duration::from_millis(group_tick_interval_ms)).await;
+                ctx.shard.borrow_mut().group_tick(now_ms());
+            }
+        })
+        .detach();
+    }
+
     // Housekeeping.
     {
         let ctx = ctx.clone();
@@ -219,8 +210,7 @@ async fn run_shard(
             let mut last_retention = std::time::Instant::now();
             loop {
                 glommio::timer::sleep(Duration::from_millis(housekeeping_interval_ms)).await;
-                let retention =
-                    last_retention.elapsed() >= Duration::from_millis(retention_check_interval_ms);
+                let retention = last_retention.elapsed() >= Duration::from_millis(retention_check_interval_ms);
                 if retention {
                     last_retention = std::time::Instant::now();
                 }
@@ -241,8 +231,7 @@ async fn run_shard(
                 match listener.accept().await {
                     Ok(stream) => {
                         let ctx = ctx.clone();
-                        glommio::spawn_local(async move { connection::serve(ctx, stream).await })
-                            .detach();
+                        glommio::spawn_local(async move { connection::serve(ctx, stream).await }).detach();
                     }
                     Err(e) => {
                         tracing::warn!(error = %e, "accept failed");

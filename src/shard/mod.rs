@@ -15,7 +15,11 @@ use std::sync::{Arc, RwLock};
 
 use futures::channel::oneshot;
 
+mod groups;
+pub use groups::{group_partition, GroupOp, GroupReply, OffsetList};
+
 use crate::coordinator::registry::Registry;
+use crate::group::{GroupConfig, GroupCoordinator};
 use crate::log::{AppendInfo, FlushHandle, LogError, PartitionLog};
 use crate::model::{Offset, ShardId, TopicPartition};
 
@@ -49,25 +53,12 @@ pub enum PartitionError {
 #[derive(Debug)]
 pub enum PartitionOp {
     /// Append a produce request's record set. `durable` asks for an fsync before the ack.
-    Produce {
-        tp: TopicPartition,
-        records: Vec<u8>,
-        now_ms: i64,
-        durable: bool,
-    },
+    Produce { tp: TopicPartition, records: Vec<u8>, now_ms: i64, durable: bool },
     /// Read whole batches from `offset`, at most `max_bytes` (but at least one batch when
     /// `min_one_batch`).
-    Fetch {
-        tp: TopicPartition,
-        offset: Offset,
-        max_bytes: usize,
-        min_one_batch: bool,
-    },
+    Fetch { tp: TopicPartition, offset: Offset, max_bytes: usize, min_one_batch: bool },
     /// ListOffsets: -2 earliest, -1 latest, else by timestamp.
-    ListOffset {
-        tp: TopicPartition,
-        timestamp_ms: i64,
-    },
+    ListOffset { tp: TopicPartition, timestamp_ms: i64 },
     /// Wake me when the log end offset passes `offset`.
     WaitForData { tp: TopicPartition, offset: Offset },
     /// The topic is gone from the registry: remove this partition's log and directory.
@@ -98,16 +89,9 @@ pub type DurableWait = oneshot::Receiver<Result<(), String>>;
 
 #[derive(Debug)]
 pub enum PartitionReply {
-    Produced {
-        info: AppendInfo,
-        log_start_offset: Offset,
-        durable: Option<DurableWait>,
-    },
+    Produced { info: AppendInfo, log_start_offset: Offset, durable: Option<DurableWait> },
     Fetched(FetchData),
-    Offset {
-        offset: Offset,
-        timestamp_ms: i64,
-    },
+    Offset { offset: Offset, timestamp_ms: i64 },
     Waiting(oneshot::Receiver<()>),
     Deleted,
 }
@@ -132,6 +116,7 @@ pub struct Shard {
     registry: Arc<RwLock<Registry>>,
     broker_topic_defaults: BTreeMap<String, String>,
     partitions: HashMap<TopicPartition, Partition>,
+    groups: GroupCoordinator,
 }
 
 impl Shard {
@@ -141,6 +126,7 @@ impl Shard {
         data_dir: PathBuf,
         registry: Arc<RwLock<Registry>>,
         broker_topic_defaults: BTreeMap<String, String>,
+        group_config: GroupConfig,
     ) -> Self {
         Self {
             id,
@@ -149,6 +135,7 @@ impl Shard {
             registry,
             broker_topic_defaults,
             partitions: HashMap::new(),
+            groups: GroupCoordinator::new(group_config),
         }
     }
 
@@ -180,9 +167,7 @@ impl Shard {
         for tp in owned {
             let registered = {
                 let reg = self.registry.read().expect("registry lock");
-                reg.get(&tp.topic)
-                    .map(|m| tp.partition < m.partitions)
-                    .unwrap_or(false)
+                reg.get(&tp.topic).map(|m| tp.partition < m.partitions).unwrap_or(false)
             };
             if registered {
                 match self.partition_mut(&tp, now_ms) {
@@ -199,11 +184,7 @@ impl Shard {
         Ok(())
     }
 
-    fn partition_mut(
-        &mut self,
-        tp: &TopicPartition,
-        now_ms: i64,
-    ) -> Result<&mut Partition, PartitionError> {
+    fn partition_mut(&mut self, tp: &TopicPartition, now_ms: i64) -> Result<&mut Partition, PartitionError> {
         if !self.partitions.contains_key(tp) {
             let config = {
                 let reg = self.registry.read().expect("registry lock");
@@ -215,33 +196,17 @@ impl Shard {
                 }
             };
             let log = PartitionLog::open(&self.data_dir.join(tp.dir_name()), config, now_ms)?;
-            self.partitions.insert(
-                tp.clone(),
-                Partition {
-                    log,
-                    data_waiters: Vec::new(),
-                    durable_waiters: Vec::new(),
-                },
-            );
+            self.partitions
+                .insert(tp.clone(), Partition { log, data_waiters: Vec::new(), durable_waiters: Vec::new() });
         }
         Ok(self.partitions.get_mut(tp).expect("just inserted"))
     }
 
     /// Run one operation on a partition this shard owns.
     pub fn execute(&mut self, op: PartitionOp) -> Result<PartitionReply, PartitionError> {
-        assert!(
-            self.owns(op.tp()),
-            "shard {} got {} owned by another shard",
-            self.id.0,
-            op.tp()
-        );
+        assert!(self.owns(op.tp()), "shard {} got {} owned by another shard", self.id.0, op.tp());
         match op {
-            PartitionOp::Produce {
-                tp,
-                mut records,
-                now_ms,
-                durable,
-            } => {
+            PartitionOp::Produce { tp, mut records, now_ms, durable } => {
                 let p = self.partition_mut(&tp, now_ms)?;
                 let info = p.log.append(&mut records, now_ms)?;
                 for w in p.data_waiters.drain(..) {
@@ -254,28 +219,14 @@ impl Shard {
                 } else {
                     None
                 };
-                Ok(PartitionReply::Produced {
-                    info,
-                    log_start_offset: p.log.log_start_offset(),
-                    durable,
-                })
+                Ok(PartitionReply::Produced { info, log_start_offset: p.log.log_start_offset(), durable })
             }
-            PartitionOp::Fetch {
-                tp,
-                offset,
-                max_bytes,
-                min_one_batch,
-            } => {
+            PartitionOp::Fetch { tp, offset, max_bytes, min_one_batch } => {
                 let p = self.partition_mut(&tp, 0)?;
                 let high_watermark = p.log.log_end_offset();
-                let plan = p
-                    .log
-                    .read(offset, max_bytes, high_watermark, min_one_batch)?;
-                let records = if plan.length_bytes == 0 {
-                    Vec::new()
-                } else {
-                    plan.read_to_vec().map_err(LogError::Io)?
-                };
+                let plan = p.log.read(offset, max_bytes, high_watermark, min_one_batch)?;
+                let records =
+                    if plan.length_bytes == 0 { Vec::new() } else { plan.read_to_vec().map_err(LogError::Io)? };
                 Ok(PartitionReply::Fetched(FetchData {
                     high_watermark,
                     log_start_offset: p.log.log_start_offset(),
@@ -289,10 +240,7 @@ impl Shard {
                     -1 => (p.log.log_end_offset(), -1),
                     ts => p.log.offset_for_timestamp(ts)?.unwrap_or((Offset(-1), -1)),
                 };
-                Ok(PartitionReply::Offset {
-                    offset,
-                    timestamp_ms,
-                })
+                Ok(PartitionReply::Offset { offset, timestamp_ms })
             }
             PartitionOp::WaitForData { tp, offset } => {
                 let p = self.partition_mut(&tp, 0)?;
@@ -349,9 +297,7 @@ impl Shard {
 
     /// True when some partition has acks (or a flush policy) waiting for an fsync.
     pub fn has_flush_work(&self) -> bool {
-        self.partitions
-            .values()
-            .any(|p| !p.durable_waiters.is_empty())
+        self.partitions.values().any(|p| !p.durable_waiters.is_empty())
     }
 
     /// Group commit, step 1: collect what one fdatasync round must cover.
@@ -402,14 +348,8 @@ mod tests {
 
     #[test]
     fn partition_dirs_parse() {
-        assert_eq!(
-            parse_partition_dir("orders-3"),
-            Some(TopicPartition::new("orders", 3))
-        );
-        assert_eq!(
-            parse_partition_dir("my-topic-0"),
-            Some(TopicPartition::new("my-topic", 0))
-        );
+        assert_eq!(parse_partition_dir("orders-3"), Some(TopicPartition::new("orders", 3)));
+        assert_eq!(parse_partition_dir("my-topic-0"), Some(TopicPartition::new("my-topic", 0)));
         assert_eq!(parse_partition_dir("spate-meta"), None);
         assert_eq!(parse_partition_dir("-1"), None);
         assert_eq!(parse_partition_dir("a-+1"), None);
@@ -417,9 +357,8 @@ mod tests {
 
     #[test]
     fn partitions_of_a_topic_spread_over_shards() {
-        let owners: std::collections::HashSet<_> = (0..8)
-            .map(|p| owner_shard(&TopicPartition::new("t", p), 2))
-            .collect();
+        let owners: std::collections::HashSet<_> =
+            (0..8).map(|p| owner_shard(&TopicPartition::new("t", p), 2)).collect();
         assert_eq!(owners.len(), 2);
     }
 }

@@ -5,9 +5,7 @@ use bytes::Bytes;
 use kafka_protocol::messages::api_versions_response::ApiVersion;
 use kafka_protocol::messages::{ApiKey, ApiVersionsResponse};
 
-use crate::protocol::{
-    encode_response, error_code, supported_range, ProtocolError, RequestFrame, SUPPORTED_APIS,
-};
+use crate::protocol::{encode_response, error_code, supported_range, ProtocolError, RequestFrame, SUPPORTED_APIS};
 
 use super::super::context::ShardContext;
 
@@ -15,12 +13,7 @@ pub fn handle(_ctx: &ShardContext, frame: &RequestFrame) -> Result<Bytes, Protoc
     let (lo, hi) = supported_range(ApiKey::ApiVersions).expect("ApiVersions is supported");
     let api_keys = SUPPORTED_APIS
         .iter()
-        .map(|(k, lo, hi)| {
-            ApiVersion::default()
-                .with_api_key(*k as i16)
-                .with_min_version(*lo)
-                .with_max_version(*hi)
-        })
+        .map(|(k, lo, hi)| ApiVersion::default().with_api_key(*k as i16).with_min_version(*lo).with_max_version(*hi))
         .collect();
     let mut body = ApiVersionsResponse::default().with_api_keys(api_keys);
     let version = if frame.api_version < lo || frame.api_version > hi || frame.header.is_none() {

@@ -3,9 +3,7 @@
 //! register the topic durably. Partition logs open lazily on their owner shard.
 
 use bytes::Bytes;
-use kafka_protocol::messages::create_topics_response::{
-    CreatableTopicConfigs, CreatableTopicResult,
-};
+use kafka_protocol::messages::create_topics_response::{CreatableTopicConfigs, CreatableTopicResult};
 use kafka_protocol::messages::{ApiKey, CreateTopicsRequest, CreateTopicsResponse};
 
 use crate::config::TopicConfig;
@@ -25,19 +23,11 @@ pub fn create_topic(
 ) -> Result<TopicMeta, (i16, String)> {
     let mut reg = ctx.registry.write().expect("registry lock");
     if validate_only {
-        validate_topic_name(name)
-            .map_err(|e| (error_code::INVALID_TOPIC_EXCEPTION, e.to_string()))?;
+        validate_topic_name(name).map_err(|e| (error_code::INVALID_TOPIC_EXCEPTION, e.to_string()))?;
         if reg.get(name).is_some() {
-            return Err((
-                error_code::TOPIC_ALREADY_EXISTS,
-                format!("topic {name:?} already exists"),
-            ));
+            return Err((error_code::TOPIC_ALREADY_EXISTS, format!("topic {name:?} already exists")));
         }
-        return Ok(TopicMeta {
-            id: uuid::Uuid::nil(),
-            partitions,
-            configs,
-        });
+        return Ok(TopicMeta { id: uuid::Uuid::nil(), partitions, configs });
     }
     reg.create(name, partitions, configs).map_err(|e| {
         let code = match &e {
@@ -57,11 +47,7 @@ pub async fn handle(ctx: &ShardContext, frame: &RequestFrame) -> Result<Bytes, P
     let mut results = Vec::with_capacity(req.topics.len());
     for t in &req.topics {
         let name = t.name.0.to_string();
-        let partitions = if t.num_partitions == -1 {
-            ctx.config.num_partitions
-        } else {
-            t.num_partitions
-        };
+        let partitions = if t.num_partitions == -1 { ctx.config.num_partitions } else { t.num_partitions };
         let outcome = (|| {
             if !t.assignments.is_empty() {
                 return Err((
@@ -72,16 +58,11 @@ pub async fn handle(ctx: &ShardContext, frame: &RequestFrame) -> Result<Bytes, P
             if t.replication_factor != -1 && t.replication_factor != 1 {
                 return Err((
                     error_code::INVALID_REPLICATION_FACTOR,
-                    format!(
-                        "replication factor {} is larger than the 1 available broker",
-                        t.replication_factor
-                    ),
+                    format!("replication factor {} is larger than the 1 available broker", t.replication_factor),
                 ));
             }
             let configs = TopicConfig::from_pairs(
-                t.configs
-                    .iter()
-                    .map(|c| (c.name.as_str(), c.value.as_ref().map(|v| v.as_str()))),
+                t.configs.iter().map(|c| (c.name.as_str(), c.value.as_ref().map(|v| v.as_str()))),
                 &ctx.config.topic_defaults,
             )
             .map_err(|e| (error_code::INVALID_CONFIG, e))?;
@@ -122,9 +103,5 @@ pub async fn handle(ctx: &ShardContext, frame: &RequestFrame) -> Result<Bytes, P
         }
         results.push(r);
     }
-    respond(
-        ApiKey::CreateTopics,
-        frame,
-        &CreateTopicsResponse::default().with_topics(results),
-    )
+    respond(ApiKey::CreateTopics, frame, &CreateTopicsResponse::default().with_topics(results))
 }

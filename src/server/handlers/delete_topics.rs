@@ -22,27 +22,24 @@ pub async fn handle(ctx: &ShardContext, frame: &RequestFrame) -> Result<Bytes, P
     };
     let mut responses = Vec::with_capacity(names.len());
     for name in names {
-        let removed = ctx
-            .registry
-            .write()
-            .expect("registry lock")
-            .delete(name.as_str());
+        if name.as_str() == crate::group::OFFSETS_TOPIC {
+            responses.push(
+                DeletableTopicResult::default()
+                    .with_name(Some(name.clone()))
+                    .with_error_code(error_code::INVALID_TOPIC_EXCEPTION),
+            );
+            continue;
+        }
+        let removed = ctx.registry.write().expect("registry lock").delete(name.as_str());
         let mut r = DeletableTopicResult::default().with_name(Some(name.clone()));
         match removed {
             Ok(meta) => {
                 if frame.api_version >= 6 {
                     r.topic_id = meta.id;
                 }
-                let deletions = (0..meta.partitions).map(|p| {
-                    ctx.call(PartitionOp::DeletePartition {
-                        tp: TopicPartition::new(name.as_str(), p),
-                    })
-                });
-                for (p, result) in futures::future::join_all(deletions)
-                    .await
-                    .into_iter()
-                    .enumerate()
-                {
+                let deletions = (0..meta.partitions)
+                    .map(|p| ctx.call(PartitionOp::DeletePartition { tp: TopicPartition::new(name.as_str(), p) }));
+                for (p, result) in futures::future::join_all(deletions).await.into_iter().enumerate() {
                     if let Err(e) = result {
                         tracing::error!(topic = %name.as_str(), partition = p, error = %e, "partition delete failed; retried at restart");
                     }
@@ -58,9 +55,5 @@ pub async fn handle(ctx: &ShardContext, frame: &RequestFrame) -> Result<Bytes, P
         }
         responses.push(r);
     }
-    respond(
-        ApiKey::DeleteTopics,
-        frame,
-        &DeleteTopicsResponse::default().with_responses(responses),
-    )
+    respond(ApiKey::DeleteTopics, frame, &DeleteTopicsResponse::default().with_responses(responses))
 }

@@ -37,56 +37,16 @@ fn config_type(name: &str, value: &str) -> i8 {
 fn broker_configs(ctx: &ShardContext) -> Vec<(String, String, ConfigSource)> {
     let c = &ctx.config;
     let mut out = vec![
-        (
-            "broker.id".to_string(),
-            c.node_id.to_string(),
-            ConfigSource::StaticBroker,
-        ),
-        (
-            "node.id".to_string(),
-            c.node_id.to_string(),
-            ConfigSource::StaticBroker,
-        ),
-        (
-            "log.dirs".to_string(),
-            c.data_dir.display().to_string(),
-            ConfigSource::StaticBroker,
-        ),
-        (
-            "listeners".to_string(),
-            format!("PLAINTEXT://{}", c.listen),
-            ConfigSource::StaticBroker,
-        ),
-        (
-            "advertised.listeners".to_string(),
-            format!("PLAINTEXT://{}", c.advertised()),
-            ConfigSource::StaticBroker,
-        ),
-        (
-            "auto.create.topics.enable".to_string(),
-            c.auto_create_topics.to_string(),
-            ConfigSource::StaticBroker,
-        ),
-        (
-            "num.partitions".to_string(),
-            c.num_partitions.to_string(),
-            ConfigSource::StaticBroker,
-        ),
-        (
-            "default.replication.factor".to_string(),
-            "1".to_string(),
-            ConfigSource::Default,
-        ),
-        (
-            "socket.request.max.bytes".to_string(),
-            limits::request_frame_bytes_max.to_string(),
-            ConfigSource::Default,
-        ),
-        (
-            "message.max.bytes".to_string(),
-            limits::message_bytes_default.to_string(),
-            ConfigSource::Default,
-        ),
+        ("broker.id".to_string(), c.node_id.to_string(), ConfigSource::StaticBroker),
+        ("node.id".to_string(), c.node_id.to_string(), ConfigSource::StaticBroker),
+        ("log.dirs".to_string(), c.data_dir.display().to_string(), ConfigSource::StaticBroker),
+        ("listeners".to_string(), format!("PLAINTEXT://{}", c.listen), ConfigSource::StaticBroker),
+        ("advertised.listeners".to_string(), format!("PLAINTEXT://{}", c.advertised()), ConfigSource::StaticBroker),
+        ("auto.create.topics.enable".to_string(), c.auto_create_topics.to_string(), ConfigSource::StaticBroker),
+        ("num.partitions".to_string(), c.num_partitions.to_string(), ConfigSource::StaticBroker),
+        ("default.replication.factor".to_string(), "1".to_string(), ConfigSource::Default),
+        ("socket.request.max.bytes".to_string(), limits::request_frame_bytes_max.to_string(), ConfigSource::Default),
+        ("message.max.bytes".to_string(), limits::message_bytes_default.to_string(), ConfigSource::Default),
     ];
     // Topic defaults under their broker names (log.retention.ms, log.segment.bytes, ...).
     for (k, v, source) in crate::config::TopicConfig::default().describe(&c.topic_defaults) {
@@ -101,15 +61,7 @@ fn broker_configs(ctx: &ShardContext) -> Vec<(String, String, ConfigSource)> {
             "message.timestamp.type" => "log.message.timestamp.type".to_string(),
             other => format!("log.{other}"),
         };
-        out.push((
-            broker_name,
-            v,
-            if source == ConfigSource::Topic {
-                ConfigSource::StaticBroker
-            } else {
-                source
-            },
-        ));
+        out.push((broker_name, v, if source == ConfigSource::Topic { ConfigSource::StaticBroker } else { source }));
     }
     out
 }
@@ -127,39 +79,26 @@ pub fn handle(ctx: &ShardContext, frame: &RequestFrame) -> Result<Bytes, Protoco
                 let reg = ctx.registry.read().expect("registry lock");
                 match reg.get(&name) {
                     Some(meta) => Ok(meta.configs.describe(&ctx.config.topic_defaults)),
-                    None => Err((
-                        error_code::UNKNOWN_TOPIC_OR_PARTITION,
-                        format!("topic {name:?} does not exist"),
-                    )),
+                    None => Err((error_code::UNKNOWN_TOPIC_OR_PARTITION, format!("topic {name:?} does not exist"))),
                 }
             }
-            RESOURCE_BROKER if name.is_empty() || name == ctx.config.node_id.to_string() => {
-                Ok(broker_configs(ctx))
-            }
-            RESOURCE_BROKER => Err((
-                error_code::INVALID_REQUEST,
-                format!("broker {name:?} is not this broker"),
-            )),
-            other => Err((
-                error_code::INVALID_REQUEST,
-                format!("resource type {other} is not supported"),
-            )),
+            RESOURCE_BROKER if name.is_empty() || name == ctx.config.node_id.to_string() => Ok(broker_configs(ctx)),
+            RESOURCE_BROKER => Err((error_code::INVALID_REQUEST, format!("broker {name:?} is not this broker"))),
+            other => Err((error_code::INVALID_REQUEST, format!("resource type {other} is not supported"))),
         };
         match configs {
             Ok(configs) => {
                 r.configs = configs
                     .into_iter()
                     .filter(|(k, _, _)| {
-                        res.configuration_keys
-                            .as_ref()
-                            .map(|keys| keys.iter().any(|w| w.as_str() == k))
-                            .unwrap_or(true)
+                        res.configuration_keys.as_ref().map(|keys| keys.iter().any(|w| w.as_str() == k)).unwrap_or(true)
                     })
                     .map(|(k, v, source)| {
                         let mut c = DescribeConfigsResourceResult::default()
                             .with_name(str_bytes(k.clone()))
                             .with_value(Some(str_bytes(v.clone())))
-                            .with_read_only(res.resource_type == RESOURCE_BROKER).with_config_source(source as i8);
+                            .with_read_only(res.resource_type == RESOURCE_BROKER)
+                            .with_config_source(source as i8);
                         if frame.api_version >= 3 {
                             c.config_type = config_type(&k, &v);
                         }
@@ -174,16 +113,10 @@ pub fn handle(ctx: &ShardContext, frame: &RequestFrame) -> Result<Bytes, Protoco
                     .collect();
             }
             Err((code, msg)) => {
-                r = r
-                    .with_error_code(code)
-                    .with_error_message(Some(str_bytes(msg)));
+                r = r.with_error_code(code).with_error_message(Some(str_bytes(msg)));
             }
         }
         results.push(r);
     }
-    respond(
-        ApiKey::DescribeConfigs,
-        frame,
-        &DescribeConfigsResponse::default().with_results(results),
-    )
+    respond(ApiKey::DescribeConfigs, frame, &DescribeConfigsResponse::default().with_results(results))
 }

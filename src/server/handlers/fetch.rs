@@ -24,8 +24,7 @@ const fetch_wait_ms_max: i32 = 60_000;
 pub async fn handle(ctx: &ShardContext, frame: &RequestFrame) -> Result<Bytes, ProtocolError> {
     let req: FetchRequest = decode_body(frame)?;
     let started = Instant::now();
-    let deadline =
-        started + Duration::from_millis(req.max_wait_ms.clamp(0, fetch_wait_ms_max) as u64);
+    let deadline = started + Duration::from_millis(req.max_wait_ms.clamp(0, fetch_wait_ms_max) as u64);
     let response_bytes_max = if req.max_bytes <= 0 {
         limits::fetch_response_bytes_max
     } else {
@@ -34,16 +33,8 @@ pub async fn handle(ctx: &ShardContext, frame: &RequestFrame) -> Result<Bytes, P
     loop {
         let (topics, total_bytes, any_error) = fetch_once(ctx, &req, frame.api_version, response_bytes_max).await;
         let now = Instant::now();
-        if total_bytes >= req.min_bytes.max(1) as usize
-            || any_error
-            || now >= deadline
-            || ctx.stopping.get()
-        {
-            return respond(
-                ApiKey::Fetch,
-                frame,
-                &FetchResponse::default().with_responses(topics),
-            );
+        if total_bytes >= req.min_bytes.max(1) as usize || any_error || now >= deadline || ctx.stopping.get() {
+            return respond(ApiKey::Fetch, frame, &FetchResponse::default().with_responses(topics));
         }
         // Nothing (enough) yet: wait until any partition grows, or the deadline.
         let waits = req.topics.iter().flat_map(|t| {
@@ -75,7 +66,9 @@ pub async fn handle(ctx: &ShardContext, frame: &RequestFrame) -> Result<Bytes, P
 /// gathered, and whether any partition failed (an error is answered at once).
 async fn fetch_once(
     ctx: &ShardContext,
-    req: &FetchRequest, req_version: i16,response_bytes_max: usize,
+    req: &FetchRequest,
+    req_version: i16,
+    response_bytes_max: usize,
 ) -> (Vec<FetchableTopicResponse>, usize, bool) {
     let calls = req.topics.iter().flat_map(|t| {
         t.partitions.iter().map(move |p| {
@@ -96,16 +89,12 @@ async fn fetch_once(
         let mut partitions = Vec::with_capacity(t.partitions.len());
         for p in &t.partitions {
             let reply = replies.next().expect("one reply per partition");
-            let d = PartitionData::default()
-                .with_partition_index(p.partition)
-                .with_aborted_transactions(None);
+            let d = PartitionData::default().with_partition_index(p.partition).with_aborted_transactions(None);
             partitions.push(match reply {
                 Ok(PartitionReply::Fetched(data)) => {
                     // Whole batches only: a partition that would overflow the response
                     // budget contributes nothing this time, unless it is the first.
-                    let records = if total_bytes > 0
-                        && total_bytes + data.records.len() > response_bytes_max
-                    {
+                    let records = if total_bytes > 0 && total_bytes + data.records.len() > response_bytes_max {
                         Bytes::new()
                     } else {
                         total_bytes += data.records.len();
@@ -119,21 +108,16 @@ async fn fetch_once(
                         d.with_log_start_offset(data.log_start_offset.0)
                     } else {
                         d
-                    }}
+                    }
+                }
                 Ok(other) => unreachable!("Fetch answered {other:?}"),
                 Err(e) => {
                     any_error = true;
-                    d.with_error_code(partition_error_code(&e))
-                        .with_high_watermark(-1)
-                        .with_records(Some(Bytes::new()))
+                    d.with_error_code(partition_error_code(&e)).with_high_watermark(-1).with_records(Some(Bytes::new()))
                 }
             });
         }
-        topics.push(
-            FetchableTopicResponse::default()
-                .with_topic(t.topic.clone())
-                .with_partitions(partitions),
-        );
+        topics.push(FetchableTopicResponse::default().with_topic(t.topic.clone()).with_partitions(partitions));
     }
     (topics, total_bytes, any_error)
 }

@@ -1,9 +1,7 @@
 //! ListOffsets: earliest (-2), latest (-1), or the first offset at or after a timestamp.
 
 use bytes::Bytes;
-use kafka_protocol::messages::list_offsets_response::{
-    ListOffsetsPartitionResponse, ListOffsetsTopicResponse,
-};
+use kafka_protocol::messages::list_offsets_response::{ListOffsetsPartitionResponse, ListOffsetsTopicResponse};
 use kafka_protocol::messages::{ApiKey, ListOffsetsRequest, ListOffsetsResponse};
 
 use crate::model::TopicPartition;
@@ -29,30 +27,22 @@ pub async fn handle(ctx: &ShardContext, frame: &RequestFrame) -> Result<Bytes, P
             .iter()
             .zip(replies)
             .map(|(p, reply)| {
-                let r =
-                    ListOffsetsPartitionResponse::default().with_partition_index(p.partition_index);
+                let r = ListOffsetsPartitionResponse::default().with_partition_index(p.partition_index);
                 match reply {
-                    Ok(PartitionReply::Offset {
-                        offset,
-                        timestamp_ms,
-                    }) => { let r = r.with_offset(offset.0).with_timestamp(timestamp_ms);
-                        if frame.api_version >= 4 { r.with_leader_epoch(if offset.0 >= 0 { 0 } else { -1 }) } else { r } }Ok(other) => unreachable!("ListOffset answered {other:?}"),
-                    Err(e) => r
-                        .with_error_code(partition_error_code(&e))
-                        .with_offset(-1)
-                        .with_timestamp(-1),
+                    Ok(PartitionReply::Offset { offset, timestamp_ms }) => {
+                        let r = r.with_offset(offset.0).with_timestamp(timestamp_ms);
+                        if frame.api_version >= 4 {
+                            r.with_leader_epoch(if offset.0 >= 0 { 0 } else { -1 })
+                        } else {
+                            r
+                        }
+                    }
+                    Ok(other) => unreachable!("ListOffset answered {other:?}"),
+                    Err(e) => r.with_error_code(partition_error_code(&e)).with_offset(-1).with_timestamp(-1),
                 }
             })
             .collect();
-        topics.push(
-            ListOffsetsTopicResponse::default()
-                .with_name(t.name.clone())
-                .with_partitions(partitions),
-        );
+        topics.push(ListOffsetsTopicResponse::default().with_name(t.name.clone()).with_partitions(partitions));
     }
-    respond(
-        ApiKey::ListOffsets,
-        frame,
-        &ListOffsetsResponse::default().with_topics(topics),
-    )
+    respond(ApiKey::ListOffsets, frame, &ListOffsetsResponse::default().with_topics(topics))
 }

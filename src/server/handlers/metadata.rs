@@ -20,11 +20,10 @@ pub async fn handle(ctx: &ShardContext, frame: &RequestFrame) -> Result<Bytes, P
     let req: MetadataRequest = decode_body(frame)?;
     let node = BrokerId(ctx.config.node_id);
     let (host, port) = split_host_port(ctx.config.advertised()).expect("validated at startup");
-    let mut body = MetadataResponse::default()
-        .with_brokers(vec![MetadataResponseBroker::default()
-            .with_node_id(node)
-            .with_host(str_bytes(host))
-            .with_port(port)]);
+    let mut body = MetadataResponse::default().with_brokers(vec![MetadataResponseBroker::default()
+        .with_node_id(node)
+        .with_host(str_bytes(host))
+        .with_port(port)]);
     let version = frame.api_version;
     if version >= 1 {
         body.controller_id = node;
@@ -37,21 +36,14 @@ pub async fn handle(ctx: &ShardContext, frame: &RequestFrame) -> Result<Bytes, P
     let wanted: Option<Vec<(Option<String>, uuid::Uuid)>> = match &req.topics {
         None => None,
         Some(t) if t.is_empty() && frame.api_version == 0 => None,
-        Some(t) => Some(
-            t.iter()
-                .map(|t| (t.name.as_ref().map(|n| n.0.to_string()), t.topic_id))
-                .collect(),
-        ),
+        Some(t) => Some(t.iter().map(|t| (t.name.as_ref().map(|n| n.0.to_string()), t.topic_id)).collect()),
     };
-    let allow_create =
-        (frame.api_version < 4 || req.allow_auto_topic_creation) && ctx.config.auto_create_topics;
+    let allow_create = (frame.api_version < 4 || req.allow_auto_topic_creation) && ctx.config.auto_create_topics;
 
     let topics: Vec<(String, Result<TopicMeta, i16>)> = match wanted {
         None => {
             let reg = ctx.registry.read().expect("registry lock");
-            reg.topics()
-                .map(|(n, m)| (n.clone(), Ok(m.clone())))
-                .collect()
+            reg.topics().map(|(n, m)| (n.clone(), Ok(m.clone()))).collect()
         }
         Some(list) => {
             let mut out = Vec::with_capacity(list.len());
@@ -70,22 +62,11 @@ pub async fn handle(ctx: &ShardContext, frame: &RequestFrame) -> Result<Bytes, P
                     out.push((name, Err(error_code::INVALID_TOPIC_EXCEPTION)));
                     continue;
                 }
-                let existing = ctx
-                    .registry
-                    .read()
-                    .expect("registry lock")
-                    .get(&name)
-                    .cloned();
+                let existing = ctx.registry.read().expect("registry lock").get(&name).cloned();
                 let result = match existing {
                     Some(m) => Ok(m),
                     None if allow_create => {
-                        match create_topic(
-                            ctx,
-                            &name,
-                            ctx.config.num_partitions,
-                            TopicConfig::default(),
-                            false,
-                        ) {
+                        match create_topic(ctx, &name, ctx.config.num_partitions, TopicConfig::default(), false) {
                             Ok(m) => {
                                 tracing::info!(topic = %name, partitions = m.partitions, "auto-created topic");
                                 Ok(m)
@@ -112,7 +93,9 @@ pub async fn handle(ctx: &ShardContext, frame: &RequestFrame) -> Result<Bytes, P
     body.topics = topics
         .into_iter()
         .map(|(name, meta)| {
-            let t = MetadataResponseTopic::default().with_name(Some(TopicName(str_bytes(name))));
+            let internal = version >= 1 && name == crate::group::OFFSETS_TOPIC;
+            let t =
+                MetadataResponseTopic::default().with_name(Some(TopicName(str_bytes(name)))).with_is_internal(internal);
             match meta {
                 Err(code) => t.with_error_code(code),
                 Ok(meta) => t.with_topic_id(if version >= 10 { meta.id } else { uuid::Uuid::nil() }).with_partitions(
@@ -120,7 +103,9 @@ pub async fn handle(ctx: &ShardContext, frame: &RequestFrame) -> Result<Bytes, P
                         .map(|p| {
                             MetadataResponsePartition::default()
                                 .with_partition_index(p)
-                                .with_leader_id(node).with_leader_epoch(if version >= 7 { 0 } else { -1 }).with_replica_nodes(vec![node])
+                                .with_leader_id(node)
+                                .with_leader_epoch(if version >= 7 { 0 } else { -1 })
+                                .with_replica_nodes(vec![node])
                                 .with_isr_nodes(vec![node])
                         })
                         .collect(),

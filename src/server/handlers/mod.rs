@@ -4,17 +4,29 @@
 
 mod api_versions;
 mod create_topics;
+mod delete_groups;
 mod delete_topics;
 mod describe_configs;
+mod describe_groups;
 mod fetch;
+mod find_coordinator;
+mod heartbeat;
+mod join_group;
+mod leave_group;
+mod list_groups;
 mod list_offsets;
 mod metadata;
+mod offset_commit;
+mod offset_delete;
+mod offset_fetch;
 mod produce;
+mod sync_group;
 
 use bytes::Bytes;
 use kafka_protocol::messages::ApiKey;
 use kafka_protocol::protocol::Encodable;
 
+use crate::group::GroupError;
 use crate::log::LogError;
 use crate::protocol::{encode_response, error_code, supported_range, ProtocolError, RequestFrame};
 use crate::shard::PartitionError;
@@ -23,30 +35,18 @@ use super::context::ShardContext;
 
 /// Handle one request. `Ok(None)`: no answer is due (Produce with acks=0).
 /// `Err`: the connection must be closed.
-pub async fn handle(
-    ctx: &ShardContext,
-    frame: RequestFrame,
-) -> Result<Option<Bytes>, ProtocolError> {
+pub async fn handle(ctx: &ShardContext, frame: RequestFrame) -> Result<Option<Bytes>, ProtocolError> {
     let key = ApiKey::try_from(frame.api_key).ok();
     if key == Some(ApiKey::ApiVersions) {
         return api_versions::handle(ctx, &frame).map(Some);
     }
     let supported = key.and_then(|k| supported_range(k).map(|r| (k, r)));
     let Some((key, (lo, hi))) = supported else {
-        ctx.metrics
-            .shard(ctx.id)
-            .unsupported_requests
-            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        return Err(ProtocolError::BadHeader(format!(
-            "unsupported API key {}",
-            frame.api_key
-        )));
+        ctx.metrics.shard(ctx.id).unsupported_requests.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        return Err(ProtocolError::BadHeader(format!("unsupported API key {}", frame.api_key)));
     };
     if frame.api_version < lo || frame.api_version > hi {
-        ctx.metrics
-            .shard(ctx.id)
-            .unsupported_requests
-            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        ctx.metrics.shard(ctx.id).unsupported_requests.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         return Err(ProtocolError::BadHeader(format!(
             "unsupported version {} of {key:?} (we support {lo}..={hi})",
             frame.api_version
@@ -60,20 +60,26 @@ pub async fn handle(
         ApiKey::CreateTopics => create_topics::handle(ctx, &frame).await.map(Some),
         ApiKey::DeleteTopics => delete_topics::handle(ctx, &frame).await.map(Some),
         ApiKey::DescribeConfigs => describe_configs::handle(ctx, &frame).map(Some),
-        other => Err(ProtocolError::BadHeader(format!(
-            "no handler for {other:?}"
-        ))),
+        ApiKey::FindCoordinator => find_coordinator::handle(ctx, &frame).map(Some),
+        ApiKey::JoinGroup => join_group::handle(ctx, &frame).await.map(Some),
+        ApiKey::SyncGroup => sync_group::handle(ctx, &frame).await.map(Some),
+        ApiKey::Heartbeat => heartbeat::handle(ctx, &frame).await.map(Some),
+        ApiKey::LeaveGroup => leave_group::handle(ctx, &frame).await.map(Some),
+        ApiKey::OffsetCommit => offset_commit::handle(ctx, &frame).await.map(Some),
+        ApiKey::OffsetFetch => offset_fetch::handle(ctx, &frame).await.map(Some),
+        ApiKey::ListGroups => list_groups::handle(ctx, &frame).await.map(Some),
+        ApiKey::DescribeGroups => describe_groups::handle(ctx, &frame).await.map(Some),
+        ApiKey::DeleteGroups => delete_groups::handle(ctx, &frame).await.map(Some),
+        ApiKey::OffsetDelete => offset_delete::handle(ctx, &frame).await.map(Some),
+        other => Err(ProtocolError::BadHeader(format!("no handler for {other:?}"))),
     }
 }
 
 /// Encode an answer to `frame`.
-fn respond<T: Encodable>(
-    key: ApiKey,
-    frame: &RequestFrame,
-    body: &T,
-) -> Result<Bytes, ProtocolError> {
+fn respond<T: Encodable>(key: ApiKey, frame: &RequestFrame, body: &T) -> Result<Bytes, ProtocolError> {
     encode_response(key, frame.api_version, frame.correlation_id, body)
-        .map_err(|e| ProtocolError::BadBody(format!("encoding {key:?} v{} answer: {e}", frame.api_version)))}
+        .map_err(|e| ProtocolError::BadBody(format!("encoding {key:?} v{} answer: {e}", frame.api_version)))
+}
 
 /// The Kafka error code for a partition-level failure.
 fn partition_error_code(e: &PartitionError) -> i16 {
@@ -86,6 +92,25 @@ fn partition_error_code(e: &PartitionError) -> i16 {
             LogError::OffsetOutOfRange { .. } => error_code::OFFSET_OUT_OF_RANGE,
             LogError::Offline(_) | LogError::Io(_) => error_code::KAFKA_STORAGE_ERROR,
         },
+    }
+}
+
+/// The Kafka error code for a group protocol failure.
+fn group_error_code(e: &GroupError) -> i16 {
+    match e {
+        GroupError::UnknownMemberId => error_code::UNKNOWN_MEMBER_ID,
+        GroupError::IllegalGeneration => error_code::ILLEGAL_GENERATION,
+        GroupError::RebalanceInProgress => error_code::REBALANCE_IN_PROGRESS,
+        GroupError::FencedInstanceId => error_code::FENCED_INSTANCE_ID,
+        GroupError::MemberIdRequired => error_code::MEMBER_ID_REQUIRED,
+        GroupError::InconsistentGroupProtocol => error_code::INCONSISTENT_GROUP_PROTOCOL,
+        GroupError::InvalidSessionTimeout => error_code::INVALID_SESSION_TIMEOUT,
+        GroupError::GroupIdNotFound => error_code::GROUP_ID_NOT_FOUND,
+        GroupError::NonEmptyGroup => error_code::NON_EMPTY_GROUP,
+        GroupError::GroupSubscribedToTopic => error_code::GROUP_SUBSCRIBED_TO_TOPIC,
+        GroupError::OffsetMetadataTooLarge => error_code::OFFSET_METADATA_TOO_LARGE,
+        GroupError::InvalidGroupId => error_code::INVALID_GROUP_ID,
+        GroupError::GroupMaxSizeReached => error_code::GROUP_MAX_SIZE_REACHED,
     }
 }
 

@@ -16,10 +16,7 @@ use super::super::context::ShardContext;
 use super::super::now_ms;
 use super::{partition_error_code, respond, str_bytes};
 
-pub async fn handle(
-    ctx: &ShardContext,
-    frame: &RequestFrame,
-) -> Result<Option<Bytes>, ProtocolError> {
+pub async fn handle(ctx: &ShardContext, frame: &RequestFrame) -> Result<Option<Bytes>, ProtocolError> {
     let req: ProduceRequest = decode_body(frame)?;
     let durable = ctx.config.fsync == FsyncMode::Always;
     let acks_valid = matches!(req.acks, -1..=1);
@@ -31,11 +28,14 @@ pub async fn handle(
             if !acks_valid {
                 return Err((error_code::INVALID_REQUIRED_ACKS, None));
             }
-            let Some(records) = p.records.as_ref().filter(|r| !r.is_empty()) else {
+            if topic == crate::group::OFFSETS_TOPIC {
                 return Err((
-                    error_code::CORRUPT_MESSAGE,
-                    Some("empty record set".to_string()),
+                    error_code::INVALID_TOPIC_EXCEPTION,
+                    Some("cannot produce to an internal topic".to_string()),
                 ));
+            }
+            let Some(records) = p.records.as_ref().filter(|r| !r.is_empty()) else {
+                return Err((error_code::CORRUPT_MESSAGE, Some("empty record set".to_string())));
             };
             // The append rewrites the base offset in place, so it needs its own buffer.
             let op = PartitionOp::Produce {
@@ -45,21 +45,12 @@ pub async fn handle(
                 durable,
             };
             match ctx.call(op).await {
-                Ok(PartitionReply::Produced {
-                    info,
-                    log_start_offset,
-                    durable,
-                }) => {
+                Ok(PartitionReply::Produced { info, log_start_offset, durable }) => {
                     if let Some(wait) = durable {
                         match wait.await {
                             Ok(Ok(())) => {}
                             Ok(Err(e)) => return Err((error_code::KAFKA_STORAGE_ERROR, Some(e))),
-                            Err(_) => {
-                                return Err((
-                                    error_code::KAFKA_STORAGE_ERROR,
-                                    Some("flush abandoned".into()),
-                                ))
-                            }
+                            Err(_) => return Err((error_code::KAFKA_STORAGE_ERROR, Some("flush abandoned".into()))),
                         }
                     }
                     Ok((info, log_start_offset))
@@ -86,29 +77,28 @@ pub async fn handle(
                         } else {
                             r
                         }
-                    }Err((code, message)) => {
-                        let r = r.with_error_code(code).with_base_offset(-1).with_log_append_time_ms(-1).with_log_start_offset(-1);
+                    }
+                    Err((code, message)) => {
+                        let r = r
+                            .with_error_code(code)
+                            .with_base_offset(-1)
+                            .with_log_append_time_ms(-1)
+                            .with_log_start_offset(-1);
                         if version >= 8 {
                             r.with_error_message(message.map(str_bytes))
                         } else {
                             r
                         }
-                    }}
+                    }
+                }
             })
             .collect();
         responses.push(
-            TopicProduceResponse::default()
-                .with_name(t.name.clone())
-                .with_partition_responses(partition_responses),
+            TopicProduceResponse::default().with_name(t.name.clone()).with_partition_responses(partition_responses),
         );
     }
     if req.acks == 0 {
         return Ok(None);
     }
-    respond(
-        ApiKey::Produce,
-        frame,
-        &ProduceResponse::default().with_responses(responses),
-    )
-    .map(Some)
+    respond(ApiKey::Produce, frame, &ProduceResponse::default().with_responses(responses)).map(Some)
 }

@@ -1,0 +1,49 @@
+//! DescribeGroups: state, protocol and members (with metadata and assignment).
+
+use bytes::Bytes;
+use kafka_protocol::messages::describe_groups_response::{DescribedGroup, DescribedGroupMember};
+use kafka_protocol::messages::{ApiKey, DescribeGroupsRequest, DescribeGroupsResponse};
+
+use crate::protocol::{decode_body, error_code, ProtocolError, RequestFrame};
+use crate::shard::{GroupOp, GroupReply};
+
+use super::super::context::ShardContext;
+use super::{respond, str_bytes};
+
+pub async fn handle(ctx: &ShardContext, frame: &RequestFrame) -> Result<Bytes, ProtocolError> {
+    let req: DescribeGroupsRequest = decode_body(frame)?;
+    let mut groups = Vec::with_capacity(req.groups.len());
+    for id in &req.groups {
+        let mut g = DescribedGroup::default().with_group_id(id.clone());
+        match ctx.call_group(GroupOp::Describe { group_id: id.to_string() }, None).await {
+            Some(GroupReply::Describe(Some(d))) => {
+                g = g
+                    .with_group_state(str_bytes(d.state.name()))
+                    .with_protocol_type(str_bytes(d.protocol_type))
+                    .with_protocol_data(str_bytes(d.protocol));
+                g.members = d
+                    .members
+                    .into_iter()
+                    .map(|m| {
+                        let dm = DescribedGroupMember::default()
+                            .with_member_id(str_bytes(m.member_id))
+                            .with_client_id(str_bytes(m.client_id))
+                            .with_client_host(str_bytes(m.client_host))
+                            .with_member_metadata(m.metadata)
+                            .with_member_assignment(m.assignment);
+                        if frame.api_version >= 4 {
+                            dm.with_group_instance_id(m.group_instance_id.map(str_bytes))
+                        } else {
+                            dm
+                        }
+                    })
+                    .collect();
+            }
+            // Kafka describes an unknown group as Dead with no members.
+            Some(GroupReply::Describe(None)) => g = g.with_group_state(str_bytes("Dead")),
+            _ => g = g.with_error_code(error_code::COORDINATOR_NOT_AVAILABLE),
+        }
+        groups.push(g);
+    }
+    respond(ApiKey::DescribeGroups, frame, &DescribeGroupsResponse::default().with_groups(groups))
+}

@@ -1,0 +1,68 @@
+//! JoinGroup: handed to the group's coordinator shard; the answer waits until the
+//! rebalance's join phase completes (or comes at once: MEMBER_ID_REQUIRED, errors).
+
+use bytes::Bytes;
+use kafka_protocol::messages::join_group_response::JoinGroupResponseMember;
+use kafka_protocol::messages::{ApiKey, JoinGroupRequest, JoinGroupResponse};
+
+use crate::group::{Deferred, JoinRequest, JoinResponse};
+use crate::protocol::{decode_body, error_code, ProtocolError, RequestFrame};
+use crate::shard::{GroupOp, GroupReply};
+
+use super::super::context::ShardContext;
+use super::super::now_ms;
+use super::{group_error_code, respond, str_bytes};
+
+pub async fn handle(ctx: &ShardContext, frame: &RequestFrame) -> Result<Bytes, ProtocolError> {
+    let req: JoinGroupRequest = decode_body(frame)?;
+    let v = frame.api_version;
+    let client_id = frame.header.as_ref().and_then(|h| h.client_id.as_ref()).map(|c| c.to_string()).unwrap_or_default();
+    let join = JoinRequest {
+        group_id: req.group_id.to_string(),
+        member_id: req.member_id.to_string(),
+        group_instance_id: req.group_instance_id.as_ref().map(|s| s.to_string()),
+        protocol_type: req.protocol_type.to_string(),
+        protocols: req.protocols.iter().map(|p| (p.name.to_string(), p.metadata.clone())).collect(),
+        session_timeout_ms: req.session_timeout_ms,
+        // v0 has no rebalance timeout: Kafka uses the session timeout.
+        rebalance_timeout_ms: if v >= 1 { req.rebalance_timeout_ms } else { req.session_timeout_ms },
+        client_id: client_id.clone(),
+        client_host: frame.client_host.clone(),
+        require_known_member_id: v >= 4,
+    };
+    let new_member_id =
+        format!("{}-{}", if client_id.is_empty() { "member" } else { &client_id }, uuid::Uuid::new_v4());
+    let result = match ctx.call_group(GroupOp::Join { req: join, now_ms: now_ms(), new_member_id }, None).await {
+        Some(GroupReply::Join(Deferred::Now(r))) => Ok(r),
+        Some(GroupReply::Join(Deferred::Later(rx))) => rx.await.map_err(|_| ()),
+        _ => Err(()),
+    };
+    let r = result.unwrap_or_else(|()| JoinResponse { generation_id: -1, ..Default::default() });
+    let mut body = JoinGroupResponse::default()
+        .with_error_code(match (&r.error, r.generation_id) {
+            (Some(e), _) => group_error_code(e),
+            (None, -1) => error_code::COORDINATOR_NOT_AVAILABLE,
+            (None, _) => error_code::NONE,
+        })
+        .with_generation_id(r.generation_id)
+        .with_leader(str_bytes(r.leader))
+        .with_member_id(str_bytes(r.member_id));
+    // protocol_name is nullable from v7 on; before that an empty string stands for none.
+    body.protocol_name = Some(str_bytes(r.protocol_name.unwrap_or_default()));
+    if v >= 7 {
+        body.protocol_type = r.protocol_type.map(str_bytes);
+    }
+    body.members = r
+        .members
+        .into_iter()
+        .map(|(id, instance, metadata)| {
+            let m = JoinGroupResponseMember::default().with_member_id(str_bytes(id)).with_metadata(metadata);
+            if v >= 5 {
+                m.with_group_instance_id(instance.map(str_bytes))
+            } else {
+                m
+            }
+        })
+        .collect();
+    respond(ApiKey::JoinGroup, frame, &body)
+}

@@ -1,0 +1,32 @@
+//! ListGroups: every shard coordinates some groups, so ask them all.
+
+use bytes::Bytes;
+use kafka_protocol::messages::list_groups_response::ListedGroup;
+use kafka_protocol::messages::{ApiKey, GroupId, ListGroupsRequest, ListGroupsResponse};
+
+use crate::model::ShardId;
+use crate::protocol::{decode_body, ProtocolError, RequestFrame};
+use crate::shard::{GroupOp, GroupReply};
+
+use super::super::context::ShardContext;
+use super::{respond, str_bytes};
+
+pub async fn handle(ctx: &ShardContext, frame: &RequestFrame) -> Result<Bytes, ProtocolError> {
+    let req: ListGroupsRequest = decode_body(frame)?;
+    let calls = (0..ctx.nr_shards).map(|s| ctx.call_group(GroupOp::List, Some(ShardId(s))));
+    let mut groups = Vec::new();
+    for reply in futures::future::join_all(calls).await {
+        if let Some(GroupReply::List(list)) = reply {
+            for (id, protocol_type, state) in list {
+                if !req.states_filter.is_empty() && !req.states_filter.iter().any(|s| s.as_str() == state.name()) {
+                    continue;
+                }
+                let g = ListedGroup::default()
+                    .with_group_id(GroupId(str_bytes(id)))
+                    .with_protocol_type(str_bytes(protocol_type));
+                groups.push(if frame.api_version >= 4 { g.with_group_state(str_bytes(state.name())) } else { g });
+            }
+        }
+    }
+    respond(ApiKey::ListGroups, frame, &ListGroupsResponse::default().with_groups(groups))
+}

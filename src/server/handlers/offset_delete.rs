@@ -1,0 +1,56 @@
+//! OffsetDelete: drop a group's committed offsets for partitions it no longer consumes.
+
+use bytes::Bytes;
+use kafka_protocol::messages::offset_delete_response::{OffsetDeleteResponsePartition, OffsetDeleteResponseTopic};
+use kafka_protocol::messages::{ApiKey, OffsetDeleteRequest, OffsetDeleteResponse};
+
+use crate::protocol::{decode_body, error_code, ProtocolError, RequestFrame};
+use crate::shard::{GroupOp, GroupReply};
+
+use super::super::context::ShardContext;
+use super::super::now_ms;
+use super::{group_error_code, respond};
+
+pub async fn handle(ctx: &ShardContext, frame: &RequestFrame) -> Result<Bytes, ProtocolError> {
+    let req: OffsetDeleteRequest = decode_body(frame)?;
+    let partitions: Vec<(String, i32)> = req
+        .topics
+        .iter()
+        .flat_map(|t| t.partitions.iter().map(move |p| (t.name.to_string(), p.partition_index)))
+        .collect();
+    let op = GroupOp::DeleteOffsets { group_id: req.group_id.to_string(), partitions, now_ms: now_ms() };
+    let mut body = OffsetDeleteResponse::default();
+    let codes: Vec<i16> = match ctx.call_group(op, None).await {
+        Some(GroupReply::DeleteOffsets(Ok(results))) => {
+            results.iter().map(|r| r.as_ref().err().map(group_error_code).unwrap_or(error_code::NONE)).collect()
+        }
+        Some(GroupReply::DeleteOffsets(Err(e))) => {
+            body.error_code = group_error_code(&e);
+            Vec::new()
+        }
+        _ => {
+            body.error_code = error_code::COORDINATOR_NOT_AVAILABLE;
+            Vec::new()
+        }
+    };
+    if body.error_code == error_code::NONE {
+        let mut codes = codes.into_iter();
+        body.topics = req
+            .topics
+            .iter()
+            .map(|t| {
+                OffsetDeleteResponseTopic::default().with_name(t.name.clone()).with_partitions(
+                    t.partitions
+                        .iter()
+                        .map(|p| {
+                            OffsetDeleteResponsePartition::default()
+                                .with_partition_index(p.partition_index)
+                                .with_error_code(codes.next().unwrap_or(error_code::UNKNOWN_SERVER_ERROR))
+                        })
+                        .collect(),
+                )
+            })
+            .collect();
+    }
+    respond(ApiKey::OffsetDelete, frame, &body)
+}

@@ -1,0 +1,338 @@
+//! The group coordinator's side of a shard: group operations for the groups whose
+//! `__consumer_offsets` partition this shard owns, and the appends of their records.
+
+use bytes::{Bytes, BytesMut};
+use kafka_protocol::records::{
+    Compression, Record, RecordBatchDecoder, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
+};
+
+use crate::group::records as group_records;
+use crate::group::{
+    offsets_partition_for, offsets_topic_partitions, Deferred, GroupDescription, GroupError, GroupState, JoinRequest,
+    JoinResponse, OffsetCommit, PendingRecord, SyncRequest, SyncResponse, OFFSETS_TOPIC,
+};
+use crate::log::LogError;
+use crate::model::{Offset, TopicPartition};
+
+use super::{DurableWait, PartitionError, PartitionOp, PartitionReply, Shard};
+
+/// Bytes read per step when replaying an offsets partition at startup.
+const offsets_load_read_bytes_max: usize = 1024 * 1024;
+
+/// The `__consumer_offsets` partition that holds a group.
+pub fn group_partition(group_id: &str) -> TopicPartition {
+    TopicPartition::new(OFFSETS_TOPIC, offsets_partition_for(group_id, offsets_topic_partitions))
+}
+
+#[derive(Debug)]
+pub enum GroupOp {
+    Join {
+        req: JoinRequest,
+        now_ms: i64,
+        new_member_id: String,
+    },
+    Sync {
+        req: SyncRequest,
+        now_ms: i64,
+    },
+    Heartbeat {
+        group_id: String,
+        member_id: String,
+        instance: Option<String>,
+        generation: i32,
+        now_ms: i64,
+    },
+    Leave {
+        group_id: String,
+        members: Vec<(String, Option<String>)>,
+        now_ms: i64,
+    },
+    Commit {
+        group_id: String,
+        member_id: String,
+        instance: Option<String>,
+        generation: i32,
+        offsets: Vec<OffsetCommit>,
+        now_ms: i64,
+        durable: bool,
+    },
+    FetchOffsets {
+        group_id: String,
+        partitions: Option<Vec<(String, i32)>>,
+    },
+    /// Every group this shard coordinates (ListGroups fans out to all shards).
+    List,
+    Describe {
+        group_id: String,
+    },
+    Delete {
+        group_id: String,
+        now_ms: i64,
+    },
+    DeleteOffsets {
+        group_id: String,
+        partitions: Vec<(String, i32)>,
+        now_ms: i64,
+    },
+}
+
+impl GroupOp {
+    /// The group whose coordinator must run this (None: any shard, e.g. List).
+    pub fn group_id(&self) -> Option<&str> {
+        match self {
+            GroupOp::Join { req, .. } => Some(&req.group_id),
+            GroupOp::Sync { req, .. } => Some(&req.group_id),
+            GroupOp::Heartbeat { group_id, .. }
+            | GroupOp::Leave { group_id, .. }
+            | GroupOp::Commit { group_id, .. }
+            | GroupOp::FetchOffsets { group_id, .. }
+            | GroupOp::Describe { group_id }
+            | GroupOp::Delete { group_id, .. }
+            | GroupOp::DeleteOffsets { group_id, .. } => Some(group_id),
+            GroupOp::List => None,
+        }
+    }
+}
+
+pub type OffsetList = Vec<(String, i32, Option<group_records::StoredOffset>)>;
+
+pub enum GroupReply {
+    Join(Deferred<JoinResponse>),
+    Sync(Deferred<SyncResponse>),
+    Heartbeat(Result<(), GroupError>),
+    Leave(Result<Vec<Result<(), GroupError>>, GroupError>),
+    /// Per-partition results; `Err(Some(..))` on the whole request for a group error,
+    /// `Err(None)` when the offsets could not be written.
+    Commit {
+        results: Result<Vec<Result<(), GroupError>>, Option<GroupError>>,
+        durable: Option<DurableWait>,
+    },
+    Offsets(OffsetList),
+    List(Vec<(String, String, GroupState)>),
+    Describe(Option<GroupDescription>),
+    Delete(Result<(), GroupError>),
+    DeleteOffsets(Result<Vec<Result<(), GroupError>>, GroupError>),
+}
+
+impl std::fmt::Debug for GroupReply {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("GroupReply")
+    }
+}
+
+/// Does a consumer-protocol subscription name this topic?
+fn subscription_names(metadata: &[u8], topic: &str) -> bool {
+    use kafka_protocol::messages::ConsumerProtocolSubscription;
+    use kafka_protocol::protocol::Decodable;
+    let mut buf = Bytes::copy_from_slice(metadata);
+    if buf.len() < 2 {
+        return false;
+    }
+    let version = i16::from_be_bytes([buf[0], buf[1]]);
+    let _ = bytes::Buf::get_i16(&mut buf);
+    ConsumerProtocolSubscription::decode(&mut buf, version.clamp(0, 3))
+        .map(|s| s.topics.iter().any(|t| t.as_str() == topic))
+        .unwrap_or(false)
+}
+
+/// Encode `__consumer_offsets` records as one uncompressed batch.
+fn encode_batch(recs: &[PendingRecord], now_ms: i64) -> Result<Vec<u8>, LogError> {
+    let records: Vec<Record> = recs
+        .iter()
+        .enumerate()
+        .map(|(i, r)| Record {
+            transactional: false,
+            control: false,
+            delete_horizon: false,
+            partition_leader_epoch: 0,
+            producer_id: -1,
+            producer_epoch: -1,
+            timestamp_type: TimestampType::Creation,
+            offset: i as i64,
+            sequence: -1,
+            timestamp: now_ms,
+            key: Some(r.key.clone()),
+            value: r.value.clone(),
+            headers: Default::default(),
+        })
+        .collect();
+    let mut buf = BytesMut::new();
+    RecordBatchEncoder::encode(&mut buf, &records, &RecordEncodeOptions { version: 2, compression: Compression::None })
+        .map_err(|e| LogError::InvalidRecord(format!("encoding offsets batch: {e}")))?;
+    Ok(buf.to_vec())
+}
+
+impl Shard {
+    /// Append group records to their offsets partition. Returns the durability wait.
+    fn append_group_records(
+        &mut self,
+        recs: &[PendingRecord],
+        now_ms: i64,
+        durable: bool,
+    ) -> Result<Option<DurableWait>, PartitionError> {
+        let Some(first) = recs.first() else { return Ok(None) };
+        let tp = group_partition(&first.group_id);
+        assert!(recs.iter().all(|r| group_partition(&r.group_id) == tp), "one group's records share a partition");
+        let batch = encode_batch(recs, now_ms)?;
+        match self.execute(PartitionOp::Produce { tp, records: batch, now_ms, durable })? {
+            PartitionReply::Produced { durable, .. } => Ok(durable),
+            other => unreachable!("Produce answered {other:?}"),
+        }
+    }
+
+    /// Write what the coordinator produced (group metadata, tombstones). Best effort:
+    /// a failure is logged; the in-memory state stays authoritative until restart.
+    fn flush_group_records(&mut self, now_ms: i64) {
+        let pending = self.groups.take_pending_records();
+        let mut by_group: Vec<(String, Vec<PendingRecord>)> = Vec::new();
+        for r in pending {
+            match by_group.iter_mut().find(|(g, _)| group_partition(g) == group_partition(&r.group_id)) {
+                Some((_, v)) => v.push(r),
+                None => by_group.push((r.group_id.clone(), vec![r])),
+            }
+        }
+        for (group, recs) in by_group {
+            if let Err(e) = self.append_group_records(&recs, now_ms, false) {
+                tracing::error!(group, error = %e, "writing group records failed");
+            }
+        }
+    }
+
+    pub fn execute_group(&mut self, op: GroupOp) -> GroupReply {
+        if let Some(g) = op.group_id() {
+            let tp = group_partition(g);
+            assert!(self.owns(&tp), "shard {} got group {g} coordinated by another shard", self.id.0);
+        }
+        let mut now = 0;
+        let reply = match op {
+            GroupOp::Join { req, now_ms, new_member_id } => {
+                now = now_ms;
+                GroupReply::Join(self.groups.join(req, now_ms, new_member_id))
+            }
+            GroupOp::Sync { req, now_ms } => {
+                now = now_ms;
+                GroupReply::Sync(self.groups.sync(req, now_ms))
+            }
+            GroupOp::Heartbeat { group_id, member_id, instance, generation, now_ms } => GroupReply::Heartbeat(
+                self.groups.heartbeat(&group_id, &member_id, instance.as_deref(), generation, now_ms),
+            ),
+            GroupOp::Leave { group_id, members, now_ms } => {
+                now = now_ms;
+                GroupReply::Leave(self.groups.leave(&group_id, &members, now_ms))
+            }
+            GroupOp::Commit { group_id, member_id, instance, generation, offsets, now_ms, durable } => {
+                match self.groups.validate_commit(&group_id, &member_id, instance.as_deref(), generation) {
+                    Err(e) => GroupReply::Commit { results: Err(Some(e)), durable: None },
+                    Ok(()) => {
+                        let (recs, results) = self.groups.commit_records(&group_id, &offsets, now_ms);
+                        match self.append_group_records(&recs, now_ms, durable) {
+                            Ok(wait) => {
+                                for r in recs {
+                                    match group_records::decode(&r.key, r.value.as_ref()) {
+                                        Ok(rec) => self.groups.apply_record(rec, now_ms),
+                                        Err(e) => unreachable!("we just encoded this record: {e}"),
+                                    }
+                                }
+                                GroupReply::Commit { results: Ok(results), durable: wait }
+                            }
+                            Err(e) => {
+                                tracing::error!(group = %group_id, error = %e, "offset commit not written");
+                                GroupReply::Commit { results: Err(None), durable: None }
+                            }
+                        }
+                    }
+                }
+            }
+            GroupOp::FetchOffsets { group_id, partitions } => {
+                GroupReply::Offsets(self.groups.fetch_offsets(&group_id, partitions.as_deref()))
+            }
+            GroupOp::List => GroupReply::List(self.groups.list()),
+            GroupOp::Describe { group_id } => GroupReply::Describe(self.groups.describe(&group_id)),
+            GroupOp::Delete { group_id, now_ms } => {
+                now = now_ms;
+                GroupReply::Delete(self.groups.delete_group(&group_id))
+            }
+            GroupOp::DeleteOffsets { group_id, partitions, now_ms } => {
+                now = now_ms;
+                GroupReply::DeleteOffsets(self.groups.delete_offsets(&group_id, &partitions, subscription_names))
+            }
+        };
+        self.flush_group_records(now);
+        reply
+    }
+
+    /// Timers of the groups this shard coordinates.
+    pub fn group_tick(&mut self, now_ms: i64) {
+        self.groups.tick(now_ms);
+        self.flush_group_records(now_ms);
+    }
+
+    /// Rebuild groups and offsets from this shard's `__consumer_offsets` partitions.
+    pub fn load_groups(&mut self, now_ms: i64) {
+        let tps: Vec<TopicPartition> = self.partitions.keys().filter(|tp| tp.topic == OFFSETS_TOPIC).cloned().collect();
+        for tp in tps {
+            let (mut loaded, mut skipped) = (0usize, 0usize);
+            let mut offset = self.partitions[&tp].log.log_start_offset();
+            loop {
+                let p = &self.partitions[&tp];
+                let end = p.log.log_end_offset();
+                if offset >= end {
+                    break;
+                }
+                let bytes = match p.log.read(offset, offsets_load_read_bytes_max, end, true).and_then(|plan| {
+                    if plan.length_bytes == 0 {
+                        Ok(Vec::new())
+                    } else {
+                        plan.read_to_vec().map_err(LogError::Io)
+                    }
+                }) {
+                    Ok(b) => b,
+                    Err(LogError::OffsetOutOfRange { .. }) => break,
+                    Err(e) => {
+                        tracing::error!(partition = %tp, error = %e, "cannot load groups");
+                        break;
+                    }
+                };
+                if bytes.is_empty() {
+                    // A gap (e.g. after truncation): move to the next segment's batches.
+                    offset = Offset(offset.0 + 1);
+                    continue;
+                }
+                let mut buf = Bytes::from(bytes);
+                let sets = match RecordBatchDecoder::decode_all(&mut buf) {
+                    Ok(s) => s,
+                    Err(e) => {
+                        tracing::error!(partition = %tp, %offset, error = %e, "undecodable offsets batch; stopping load");
+                        break;
+                    }
+                };
+                let mut next = offset;
+                for set in sets {
+                    for r in set.records {
+                        next = next.max(Offset(r.offset + 1));
+                        let Some(key) = r.key else { continue };
+                        match group_records::decode(&key, r.value.as_ref()) {
+                            Ok(rec) => {
+                                self.groups.apply_record(rec, now_ms);
+                                loaded += 1;
+                            }
+                            Err(e) => {
+                                skipped += 1;
+                                tracing::warn!(partition = %tp, offset = r.offset, error = %e, "skipping offsets record");
+                            }
+                        }
+                    }
+                }
+                if next <= offset {
+                    break;
+                }
+                offset = next;
+            }
+            if loaded + skipped > 0 {
+                tracing::info!(partition = %tp, records = loaded, skipped, "loaded groups and offsets");
+            }
+        }
+        // Restored groups must not write anything before they are touched.
+        let _ = self.groups.take_pending_records();
+    }
+}
