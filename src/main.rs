@@ -61,6 +61,9 @@ struct ServeArgs {
     /// offsets.retention.minutes [default: 10080]
     #[arg(long)]
     offsets_retention_minutes: Option<i64>,
+    /// Fetched record sets of at least this many bytes are sent with sendfile (zero-copy) [default: 16384]
+    #[arg(long)]
+    fetch_zero_copy_bytes_min: Option<u64>,
 }
 
 fn load_config(args: ServeArgs) -> Result<BrokerConfig, String> {
@@ -103,6 +106,9 @@ fn load_config(args: ServeArgs) -> Result<BrokerConfig, String> {
     }
     if let Some(v) = args.offsets_retention_minutes {
         config.offsets_retention_minutes = v;
+    }
+    if let Some(v) = args.fetch_zero_copy_bytes_min {
+        config.fetch_zero_copy_bytes_min = v;
     }
     if let Some(v) = args.fsync {
         config.fsync = v;

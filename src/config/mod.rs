@@ -44,6 +44,10 @@ pub struct BrokerConfig {
     pub group_min_session_timeout_ms: i32,
     /// offsets.retention.minutes
     pub offsets_retention_minutes: i64,
+    /// Fetched record sets of at least this many bytes go from the segment file to the
+    /// socket with sendfile; smaller ones are copied (one syscall costs more than a
+    /// small copy). 0 = always zero-copy.
+    pub fetch_zero_copy_bytes_min: u64,
 }
 
 impl Default for BrokerConfig {
@@ -61,6 +65,7 @@ impl Default for BrokerConfig {
             group_initial_rebalance_delay_ms: 3000,
             group_min_session_timeout_ms: 6000,
             offsets_retention_minutes: 7 * 24 * 60,
+            fetch_zero_copy_bytes_min: 16 * 1024,
         }
     }
 }

@@ -9,12 +9,13 @@ use std::os::fd::AsRawFd;
 use std::rc::Rc;
 use std::sync::atomic::Ordering;
 
-use bytes::{Bytes, BytesMut};
+use bytes::BytesMut;
 use futures_lite::{AsyncReadExt, AsyncWriteExt};
 use glommio::net::TcpStream;
 use glommio::task::JoinHandle;
 
 use crate::model::limits;
+use crate::protocol::zero_copy::{Response, ResponsePart};
 use crate::protocol::{check_frame_len, decode_frame, ProtocolError};
 
 use super::context::ShardContext;
@@ -22,13 +23,21 @@ use super::handlers;
 
 /// An answer still being computed, or the signal to hang up.
 enum Pending {
-    Answer(JoinHandle<Result<Option<Bytes>, ProtocolError>>),
+    Answer(JoinHandle<Result<Option<Response>, ProtocolError>>),
 }
 
 pub async fn serve(ctx: Rc<ShardContext>, stream: TcpStream) {
     let peer = stream.peer_addr().map(|a| a.to_string()).unwrap_or_else(|_| "?".into());
     let _ = stream.set_nodelay(true);
     let fd = stream.as_raw_fd();
+    // Non-blocking, so that sendfile never blocks the core: it sends what the socket
+    // buffer takes and says EAGAIN. glommio's io_uring reads and writes are unaffected
+    // (the kernel arms a poll for them).
+    // SAFETY: plain fcntl on a socket we own.
+    unsafe {
+        let flags = libc::fcntl(fd, libc::F_GETFL);
+        libc::fcntl(fd, libc::F_SETFL, flags | libc::O_NONBLOCK);
+    }
     let client_host = stream.peer_addr().map(|a| format!("/{}", a.ip())).unwrap_or_default();
     let counters = ctx.metrics.shard(ctx.id);
     tracing::debug!(shard = ctx.id.0, %peer, "connection opened");
@@ -42,9 +51,9 @@ pub async fn serve(ctx: Rc<ShardContext>, stream: TcpStream) {
             let counters = ctx.metrics.shard(ctx.id);
             while let Some(Pending::Answer(task)) = rx.recv().await {
                 match task.await {
-                    Some(Ok(Some(bytes))) => {
-                        counters.bytes_out.fetch_add(bytes.len() as u64, Ordering::Relaxed);
-                        if let Err(e) = writer.write_all(&bytes).await {
+                    Some(Ok(Some(response))) => {
+                        counters.bytes_out.fetch_add(response.len_bytes(), Ordering::Relaxed);
+                        if let Err(e) = write_response(&mut writer, fd, response).await {
                             tracing::debug!(%peer, error = %e, "write failed");
                             break;
                         }
@@ -116,4 +125,57 @@ pub async fn serve(ctx: Rc<ShardContext>, stream: TcpStream) {
     drop(tx);
     let _ = writer_task.await;
     tracing::debug!(shard = ctx.id.0, %peer, "connection closed");
+}
+
+/// How long to wait before retrying a send the socket buffer had no room for, at first
+/// and at most (the client is reading slower than we send).
+const sendfile_backoff_us_min: u64 = 50;
+const sendfile_backoff_us_max: u64 = 2_000;
+
+/// Write one response: bytes through glommio, file ranges with sendfile straight from
+/// the page cache to the socket (zero-copy). Parts go out strictly in order.
+async fn write_response<W: futures_lite::AsyncWrite + Unpin>(
+    writer: &mut W,
+    fd: std::os::fd::RawFd,
+    response: Response,
+) -> std::io::Result<()> {
+    for part in response.parts {
+        match part {
+            ResponsePart::Bytes(b) => writer.write_all(&b).await?,
+            ResponsePart::File { file, position, length } => {
+                writer.flush().await?;
+                let mut offset = position as libc::off_t;
+                let end = position + length;
+                let mut backoff_us = sendfile_backoff_us_min;
+                while (offset as u64) < end {
+                    let remaining = (end - offset as u64) as usize;
+                    // SAFETY: both fds are open for the duration of the call (the file is
+                    // held by `file`, the socket by the connection); offset is ours.
+                    let n = unsafe { libc::sendfile(fd, file.as_raw_fd(), &mut offset, remaining) };
+                    if n > 0 {
+                        backoff_us = sendfile_backoff_us_min;
+                        continue;
+                    }
+                    if n == 0 {
+                        // The file is shorter than planned (truncated under us): the frame
+                        // can no longer be completed, so the connection must close.
+                        return Err(std::io::Error::new(
+                            std::io::ErrorKind::UnexpectedEof,
+                            "segment shrank during send",
+                        ));
+                    }
+                    let err = std::io::Error::last_os_error();
+                    match err.raw_os_error() {
+                        Some(libc::EAGAIN) => {
+                            glommio::timer::sleep(std::time::Duration::from_micros(backoff_us)).await;
+                            backoff_us = (backoff_us * 2).min(sendfile_backoff_us_max);
+                        }
+                        Some(libc::EINTR) => {}
+                        _ => return Err(err),
+                    }
+                }
+            }
+        }
+    }
+    Ok(())
 }

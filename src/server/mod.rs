@@ -167,6 +167,7 @@ async fn run_shard(
         config.topic_defaults.clone(),
         config.group_config(),
     );
+    shard.set_zero_copy_bytes_min(config.fetch_zero_copy_bytes_min);
     shard.open_existing(now_ms())?;
     shard.load_groups(now_ms());
     let ctx = Rc::new(ShardContext::new(id, nr_shards, config.clone(), registry, shard, senders, metrics, cluster_id));

@@ -81,7 +81,28 @@ impl PartitionOp {
 pub struct FetchData {
     pub high_watermark: Offset,
     pub log_start_offset: Offset,
-    pub records: Vec<u8>,
+    pub records: FetchRecords,
+}
+
+/// A fetch's record bytes: copied, or a file range for the connection's shard to send
+/// straight from the page cache (the range is immutable: segments are append-only).
+#[derive(Debug)]
+pub enum FetchRecords {
+    Copied(Vec<u8>),
+    File(crate::log::ReadPlan),
+}
+
+impl FetchRecords {
+    pub fn len(&self) -> usize {
+        match self {
+            FetchRecords::Copied(v) => v.len(),
+            FetchRecords::File(plan) => plan.length_bytes as usize,
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
 }
 
 /// Resolves when an fsync covering the append completed (Err: the log went offline).
@@ -117,6 +138,8 @@ pub struct Shard {
     broker_topic_defaults: BTreeMap<String, String>,
     partitions: HashMap<TopicPartition, Partition>,
     groups: GroupCoordinator,
+    /// Fetches of at least this many bytes are sent from the file (zero-copy).
+    zero_copy_bytes_min: u64,
 }
 
 impl Shard {
@@ -136,7 +159,12 @@ impl Shard {
             broker_topic_defaults,
             partitions: HashMap::new(),
             groups: GroupCoordinator::new(group_config),
+            zero_copy_bytes_min: u64::MAX,
         }
+    }
+
+    pub fn set_zero_copy_bytes_min(&mut self, bytes: u64) {
+        self.zero_copy_bytes_min = bytes;
     }
 
     pub fn id(&self) -> ShardId {
@@ -222,11 +250,17 @@ impl Shard {
                 Ok(PartitionReply::Produced { info, log_start_offset: p.log.log_start_offset(), durable })
             }
             PartitionOp::Fetch { tp, offset, max_bytes, min_one_batch } => {
+                let zero_copy_bytes_min = self.zero_copy_bytes_min;
                 let p = self.partition_mut(&tp, 0)?;
                 let high_watermark = p.log.log_end_offset();
                 let plan = p.log.read(offset, max_bytes, high_watermark, min_one_batch)?;
-                let records =
-                    if plan.length_bytes == 0 { Vec::new() } else { plan.read_to_vec().map_err(LogError::Io)? };
+                let records = if plan.length_bytes == 0 {
+                    FetchRecords::Copied(Vec::new())
+                } else if plan.length_bytes >= zero_copy_bytes_min {
+                    FetchRecords::File(plan)
+                } else {
+                    FetchRecords::Copied(plan.read_to_vec().map_err(LogError::Io)?)
+                };
                 Ok(PartitionReply::Fetched(FetchData {
                     high_watermark,
                     log_start_offset: p.log.log_start_offset(),

@@ -12,8 +12,9 @@ use kafka_protocol::messages::fetch_response::{FetchableTopicResponse, Partition
 use kafka_protocol::messages::{ApiKey, FetchRequest, FetchResponse};
 
 use crate::model::{limits, Offset, TopicPartition};
+use crate::protocol::zero_copy::{new_marker, splice_file_ranges, FileRange, Response};
 use crate::protocol::{decode_body, ProtocolError, RequestFrame};
-use crate::shard::{PartitionOp, PartitionReply};
+use crate::shard::{FetchRecords, PartitionOp, PartitionReply};
 
 use super::super::context::ShardContext;
 use super::{partition_error_code, respond};
@@ -21,7 +22,7 @@ use super::{partition_error_code, respond};
 /// The longest long-poll we honour (Kafka clients use 500 ms by default).
 const fetch_wait_ms_max: i32 = 60_000;
 
-pub async fn handle(ctx: &ShardContext, frame: &RequestFrame) -> Result<Bytes, ProtocolError> {
+pub async fn handle(ctx: &ShardContext, frame: &RequestFrame) -> Result<Response, ProtocolError> {
     let req: FetchRequest = decode_body(frame)?;
     let started = Instant::now();
     let deadline = started + Duration::from_millis(req.max_wait_ms.clamp(0, fetch_wait_ms_max) as u64);
@@ -31,10 +32,13 @@ pub async fn handle(ctx: &ShardContext, frame: &RequestFrame) -> Result<Bytes, P
         (req.max_bytes as usize).min(limits::fetch_response_bytes_max)
     };
     loop {
-        let (topics, total_bytes, any_error) = fetch_once(ctx, &req, frame.api_version, response_bytes_max).await;
+        let (topics, ranges, total_bytes, any_error) =
+            fetch_once(ctx, &req, frame.api_version, response_bytes_max).await;
         let now = Instant::now();
         if total_bytes >= req.min_bytes.max(1) as usize || any_error || now >= deadline || ctx.stopping.get() {
-            return respond(ApiKey::Fetch, frame, &FetchResponse::default().with_responses(topics));
+            let encoded = respond(ApiKey::Fetch, frame, &FetchResponse::default().with_responses(topics))?;
+            let flexible = frame.api_version >= 12;
+            return splice_file_ranges(encoded, flexible, ranges);
         }
         // Nothing (enough) yet: wait until any partition grows, or the deadline.
         let waits = req.topics.iter().flat_map(|t| {
@@ -69,7 +73,7 @@ async fn fetch_once(
     req: &FetchRequest,
     req_version: i16,
     response_bytes_max: usize,
-) -> (Vec<FetchableTopicResponse>, usize, bool) {
+) -> (Vec<FetchableTopicResponse>, Vec<FileRange>, usize, bool) {
     let calls = req.topics.iter().flat_map(|t| {
         t.partitions.iter().map(move |p| {
             let max_bytes = (p.partition_max_bytes.max(0) as usize).min(response_bytes_max);
@@ -84,6 +88,7 @@ async fn fetch_once(
     let mut replies = futures::future::join_all(calls).await.into_iter();
     let mut total_bytes = 0usize;
     let mut any_error = false;
+    let mut ranges = Vec::new();
     let mut topics = Vec::with_capacity(req.topics.len());
     for t in &req.topics {
         let mut partitions = Vec::with_capacity(t.partitions.len());
@@ -98,7 +103,19 @@ async fn fetch_once(
                         Bytes::new()
                     } else {
                         total_bytes += data.records.len();
-                        Bytes::from(data.records)
+                        match data.records {
+                            FetchRecords::Copied(v) => Bytes::from(v),
+                            FetchRecords::File(plan) => {
+                                let marker = new_marker();
+                                ranges.push(FileRange {
+                                    marker,
+                                    file: plan.file,
+                                    position: plan.position_bytes,
+                                    length: plan.length_bytes,
+                                });
+                                Bytes::copy_from_slice(&marker)
+                            }
+                        }
                     };
                     let d = d
                         .with_high_watermark(data.high_watermark.0)
@@ -119,5 +136,5 @@ async fn fetch_once(
         }
         topics.push(FetchableTopicResponse::default().with_topic(t.topic.clone()).with_partitions(partitions));
     }
-    (topics, total_bytes, any_error)
+    (topics, ranges, total_bytes, any_error)
 }

@@ -28,6 +28,7 @@ use kafka_protocol::protocol::Encodable;
 
 use crate::group::GroupError;
 use crate::log::LogError;
+use crate::protocol::zero_copy::Response;
 use crate::protocol::{encode_response, error_code, supported_range, ProtocolError, RequestFrame};
 use crate::shard::PartitionError;
 
@@ -35,10 +36,10 @@ use super::context::ShardContext;
 
 /// Handle one request. `Ok(None)`: no answer is due (Produce with acks=0).
 /// `Err`: the connection must be closed.
-pub async fn handle(ctx: &ShardContext, frame: RequestFrame) -> Result<Option<Bytes>, ProtocolError> {
+pub async fn handle(ctx: &ShardContext, frame: RequestFrame) -> Result<Option<Response>, ProtocolError> {
     let key = ApiKey::try_from(frame.api_key).ok();
     if key == Some(ApiKey::ApiVersions) {
-        return api_versions::handle(ctx, &frame).map(Some);
+        return api_versions::handle(ctx, &frame).map(|b| Some(b.into()));
     }
     let supported = key.and_then(|k| supported_range(k).map(|r| (k, r)));
     let Some((key, (lo, hi))) = supported else {
@@ -52,10 +53,10 @@ pub async fn handle(ctx: &ShardContext, frame: RequestFrame) -> Result<Option<By
             frame.api_version
         )));
     }
-    match key {
+    let bytes = match key {
         ApiKey::Metadata => metadata::handle(ctx, &frame).await.map(Some),
         ApiKey::Produce => produce::handle(ctx, &frame).await,
-        ApiKey::Fetch => fetch::handle(ctx, &frame).await.map(Some),
+        ApiKey::Fetch => return fetch::handle(ctx, &frame).await.map(Some),
         ApiKey::ListOffsets => list_offsets::handle(ctx, &frame).await.map(Some),
         ApiKey::CreateTopics => create_topics::handle(ctx, &frame).await.map(Some),
         ApiKey::DeleteTopics => delete_topics::handle(ctx, &frame).await.map(Some),
@@ -72,7 +73,8 @@ pub async fn handle(ctx: &ShardContext, frame: RequestFrame) -> Result<Option<By
         ApiKey::DeleteGroups => delete_groups::handle(ctx, &frame).await.map(Some),
         ApiKey::OffsetDelete => offset_delete::handle(ctx, &frame).await.map(Some),
         other => Err(ProtocolError::BadHeader(format!("no handler for {other:?}"))),
-    }
+    };
+    bytes.map(|b| b.map(Response::from))
 }
 
 /// Encode an answer to `frame`.
