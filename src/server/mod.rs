@@ -55,11 +55,7 @@ pub fn run(config: BrokerConfig) -> anyhow::Result<()> {
         _ => (0..std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1)).collect(),
     };
     let nr_shards = config.cores.unwrap_or(cores.len()).max(1);
-    // Bind once up front so a bad address fails fast with a clear message.
-    drop(
-        std::net::TcpListener::bind(&config.listen)
-            .map_err(|e| anyhow::anyhow!("cannot listen on {}: {e}", config.listen))?,
-    );
+    check_listen_address(&config.listen)?;
 
     let shutdown = Arc::new(AtomicBool::new(false));
     install_signal_handlers(shutdown.clone())?;
@@ -114,6 +110,27 @@ fn ensure_offsets_topic(registry: &RwLock<Registry>) -> anyhow::Result<()> {
         .map_err(|e| anyhow::anyhow!(e))?;
         reg.create(OFFSETS_TOPIC, offsets_topic_partitions, configs)?;
         tracing::info!(topic = OFFSETS_TOPIC, partitions = offsets_topic_partitions, "created internal topic");
+    }
+    Ok(())
+}
+
+/// Fail fast, with a clear message, on an address that does not parse or that another
+/// process already serves. (Shards bind with SO_REUSEPORT, which would otherwise let a
+/// second broker of the same user share the port silently; a plain bind is no test,
+/// since sockets of a previous run lingering in TIME_WAIT make it fail.)
+fn check_listen_address(listen: &str) -> anyhow::Result<()> {
+    use std::net::ToSocketAddrs;
+    let addr = listen
+        .to_socket_addrs()
+        .map_err(|e| anyhow::anyhow!("cannot listen on {listen}: {e}"))?
+        .next()
+        .ok_or_else(|| anyhow::anyhow!("cannot listen on {listen}: no address"))?;
+    let mut probe = addr;
+    if probe.ip().is_unspecified() {
+        probe.set_ip(std::net::Ipv4Addr::LOCALHOST.into());
+    }
+    if std::net::TcpStream::connect_timeout(&probe, Duration::from_millis(200)).is_ok() {
+        anyhow::bail!("cannot listen on {listen}: another process is already listening there");
     }
     Ok(())
 }

@@ -15,6 +15,10 @@ pub async fn handle(ctx: &ShardContext, frame: &RequestFrame) -> Result<Bytes, P
     let mut groups = Vec::with_capacity(req.groups.len());
     for id in &req.groups {
         let mut g = DescribedGroup::default().with_group_id(id.clone());
+        if frame.api_version >= 3 && req.include_authorized_operations {
+            // READ 3, DELETE 6, DESCRIBE 8 (see metadata.rs).
+            g.authorized_operations = (1 << 3) | (1 << 6) | (1 << 8);
+        }
         match ctx.call_group(GroupOp::Describe { group_id: id.to_string() }, None).await {
             Some(GroupReply::Describe(Some(d))) => {
                 g = g

@@ -94,8 +94,11 @@ pub async fn handle(ctx: &ShardContext, frame: &RequestFrame) -> Result<Bytes, P
         .into_iter()
         .map(|(name, meta)| {
             let internal = version >= 1 && name == crate::group::OFFSETS_TOPIC;
-            let t =
+            let mut t =
                 MetadataResponseTopic::default().with_name(Some(TopicName(str_bytes(name)))).with_is_internal(internal);
+            if version >= 8 && req.include_topic_authorized_operations {
+                t.topic_authorized_operations = TOPIC_OPERATIONS;
+            }
             match meta {
                 Err(code) => t.with_error_code(code),
                 Ok(meta) => t.with_topic_id(if version >= 10 { meta.id } else { uuid::Uuid::nil() }).with_partitions(
@@ -113,5 +116,15 @@ pub async fn handle(ctx: &ShardContext, frame: &RequestFrame) -> Result<Bytes, P
             }
         })
         .collect();
+    if (8..=10).contains(&version) && req.include_cluster_authorized_operations {
+        body.cluster_authorized_operations = CLUSTER_OPERATIONS;
+    }
     respond(ApiKey::Metadata, frame, &body)
 }
+
+/// Without an authorizer every operation is allowed; Kafka then answers with the set of
+/// operations that apply (AclOperation bit numbers: READ 3, WRITE 4, CREATE 5, DELETE 6,
+/// ALTER 7, DESCRIBE 8, CLUSTER_ACTION 9, DESCRIBE_CONFIGS 10, ALTER_CONFIGS 11,
+/// IDEMPOTENT_WRITE 12). Clients decode every set bit, so no unknown bit may be set.
+const TOPIC_OPERATIONS: i32 = (1 << 3) | (1 << 4) | (1 << 5) | (1 << 6) | (1 << 7) | (1 << 8) | (1 << 10) | (1 << 11);
+const CLUSTER_OPERATIONS: i32 = (1 << 5) | (1 << 7) | (1 << 8) | (1 << 9) | (1 << 10) | (1 << 11) | (1 << 12);

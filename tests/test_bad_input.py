@@ -1,0 +1,149 @@
+"""Malformed and hostile input on raw sockets: the broker closes (or answers) and keeps
+serving everyone else."""
+
+import random
+import socket
+import struct
+import time
+
+import pytest
+
+from helpers import wire
+from helpers.clients import cf_consume, cf_produce, create_topic, kcat
+
+REACT_TIMEOUT = 5  # seconds the broker has to close / answer a bad connection
+
+
+def assert_still_serving(broker, topic="after-bad-input"):
+    assert broker.alive(), f"broker died (exit {broker.proc.returncode})"
+    r = kcat(broker.bootstrap, "-L", timeout=30)
+    assert f"at {broker.bootstrap}" in r.stdout.decode()
+    create_topic(broker.bootstrap, topic, 1)
+    cf_produce(broker.bootstrap, topic, [{"value": b"still-alive"}])
+    got = cf_consume(broker.bootstrap, topic, 1, 1)
+    assert [m.value for m in got[0]] == [b"still-alive"]
+
+
+def send_and_observe(broker, data, shut_wr=False):
+    s = wire.connect(broker.port)
+    try:
+        try:
+            s.sendall(data)
+            if shut_wr:
+                s.shutdown(socket.SHUT_WR)
+        except (BrokenPipeError, ConnectionResetError):
+            return "closed"
+        return wire.outcome_after(s, REACT_TIMEOUT)
+    finally:
+        s.close()
+
+
+GARBAGE = {
+    # an HTTP health check on the Kafka port: length prefix "GET " = 1.2 GB
+    "http": b"GET / HTTP/1.1\r\nHost: localhost\r\n\r\n",
+    # negative length prefix
+    "negative-length": b"\xde\xad\xbe\xef" + bytes(range(256)) * 4,
+    # a complete frame whose contents are random
+    "framed-random": wire.frame(random.Random(1).randbytes(64)),
+    # a complete frame shorter than any request header
+    "framed-tiny": wire.frame(b"\x00\x03"),
+    # zero-length frame
+    "zero-length": b"\x00\x00\x00\x00",
+    # valid ApiVersions header but the client_id length runs past the frame
+    "bad-client-id": wire.frame(struct.pack(">hhih", 18, 0, 7, 500) + b"abc"),
+}
+
+
+@pytest.mark.parametrize("kind", list(GARBAGE))
+def test_garbage_closes_or_answers(broker, kind):
+    outcome = send_and_observe(broker, GARBAGE[kind])
+    assert outcome == "closed" or outcome[0] == "answered"
+    assert_still_serving(broker)
+
+
+def test_truncated_frame_then_close(broker):
+    # length prefix says 100, 10 bytes follow, then we half-close: the broker sees EOF
+    # mid-frame and must close its side too.
+    data = struct.pack(">i", 100) + wire.request_header_v1(18, 0, 1)[:10]
+    assert send_and_observe(broker, data, shut_wr=True) == "closed"
+    # and the fully-closed variant
+    s = wire.connect(broker.port)
+    s.sendall(data)
+    s.close()
+    assert_still_serving(broker)
+
+
+def test_stalled_partial_frame_does_not_block_others(broker):
+    """A connection stuck mid-frame must not stall the shard that holds it."""
+    stalled = []
+    for _ in range(8):  # several, so that every shard very likely gets one
+        s = wire.connect(broker.port)
+        s.sendall(struct.pack(">i", 100) + b"\x00\x12\x00")
+        stalled.append(s)
+    try:
+        t0 = time.monotonic()
+        assert_still_serving(broker)
+        assert time.monotonic() - t0 < 30
+    finally:
+        for s in stalled:
+            s.close()
+
+
+def test_two_gib_length_prefix(broker):
+    rss_before = broker.rss_bytes()
+    outcome = send_and_observe(broker, b"\x7f\xff\xff\xff" + b"\x00\x12\x00\x00" * 16)
+    assert outcome == "closed" or outcome[0] == "answered"
+    rss_after = broker.rss_bytes()
+    if rss_before and rss_after:
+        assert rss_after - rss_before < 512 * 1024 * 1024, (
+            f"RSS grew {rss_before} -> {rss_after} after a 2 GiB length prefix")
+    assert_still_serving(broker)
+
+
+def test_unknown_api_key(broker):
+    data = wire.frame(wire.request_header_v1(9999, 0, 42) + b"\x00" * 8)
+    outcome = send_and_observe(broker, data)
+    if outcome != "closed":
+        body = outcome[1]
+        assert len(body) >= 8, body
+        (corr,) = struct.unpack(">i", body[4:8])
+        assert corr == 42, f"answer to an unknown API key has correlation id {corr}"
+    assert_still_serving(broker)
+
+
+def test_api_versions_raw_and_pipelined(broker):
+    s = wire.connect(broker.port)
+    try:
+        s.sendall(wire.api_versions_request(correlation_id=7, version=0))
+        corr, err, apis = wire.parse_api_versions_v0(wire.recv_frame(s))
+        assert (corr, err) == (7, 0)
+        for key in (0, 1, 2, 3, 18, 19, 20, 32):  # Produce..Metadata, ApiVersions, Create/
+            assert key in apis, f"API key {key} missing from ApiVersions: {apis}"  # Delete, DescribeConfigs
+            lo, hi = apis[key]
+            assert 0 <= lo <= hi, (key, lo, hi)
+        # pipelining: ten requests back to back, answered in order
+        s.sendall(b"".join(wire.api_versions_request(correlation_id=100 + i) for i in range(10)))
+        for i in range(10):
+            corr, err, _ = wire.parse_api_versions_v0(wire.recv_frame(s))
+            assert (corr, err) == (100 + i, 0)
+    finally:
+        s.close()
+
+
+def test_api_versions_unsupported_version_gets_error_35(broker):
+    """KIP-511: an ApiVersions request at a version the broker does not know gets an
+    UNSUPPORTED_VERSION (35) answer in v0 format, so that newer clients can fall back."""
+    s = wire.connect(broker.port)
+    try:
+        s.sendall(wire.frame(wire.request_header_v1(18, 99, 5) + b"\x00" * 4))
+        try:
+            body = wire.recv_frame(s, REACT_TIMEOUT)
+        except ConnectionError as e:
+            pytest.fail(f"connection closed instead of an UNSUPPORTED_VERSION answer: {e}")
+        corr, err, apis = wire.parse_api_versions_v0(body)
+        assert corr == 5
+        assert err == 35, f"error code {err}, want 35 (UNSUPPORTED_VERSION)"
+        assert 18 in apis, "the error answer should still list the supported versions"
+    finally:
+        s.close()
+    assert_still_serving(broker)
