@@ -716,6 +716,9 @@ impl GroupCoordinator {
         }
         if removed {
             Self::after_removal(g, now_ms, delay_ms, group_id, "member left");
+            // The membership changed: the stored record must not bring the member back
+            // after a restart.
+            self.persist_group(group_id);
         }
         Ok(results)
     }
@@ -831,8 +834,12 @@ impl GroupCoordinator {
             return Err(GroupError::IllegalGeneration);
         }
         match g.state {
-            GroupState::CompletingRebalance | GroupState::PreparingRebalance => Err(GroupError::RebalanceInProgress),
-            _ => Ok(()),
+            // As Kafka: a member of the current generation may still commit while the
+            // next rebalance is being prepared (it learns of it from its heartbeat), so
+            // what it processed before revoking its partitions is not re-delivered.
+            // Between join and sync it has no assignment to commit for.
+            GroupState::CompletingRebalance => Err(GroupError::RebalanceInProgress),
+            GroupState::PreparingRebalance | GroupState::Stable | GroupState::Empty => Ok(()),
         }
     }
 
@@ -1181,6 +1188,49 @@ mod tests {
         c.tick(7 + 7 * 24 * 3600 * 1000 + 1);
         assert!(c.fetch_offsets("simple", None).is_empty());
         assert!(c.take_pending_records().iter().any(|r| r.value.is_none()), "tombstone written");
+    }
+
+    /// A group emptied by LeaveGroup must reload as Empty, not with the departed member
+    /// (found by tests/test_groups.py: a restart brought the member back).
+    #[test]
+    fn leave_is_persisted() {
+        let mut c = GroupCoordinator::new(GroupConfig { initial_rebalance_delay_ms: 0, ..Default::default() });
+        let mut j1 = later(c.join(join_req("g", "", Some("i1")), 0, "m1".into()));
+        c.tick(1);
+        ready(&mut j1).unwrap();
+        c.leave("g", &[("m1".into(), None)], 5).unwrap();
+        let mut reloaded = GroupCoordinator::new(GroupConfig::default());
+        for r in c.take_pending_records() {
+            reloaded.apply_record(records::decode(&r.key, r.value.as_ref()).unwrap(), 10);
+        }
+        let d = reloaded.describe("g").unwrap();
+        assert_eq!(d.state, GroupState::Empty);
+        assert!(d.members.is_empty());
+    }
+
+    /// Kafka lets a member of the current generation commit while the next rebalance
+    /// is prepared; refusing it made eager consumers re-read what they had processed.
+    #[test]
+    fn commit_allowed_while_preparing_rebalance() {
+        let mut c = GroupCoordinator::new(GroupConfig { initial_rebalance_delay_ms: 0, ..Default::default() });
+        let mut j1 = later(c.join(join_req("g", "", Some("i1")), 0, "m1".into()));
+        c.tick(1);
+        let gen = ready(&mut j1).unwrap().generation_id;
+        let _ = c.sync(
+            SyncRequest {
+                group_id: "g".into(),
+                member_id: "m1".into(),
+                group_instance_id: Some("i1".into()),
+                generation_id: gen,
+                protocol_type: None,
+                protocol_name: None,
+                assignments: vec![],
+            },
+            2,
+        );
+        let _ = c.join(join_req("g", "", Some("i2")), 3, "m2".into());
+        assert_eq!(c.describe("g").unwrap().state, GroupState::PreparingRebalance);
+        assert_eq!(c.validate_commit("g", "m1", Some("i1"), gen), Ok(()));
     }
 
     #[test]

@@ -1,0 +1,201 @@
+//! One blocking connection to one broker: framing, correlation ids, timeouts and
+//! ApiVersions negotiation. One request in flight at a time; no threads.
+
+use std::collections::HashMap;
+use std::io::{Read, Write};
+use std::net::{TcpStream, ToSocketAddrs};
+use std::time::Duration;
+
+use bytes::{BufMut, Bytes, BytesMut};
+use kafka_protocol::messages::{ApiKey, ApiVersionsRequest, ApiVersionsResponse, RequestHeader, ResponseHeader};
+use kafka_protocol::protocol::{Decodable, Encodable, HeaderVersion, Request, StrBytes};
+
+use super::Error;
+
+/// Largest response frame accepted; a bigger length prefix means a broken stream.
+pub const response_bytes_max: usize = 256 * 1024 * 1024;
+
+/// The newest version of each API this client speaks. Caps stop where a version
+/// changes the shape this client fills in (Fetch v13 and Produce v13 address topics by
+/// id, FindCoordinator v4 batches keys, OffsetFetch v8 batches groups).
+const version_caps: &[(ApiKey, i16)] = &[
+    (ApiKey::Produce, 9),
+    (ApiKey::Fetch, 12),
+    (ApiKey::ListOffsets, 7),
+    (ApiKey::Metadata, 12),
+    (ApiKey::CreateTopics, 7),
+    (ApiKey::DeleteTopics, 5),
+    (ApiKey::DescribeConfigs, 4),
+    (ApiKey::IncrementalAlterConfigs, 1),
+    (ApiKey::FindCoordinator, 3),
+    (ApiKey::JoinGroup, 7),
+    (ApiKey::SyncGroup, 5),
+    (ApiKey::Heartbeat, 4),
+    (ApiKey::LeaveGroup, 5),
+    (ApiKey::OffsetCommit, 8),
+    (ApiKey::OffsetFetch, 7),
+    (ApiKey::ListGroups, 4),
+    (ApiKey::DescribeGroups, 5),
+    (ApiKey::DeleteGroups, 2),
+];
+
+/// The oldest version this client can fill in correctly, per API (fields it relies on
+/// appear here). Brokers that only speak older versions are refused with a clear error.
+const version_floors: &[(ApiKey, i16)] = &[
+    (ApiKey::Produce, 3),
+    (ApiKey::Fetch, 4),
+    (ApiKey::ListOffsets, 1),
+    (ApiKey::Metadata, 4),
+    (ApiKey::CreateTopics, 2),
+    (ApiKey::DeleteTopics, 1),
+    (ApiKey::DescribeConfigs, 1),
+    (ApiKey::IncrementalAlterConfigs, 0),
+    (ApiKey::FindCoordinator, 1),
+    (ApiKey::JoinGroup, 1),
+    (ApiKey::SyncGroup, 0),
+    (ApiKey::Heartbeat, 0),
+    (ApiKey::LeaveGroup, 0),
+    (ApiKey::OffsetCommit, 2),
+    (ApiKey::OffsetFetch, 2),
+    (ApiKey::ListGroups, 0),
+    (ApiKey::DescribeGroups, 0),
+    (ApiKey::DeleteGroups, 0),
+];
+
+pub struct Connection {
+    pub addr: String,
+    stream: TcpStream,
+    next_correlation_id: i32,
+    /// api key -> (min, max) version the broker speaks.
+    broker_versions: HashMap<i16, (i16, i16)>,
+    client_id: String,
+}
+
+impl Connection {
+    /// Connect, with `timeout` for the TCP handshake and for each later read and write,
+    /// then negotiate versions with ApiVersions v0 (understood by every broker).
+    pub fn open(addr: &str, timeout: Duration, client_id: &str) -> Result<Connection, Error> {
+        let addrs: Vec<_> = addr
+            .to_socket_addrs()
+            .map_err(|e| Error::Unreachable(format!("cannot resolve {addr}: {e}")))?
+            .collect();
+        let mut last = format!("cannot resolve {addr}: no address");
+        for sa in addrs {
+            match TcpStream::connect_timeout(&sa, timeout) {
+                Ok(stream) => {
+                    let _ = stream.set_nodelay(true);
+                    stream.set_read_timeout(Some(timeout)).map_err(|e| Error::Unreachable(e.to_string()))?;
+                    stream.set_write_timeout(Some(timeout)).map_err(|e| Error::Unreachable(e.to_string()))?;
+                    let mut conn = Connection {
+                        addr: addr.to_string(),
+                        stream,
+                        next_correlation_id: 1,
+                        broker_versions: HashMap::new(),
+                        client_id: client_id.to_string(),
+                    };
+                    conn.negotiate()?;
+                    return Ok(conn);
+                }
+                Err(e) => last = format!("cannot connect to {addr}: {e}"),
+            }
+        }
+        Err(Error::Unreachable(last))
+    }
+
+    fn negotiate(&mut self) -> Result<(), Error> {
+        let resp: ApiVersionsResponse = self.call_at(0, &ApiVersionsRequest::default())?;
+        if resp.error_code != 0 {
+            return Err(Error::Protocol(format!("{}: ApiVersions answered error code {}", self.addr, resp.error_code)));
+        }
+        for v in &resp.api_keys {
+            self.broker_versions.insert(v.api_key, (v.min_version, v.max_version));
+        }
+        Ok(())
+    }
+
+    /// The version to use for `key`: the newest both sides speak.
+    pub fn version(&self, key: ApiKey) -> Result<i16, Error> {
+        let cap = version_caps.iter().find(|(k, _)| *k == key).map(|(_, v)| *v).unwrap_or(0);
+        let floor = version_floors.iter().find(|(k, _)| *k == key).map(|(_, v)| *v).unwrap_or(0);
+        let Some(&(lo, hi)) = self.broker_versions.get(&(key as i16)) else {
+            return Err(Error::Unsupported(format!("{key:?} is not supported by the broker at {}", self.addr)));
+        };
+        let chosen = cap.min(hi);
+        if chosen < lo.max(floor) {
+            return Err(Error::Unsupported(format!(
+                "no common version of {key:?} with the broker at {} (broker {lo}..={hi}, client {floor}..={cap})",
+                self.addr
+            )));
+        }
+        Ok(chosen)
+    }
+
+    /// Send one request at the negotiated version and wait for its response.
+    pub fn call<R: Request>(&mut self, req: &R) -> Result<(i16, R::Response), Error> {
+        let version = self.version(R::KEY)?;
+        Ok((version, self.call_at(version, req)?))
+    }
+
+    /// Send a request the broker does not answer (Produce with acks=0).
+    pub fn send_only<R: Request>(&mut self, req: &R) -> Result<(), Error> {
+        let version = self.version(R::KEY)?;
+        self.write_request(version, req)?;
+        Ok(())
+    }
+
+    fn write_request<R: Request>(&mut self, version: i16, req: &R) -> Result<i32, Error> {
+        let correlation_id = self.next_correlation_id;
+        self.next_correlation_id = self.next_correlation_id.wrapping_add(1);
+        let header = RequestHeader::default()
+            .with_request_api_key(R::KEY)
+            .with_request_api_version(version)
+            .with_correlation_id(correlation_id)
+            .with_client_id(Some(StrBytes::from_string(self.client_id.clone())));
+        let header_version = R::header_version(version);
+        let encode_err = |e: anyhow::Error| Error::Protocol(format!("encoding {:?} v{version}: {e}", R::KEY));
+        let len = header.compute_size(header_version).map_err(encode_err)?
+            + req.compute_size(version).map_err(encode_err)?;
+        let mut buf = BytesMut::with_capacity(4 + len);
+        buf.put_i32(len as i32);
+        header.encode(&mut buf, header_version).map_err(encode_err)?;
+        req.encode(&mut buf, version).map_err(encode_err)?;
+        self.stream.write_all(&buf).map_err(|e| self.io_error(e))?;
+        Ok(correlation_id)
+    }
+
+    fn call_at<R: Request>(&mut self, version: i16, req: &R) -> Result<R::Response, Error> {
+        let correlation_id = self.write_request(version, req)?;
+        let mut frame = self.read_frame()?;
+        let resp_header_version = R::Response::header_version(version);
+        let decode_err = |e: anyhow::Error| Error::Protocol(format!("decoding {:?} v{version} response: {e}", R::KEY));
+        let resp_header = ResponseHeader::decode(&mut frame, resp_header_version).map_err(decode_err)?;
+        if resp_header.correlation_id != correlation_id {
+            return Err(Error::Protocol(format!(
+                "{}: correlation id mismatch (sent {correlation_id}, got {})",
+                self.addr, resp_header.correlation_id
+            )));
+        }
+        R::Response::decode(&mut frame, version).map_err(decode_err)
+    }
+
+    fn read_frame(&mut self) -> Result<Bytes, Error> {
+        let mut len_buf = [0u8; 4];
+        self.stream.read_exact(&mut len_buf).map_err(|e| self.io_error(e))?;
+        let len = i32::from_be_bytes(len_buf);
+        if len < 4 || len as usize > response_bytes_max {
+            return Err(Error::Protocol(format!("{}: bad response frame length {len}", self.addr)));
+        }
+        let mut buf = vec![0u8; len as usize];
+        self.stream.read_exact(&mut buf).map_err(|e| self.io_error(e))?;
+        Ok(Bytes::from(buf))
+    }
+
+    fn io_error(&self, e: std::io::Error) -> Error {
+        match e.kind() {
+            std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut => {
+                Error::Timeout(format!("{}: no answer within the request timeout", self.addr))
+            }
+            _ => Error::Disconnected(format!("{}: {e}", self.addr)),
+        }
+    }
+}
