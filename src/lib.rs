@@ -4,6 +4,7 @@
 // Limits are named TigerBeetle-style, lower case with the unit last (`frame_bytes_max`).
 #![allow(non_upper_case_globals)]
 
+pub mod client;
 pub mod config;
 pub mod coordinator;
 pub mod group;

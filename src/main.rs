@@ -1,4 +1,11 @@
-//! The `spate` binary: `spate serve` runs a broker.
+//! The `spate` binary: `spate serve` runs a broker; `topic`, `produce`, `consume`,
+//! `group` and `doctor` are the operator's tools (they talk to any Kafka-compatible
+//! broker). Exit codes: 0 ok, 1 error from the broker, 2 bad usage, 3 unreachable.
+
+// Limits are named TigerBeetle-style, lower case with the unit last.
+#![allow(non_upper_case_globals)]
+
+mod cli;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -21,6 +28,18 @@ struct Cli {
 enum Command {
     /// Run a broker.
     Serve(ServeArgs),
+    /// Create, list, describe, alter and delete topics.
+    #[command(subcommand)]
+    Topic(cli::TopicCommand),
+    /// Send stdin lines as messages, one per line.
+    Produce(cli::ProduceArgs),
+    /// Print messages of a topic.
+    Consume(cli::ConsumeArgs),
+    /// List and describe consumer groups, reset their offsets.
+    #[command(subcommand)]
+    Group(cli::GroupCommand),
+    /// Check this host against tuning.md and say what to change.
+    Doctor(cli::DoctorArgs),
 }
 
 #[derive(clap::Args)]
@@ -64,6 +83,12 @@ struct ServeArgs {
     /// Fetched record sets of at least this many bytes are sent with sendfile (zero-copy) [default: 16384]
     #[arg(long)]
     fetch_zero_copy_bytes_min: Option<u64>,
+    /// Write appends through io_uring (coalesced writev) rather than pwrite [default: true]
+    #[arg(long)]
+    append_io_uring: Option<bool>,
+    /// Serve Prometheus metrics at http://HOST:PORT/metrics [default: off]
+    #[arg(long)]
+    metrics_listen: Option<String>,
 }
 
 fn load_config(args: ServeArgs) -> Result<BrokerConfig, String> {
@@ -107,8 +132,14 @@ fn load_config(args: ServeArgs) -> Result<BrokerConfig, String> {
     if let Some(v) = args.offsets_retention_minutes {
         config.offsets_retention_minutes = v;
     }
+    if let Some(v) = args.append_io_uring {
+        config.append_io_uring = v;
+    }
     if let Some(v) = args.fetch_zero_copy_bytes_min {
         config.fetch_zero_copy_bytes_min = v;
+    }
+    if let Some(v) = args.metrics_listen {
+        config.metrics_listen = Some(v);
     }
     if let Some(v) = args.fsync {
         config.fsync = v;
@@ -126,10 +157,57 @@ fn init_logging(level: Option<&str>) {
     tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_target(false).init();
 }
 
+/// Parse the command line; a usage error is one line on stderr and exit code 2.
+fn parse_cli() -> Result<Cli, ExitCode> {
+    match Cli::try_parse() {
+        Ok(cli) => Ok(cli),
+        Err(e) if matches!(e.kind(), clap::error::ErrorKind::DisplayHelp | clap::error::ErrorKind::DisplayVersion) => {
+            let _ = e.print();
+            Err(ExitCode::SUCCESS)
+        }
+        Err(e) if e.kind() == clap::error::ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand => {
+            let _ = e.print();
+            Err(ExitCode::from(2))
+        }
+        Err(e) => {
+            let text = e.render().to_string();
+            let line = text.lines().find(|l| !l.trim().is_empty()).unwrap_or("bad arguments");
+            eprintln!("spate: {}", line.trim_start_matches("error: "));
+            Err(ExitCode::from(2))
+        }
+    }
+}
+
+/// The exit of a client subcommand.
+fn client_exit(result: Result<(), spate::client::Error>) -> ExitCode {
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            let text = e.to_string();
+            eprintln!("spate: {}", text.lines().next().unwrap_or("error"));
+            ExitCode::from(e.exit_code())
+        }
+    }
+}
+
 fn main() -> ExitCode {
-    let cli = Cli::parse();
-    init_logging(cli.log_level.as_deref());
+    let cli = match parse_cli() {
+        Ok(cli) => cli,
+        Err(code) => return code,
+    };
+    let is_serve = matches!(cli.command, Command::Serve(_));
+    if is_serve || cli.log_level.is_some() {
+        init_logging(cli.log_level.as_deref());
+    } else {
+        // The tools keep stderr for their one-line errors unless asked for more.
+        init_logging(Some(&std::env::var("RUST_LOG").unwrap_or_else(|_| "error".into())));
+    }
     match cli.command {
+        Command::Topic(cmd) => client_exit(cli::run_topic(cmd)),
+        Command::Produce(args) => client_exit(cli::run_produce(args)),
+        Command::Consume(args) => client_exit(cli::run_consume(args)),
+        Command::Group(cmd) => client_exit(cli::run_group(cmd)),
+        Command::Doctor(args) => ExitCode::from(cli::doctor::run(args)),
         Command::Serve(args) => {
             let config = match load_config(args) {
                 Ok(c) => c,

@@ -75,10 +75,8 @@ impl Connection {
     /// Connect, with `timeout` for the TCP handshake and for each later read and write,
     /// then negotiate versions with ApiVersions v0 (understood by every broker).
     pub fn open(addr: &str, timeout: Duration, client_id: &str) -> Result<Connection, Error> {
-        let addrs: Vec<_> = addr
-            .to_socket_addrs()
-            .map_err(|e| Error::Unreachable(format!("cannot resolve {addr}: {e}")))?
-            .collect();
+        let addrs: Vec<_> =
+            addr.to_socket_addrs().map_err(|e| Error::Unreachable(format!("cannot resolve {addr}: {e}")))?.collect();
         let mut last = format!("cannot resolve {addr}: no address");
         for sa in addrs {
             match TcpStream::connect_timeout(&sa, timeout) {
@@ -115,6 +113,12 @@ impl Connection {
 
     /// The version to use for `key`: the newest both sides speak.
     pub fn version(&self, key: ApiKey) -> Result<i16, Error> {
+        self.version_of(key as i16)
+    }
+
+    fn version_of(&self, key_code: i16) -> Result<i16, Error> {
+        let key = ApiKey::try_from(key_code)
+            .map_err(|_| Error::Unsupported(format!("API key {key_code} is unknown to this client")))?;
         let cap = version_caps.iter().find(|(k, _)| *k == key).map(|(_, v)| *v).unwrap_or(0);
         let floor = version_floors.iter().find(|(k, _)| *k == key).map(|(_, v)| *v).unwrap_or(0);
         let Some(&(lo, hi)) = self.broker_versions.get(&(key as i16)) else {
@@ -132,13 +136,13 @@ impl Connection {
 
     /// Send one request at the negotiated version and wait for its response.
     pub fn call<R: Request>(&mut self, req: &R) -> Result<(i16, R::Response), Error> {
-        let version = self.version(R::KEY)?;
+        let version = self.version_of(R::KEY)?;
         Ok((version, self.call_at(version, req)?))
     }
 
     /// Send a request the broker does not answer (Produce with acks=0).
     pub fn send_only<R: Request>(&mut self, req: &R) -> Result<(), Error> {
-        let version = self.version(R::KEY)?;
+        let version = self.version_of(R::KEY)?;
         self.write_request(version, req)?;
         Ok(())
     }
@@ -152,9 +156,9 @@ impl Connection {
             .with_correlation_id(correlation_id)
             .with_client_id(Some(StrBytes::from_string(self.client_id.clone())));
         let header_version = R::header_version(version);
-        let encode_err = |e: anyhow::Error| Error::Protocol(format!("encoding {:?} v{version}: {e}", R::KEY));
-        let len = header.compute_size(header_version).map_err(encode_err)?
-            + req.compute_size(version).map_err(encode_err)?;
+        let encode_err = |e: anyhow::Error| Error::Protocol(format!("encoding API {} v{version}: {e}", R::KEY));
+        let len =
+            header.compute_size(header_version).map_err(encode_err)? + req.compute_size(version).map_err(encode_err)?;
         let mut buf = BytesMut::with_capacity(4 + len);
         buf.put_i32(len as i32);
         header.encode(&mut buf, header_version).map_err(encode_err)?;
@@ -167,7 +171,8 @@ impl Connection {
         let correlation_id = self.write_request(version, req)?;
         let mut frame = self.read_frame()?;
         let resp_header_version = R::Response::header_version(version);
-        let decode_err = |e: anyhow::Error| Error::Protocol(format!("decoding {:?} v{version} response: {e}", R::KEY));
+        let decode_err =
+            |e: anyhow::Error| Error::Protocol(format!("decoding API {} v{version} response: {e}", R::KEY));
         let resp_header = ResponseHeader::decode(&mut frame, resp_header_version).map_err(decode_err)?;
         if resp_header.correlation_id != correlation_id {
             return Err(Error::Protocol(format!(

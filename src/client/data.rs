@@ -7,17 +7,15 @@ use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
 use kafka_protocol::messages::list_offsets_request::{ListOffsetsPartition, ListOffsetsTopic};
 use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
 use kafka_protocol::messages::{BrokerId, FetchRequest, ListOffsetsRequest, ProduceRequest};
+use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::records::{
     Compression, Record, RecordBatchDecoder, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
 };
-use kafka_protocol::protocol::StrBytes;
 
 use super::{check, topic_name, Client, Error};
 
 /// Broker-side wait for acks of a produce.
 pub const produce_timeout_ms: i32 = 30_000;
-/// How long a fetch may wait at the broker for data.
-pub const fetch_max_wait_ms: i32 = 500;
 /// Most bytes asked for per partition and per fetch.
 pub const fetch_partition_bytes_max: i32 = 1024 * 1024;
 pub const fetch_bytes_max: i32 = 50 * 1024 * 1024;
@@ -36,6 +34,7 @@ pub struct ProduceRecord {
 
 /// What one fetch of one partition returned.
 #[derive(Debug, Default)]
+#[allow(dead_code)] // high_watermark and log_start_offset are for callers beyond the CLI
 pub struct FetchedPartition {
     pub records: Vec<Record>,
     pub high_watermark: i64,
@@ -102,7 +101,13 @@ impl Client {
 
     /// Fetch from one partition starting at `offset`. Records before `offset` (the head
     /// of a compressed batch) and control records are dropped.
-    pub fn fetch(&mut self, topic: &str, partition: i32, offset: i64, max_wait_ms: i32) -> Result<FetchedPartition, Error> {
+    pub fn fetch(
+        &mut self,
+        topic: &str,
+        partition: i32,
+        offset: i64,
+        max_wait_ms: i32,
+    ) -> Result<FetchedPartition, Error> {
         let req = FetchRequest::default()
             .with_replica_id(BrokerId(-1))
             .with_max_wait_ms(max_wait_ms)
@@ -156,12 +161,14 @@ impl Client {
     ) -> Result<BTreeMap<i32, i64>, Error> {
         let mut out = BTreeMap::new();
         for &partition in partitions {
-            let req = ListOffsetsRequest::default().with_replica_id(BrokerId(-1)).with_topics(vec![ListOffsetsTopic::default()
-                .with_name(topic_name(topic))
-                .with_partitions(vec![ListOffsetsPartition::default()
-                    .with_partition_index(partition)
-                    .with_timestamp(timestamp)
-                    .with_current_leader_epoch(-1)])]);
+            let req = ListOffsetsRequest::default().with_replica_id(BrokerId(-1)).with_topics(vec![
+                ListOffsetsTopic::default().with_name(topic_name(topic)).with_partitions(vec![
+                    ListOffsetsPartition::default()
+                        .with_partition_index(partition)
+                        .with_timestamp(timestamp)
+                        .with_current_leader_epoch(-1),
+                ]),
+            ]);
             let context = || format!("list offsets of '{topic}' partition {partition}");
             let offset = self.with_retries(|c| {
                 let leader = c.leader(topic, partition)?;

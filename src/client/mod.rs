@@ -20,8 +20,7 @@ use kafka_protocol::messages::{
 use kafka_protocol::protocol::{Request, StrBytes};
 
 pub use conn::Connection;
-pub use data::{FetchedPartition, ProduceRecord};
-pub use group::{GroupDescription, GroupMember, ListedGroup};
+pub use data::{timestamp_earliest, timestamp_latest, ProduceRecord};
 
 /// Requests that fail with a retriable error are tried at most this many more times.
 pub const retries_max_default: u32 = 5;
@@ -56,6 +55,9 @@ pub enum Error {
     /// A frame that does not encode or decode.
     #[error("{0}")]
     Protocol(String),
+    /// The request is valid but the cluster's state forbids it now (exit 1).
+    #[error("{0}")]
+    State(String),
     /// The caller asked for something that cannot be (bad argument).
     #[error("{0}")]
     Usage(String),
@@ -75,7 +77,7 @@ impl Error {
         match self {
             Error::Unreachable(_) | Error::Disconnected(_) | Error::Timeout(_) => 3,
             Error::Usage(_) => 2,
-            Error::Broker { .. } | Error::Unsupported(_) | Error::Protocol(_) => 1,
+            Error::Broker { .. } | Error::Unsupported(_) | Error::Protocol(_) | Error::State(_) => 1,
         }
     }
 
@@ -188,6 +190,8 @@ pub struct Client {
     brokers: BTreeMap<i32, String>,
     /// Leader per (topic, partition), from the last Metadata.
     leaders: HashMap<(String, i32), i32>,
+    /// Coordinator per group, from FindCoordinator.
+    coordinators: HashMap<String, i32>,
 }
 
 impl Client {
@@ -196,7 +200,13 @@ impl Client {
         if config.bootstrap.is_empty() {
             return Err(Error::Usage("--bootstrap names no broker".into()));
         }
-        let mut client = Client { config, conns: HashMap::new(), brokers: BTreeMap::new(), leaders: HashMap::new() };
+        let mut client = Client {
+            config,
+            conns: HashMap::new(),
+            brokers: BTreeMap::new(),
+            leaders: HashMap::new(),
+            coordinators: HashMap::new(),
+        };
         client.metadata(Some(&[]), false)?;
         Ok(client)
     }
@@ -230,7 +240,10 @@ impl Client {
         if !self.brokers.contains_key(&node) {
             self.metadata(Some(&[]), false)?;
         }
-        self.brokers.get(&node).cloned().ok_or_else(|| Error::Unreachable(format!("broker {node} is not in the cluster")))
+        self.brokers
+            .get(&node)
+            .cloned()
+            .ok_or_else(|| Error::Unreachable(format!("broker {node} is not in the cluster")))
     }
 
     fn send_addr<R: Request>(&mut self, addr: &str, req: &R) -> Result<(i16, R::Response), Error> {
@@ -264,6 +277,7 @@ impl Client {
                     std::thread::sleep(Duration::from_millis(backoff_ms));
                     backoff_ms = (backoff_ms * 2).min(retry_backoff_ms_max);
                     self.leaders.clear();
+                    self.coordinators.clear();
                     let _ = self.metadata(Some(&[]), false);
                 }
                 other => return other,
@@ -276,14 +290,18 @@ impl Client {
         let mut req = MetadataRequest::default().with_allow_auto_topic_creation(auto_create);
         req.topics = topics.map(|ts| {
             ts.iter()
-                .map(|t| kafka_protocol::messages::metadata_request::MetadataRequestTopic::default().with_name(Some(topic_name(t))))
+                .map(|t| {
+                    kafka_protocol::messages::metadata_request::MetadataRequestTopic::default()
+                        .with_name(Some(topic_name(t)))
+                })
                 .collect()
         });
         let mut last = None;
         for _ in 0..=self.config.retries_max {
             match self.send_any(&req) {
                 Ok((_, resp)) => {
-                    self.brokers = resp.brokers.iter().map(|b| (b.node_id.0, format!("{}:{}", b.host, b.port))).collect();
+                    self.brokers =
+                        resp.brokers.iter().map(|b| (b.node_id.0, format!("{}:{}", b.host, b.port))).collect();
                     for t in &resp.topics {
                         let Some(name) = &t.name else { continue };
                         for p in &t.partitions {
@@ -411,7 +429,11 @@ impl Client {
             for c in &r.configs {
                 out.push(ConfigEntry {
                     name: c.name.to_string(),
-                    value: if c.is_sensitive { Some("(sensitive)".into()) } else { c.value.as_ref().map(|v| v.to_string()) },
+                    value: if c.is_sensitive {
+                        Some("(sensitive)".into())
+                    } else {
+                        c.value.as_ref().map(|v| v.to_string())
+                    },
                     source: config_source_name(c.config_source),
                     read_only: c.read_only,
                 });
@@ -424,8 +446,9 @@ impl Client {
     /// Set topic configs with IncrementalAlterConfigs (operation SET).
     pub fn alter_topic_configs(&mut self, name: &str, set: &[(String, String)]) -> Result<(), Error> {
         use kafka_protocol::messages::incremental_alter_configs_request::{AlterConfigsResource, AlterableConfig};
-        let configs =
-            set.iter().map(|(k, v)| AlterableConfig::default().with_name(sb(k)).with_config_operation(0).with_value(Some(sb(v))));
+        let configs = set
+            .iter()
+            .map(|(k, v)| AlterableConfig::default().with_name(sb(k)).with_config_operation(0).with_value(Some(sb(v))));
         let req = IncrementalAlterConfigsRequest::default().with_resources(vec![AlterConfigsResource::default()
             .with_resource_type(resource_type_topic)
             .with_resource_name(sb(name))

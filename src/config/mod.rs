@@ -48,6 +48,11 @@ pub struct BrokerConfig {
     /// socket with sendfile; smaller ones are copied (one syscall costs more than a
     /// small copy). 0 = always zero-copy.
     pub fetch_zero_copy_bytes_min: u64,
+    /// Write appends through a per-shard io_uring ring (coalesced writev); false writes
+    /// them in place with pwrite (kept for comparison and for kernels without io_uring).
+    pub append_io_uring: bool,
+    /// Where to serve Prometheus metrics (`/metrics`); None: not served.
+    pub metrics_listen: Option<String>,
 }
 
 impl Default for BrokerConfig {
@@ -66,6 +71,8 @@ impl Default for BrokerConfig {
             group_min_session_timeout_ms: 6000,
             offsets_retention_minutes: 7 * 24 * 60,
             fetch_zero_copy_bytes_min: 16 * 1024,
+            append_io_uring: true,
+            metrics_listen: None,
         }
     }
 }

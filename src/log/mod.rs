@@ -78,6 +78,7 @@
 //! their index files look inconsistent, in which case they are recovered the same way.
 
 use std::cell::Cell;
+use std::collections::VecDeque;
 use std::fs::File;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
@@ -210,6 +211,29 @@ pub struct PartitionLog {
     /// Lowest truncation point since the last `flush_handle` (clamps `mark_flushed`).
     truncated_below: Cell<Option<i64>>,
     offline: Option<String>,
+    /// Appends whose bytes the caller is still writing (`append_deferred`), in offset
+    /// order. Nothing at or after the first unfinished one is read, flushed or trusted.
+    pending_writes: VecDeque<PendingAppend>,
+    next_write_id: u64,
+}
+
+/// An append whose offsets are assigned but whose bytes may not be in the file yet.
+#[derive(Debug)]
+struct PendingAppend {
+    id: u64,
+    segment_base: i64,
+    start_pos: u64,
+    start_offset: i64,
+    done: bool,
+}
+
+/// The write an `append_deferred` caller must perform: the rewritten record set at
+/// `position` of `file`, then `write_done(id, result)`.
+#[derive(Debug, Clone)]
+pub struct PendingWrite {
+    pub id: u64,
+    pub file: Arc<File>,
+    pub position: u64,
 }
 
 fn io_err_string(context: &str, e: &std::io::Error) -> String {
@@ -325,6 +349,8 @@ impl PartitionLog {
             dir_dirty: !clean,
             truncated_below: Cell::new(None),
             offline: None,
+            pending_writes: VecDeque::new(),
+            next_write_id: 0,
         })
     }
 
@@ -358,7 +384,54 @@ impl PartitionLog {
     /// maxTimestamp + attributes for LogAppendTime, recomputing the CRC then), and write
     /// them. Nothing is written if any batch is invalid. Does not fsync.
     pub fn append(&mut self, records: &mut [u8], now_ms: i64) -> Result<AppendInfo, LogError> {
+        let (info, write) = self.append_deferred(records, now_ms)?;
+        let result = write.file.write_all_at(records, write.position);
+        self.write_done(write.id, result)?;
+        Ok(info)
+    }
+
+    /// `append`, except that the caller writes the bytes (the broker submits them to
+    /// io_uring, coalescing appends that arrive together): validate, assign offsets,
+    /// rewrite the headers in `records` and index them, and return where `records` must
+    /// be written. Until `write_done` reports the write, reads, flushes and the
+    /// recovery point stop before it.
+    pub fn append_deferred(&mut self, records: &mut [u8], now_ms: i64) -> Result<(AppendInfo, PendingWrite), LogError> {
         self.append_inner(records, None, now_ms)
+    }
+
+    /// Report the outcome of a deferred append's write. A failure takes the log offline.
+    pub fn write_done(&mut self, id: u64, result: std::io::Result<()>) -> Result<(), LogError> {
+        if let Err(e) = result {
+            return Err(self.go_offline(io_err_string("append write", &e)));
+        }
+        let entry = self.pending_writes.iter_mut().find(|w| w.id == id);
+        assert!(entry.is_some(), "write_done for unknown write {id}");
+        if let Some(w) = entry {
+            w.done = true;
+        }
+        while self.pending_writes.front().is_some_and(|w| w.done) {
+            self.pending_writes.pop_front();
+        }
+        Ok(())
+    }
+
+    /// Offsets below this are in the file (every earlier deferred write finished).
+    pub fn written_end_offset(&self) -> Offset {
+        Offset(self.pending_writes.iter().find(|w| !w.done).map(|w| w.start_offset).unwrap_or(self.log_end_offset().0))
+    }
+
+    /// The bytes of `seg` that are in the file.
+    fn written_size(&self, seg: &Segment) -> u64 {
+        self.pending_writes
+            .iter()
+            .filter(|w| !w.done && w.segment_base == seg.base_offset)
+            .map(|w| w.start_pos)
+            .min()
+            .unwrap_or(seg.size_bytes)
+    }
+
+    pub fn has_pending_writes(&self) -> bool {
+        !self.pending_writes.is_empty()
     }
 
     /// `append`, also stamping `partitionLeaderEpoch` (what a leader does in Kafka).
@@ -368,7 +441,10 @@ impl PartitionLog {
         leader_epoch: i32,
         now_ms: i64,
     ) -> Result<AppendInfo, LogError> {
-        self.append_inner(records, Some(leader_epoch), now_ms)
+        let (info, write) = self.append_inner(records, Some(leader_epoch), now_ms)?;
+        let result = write.file.write_all_at(records, write.position);
+        self.write_done(write.id, result)?;
+        Ok(info)
     }
 
     fn append_inner(
@@ -376,7 +452,7 @@ impl PartitionLog {
         records: &mut [u8],
         leader_epoch: Option<i32>,
         now_ms: i64,
-    ) -> Result<AppendInfo, LogError> {
+    ) -> Result<(AppendInfo, PendingWrite), LogError> {
         self.check_online()?;
         if records.is_empty() {
             return Err(LogError::Corrupt("empty record set".into()));
@@ -426,8 +502,17 @@ impl PartitionLog {
 
         let interval = self.config.index_interval_bytes;
         let write_pos = self.active().size_bytes;
-        let written = self.active().log.write_all_at(records, write_pos);
-        self.offline_on_err("append write", written)?;
+        let id = self.next_write_id;
+        self.next_write_id += 1;
+        let segment_base = self.active().base_offset;
+        self.pending_writes.push_back(PendingAppend {
+            id,
+            segment_base,
+            start_pos: write_pos,
+            start_offset: base_offset,
+            done: false,
+        });
+        let write = PendingWrite { id, file: self.active().log.clone(), position: write_pos };
         let seg = self.active_mut();
         for (&(pos, _), h) in batches.iter().zip(&headers) {
             seg.note_batch(write_pos + pos as u64, h, interval);
@@ -438,13 +523,14 @@ impl PartitionLog {
         }
         assert_eq!(seg.next_offset, last_offset + 1);
         self.first_unflushed_append_ms.get_or_insert(now_ms);
-        Ok(AppendInfo {
+        let info = AppendInfo {
             base_offset: Offset(base_offset),
             last_offset: Offset(last_offset),
             log_append_time_ms: if log_append_time { now_ms } else { -1 },
             record_count: record_count as u32,
             bytes: total_bytes,
-        })
+        };
+        Ok((info, write))
     }
 
     fn should_roll(&self, extra_bytes: u64, last_offset: i64, now_ms: i64) -> bool {
@@ -493,6 +579,8 @@ impl PartitionLog {
             i += 1;
         }
         let seg = &self.segments[i];
+        let upper = upper.min(self.written_end_offset());
+        let written_size = self.written_size(seg);
         let empty = |position_bytes| ReadPlan {
             file: seg.log.clone(),
             segment_base_offset: Offset(seg.base_offset),
@@ -507,7 +595,7 @@ impl PartitionLog {
         };
         let (position, _) = seg.position_of(offset).map_err(corrupt)?;
         let mut length: u64 = 0;
-        while let Some(h) = seg.header_at(position + length, seg.size_bytes).map_err(corrupt)? {
+        while let Some(h) = seg.header_at(position + length, written_size).map_err(corrupt)? {
             if h.last_offset() >= upper.0 {
                 break;
             }
@@ -563,7 +651,8 @@ impl PartitionLog {
                 LogError::Corrupt(format!("segment {} at {}: {}", seg.base_offset, stop.position_bytes, stop.reason))
             };
             let (mut pos, _) = seg.position_of(from).map_err(corrupt)?;
-            while let Some(h) = seg.header_at(pos, seg.size_bytes).map_err(corrupt)? {
+            let written_size = self.written_size(seg);
+            while let Some(h) = seg.header_at(pos, written_size).map_err(corrupt)? {
                 if h.max_timestamp >= ts_ms {
                     if h.compression() == 0 && !h.is_log_append_time() {
                         buf.resize(h.size_bytes() as usize, 0);
@@ -594,9 +683,9 @@ impl PartitionLog {
         by_count || by_time || rolled
     }
 
-    /// Everything appended so far that is not yet durable: the offset a flush must cover.
+    /// Everything written so far that is not yet durable: the offset a flush must cover.
     pub fn unflushed_end(&self) -> Offset {
-        self.log_end_offset()
+        self.written_end_offset()
     }
 
     /// fdatasync the active segment (and any rolled unsynced ones). Blocking; the broker
@@ -623,7 +712,7 @@ impl PartitionLog {
         if self.dir_dirty {
             files.push(self.dir_file.clone());
         }
-        FlushHandle { files, upto: self.log_end_offset() }
+        FlushHandle { files, upto: self.written_end_offset() }
     }
 
     pub fn mark_flushed(&mut self, upto: Offset, result: std::io::Result<()>) -> Result<(), LogError> {
@@ -631,7 +720,7 @@ impl PartitionLog {
         if let Err(e) = result {
             return Err(self.go_offline(io_err_string("fdatasync", &e)));
         }
-        let mut upto = upto.0.min(self.log_end_offset().0);
+        let mut upto = upto.0.min(self.written_end_offset().0);
         if let Some(t) = self.truncated_below.take() {
             upto = upto.min(t);
         }
@@ -668,7 +757,7 @@ impl PartitionLog {
         self.check_online()?;
         let mut deleted = 0;
         if self.config.retention_ms >= 0 {
-            while self.segments.len() > 1 {
+            while self.segments.len() > 1 && self.written_size(&self.segments[0]) == self.segments[0].size_bytes {
                 let seg = &self.segments[0];
                 let largest_ms = if seg.max_timestamp_ms >= 0 {
                     seg.max_timestamp_ms
@@ -684,7 +773,10 @@ impl PartitionLog {
         }
         if self.config.retention_bytes >= 0 {
             let mut excess = self.size_bytes() as i64 - self.config.retention_bytes;
-            while self.segments.len() > 1 && excess >= self.segments[0].size_bytes as i64 {
+            while self.segments.len() > 1
+                && excess >= self.segments[0].size_bytes as i64
+                && self.written_size(&self.segments[0]) == self.segments[0].size_bytes
+            {
                 excess -= self.segments[0].size_bytes as i64;
                 self.delete_oldest_segment()?;
                 deleted += 1;
@@ -707,6 +799,7 @@ impl PartitionLog {
     /// Durable before it returns (fdatasync of the segment, directory and checkpoint).
     pub fn truncate_to(&mut self, offset: Offset) -> Result<(), LogError> {
         self.check_online()?;
+        assert!(self.pending_writes.is_empty(), "truncate with appends still being written");
         let offset = offset.0;
         if offset >= self.log_end_offset().0 {
             return Ok(());
@@ -755,6 +848,7 @@ impl PartitionLog {
     /// Flush, trim indexes, write the clean-shutdown marker.
     pub fn close(mut self) -> Result<(), LogError> {
         self.check_online()?;
+        assert!(self.pending_writes.is_empty(), "close with appends still being written");
         let r = self.active_mut().become_inactive();
         self.offline_on_err("close: trim indexes", r)?;
         self.dir_dirty = true;

@@ -112,7 +112,9 @@ pub async fn serve(ctx: Rc<ShardContext>, stream: TcpStream) {
         let task = {
             let ctx = ctx.clone();
             glommio::spawn_local(async move {
+                let (api_key, started) = (frame.api_key, std::time::Instant::now());
                 let answer = handlers::handle(&ctx, frame).await;
+                ctx.metrics.record_request(ctx.id, api_key, started.elapsed());
                 ctx.in_flight.set(ctx.in_flight.get() - 1);
                 answer
             })

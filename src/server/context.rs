@@ -23,6 +23,9 @@ pub enum ShardMessage {
     Group { op: GroupOp, reply: oneshot::Sender<GroupReply> },
 }
 
+/// How often completions are polled while an append write is still in flight.
+const io_poll_interval_us: u64 = 20;
+
 pub struct ShardContext {
     pub id: ShardId,
     pub nr_shards: usize,
@@ -37,6 +40,7 @@ pub struct ShardContext {
     /// Set once shutdown began: connections stop reading new requests.
     pub stopping: Cell<bool>,
     flush_notify: RefCell<Option<oneshot::Sender<()>>>,
+    io_notify: RefCell<Option<oneshot::Sender<()>>>,
 }
 
 impl ShardContext {
@@ -63,6 +67,7 @@ impl ShardContext {
             in_flight: Cell::new(0),
             stopping: Cell::new(false),
             flush_notify: RefCell::new(None),
+            io_notify: RefCell::new(None),
         }
     }
 
@@ -71,7 +76,7 @@ impl ShardContext {
         let owner = owner_shard(op.tp(), self.nr_shards);
         if owner == self.id {
             let result = self.shard.borrow_mut().execute(op);
-            self.flush_wakeup();
+            self.wakeup();
             return result;
         }
         let tp = op.tp().clone();
@@ -91,7 +96,7 @@ impl ShardContext {
         };
         if owner == self.id {
             let reply = self.shard.borrow_mut().execute_group(op);
-            self.flush_wakeup();
+            self.wakeup();
             return Some(reply);
         }
         let (reply, rx) = oneshot::channel();
@@ -106,21 +111,51 @@ impl ShardContext {
         match msg {
             ShardMessage::Partition { op, reply } => {
                 let result = self.shard.borrow_mut().execute(op);
-                self.flush_wakeup();
+                self.wakeup();
                 let _ = reply.send(result);
             }
             ShardMessage::Group { op, reply } => {
                 let result = self.shard.borrow_mut().execute_group(op);
-                self.flush_wakeup();
+                self.wakeup();
                 let _ = reply.send(result);
             }
         }
     }
 
     /// Tell the group-commit loop there may be work.
-    pub fn flush_wakeup(&self) {
+    /// Tell the append-write and group-commit loops there may be work.
+    pub fn wakeup(&self) {
+        if let Some(tx) = self.io_notify.borrow_mut().take() {
+            let _ = tx.send(());
+        }
+        self.flush_wakeup();
+    }
+
+    fn flush_wakeup(&self) {
         if let Some(tx) = self.flush_notify.borrow_mut().take() {
             let _ = tx.send(());
+        }
+    }
+
+    /// Appends through io_uring: submit what produce requests staged (all of a burst in
+    /// one go, contiguous appends merged into one writev), reap completions, release
+    /// acks. Page-cache writes complete inline; while any is still in flight (punted by
+    /// the kernel), poll every `io_poll_interval_us`.
+    pub async fn append_io_loop(self: Rc<Self>) {
+        loop {
+            if !self.shard.borrow().has_io_work() {
+                let (tx, rx) = oneshot::channel();
+                *self.io_notify.borrow_mut() = Some(tx);
+                let _ = rx.await;
+                continue;
+            }
+            let (progress, in_flight) = self.shard.borrow_mut().process_io();
+            if progress {
+                self.flush_wakeup();
+            }
+            if in_flight {
+                glommio::timer::sleep(std::time::Duration::from_micros(io_poll_interval_us)).await;
+            }
         }
     }
 

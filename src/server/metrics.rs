@@ -1,10 +1,65 @@
-//! Counters the broker keeps (exported to Prometheus by the operator-tools issue).
-//! Plain atomics, one slot per shard, so no shard writes another's cache line often.
+//! Counters and latency histograms the broker keeps, and the Prometheus endpoint
+//! (`spate serve --metrics-listen HOST:PORT`, `GET /metrics`).
+//!
+//! One slot per shard, so no shard writes another's cache line. Counters are relaxed
+//! atomics. Histograms (hdrhistogram, microseconds) sit behind a Mutex per shard that
+//! only the owning shard locks on the hot path; the scrape thread locks it briefly to
+//! read, so the lock is practically uncontended. The HTTP server is one plain std
+//! thread that only reads these and the topic registry; it never touches a shard.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
-use crate::model::ShardId;
+use hdrhistogram::Histogram;
+
+use crate::coordinator::registry::Registry;
+use crate::model::{ShardId, TopicPartition};
+
+/// Latencies are recorded in microseconds, 1 µs ..= 60 s, 2 significant digits.
+const latency_micros_max: u64 = 60_000_000;
+const latency_significant_digits: u8 = 2;
+/// Prometheus bucket bounds (upper, inclusive) in microseconds.
+const latency_buckets_micros: &[u64] = &[
+    50, 100, 250, 500, 1_000, 2_500, 5_000, 10_000, 25_000, 50_000, 100_000, 250_000, 500_000, 1_000_000, 2_500_000,
+    5_000_000, 10_000_000,
+];
+/// A scrape request larger than this is refused; one read waits at most this long.
+const http_request_bytes_max: usize = 8 * 1024;
+const http_read_timeout_ms: u64 = 2_000;
+/// Log sizes are reported for at most this many partitions per scrape.
+const log_size_partitions_max: usize = 10_000;
+/// How often the accept loop looks at the shutdown flag.
+const accept_poll_ms: u64 = 200;
+
+/// A latency histogram with its exact sum (Prometheus wants `_sum`).
+pub struct Latency {
+    histogram: Histogram<u64>,
+    sum_micros: u64,
+}
+
+impl Default for Latency {
+    fn default() -> Self {
+        Self {
+            histogram: Histogram::new_with_bounds(1, latency_micros_max, latency_significant_digits)
+                .expect("constant histogram bounds are valid"),
+            sum_micros: 0,
+        }
+    }
+}
+
+impl Latency {
+    fn record(&mut self, took: Duration) {
+        let micros = (took.as_micros() as u64).clamp(1, latency_micros_max);
+        self.histogram.saturating_record(micros);
+        self.sum_micros = self.sum_micros.saturating_add(micros);
+    }
+}
 
 #[derive(Default)]
 pub struct ShardCounters {
@@ -16,6 +71,9 @@ pub struct ShardCounters {
     pub bytes_out: AtomicU64,
     pub fsyncs: AtomicU64,
     pub fsync_micros: AtomicU64,
+    /// Per Kafka API key: handler latency (and count, from the histogram).
+    pub api_latency: Mutex<BTreeMap<i16, Latency>>,
+    pub fsync_latency: Mutex<Latency>,
 }
 
 pub struct Metrics {
@@ -35,5 +93,212 @@ impl Metrics {
         let c = self.shard(id);
         c.fsyncs.fetch_add(1, Ordering::Relaxed);
         c.fsync_micros.fetch_add(took.as_micros() as u64, Ordering::Relaxed);
+        if let Ok(mut l) = c.fsync_latency.lock() {
+            l.record(took);
+        }
     }
+
+    /// One request of `api_key` handled on shard `id` in `took`.
+    pub fn record_request(&self, id: ShardId, api_key: i16, took: Duration) {
+        if let Ok(mut apis) = self.shard(id).api_latency.lock() {
+            apis.entry(api_key).or_default().record(took);
+        }
+    }
+
+    /// The whole exposition text.
+    pub fn render(&self, registry: &RwLock<Registry>, data_dir: &Path) -> String {
+        let mut out = String::with_capacity(16 * 1024);
+        let counter = |out: &mut String, name: &str, help: &str, get: &dyn Fn(&ShardCounters) -> u64| {
+            let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} counter");
+            for (i, s) in self.shards.iter().enumerate() {
+                let _ = writeln!(out, "{name}{{shard=\"{i}\"}} {}", get(s));
+            }
+        };
+        counter(&mut out, "spate_requests_total", "Requests received.", &|s| s.requests.load(Ordering::Relaxed));
+        counter(&mut out, "spate_bad_frames_total", "Frames that did not decode.", &|s| {
+            s.bad_frames.load(Ordering::Relaxed)
+        });
+        counter(&mut out, "spate_bad_requests_total", "Requests that did not decode.", &|s| {
+            s.bad_requests.load(Ordering::Relaxed)
+        });
+        counter(&mut out, "spate_unsupported_requests_total", "Requests of unsupported APIs or versions.", &|s| {
+            s.unsupported_requests.load(Ordering::Relaxed)
+        });
+        counter(&mut out, "spate_bytes_in_total", "Request bytes read.", &|s| s.bytes_in.load(Ordering::Relaxed));
+        counter(&mut out, "spate_bytes_out_total", "Response bytes written.", &|s| s.bytes_out.load(Ordering::Relaxed));
+        counter(&mut out, "spate_fsyncs_total", "fdatasync calls on partition logs.", &|s| {
+            s.fsyncs.load(Ordering::Relaxed)
+        });
+
+        let _ = writeln!(
+            out,
+            "# HELP spate_request_duration_seconds Request handling time by API, from decoded header to response.\n\
+             # TYPE spate_request_duration_seconds histogram"
+        );
+        for (i, s) in self.shards.iter().enumerate() {
+            let Ok(apis) = s.api_latency.lock() else { continue };
+            for (key, lat) in apis.iter() {
+                let api = kafka_protocol::messages::ApiKey::try_from(*key)
+                    .map(|k| format!("{k:?}"))
+                    .unwrap_or_else(|_| key.to_string());
+                write_histogram(
+                    &mut out,
+                    "spate_request_duration_seconds",
+                    &format!("shard=\"{i}\",api=\"{api}\""),
+                    lat,
+                );
+            }
+        }
+        let _ = writeln!(
+            out,
+            "# HELP spate_fsync_duration_seconds fdatasync latency of partition logs.\n\
+             # TYPE spate_fsync_duration_seconds histogram"
+        );
+        for (i, s) in self.shards.iter().enumerate() {
+            if let Ok(lat) = s.fsync_latency.lock() {
+                write_histogram(&mut out, "spate_fsync_duration_seconds", &format!("shard=\"{i}\""), &lat);
+            }
+        }
+
+        // Partitions per shard and log sizes, from the registry and the data dir.
+        let nr_shards = self.shards.len().max(1);
+        let mut per_shard = vec![0u64; nr_shards];
+        let mut topics = 0u64;
+        if let Ok(reg) = registry.read() {
+            for (name, meta) in reg.topics() {
+                topics += 1;
+                for p in 0..meta.partitions {
+                    let owner = crate::shard::owner_shard(&TopicPartition::new(name, p), nr_shards);
+                    per_shard[owner.0] += 1;
+                }
+            }
+        }
+        let _ = writeln!(
+            out,
+            "# HELP spate_topics Topics in the registry.\n# TYPE spate_topics gauge\nspate_topics {topics}"
+        );
+        let _ = writeln!(
+            out,
+            "# HELP spate_partitions Partitions owned (and led: single node) per shard.\n# TYPE spate_partitions gauge"
+        );
+        for (i, n) in per_shard.iter().enumerate() {
+            let _ = writeln!(out, "spate_partitions{{shard=\"{i}\"}} {n}");
+        }
+        let _ = writeln!(
+            out,
+            "# HELP spate_log_size_bytes Bytes of segment files per partition.\n# TYPE spate_log_size_bytes gauge"
+        );
+        for (tp, bytes) in log_sizes(data_dir) {
+            let _ =
+                writeln!(out, "spate_log_size_bytes{{topic=\"{}\",partition=\"{}\"}} {bytes}", tp.topic, tp.partition);
+        }
+        out
+    }
+}
+
+fn write_histogram(out: &mut String, name: &str, labels: &str, lat: &Latency) {
+    let h = &lat.histogram;
+    for &bound in latency_buckets_micros {
+        let count = h.count_between(0, bound);
+        let _ = writeln!(out, "{name}_bucket{{{labels},le=\"{}\"}} {count}", bound as f64 / 1e6);
+    }
+    let _ = writeln!(out, "{name}_bucket{{{labels},le=\"+Inf\"}} {}", h.len());
+    let _ = writeln!(out, "{name}_sum{{{labels}}} {}", lat.sum_micros as f64 / 1e6);
+    let _ = writeln!(out, "{name}_count{{{labels}}} {}", h.len());
+}
+
+/// Sum of `*.log` file sizes per partition directory of `data_dir`.
+fn log_sizes(data_dir: &Path) -> Vec<(TopicPartition, u64)> {
+    let mut out = Vec::new();
+    let Ok(dir) = std::fs::read_dir(data_dir) else { return out };
+    for entry in dir.flatten().take(log_size_partitions_max) {
+        let Some(tp) = entry.file_name().to_str().and_then(crate::shard::parse_partition_dir) else { continue };
+        let Ok(files) = std::fs::read_dir(entry.path()) else { continue };
+        let bytes: u64 = files
+            .flatten()
+            .filter(|f| f.path().extension().is_some_and(|e| e == "log"))
+            .filter_map(|f| f.metadata().ok().map(|m| m.len()))
+            .sum();
+        out.push((tp, bytes));
+    }
+    out.sort_by(|a, b| (&a.0.topic, a.0.partition).cmp(&(&b.0.topic, b.0.partition)));
+    out
+}
+
+/// Start the `/metrics` HTTP server on its own thread. Binding happens here, so a bad
+/// address fails `spate serve` at startup.
+pub fn serve(
+    listen: &str,
+    metrics: Arc<Metrics>,
+    registry: Arc<RwLock<Registry>>,
+    data_dir: PathBuf,
+    shutdown: Arc<AtomicBool>,
+) -> anyhow::Result<()> {
+    let listener = TcpListener::bind(listen).map_err(|e| anyhow::anyhow!("cannot serve metrics on {listen}: {e}"))?;
+    listener.set_nonblocking(true)?;
+    tracing::info!(listen, "serving Prometheus metrics at /metrics");
+    std::thread::Builder::new().name("spate-metrics".into()).spawn(move || {
+        while !shutdown.load(Ordering::Relaxed) {
+            match listener.accept() {
+                Ok((stream, _)) => {
+                    if let Err(e) = answer(stream, &metrics, &registry, &data_dir) {
+                        tracing::debug!(error = %e, "metrics request failed");
+                    }
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                    std::thread::sleep(Duration::from_millis(accept_poll_ms));
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "metrics accept failed");
+                    std::thread::sleep(Duration::from_millis(accept_poll_ms));
+                }
+            }
+        }
+    })?;
+    Ok(())
+}
+
+/// Answer one HTTP/1.1 request, then close the connection.
+fn answer(
+    mut stream: TcpStream,
+    metrics: &Metrics,
+    registry: &RwLock<Registry>,
+    data_dir: &Path,
+) -> std::io::Result<()> {
+    stream.set_nonblocking(false)?;
+    stream.set_read_timeout(Some(Duration::from_millis(http_read_timeout_ms)))?;
+    stream.set_write_timeout(Some(Duration::from_millis(http_read_timeout_ms)))?;
+    let mut buf = vec![0u8; http_request_bytes_max];
+    let mut len = 0;
+    while !buf[..len].windows(4).any(|w| w == b"\r\n\r\n") {
+        if len == buf.len() {
+            return respond(&mut stream, "431 Request Header Fields Too Large", "text/plain", "request too large\n");
+        }
+        let n = stream.read(&mut buf[len..])?;
+        if n == 0 {
+            break;
+        }
+        len += n;
+    }
+    let head = String::from_utf8_lossy(&buf[..len]);
+    let mut first = head.lines().next().unwrap_or("").split_whitespace();
+    let (method, path) = (first.next().unwrap_or(""), first.next().unwrap_or(""));
+    match (method, path.split('?').next().unwrap_or("")) {
+        ("GET", "/metrics") => {
+            let body = metrics.render(registry, data_dir);
+            respond(&mut stream, "200 OK", "text/plain; version=0.0.4; charset=utf-8", &body)
+        }
+        ("GET", _) => respond(&mut stream, "404 Not Found", "text/plain", "try /metrics\n"),
+        _ => respond(&mut stream, "405 Method Not Allowed", "text/plain", "GET only\n"),
+    }
+}
+
+fn respond(stream: &mut TcpStream, status: &str, content_type: &str, body: &str) -> std::io::Result<()> {
+    let head = format!(
+        "HTTP/1.1 {status}\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+        body.len()
+    );
+    stream.write_all(head.as_bytes())?;
+    stream.write_all(body.as_bytes())?;
+    stream.flush()
 }

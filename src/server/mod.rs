@@ -60,6 +60,9 @@ pub fn run(config: BrokerConfig) -> anyhow::Result<()> {
     let shutdown = Arc::new(AtomicBool::new(false));
     install_signal_handlers(shutdown.clone())?;
     let metrics = Arc::new(metrics::Metrics::new(nr_shards));
+    if let Some(addr) = &config.metrics_listen {
+        metrics::serve(addr, metrics.clone(), registry.clone(), config.data_dir.clone(), shutdown.clone())?;
+    }
     tracing::info!(
         listen = %config.listen, advertise = %config.advertised(), shards = nr_shards,
         data_dir = %config.data_dir.display(), node_id = config.node_id, fsync = ?config.fsync,
@@ -185,6 +188,12 @@ async fn run_shard(
         config.group_config(),
     );
     shard.set_zero_copy_bytes_min(config.fetch_zero_copy_bytes_min);
+    if config.append_io_uring {
+        match crate::shard::AppendRing::new() {
+            Ok(ring) => shard.set_append_ring(ring),
+            Err(e) => tracing::warn!(shard = id.0, error = %e, "io_uring unavailable: appends are written in place"),
+        }
+    }
     shard.open_existing(now_ms())?;
     shard.load_groups(now_ms());
     let ctx = Rc::new(ShardContext::new(id, nr_shards, config.clone(), registry, shard, senders, metrics, cluster_id));
@@ -200,6 +209,12 @@ async fn run_shard(
             tracing::debug!(shard = ctx.id.0, peer, "mesh channel closed");
         })
         .detach();
+    }
+
+    // Appends through io_uring.
+    {
+        let ctx = ctx.clone();
+        glommio::spawn_local(async move { ctx.append_io_loop().await }).detach();
     }
 
     // Group commit: one fdatasync round at a time, covering every partition written.
@@ -233,7 +248,7 @@ async fn run_shard(
                     last_retention = std::time::Instant::now();
                 }
                 ctx.shard.borrow_mut().tick(now_ms(), retention);
-                ctx.flush_wakeup();
+                ctx.wakeup();
             }
         })
         .detach();

@@ -105,7 +105,8 @@ pub enum GroupReply {
     /// `Err(None)` when the offsets could not be written.
     Commit {
         results: Result<Vec<Result<(), GroupError>>, Option<GroupError>>,
-        durable: Option<DurableWait>,
+        /// The records' write, and their fsync when asked: the answer waits for all.
+        waits: Vec<DurableWait>,
     },
     Offsets(OffsetList),
     List(Vec<(String, String, GroupState)>),
@@ -169,13 +170,13 @@ impl Shard {
         recs: &[PendingRecord],
         now_ms: i64,
         durable: bool,
-    ) -> Result<Option<DurableWait>, PartitionError> {
-        let Some(first) = recs.first() else { return Ok(None) };
+    ) -> Result<Vec<DurableWait>, PartitionError> {
+        let Some(first) = recs.first() else { return Ok(Vec::new()) };
         let tp = group_partition(&first.group_id);
         assert!(recs.iter().all(|r| group_partition(&r.group_id) == tp), "one group's records share a partition");
         let batch = encode_batch(recs, now_ms)?;
         match self.execute(PartitionOp::Produce { tp, records: batch, now_ms, durable })? {
-            PartitionReply::Produced { durable, .. } => Ok(durable),
+            PartitionReply::Produced { written, durable, .. } => Ok(written.into_iter().chain(durable).collect()),
             other => unreachable!("Produce answered {other:?}"),
         }
     }
@@ -222,22 +223,22 @@ impl Shard {
             }
             GroupOp::Commit { group_id, member_id, instance, generation, offsets, now_ms, durable } => {
                 match self.groups.validate_commit(&group_id, &member_id, instance.as_deref(), generation) {
-                    Err(e) => GroupReply::Commit { results: Err(Some(e)), durable: None },
+                    Err(e) => GroupReply::Commit { results: Err(Some(e)), waits: Vec::new() },
                     Ok(()) => {
                         let (recs, results) = self.groups.commit_records(&group_id, &offsets, now_ms);
                         match self.append_group_records(&recs, now_ms, durable) {
-                            Ok(wait) => {
+                            Ok(waits) => {
                                 for r in recs {
                                     match group_records::decode(&r.key, r.value.as_ref()) {
                                         Ok(rec) => self.groups.apply_record(rec, now_ms),
                                         Err(e) => unreachable!("we just encoded this record: {e}"),
                                     }
                                 }
-                                GroupReply::Commit { results: Ok(results), durable: wait }
+                                GroupReply::Commit { results: Ok(results), waits }
                             }
                             Err(e) => {
                                 tracing::error!(group = %group_id, error = %e, "offset commit not written");
-                                GroupReply::Commit { results: Err(None), durable: None }
+                                GroupReply::Commit { results: Err(None), waits: Vec::new() }
                             }
                         }
                     }

@@ -13,9 +13,14 @@ use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
 use std::sync::{Arc, RwLock};
 
+use std::os::unix::fs::FileExt;
+
 use futures::channel::oneshot;
 
+mod append_ring;
 mod groups;
+pub use append_ring::AppendRing;
+use append_ring::StagedWrite;
 pub use groups::{group_partition, GroupOp, GroupReply, OffsetList};
 
 use crate::coordinator::registry::Registry;
@@ -110,9 +115,19 @@ pub type DurableWait = oneshot::Receiver<Result<(), String>>;
 
 #[derive(Debug)]
 pub enum PartitionReply {
-    Produced { info: AppendInfo, log_start_offset: Offset, durable: Option<DurableWait> },
+    /// `written` resolves when the bytes are in the file (io_uring), `durable` when an
+    /// fsync covers them; the ack waits for both.
+    Produced {
+        info: AppendInfo,
+        log_start_offset: Offset,
+        written: Option<DurableWait>,
+        durable: Option<DurableWait>,
+    },
     Fetched(FetchData),
-    Offset { offset: Offset, timestamp_ms: i64 },
+    Offset {
+        offset: Offset,
+        timestamp_ms: i64,
+    },
     Waiting(oneshot::Receiver<()>),
     Deleted,
 }
@@ -123,6 +138,8 @@ struct Partition {
     data_waiters: Vec<oneshot::Sender<()>>,
     /// Produce acks waiting for an fsync that covers their last offset.
     durable_waiters: Vec<(Offset, oneshot::Sender<Result<(), String>>)>,
+    /// Produce acks waiting for their io_uring write, by write id.
+    write_waiters: Vec<(u64, oneshot::Sender<Result<(), String>>)>,
 }
 
 /// An fsync to run off the data core for group commit: every dirty partition's files.
@@ -140,6 +157,8 @@ pub struct Shard {
     groups: GroupCoordinator,
     /// Fetches of at least this many bytes are sent from the file (zero-copy).
     zero_copy_bytes_min: u64,
+    /// Appends go through this io_uring ring; without one they are written in place.
+    ring: Option<AppendRing>,
 }
 
 impl Shard {
@@ -160,6 +179,50 @@ impl Shard {
             partitions: HashMap::new(),
             groups: GroupCoordinator::new(group_config),
             zero_copy_bytes_min: u64::MAX,
+            ring: None,
+        }
+    }
+
+    pub fn set_append_ring(&mut self, ring: AppendRing) {
+        self.ring = Some(ring);
+    }
+
+    /// Submit staged appends and collect finished ones: each write reported to its log,
+    /// its ack released, fetch long-polls woken. Returns (progress made, writes still in
+    /// flight).
+    pub fn process_io(&mut self) -> (bool, bool) {
+        let Some(ring) = self.ring.as_mut() else { return (false, false) };
+        let mut done = ring.submit();
+        done.extend(ring.reap());
+        let in_flight = ring.has_in_flight();
+        let progress = !done.is_empty();
+        self.complete_writes(done);
+        (progress, in_flight)
+    }
+
+    pub fn has_io_work(&self) -> bool {
+        self.ring.as_ref().is_some_and(|r| !r.is_idle())
+    }
+
+    /// (appends written, writev calls) since start: their ratio is the coalescing.
+    pub fn append_write_counts(&self) -> (u64, u64) {
+        self.ring.as_ref().map(|r| (r.appends_written, r.writes_submitted)).unwrap_or((0, 0))
+    }
+
+    fn complete_writes(&mut self, done: Vec<append_ring::Completed>) {
+        for c in done {
+            let Some(p) = self.partitions.get_mut(&c.tp) else { continue }; // deleted meanwhile
+            let outcome = p.log.write_done(c.write_id, c.result).map_err(|e| e.to_string());
+            if let Err(e) = &outcome {
+                tracing::error!(partition = %c.tp, error = %e, "append write failed: partition is offline");
+            }
+            if let Some(i) = p.write_waiters.iter().position(|(id, _)| *id == c.write_id) {
+                let (_, w) = p.write_waiters.swap_remove(i);
+                let _ = w.send(outcome);
+            }
+            for w in p.data_waiters.drain(..) {
+                let _ = w.send(());
+            }
         }
     }
 
@@ -224,8 +287,10 @@ impl Shard {
                 }
             };
             let log = PartitionLog::open(&self.data_dir.join(tp.dir_name()), config, now_ms)?;
-            self.partitions
-                .insert(tp.clone(), Partition { log, data_waiters: Vec::new(), durable_waiters: Vec::new() });
+            self.partitions.insert(
+                tp.clone(),
+                Partition { log, data_waiters: Vec::new(), durable_waiters: Vec::new(), write_waiters: Vec::new() },
+            );
         }
         Ok(self.partitions.get_mut(tp).expect("just inserted"))
     }
@@ -235,11 +300,21 @@ impl Shard {
         assert!(self.owns(op.tp()), "shard {} got {} owned by another shard", self.id.0, op.tp());
         match op {
             PartitionOp::Produce { tp, mut records, now_ms, durable } => {
+                let use_ring = self.ring.is_some();
                 let p = self.partition_mut(&tp, now_ms)?;
-                let info = p.log.append(&mut records, now_ms)?;
-                for w in p.data_waiters.drain(..) {
-                    let _ = w.send(());
-                }
+                let (info, write) = p.log.append_deferred(&mut records, now_ms)?;
+                let written = if use_ring {
+                    let (tx, rx) = oneshot::channel();
+                    p.write_waiters.push((write.id, tx));
+                    Some((rx, write, records))
+                } else {
+                    let result = write.file.write_all_at(&records, write.position);
+                    p.log.write_done(write.id, result)?;
+                    for w in p.data_waiters.drain(..) {
+                        let _ = w.send(());
+                    }
+                    None
+                };
                 let durable = if durable || p.log.flush_due(now_ms) {
                     let (tx, rx) = oneshot::channel();
                     p.durable_waiters.push((info.last_offset, tx));
@@ -247,12 +322,24 @@ impl Shard {
                 } else {
                     None
                 };
-                Ok(PartitionReply::Produced { info, log_start_offset: p.log.log_start_offset(), durable })
+                let log_start_offset = p.log.log_start_offset();
+                let written = written.map(|(rx, write, bytes)| {
+                    let ring = self.ring.as_mut().expect("checked above");
+                    ring.stage(StagedWrite {
+                        tp,
+                        write_id: write.id,
+                        file: write.file,
+                        position: write.position,
+                        bytes,
+                    });
+                    rx
+                });
+                Ok(PartitionReply::Produced { info, log_start_offset, written, durable })
             }
             PartitionOp::Fetch { tp, offset, max_bytes, min_one_batch } => {
                 let zero_copy_bytes_min = self.zero_copy_bytes_min;
                 let p = self.partition_mut(&tp, 0)?;
-                let high_watermark = p.log.log_end_offset();
+                let high_watermark = p.log.written_end_offset();
                 let plan = p.log.read(offset, max_bytes, high_watermark, min_one_batch)?;
                 let records = if plan.length_bytes == 0 {
                     FetchRecords::Copied(Vec::new())
@@ -279,7 +366,7 @@ impl Shard {
             PartitionOp::WaitForData { tp, offset } => {
                 let p = self.partition_mut(&tp, 0)?;
                 let (tx, rx) = oneshot::channel();
-                if p.log.log_end_offset() > offset {
+                if p.log.written_end_offset() > offset {
                     let _ = tx.send(());
                 } else {
                     p.data_waiters.retain(|w| !w.is_canceled());
@@ -331,7 +418,13 @@ impl Shard {
 
     /// True when some partition has acks (or a flush policy) waiting for an fsync.
     pub fn has_flush_work(&self) -> bool {
-        self.partitions.values().any(|p| !p.durable_waiters.is_empty())
+        self.partitions.values().any(Self::flushable)
+    }
+
+    /// Some ack waits for an fsync, and the data it needs is already written.
+    fn flushable(p: &Partition) -> bool {
+        let written = p.log.written_end_offset();
+        p.durable_waiters.iter().any(|(offset, _)| *offset < written)
     }
 
     /// Group commit, step 1: collect what one fdatasync round must cover.
@@ -339,7 +432,7 @@ impl Shard {
         let items = self
             .partitions
             .iter()
-            .filter(|(_, p)| !p.durable_waiters.is_empty())
+            .filter(|(_, p)| Self::flushable(p))
             .map(|(tp, p)| (tp.clone(), p.log.flush_handle()))
             .collect();
         FlushBatch { items }
@@ -368,6 +461,10 @@ impl Shard {
 
     /// Clean shutdown: close every log (flush, trim indexes, clean-shutdown marker).
     pub fn close_all(&mut self) {
+        if let Some(ring) = self.ring.as_mut() {
+            let done = ring.drain_blocking();
+            self.complete_writes(done);
+        }
         for (tp, p) in self.partitions.drain() {
             if let Err(e) = p.log.close() {
                 tracing::error!(partition = %tp, error = %e, "close failed");

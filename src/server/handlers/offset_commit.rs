@@ -40,11 +40,12 @@ pub async fn handle(ctx: &ShardContext, frame: &RequestFrame) -> Result<Bytes, P
     };
     // One code for every partition, or one per partition.
     let codes: Vec<i16> = match ctx.call_group(op, None).await {
-        Some(GroupReply::Commit { results: Ok(results), durable }) => {
-            let flushed = match durable {
-                Some(wait) => matches!(wait.await, Ok(Ok(()))),
-                None => true,
-            };
+        Some(GroupReply::Commit { results: Ok(results), waits }) => {
+            // Written (io_uring), and fsynced under --fsync always, before the answer.
+            let mut flushed = true;
+            for wait in waits {
+                flushed &= matches!(wait.await, Ok(Ok(())));
+            }
             results
                 .iter()
                 .map(|r| match r {

@@ -45,12 +45,13 @@ pub async fn handle(ctx: &ShardContext, frame: &RequestFrame) -> Result<Option<B
                 durable,
             };
             match ctx.call(op).await {
-                Ok(PartitionReply::Produced { info, log_start_offset, durable }) => {
-                    if let Some(wait) = durable {
+                Ok(PartitionReply::Produced { info, log_start_offset, written, durable }) => {
+                    // In the file first (io_uring), then durable if asked: the ack waits.
+                    for wait in written.into_iter().chain(durable) {
                         match wait.await {
                             Ok(Ok(())) => {}
                             Ok(Err(e)) => return Err((error_code::KAFKA_STORAGE_ERROR, Some(e))),
-                            Err(_) => return Err((error_code::KAFKA_STORAGE_ERROR, Some("flush abandoned".into()))),
+                            Err(_) => return Err((error_code::KAFKA_STORAGE_ERROR, Some("write abandoned".into()))),
                         }
                     }
                     Ok((info, log_start_offset))

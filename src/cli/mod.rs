@@ -1,0 +1,76 @@
+//! The operator's subcommands of the `spate` binary (`topic`, `produce`, `consume`,
+//! `group`, `doctor`). Each talks to any Kafka-compatible broker through
+//! `spate::client`, prints a human table (or JSON with `--json`), and maps failures to
+//! exit codes: 0 ok, 1 error from the broker, 2 bad usage, 3 broker unreachable.
+//! Errors are one line on stderr; nothing here panics on user input.
+
+mod consume;
+pub mod doctor;
+mod group;
+mod output;
+mod produce;
+mod topic;
+
+use std::time::Duration;
+
+use clap::Args;
+
+use spate::client::{Client, ClientConfig, Error};
+
+pub use consume::ConsumeArgs;
+pub use doctor::DoctorArgs;
+pub use group::GroupCommand;
+pub use produce::ProduceArgs;
+pub use topic::TopicCommand;
+
+/// Flags every client subcommand takes.
+#[derive(Args, Clone, Debug)]
+pub struct ConnArgs {
+    /// Brokers to bootstrap from, HOST:PORT[,HOST:PORT...]
+    #[arg(long, default_value = "127.0.0.1:9092")]
+    pub bootstrap: String,
+    /// Print JSON instead of tables.
+    #[arg(long)]
+    pub json: bool,
+    /// Connect, read and write timeout per request, in milliseconds.
+    #[arg(long, default_value_t = spate::client::request_timeout_ms_default)]
+    pub request_timeout_ms: u64,
+}
+
+impl ConnArgs {
+    pub fn connect(&self) -> Result<Client, Error> {
+        let mut config = ClientConfig::new(&self.bootstrap);
+        config.request_timeout = Duration::from_millis(self.request_timeout_ms.max(1));
+        Client::connect(config)
+    }
+}
+
+/// Parse `key=value`.
+pub fn parse_key_value(s: &str) -> Result<(String, String), String> {
+    match s.split_once('=') {
+        Some((k, v)) if !k.is_empty() => Ok((k.to_string(), v.to_string())),
+        _ => Err(format!("expected key=value, got {s:?}")),
+    }
+}
+
+/// Kafka's topic name rule, checked before anything is sent.
+pub fn check_topic_name(name: &str) -> Result<(), Error> {
+    spate::coordinator::registry::validate_topic_name(name).map_err(|e| Error::Usage(e.to_string()))
+}
+
+/// Run a client subcommand; the error carries its exit code.
+pub fn run_topic(cmd: TopicCommand) -> Result<(), Error> {
+    topic::run(cmd)
+}
+
+pub fn run_group(cmd: GroupCommand) -> Result<(), Error> {
+    group::run(cmd)
+}
+
+pub fn run_produce(args: ProduceArgs) -> Result<(), Error> {
+    produce::run(args)
+}
+
+pub fn run_consume(args: ConsumeArgs) -> Result<(), Error> {
+    consume::run(args)
+}

@@ -1,0 +1,231 @@
+//! The operator tools, driven through the real `spate` binary against a real broker:
+//! topics, produce/consume, groups with lag, /metrics before and after traffic, and
+//! one-line errors with meaningful exit codes.
+
+#![allow(non_upper_case_globals)]
+
+use std::io::Write;
+use std::net::{TcpListener, TcpStream};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+const spate: &str = env!("CARGO_BIN_EXE_spate");
+/// How long a broker may take to start answering.
+const broker_start_ms_max: u64 = 15_000;
+
+/// A broker on free ports with a temporary data dir, killed on drop.
+struct Broker {
+    child: Child,
+    bootstrap: String,
+    metrics: String,
+    _dir: tempfile::TempDir,
+}
+
+impl Drop for Broker {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+fn start_broker() -> Broker {
+    let dir = tempfile::tempdir().unwrap();
+    let (port, metrics_port) = (free_port(), free_port());
+    let bootstrap = format!("127.0.0.1:{port}");
+    let metrics = format!("127.0.0.1:{metrics_port}");
+    let child = Command::new(spate)
+        .args(["serve", "--cores", "1", "--group-initial-rebalance-delay-ms", "0", "--listen", &bootstrap])
+        .args(["--metrics-listen", &metrics, "--data-dir"])
+        .arg(dir.path())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let broker = Broker { child, bootstrap, metrics, _dir: dir };
+    let started = Instant::now();
+    while TcpStream::connect(&broker.bootstrap).is_err() {
+        assert!(started.elapsed() < Duration::from_millis(broker_start_ms_max), "broker did not start");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    broker
+}
+
+fn run(b: &Broker, args: &[&str], stdin: Option<&str>) -> Output {
+    let mut cmd = Command::new(spate);
+    cmd.args(args).args(["--bootstrap", &b.bootstrap]);
+    cmd.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped());
+    let mut child = cmd.spawn().unwrap();
+    let input = stdin.unwrap_or("").to_string();
+    let mut child_stdin = child.stdin.take().unwrap();
+    std::thread::spawn(move || {
+        let _ = child_stdin.write_all(input.as_bytes());
+    });
+    child.wait_with_output().unwrap()
+}
+
+fn ok(b: &Broker, args: &[&str], stdin: Option<&str>) -> String {
+    let out = run(b, args, stdin);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "spate {args:?} failed: {stderr}");
+    String::from_utf8(out.stdout).unwrap()
+}
+
+fn json(b: &Broker, args: &[&str]) -> serde_json::Value {
+    let mut a = args.to_vec();
+    a.push("--json");
+    serde_json::from_str(&ok(b, &a, None)).unwrap()
+}
+
+fn scrape(b: &Broker) -> String {
+    let mut s = TcpStream::connect(&b.metrics).unwrap();
+    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
+    let mut body = String::new();
+    std::io::Read::read_to_string(&mut s, &mut body).unwrap();
+    assert!(body.starts_with("HTTP/1.1 200"), "{body}");
+    body
+}
+
+/// The sum of every sample whose line starts with `prefix`.
+fn sample_sum(text: &str, prefix: &str) -> f64 {
+    text.lines().filter(|l| l.starts_with(prefix)).filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok()).sum()
+}
+
+/// A one-line error on stderr, nothing on stdout, the given exit code.
+fn assert_one_line_error(out: &Output, code: i32) {
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(code), "stderr: {stderr}");
+    assert_eq!(stderr.trim_end().lines().count(), 1, "stderr: {stderr}");
+    assert!(stderr.starts_with("spate: "), "stderr: {stderr}");
+    assert!(!stderr.contains("panicked"), "stderr: {stderr}");
+}
+
+#[test]
+fn topic_lifecycle() {
+    let b = start_broker();
+    ok(&b, &["topic", "create", "orders", "--partitions", "3", "--config", "retention.ms=60000"], None);
+    let list = ok(&b, &["topic", "list"], None);
+    assert!(list.lines().any(|l| l.starts_with("orders ") && l.contains(" 3 ")), "{list}");
+    assert!(!list.contains("__consumer_offsets"), "{list}");
+
+    let d = json(&b, &["topic", "describe", "orders"]);
+    assert_eq!(d["partitions"].as_array().unwrap().len(), 3);
+    assert_eq!(d["partitions"][0]["leader"], 1);
+    assert_eq!(d["partitions"][0]["latest_offset"], 0);
+    let retention = d["configs"].as_array().unwrap().iter().find(|c| c["name"] == "retention.ms").unwrap().clone();
+    assert_eq!((retention["value"].as_str(), retention["source"].as_str()), (Some("60000"), Some("topic")));
+    let human = ok(&b, &["topic", "describe", "orders"], None);
+    assert!(human.contains("PARTITION") && human.contains("retention.ms"), "{human}");
+
+    // Spate has no IncrementalAlterConfigs yet: a clear one-line error, exit 1.
+    let out = run(&b, &["topic", "alter-config", "orders", "--set", "retention.ms=1000"], None);
+    if !out.status.success() {
+        assert_one_line_error(&out, 1);
+    }
+
+    ok(&b, &["topic", "delete", "orders"], None);
+    let list = ok(&b, &["topic", "list"], None);
+    assert!(!list.contains("orders"), "{list}");
+    let out = run(&b, &["topic", "describe", "orders"], None);
+    assert_one_line_error(&out, 1);
+    assert!(String::from_utf8_lossy(&out.stderr).contains("UNKNOWN_TOPIC_OR_PARTITION"));
+}
+
+#[test]
+fn produce_then_consume() {
+    let b = start_broker();
+    ok(&b, &["topic", "create", "lines", "--partitions", "1"], None);
+    let input: String = (0..100).map(|i| format!("k{i}:value {i}\n")).collect();
+    ok(&b, &["produce", "lines", "--key-separator", ":", "--compression", "lz4"], Some(&input));
+    let out =
+        ok(&b, &["consume", "lines", "--from-beginning", "--max-messages", "100", "--format", "%o %k %v\\n"], None);
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(lines.len(), 100, "{out}");
+    assert_eq!(lines[0], "0 k0 value 0");
+    assert_eq!(lines[99], "99 k99 value 99");
+    // --offset and --partition, JSON.
+    let out =
+        ok(&b, &["consume", "lines", "--partition", "0", "--offset", "98", "--max-messages", "2", "--json"], None);
+    let recs: Vec<serde_json::Value> = out.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    assert_eq!(recs.len(), 2);
+    assert_eq!((recs[0]["offset"].as_i64(), recs[0]["value"].as_str()), (Some(98), Some("value 98")));
+}
+
+#[test]
+fn group_consume_list_describe_with_lag() {
+    let b = start_broker();
+    ok(&b, &["topic", "create", "events", "--partitions", "2"], None);
+    ok(&b, &["produce", "events", "--partition", "0"], Some("a\nb\nc\n"));
+    let out = ok(&b, &["consume", "events", "--group", "readers", "--from-beginning", "--max-messages", "3"], None);
+    assert_eq!(out.lines().count(), 3, "{out}");
+    ok(&b, &["produce", "events", "--partition", "0"], Some("d\ne\n"));
+
+    let groups = json(&b, &["group", "list"]);
+    assert!(groups.as_array().unwrap().iter().any(|g| g["group"] == "readers"), "{groups}");
+    let d = json(&b, &["group", "describe", "readers"]);
+    let p0 = d["offsets"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|o| o["topic"] == "events" && o["partition"] == 0)
+        .unwrap()
+        .clone();
+    assert_eq!(p0["committed_offset"], 3, "{d}");
+    assert_eq!(p0["log_end_offset"], 5, "{d}");
+    assert_eq!(p0["lag"], 2, "{d}");
+    assert_eq!(d["total_lag"], 2, "{d}");
+    let human = ok(&b, &["group", "describe", "readers"], None);
+    assert!(human.contains("LAG"), "{human}");
+
+    // The group is empty again: its offsets can be reset, and the next member starts there.
+    ok(&b, &["group", "reset-offsets", "readers", "--topic", "events", "--to-earliest"], None);
+    let d = json(&b, &["group", "describe", "readers"]);
+    assert_eq!(d["total_lag"], 5, "{d}");
+    let out = ok(&b, &["consume", "events", "--group", "readers", "--max-messages", "5"], None);
+    assert_eq!(out.lines().collect::<Vec<_>>(), ["a", "b", "c", "d", "e"]);
+}
+
+#[test]
+fn metrics_move_with_traffic() {
+    let b = start_broker();
+    let before = scrape(&b);
+    assert!(before.contains("# TYPE spate_request_duration_seconds histogram"), "{before}");
+    let produce_count = "spate_request_duration_seconds_count{shard=\"0\",api=\"Produce\"}";
+    assert_eq!(sample_sum(&before, produce_count), 0.0);
+
+    ok(&b, &["topic", "create", "m", "--partitions", "1"], None);
+    ok(&b, &["produce", "m"], Some("x\ny\n"));
+    ok(&b, &["consume", "m", "--from-beginning", "--max-messages", "2"], None);
+
+    let after = scrape(&b);
+    assert!(sample_sum(&after, "spate_requests_total") > sample_sum(&before, "spate_requests_total"));
+    assert!(sample_sum(&after, "spate_bytes_in_total") > sample_sum(&before, "spate_bytes_in_total"));
+    assert!(sample_sum(&after, "spate_bytes_out_total") > sample_sum(&before, "spate_bytes_out_total"));
+    assert_eq!(sample_sum(&after, produce_count), 1.0, "{after}");
+    assert!(sample_sum(&after, "spate_request_duration_seconds_count{shard=\"0\",api=\"Fetch\"}") >= 1.0);
+    assert!(after.contains("spate_request_duration_seconds_bucket{shard=\"0\",api=\"Produce\",le=\"+Inf\"} 1"));
+    assert!(sample_sum(&after, "spate_log_size_bytes{topic=\"m\"") > 0.0, "{after}");
+    assert!(sample_sum(&after, "spate_partitions") >= 1.0);
+}
+
+#[test]
+fn bad_input_gives_one_line_errors() {
+    let b = start_broker();
+    // Invalid topic name: refused before anything is sent, exit 2.
+    assert_one_line_error(&run(&b, &["topic", "create", "no spaces/allowed", "--partitions", "1"], None), 2);
+    // Unknown flag: clap's error, one line, exit 2.
+    assert_one_line_error(&run(&b, &["topic", "list", "--no-such-flag"], None), 2);
+    // Bad key=value.
+    assert_one_line_error(&run(&b, &["topic", "create", "t", "--config", "novalue"], None), 2);
+    // Unknown topic: the broker's error, exit 1.
+    assert_one_line_error(&run(&b, &["produce", "missing"], Some("x\n")), 1);
+    // Unreachable broker: exit 3.
+    let port = free_port();
+    let out =
+        Command::new(spate).args(["topic", "list", "--bootstrap", &format!("127.0.0.1:{port}")]).output().unwrap();
+    assert_one_line_error(&out, 3);
+    assert!(String::from_utf8_lossy(&out.stderr).contains("cannot connect"));
+}
