@@ -152,6 +152,10 @@ impl ShardContext {
             let (progress, in_flight) = self.shard.borrow_mut().process_io();
             if progress {
                 self.flush_wakeup();
+                let (appends, writes) = self.shard.borrow().append_write_counts();
+                let c = self.metrics.shard(self.id);
+                c.appends_written.store(appends, std::sync::atomic::Ordering::Relaxed);
+                c.append_writes.store(writes, std::sync::atomic::Ordering::Relaxed);
             }
             if in_flight {
                 glommio::timer::sleep(std::time::Duration::from_micros(io_poll_interval_us)).await;

@@ -71,6 +71,9 @@ pub struct ShardCounters {
     pub bytes_out: AtomicU64,
     pub fsyncs: AtomicU64,
     pub fsync_micros: AtomicU64,
+    /// Appends written through io_uring, and the writev calls that carried them.
+    pub appends_written: AtomicU64,
+    pub append_writes: AtomicU64,
     /// Per Kafka API key: handler latency (and count, from the histogram).
     pub api_latency: Mutex<BTreeMap<i16, Latency>>,
     pub fsync_latency: Mutex<Latency>,
@@ -128,6 +131,12 @@ impl Metrics {
         counter(&mut out, "spate_bytes_out_total", "Response bytes written.", &|s| s.bytes_out.load(Ordering::Relaxed));
         counter(&mut out, "spate_fsyncs_total", "fdatasync calls on partition logs.", &|s| {
             s.fsyncs.load(Ordering::Relaxed)
+        });
+        counter(&mut out, "spate_appends_written_total", "Produce appends written through io_uring.", &|s| {
+            s.appends_written.load(Ordering::Relaxed)
+        });
+        counter(&mut out, "spate_append_writes_total", "writev calls carrying them (coalescing).", &|s| {
+            s.append_writes.load(Ordering::Relaxed)
         });
 
         let _ = writeln!(
