@@ -127,6 +127,17 @@ impl Registry {
         Ok(meta)
     }
 
+    /// Replace a topic's config overrides, durably.
+    pub fn set_configs(&mut self, name: &str, configs: TopicConfig) -> Result<TopicMeta, RegistryError> {
+        let meta = self.topics.get_mut(name).ok_or_else(|| RegistryError::UnknownTopic(name.to_string()))?;
+        let old = std::mem::replace(&mut meta.configs, configs);
+        if let Err(e) = self.persist() {
+            self.topics.get_mut(name).expect("present").configs = old;
+            return Err(e);
+        }
+        Ok(self.topics[name].clone())
+    }
+
     pub fn delete(&mut self, name: &str) -> Result<TopicMeta, RegistryError> {
         let meta = self.topics.remove(name).ok_or_else(|| RegistryError::UnknownTopic(name.to_string()))?;
         if let Err(e) = self.persist() {

@@ -68,6 +68,8 @@ pub enum PartitionOp {
     WaitForData { tp: TopicPartition, offset: Offset },
     /// The topic is gone from the registry: remove this partition's log and directory.
     DeletePartition { tp: TopicPartition },
+    /// The topic's config changed in the registry: apply it to the open log.
+    RefreshConfig { tp: TopicPartition },
 }
 
 impl PartitionOp {
@@ -77,7 +79,8 @@ impl PartitionOp {
             | PartitionOp::Fetch { tp, .. }
             | PartitionOp::ListOffset { tp, .. }
             | PartitionOp::WaitForData { tp, .. }
-            | PartitionOp::DeletePartition { tp } => tp,
+            | PartitionOp::DeletePartition { tp }
+            | PartitionOp::RefreshConfig { tp } => tp,
         }
     }
 }
@@ -129,7 +132,8 @@ pub enum PartitionReply {
         timestamp_ms: i64,
     },
     Waiting(oneshot::Receiver<()>),
-    Deleted,
+    /// Done, nothing to report (delete, config refresh).
+    Done,
 }
 
 struct Partition {
@@ -374,6 +378,16 @@ impl Shard {
                 }
                 Ok(PartitionReply::Waiting(rx))
             }
+            PartitionOp::RefreshConfig { tp } => {
+                let config = {
+                    let reg = self.registry.read().expect("registry lock");
+                    reg.get(&tp.topic).map(|m| m.configs.log_config(&self.broker_topic_defaults))
+                };
+                if let (Some(config), Some(p)) = (config, self.partitions.get_mut(&tp)) {
+                    p.log.set_config(config);
+                }
+                Ok(PartitionReply::Done)
+            }
             PartitionOp::DeletePartition { tp } => {
                 if let Some(p) = self.partitions.remove(&tp) {
                     for (_, w) in p.durable_waiters {
@@ -388,7 +402,7 @@ impl Shard {
                         Err(e) => return Err(PartitionError::Log(LogError::Io(e))),
                     }
                 }
-                Ok(PartitionReply::Deleted)
+                Ok(PartitionReply::Done)
             }
         }
     }

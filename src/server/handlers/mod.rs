@@ -2,6 +2,7 @@
 //! partition operations out to their owner shards), and encodes the answer. Kafka error
 //! codes are chosen here and nowhere else.
 
+mod alter_configs;
 mod api_versions;
 mod create_topics;
 mod delete_groups;
@@ -61,6 +62,8 @@ pub async fn handle(ctx: &ShardContext, frame: RequestFrame) -> Result<Option<Re
         ApiKey::CreateTopics => create_topics::handle(ctx, &frame).await.map(Some),
         ApiKey::DeleteTopics => delete_topics::handle(ctx, &frame).await.map(Some),
         ApiKey::DescribeConfigs => describe_configs::handle(ctx, &frame).map(Some),
+        ApiKey::AlterConfigs => alter_configs::handle_alter(ctx, &frame).await.map(Some),
+        ApiKey::IncrementalAlterConfigs => alter_configs::handle_incremental(ctx, &frame).await.map(Some),
         ApiKey::FindCoordinator => find_coordinator::handle(ctx, &frame).map(Some),
         ApiKey::JoinGroup => join_group::handle(ctx, &frame).await.map(Some),
         ApiKey::SyncGroup => sync_group::handle(ctx, &frame).await.map(Some),

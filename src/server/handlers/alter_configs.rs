@@ -1,0 +1,142 @@
+//! AlterConfigs (replace a topic's whole config) and IncrementalAlterConfigs (set or
+//! delete single keys). Every value is checked as at CreateTopics; the new config is
+//! stored durably, then each partition's owner applies it to its open log.
+
+use bytes::Bytes;
+use kafka_protocol::messages::{
+    alter_configs_response, incremental_alter_configs_response, AlterConfigsRequest, AlterConfigsResponse, ApiKey,
+    IncrementalAlterConfigsRequest, IncrementalAlterConfigsResponse,
+};
+
+use crate::config::TopicConfig;
+use crate::model::TopicPartition;
+use crate::protocol::{decode_body, error_code, ProtocolError, RequestFrame};
+use crate::shard::PartitionOp;
+
+use super::super::context::ShardContext;
+use super::{respond, str_bytes};
+
+const RESOURCE_TOPIC: i8 = 2;
+const OP_SET: i8 = 0;
+const OP_DELETE: i8 = 1;
+
+/// How a request changes the current overrides.
+enum Change<'a> {
+    Replace(Vec<(&'a str, Option<&'a str>)>),
+    Incremental(Vec<(&'a str, i8, Option<&'a str>)>),
+}
+
+async fn alter_topic(
+    ctx: &ShardContext,
+    resource_type: i8,
+    name: &str,
+    change: Change<'_>,
+    validate_only: bool,
+) -> (i16, Option<String>) {
+    if resource_type != RESOURCE_TOPIC {
+        return (
+            error_code::INVALID_REQUEST,
+            Some("only topic configs can be altered (broker configs are static)".into()),
+        );
+    }
+    let current = match ctx.registry.read().expect("registry lock").get(name) {
+        Some(meta) => meta.configs.overrides.clone(),
+        None => return (error_code::UNKNOWN_TOPIC_OR_PARTITION, Some(format!("topic {name:?} does not exist"))),
+    };
+    let pairs: Vec<(String, Option<String>)> = match change {
+        Change::Replace(list) => list.into_iter().map(|(k, v)| (k.to_string(), v.map(String::from))).collect(),
+        Change::Incremental(ops) => {
+            let mut merged = current.clone();
+            for (k, op, v) in ops {
+                match (op, v) {
+                    (OP_SET, Some(v)) => {
+                        merged.insert(k.to_string(), v.to_string());
+                    }
+                    (OP_DELETE, _) => {
+                        merged.remove(k);
+                        // Deleting a key we do not know is still an error worth reporting.
+                        if let Err(e) = TopicConfig::from_pairs([(k, None)], &ctx.config.topic_defaults) {
+                            return (error_code::INVALID_CONFIG, Some(e));
+                        }
+                    }
+                    (OP_SET, None) => return (error_code::INVALID_CONFIG, Some(format!("no value to set for {k}"))),
+                    _ => {
+                        return (
+                            error_code::INVALID_CONFIG,
+                            Some(format!("{k} is not a list: only SET and DELETE apply")),
+                        )
+                    }
+                }
+            }
+            merged.into_iter().map(|(k, v)| (k, Some(v))).collect()
+        }
+    };
+    let configs = match TopicConfig::from_pairs(
+        pairs.iter().map(|(k, v)| (k.as_str(), v.as_deref())),
+        &ctx.config.topic_defaults,
+    ) {
+        Ok(c) => c,
+        Err(e) => return (error_code::INVALID_CONFIG, Some(e)),
+    };
+    if validate_only {
+        return (error_code::NONE, None);
+    }
+    let meta = match ctx.registry.write().expect("registry lock").set_configs(name, configs) {
+        Ok(m) => m,
+        Err(e) => return (error_code::UNKNOWN_SERVER_ERROR, Some(e.to_string())),
+    };
+    tracing::info!(topic = name, configs = ?meta.configs.overrides, "altered topic config");
+    let refreshes =
+        (0..meta.partitions).map(|p| ctx.call(PartitionOp::RefreshConfig { tp: TopicPartition::new(name, p) }));
+    for r in futures::future::join_all(refreshes).await {
+        if let Err(e) = r {
+            tracing::warn!(topic = name, error = %e, "config not applied to a partition");
+        }
+    }
+    (error_code::NONE, None)
+}
+
+pub async fn handle_alter(ctx: &ShardContext, frame: &RequestFrame) -> Result<Bytes, ProtocolError> {
+    let req: AlterConfigsRequest = decode_body(frame)?;
+    let mut responses = Vec::with_capacity(req.resources.len());
+    for r in &req.resources {
+        let change = Change::Replace(
+            r.configs.iter().map(|c| (c.name.as_str(), c.value.as_ref().map(|v| v.as_str()))).collect(),
+        );
+        let (code, msg) = alter_topic(ctx, r.resource_type, r.resource_name.as_str(), change, req.validate_only).await;
+        responses.push(
+            alter_configs_response::AlterConfigsResourceResponse::default()
+                .with_error_code(code)
+                .with_error_message(msg.map(str_bytes))
+                .with_resource_type(r.resource_type)
+                .with_resource_name(r.resource_name.clone()),
+        );
+    }
+    respond(ApiKey::AlterConfigs, frame, &AlterConfigsResponse::default().with_responses(responses))
+}
+
+pub async fn handle_incremental(ctx: &ShardContext, frame: &RequestFrame) -> Result<Bytes, ProtocolError> {
+    let req: IncrementalAlterConfigsRequest = decode_body(frame)?;
+    let mut responses = Vec::with_capacity(req.resources.len());
+    for r in &req.resources {
+        let change = Change::Incremental(
+            r.configs
+                .iter()
+                .map(|c| (c.name.as_str(), c.config_operation, c.value.as_ref().map(|v| v.as_str())))
+                .collect(),
+        );
+        let (code, msg) = alter_topic(ctx, r.resource_type, r.resource_name.as_str(), change, req.validate_only).await;
+        responses.push(
+            incremental_alter_configs_response::AlterConfigsResourceResponse::default()
+                .with_error_code(code)
+                .with_error_message(msg.map(str_bytes))
+                .with_resource_type(r.resource_type)
+                .with_resource_name(r.resource_name.clone()),
+        );
+    }
+    respond(
+        ApiKey::IncrementalAlterConfigs,
+        frame,
+        &IncrementalAlterConfigsResponse::default().with_responses(responses),
+    )
+}
