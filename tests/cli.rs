@@ -212,6 +212,27 @@ fn metrics_move_with_traffic() {
     assert!(after.contains("spate_request_duration_seconds_bucket{shard=\"0\",api=\"Produce\",le=\"+Inf\"} 1"));
     assert!(sample_sum(&after, "spate_log_size_bytes{topic=\"m\"") > 0.0, "{after}");
     assert!(sample_sum(&after, "spate_partitions") >= 1.0);
+    assert!(sample_sum(&after, "spate_topic_bytes_in_total{topic=\"m\"}") > 0.0, "{after}");
+    assert!(sample_sum(&after, "spate_topic_bytes_out_total{topic=\"m\"}") > 0.0, "{after}");
+
+    // Shards publish partition and group status once a second: a group that consumed
+    // one of three messages shows up with its lag.
+    ok(&b, &["produce", "m"], Some("z\n"));
+    ok(&b, &["consume", "m", "--group", "g1", "--from-beginning", "--max-messages", "1"], None);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    let lag = "spate_consumer_lag{group=\"g1\",topic=\"m\",partition=\"0\"}";
+    loop {
+        let m = scrape(&b);
+        if m.contains(lag) {
+            assert_eq!(sample_sum(&m, "spate_partition_log_end_offset{topic=\"m\",partition=\"0\"}"), 3.0, "{m}");
+            assert_eq!(sample_sum(&m, lag), 2.0, "{m}");
+            assert!(sample_sum(&m, "spate_group_rebalances_total") >= 1.0, "{m}");
+            assert_eq!(sample_sum(&m, "spate_offline_partitions"), 0.0);
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "no lag metric for g1: {m}");
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
 }
 
 #[test]

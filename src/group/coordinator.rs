@@ -210,6 +210,8 @@ struct Group {
     initial_delay_until_ms: Option<i64>,
     state_timestamp_ms: i64,
     offsets: BTreeMap<(String, i32), StoredOffset>,
+    /// Join phases completed since this coordinator took the group.
+    rebalances: u64,
 }
 
 impl Group {
@@ -226,6 +228,7 @@ impl Group {
             initial_delay_until_ms: None,
             state_timestamp_ms: now_ms,
             offsets: BTreeMap::new(),
+            rebalances: 0,
         }
     }
 
@@ -352,16 +355,48 @@ pub struct OffsetCommit {
     pub metadata: String,
 }
 
+/// A group as the metrics endpoint shows it.
+#[derive(Debug, Clone)]
+pub struct GroupStatus {
+    pub group_id: String,
+    pub state: GroupState,
+    pub members: usize,
+    /// (topic, partition, committed offset)
+    pub committed: Vec<(String, i32, i64)>,
+}
+
 #[derive(Default)]
 pub struct GroupCoordinator {
     config: GroupConfig,
     groups: HashMap<String, Group>,
     pending_records: Vec<PendingRecord>,
+    /// Join phases completed by groups since removed (live groups count their own).
+    retired_rebalances: u64,
 }
 
 impl GroupCoordinator {
     pub fn new(config: GroupConfig) -> Self {
-        Self { config, groups: HashMap::new(), pending_records: Vec::new() }
+        Self { config, groups: HashMap::new(), pending_records: Vec::new(), retired_rebalances: 0 }
+    }
+
+    /// Join phases completed since start (a monotonic counter).
+    pub fn rebalances(&self) -> u64 {
+        self.retired_rebalances + self.groups.values().map(|g| g.rebalances).sum::<u64>()
+    }
+
+    pub fn status(&self) -> Vec<GroupStatus> {
+        let mut v: Vec<GroupStatus> = self
+            .groups
+            .iter()
+            .map(|(id, g)| GroupStatus {
+                group_id: id.clone(),
+                state: g.state,
+                members: g.members.len(),
+                committed: g.offsets.iter().map(|((t, p), o)| (t.clone(), *p, o.offset)).collect(),
+            })
+            .collect();
+        v.sort_by(|a, b| a.group_id.cmp(&b.group_id));
+        v
     }
 
     /// Records produced since the last call, to append to `__consumer_offsets`.
@@ -566,6 +601,7 @@ impl GroupCoordinator {
         });
         let _ = before;
         g.generation += 1;
+        g.rebalances += 1;
         g.initial_delay_until_ms = None;
         if g.members.is_empty() {
             g.protocol = None;
@@ -801,7 +837,9 @@ impl GroupCoordinator {
             if self.groups.get(&id).is_some_and(|g| g.generation > 0) {
                 tombstones.push(PendingRecord { group_id: id.clone(), key: records::group_key(&id), value: None });
             }
-            self.groups.remove(&id);
+            if let Some(g) = self.groups.remove(&id) {
+                self.retired_rebalances += g.rebalances;
+            }
         }
         self.pending_records.extend(tombstones);
         for id in persist {
@@ -996,6 +1034,7 @@ impl GroupCoordinator {
             return Err(GroupError::NonEmptyGroup);
         }
         let g = self.groups.remove(group_id).expect("present");
+        self.retired_rebalances += g.rebalances;
         for (topic, partition) in g.offsets.keys() {
             self.pending_records.push(PendingRecord {
                 group_id: group_id.to_string(),

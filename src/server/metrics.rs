@@ -74,6 +74,10 @@ pub struct ShardCounters {
     /// Appends written through io_uring, and the writev calls that carried them.
     pub appends_written: AtomicU64,
     pub append_writes: AtomicU64,
+    /// Published by the shard once a second: its partitions and groups.
+    pub status: Mutex<crate::shard::ShardStatus>,
+    /// Record bytes produced to / fetched from each topic through this shard.
+    pub topic_bytes: Mutex<BTreeMap<String, (u64, u64)>>,
     /// Per Kafka API key: handler latency (and count, from the histogram).
     pub api_latency: Mutex<BTreeMap<i16, Latency>>,
     pub fsync_latency: Mutex<Latency>,
@@ -90,6 +94,15 @@ impl Metrics {
 
     pub fn shard(&self, id: ShardId) -> &ShardCounters {
         &self.shards[id.0]
+    }
+
+    /// Count record bytes in (produced) and out (fetched) for a topic.
+    pub fn add_topic_bytes(&self, id: ShardId, topic: &str, bytes_in: u64, bytes_out: u64) {
+        if let Ok(mut m) = self.shard(id).topic_bytes.lock() {
+            let e = m.entry(topic.to_string()).or_default();
+            e.0 += bytes_in;
+            e.1 += bytes_out;
+        }
     }
 
     pub fn record_fsync(&self, id: ShardId, took: Duration) {
@@ -169,6 +182,8 @@ impl Metrics {
             }
         }
 
+        self.render_status(&mut out);
+
         // Partitions per shard and log sizes, from the registry and the data dir.
         let nr_shards = self.shards.len().max(1);
         let mut per_shard = vec![0u64; nr_shards];
@@ -202,6 +217,92 @@ impl Metrics {
                 writeln!(out, "spate_log_size_bytes{{topic=\"{}\",partition=\"{}\"}} {bytes}", tp.topic, tp.partition);
         }
         out
+    }
+}
+
+impl Metrics {
+    /// Per-topic bytes, partition offsets, offline partitions, groups and consumer lag,
+    /// from what the shards published.
+    fn render_status(&self, out: &mut String) {
+        let mut topic_bytes: BTreeMap<String, (u64, u64)> = BTreeMap::new();
+        for s in &self.shards {
+            if let Ok(m) = s.topic_bytes.lock() {
+                for (t, (i, o)) in m.iter() {
+                    let e = topic_bytes.entry(t.clone()).or_default();
+                    e.0 += i;
+                    e.1 += o;
+                }
+            }
+        }
+        let statuses: Vec<crate::shard::ShardStatus> =
+            self.shards.iter().filter_map(|s| s.status.lock().ok().map(|g| g.clone())).collect();
+        let _ = writeln!(out, "# HELP spate_topic_bytes_in_total Record bytes produced to a topic.\n# TYPE spate_topic_bytes_in_total counter");
+        for (t, (i, _)) in &topic_bytes {
+            let _ = writeln!(out, "spate_topic_bytes_in_total{{topic=\"{t}\"}} {i}");
+        }
+        let _ = writeln!(out, "# HELP spate_topic_bytes_out_total Record bytes fetched from a topic.\n# TYPE spate_topic_bytes_out_total counter");
+        for (t, (_, o)) in &topic_bytes {
+            let _ = writeln!(out, "spate_topic_bytes_out_total{{topic=\"{t}\"}} {o}");
+        }
+        let mut leo: BTreeMap<(String, i32), i64> = BTreeMap::new();
+        let _ = writeln!(out, "# HELP spate_partition_log_end_offset Next offset to be written.\n# TYPE spate_partition_log_end_offset gauge");
+        let mut offline = 0;
+        for st in &statuses {
+            for p in &st.partitions {
+                leo.insert((p.tp.topic.clone(), p.tp.partition), p.log_end_offset);
+                offline += p.offline as u64;
+                let _ = writeln!(
+                    out,
+                    "spate_partition_log_end_offset{{topic=\"{}\",partition=\"{}\"}} {}",
+                    p.tp.topic, p.tp.partition, p.log_end_offset
+                );
+            }
+        }
+        let _ = writeln!(out, "# HELP spate_partition_log_start_offset First offset still in the log.\n# TYPE spate_partition_log_start_offset gauge");
+        for st in &statuses {
+            for p in &st.partitions {
+                let _ = writeln!(
+                    out,
+                    "spate_partition_log_start_offset{{topic=\"{}\",partition=\"{}\"}} {}",
+                    p.tp.topic, p.tp.partition, p.log_start_offset
+                );
+            }
+        }
+        let _ = writeln!(out, "# HELP spate_offline_partitions Partitions whose log is offline (failed write or fsync).\n# TYPE spate_offline_partitions gauge\nspate_offline_partitions {offline}");
+        // A single node has replication factor 1: nothing can be under-replicated.
+        let _ = writeln!(out, "# HELP spate_under_replicated_partitions Partitions with fewer in-sync replicas than replicas.\n# TYPE spate_under_replicated_partitions gauge\nspate_under_replicated_partitions 0");
+        let _ = writeln!(out, "# HELP spate_group_rebalances_total Rebalances (join phases) completed.\n# TYPE spate_group_rebalances_total counter");
+        for (i, st) in statuses.iter().enumerate() {
+            let _ = writeln!(out, "spate_group_rebalances_total{{shard=\"{i}\"}} {}", st.rebalances);
+        }
+        let _ =
+            writeln!(out, "# HELP spate_group_members Members of a consumer group.\n# TYPE spate_group_members gauge");
+        for st in &statuses {
+            for g in &st.groups {
+                let _ = writeln!(
+                    out,
+                    "spate_group_members{{group=\"{}\",state=\"{}\"}} {}",
+                    g.group_id,
+                    g.state.name(),
+                    g.members
+                );
+            }
+        }
+        let _ = writeln!(out, "# HELP spate_consumer_lag Log end offset minus the group's committed offset.\n# TYPE spate_consumer_lag gauge");
+        for st in &statuses {
+            for g in &st.groups {
+                for (t, p, committed) in &g.committed {
+                    if let Some(end) = leo.get(&(t.clone(), *p)) {
+                        let lag = (end - committed).max(0);
+                        let _ = writeln!(
+                            out,
+                            "spate_consumer_lag{{group=\"{}\",topic=\"{t}\",partition=\"{p}\"}} {lag}",
+                            g.group_id
+                        );
+                    }
+                }
+            }
+        }
     }
 }
 

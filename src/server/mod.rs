@@ -248,6 +248,10 @@ async fn run_shard(
                     last_retention = std::time::Instant::now();
                 }
                 ctx.shard.borrow_mut().tick(now_ms(), retention);
+                let status = ctx.shard.borrow().status();
+                if let Ok(mut s) = ctx.metrics.shard(ctx.id).status.lock() {
+                    *s = status;
+                }
                 ctx.wakeup();
             }
         })

@@ -85,6 +85,24 @@ impl PartitionOp {
     }
 }
 
+/// What a shard tells the metrics endpoint about its partitions and groups (published
+/// once a second, so a scrape never touches a shard).
+#[derive(Debug, Clone, Default)]
+pub struct ShardStatus {
+    pub partitions: Vec<PartitionStatus>,
+    pub groups: Vec<crate::group::GroupStatus>,
+    pub rebalances: u64,
+}
+
+#[derive(Debug, Clone)]
+pub struct PartitionStatus {
+    pub tp: TopicPartition,
+    pub log_start_offset: i64,
+    pub log_end_offset: i64,
+    pub size_bytes: u64,
+    pub offline: bool,
+}
+
 #[derive(Debug)]
 pub struct FetchData {
     pub high_watermark: Offset,
@@ -471,6 +489,22 @@ impl Shard {
                 }
             }
         }
+    }
+
+    pub fn status(&self) -> ShardStatus {
+        let mut partitions: Vec<PartitionStatus> = self
+            .partitions
+            .iter()
+            .map(|(tp, p)| PartitionStatus {
+                tp: tp.clone(),
+                log_start_offset: p.log.log_start_offset().0,
+                log_end_offset: p.log.log_end_offset().0,
+                size_bytes: p.log.size_bytes(),
+                offline: p.log.offline_reason().is_some(),
+            })
+            .collect();
+        partitions.sort_by(|a, b| a.tp.cmp(&b.tp));
+        ShardStatus { partitions, groups: self.groups.status(), rebalances: self.groups.rebalances() }
     }
 
     /// Clean shutdown: close every log (flush, trim indexes, clean-shutdown marker).

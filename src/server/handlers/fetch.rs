@@ -32,10 +32,15 @@ pub async fn handle(ctx: &ShardContext, frame: &RequestFrame) -> Result<Response
         (req.max_bytes as usize).min(limits::fetch_response_bytes_max)
     };
     loop {
-        let (topics, ranges, total_bytes, any_error) =
+        let (topics, topic_bytes, ranges, total_bytes, any_error) =
             fetch_once(ctx, &req, frame.api_version, response_bytes_max).await;
         let now = Instant::now();
         if total_bytes >= req.min_bytes.max(1) as usize || any_error || now >= deadline || ctx.stopping.get() {
+            for (t, bytes) in topics.iter().zip(topic_bytes) {
+                if bytes > 0 {
+                    ctx.metrics.add_topic_bytes(ctx.id, t.topic.as_str(), 0, bytes);
+                }
+            }
             let encoded = respond(ApiKey::Fetch, frame, &FetchResponse::default().with_responses(topics))?;
             let flexible = frame.api_version >= 12;
             return splice_file_ranges(encoded, flexible, ranges);
@@ -73,7 +78,7 @@ async fn fetch_once(
     req: &FetchRequest,
     req_version: i16,
     response_bytes_max: usize,
-) -> (Vec<FetchableTopicResponse>, Vec<FileRange>, usize, bool) {
+) -> (Vec<FetchableTopicResponse>, Vec<u64>, Vec<FileRange>, usize, bool) {
     let calls = req.topics.iter().flat_map(|t| {
         t.partitions.iter().map(move |p| {
             let max_bytes = (p.partition_max_bytes.max(0) as usize).min(response_bytes_max);
@@ -89,8 +94,10 @@ async fn fetch_once(
     let mut total_bytes = 0usize;
     let mut any_error = false;
     let mut ranges = Vec::new();
+    let mut topic_bytes = Vec::with_capacity(req.topics.len());
     let mut topics = Vec::with_capacity(req.topics.len());
     for t in &req.topics {
+        let topic_start_bytes = total_bytes;
         let mut partitions = Vec::with_capacity(t.partitions.len());
         for p in &t.partitions {
             let reply = replies.next().expect("one reply per partition");
@@ -134,7 +141,8 @@ async fn fetch_once(
                 }
             });
         }
+        topic_bytes.push((total_bytes - topic_start_bytes) as u64);
         topics.push(FetchableTopicResponse::default().with_topic(t.topic.clone()).with_partitions(partitions));
     }
-    (topics, ranges, total_bytes, any_error)
+    (topics, topic_bytes, ranges, total_bytes, any_error)
 }

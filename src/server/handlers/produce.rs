@@ -54,6 +54,7 @@ pub async fn handle(ctx: &ShardContext, frame: &RequestFrame) -> Result<Option<B
                             Err(_) => return Err((error_code::KAFKA_STORAGE_ERROR, Some("write abandoned".into()))),
                         }
                     }
+                    ctx.metrics.add_topic_bytes(ctx.id, topic, info.bytes as u64, 0);
                     Ok((info, log_start_offset))
                 }
                 Ok(other) => unreachable!("Produce answered {other:?}"),
