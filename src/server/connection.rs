@@ -61,7 +61,9 @@ pub async fn serve(ctx: Rc<ShardContext>, stream: TcpStream) {
                     Some(Ok(None)) => {} // acks=0: no answer
                     Some(Err(e)) => {
                         counters.bad_requests.fetch_add(1, Ordering::Relaxed);
-                        tracing::warn!(%peer, error = %e, "closing connection: bad request");
+                        if ctx.client_error_log_allowed() {
+                            tracing::warn!(%peer, error = %e, "closing connection: bad request");
+                        }
                         break;
                     }
                     None => break,
@@ -87,7 +89,9 @@ pub async fn serve(ctx: Rc<ShardContext>, stream: TcpStream) {
             Ok(len) => len,
             Err(e) => {
                 counters.bad_frames.fetch_add(1, Ordering::Relaxed);
-                tracing::warn!(%peer, error = %e, "closing connection: bad frame");
+                if ctx.client_error_log_allowed() {
+                    tracing::warn!(%peer, error = %e, "closing connection: bad frame");
+                }
                 break;
             }
         };
@@ -103,7 +107,9 @@ pub async fn serve(ctx: Rc<ShardContext>, stream: TcpStream) {
             Ok(f) => f,
             Err(e) => {
                 counters.bad_frames.fetch_add(1, Ordering::Relaxed);
-                tracing::warn!(%peer, error = %e, "closing connection: bad request header");
+                if ctx.client_error_log_allowed() {
+                    tracing::warn!(%peer, error = %e, "closing connection: bad request header");
+                }
                 break;
             }
         };

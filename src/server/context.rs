@@ -23,6 +23,8 @@ pub enum ShardMessage {
     Group { op: GroupOp, reply: oneshot::Sender<GroupReply> },
 }
 
+/// Client-error log lines per second per shard before they are summarized.
+const client_error_logs_per_second_max: u32 = 10;
 /// How often completions are polled while an append write is still in flight.
 const io_poll_interval_us: u64 = 20;
 
@@ -40,6 +42,8 @@ pub struct ShardContext {
     /// Set once shutdown began: connections stop reading new requests.
     pub stopping: Cell<bool>,
     flush_notify: RefCell<Option<oneshot::Sender<()>>>,
+    /// Client-error log lines in the current second, and how many were suppressed.
+    client_error_log: Cell<(std::time::Instant, u32, u64)>,
     io_notify: RefCell<Option<oneshot::Sender<()>>>,
 }
 
@@ -67,6 +71,7 @@ impl ShardContext {
             in_flight: Cell::new(0),
             stopping: Cell::new(false),
             flush_notify: RefCell::new(None),
+            client_error_log: Cell::new((std::time::Instant::now(), 0, 0)),
             io_notify: RefCell::new(None),
         }
     }
@@ -123,6 +128,28 @@ impl ShardContext {
     }
 
     /// Tell the group-commit loop there may be work.
+    /// Whether a log line about a misbehaving client may be written now: at most
+    /// `client_error_logs_per_second_max` a second per shard, so a flood of bad
+    /// connections cannot flood the log (the counters in /metrics count them all).
+    pub fn client_error_log_allowed(&self) -> bool {
+        let (start, count, suppressed) = self.client_error_log.get();
+        let now = std::time::Instant::now();
+        if now.duration_since(start) >= std::time::Duration::from_secs(1) {
+            if suppressed > 0 {
+                tracing::warn!(shard = self.id.0, suppressed, "client error log lines suppressed in the last second");
+            }
+            self.client_error_log.set((now, 1, 0));
+            return true;
+        }
+        if count < client_error_logs_per_second_max {
+            self.client_error_log.set((start, count + 1, suppressed));
+            true
+        } else {
+            self.client_error_log.set((start, count, suppressed + 1));
+            false
+        }
+    }
+
     /// Tell the append-write and group-commit loops there may be work.
     pub fn wakeup(&self) {
         if let Some(tx) = self.io_notify.borrow_mut().take() {
