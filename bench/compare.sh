@@ -201,6 +201,8 @@ run_system() { # SYSTEM FSYNC START-COMMAND-PREFIX...
   fi
   kill "$bpid" 2>/dev/null || true; wait "$bpid" 2>/dev/null || true
   if ! grep -q . "$dir/produce.json" 2>/dev/null; then log "$system broker log tail:"; tail -20 "$dir/broker.log" >&2; fi
+  # The broker's data (tens of GB after flat-out runs) is not a result: drop it.
+  rm -rf "$dir/data"
 }
 
 spate_start() { # FSYNC PORT DIR

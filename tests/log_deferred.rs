@@ -68,3 +68,45 @@ fn a_failed_write_takes_the_log_offline() {
     let mut b = build_batch(&recs(1, 1_000, 10));
     assert!(log.append(&mut b, 1_000).is_err(), "offline for good");
 }
+
+/// `append_shared` leaves the caller's bytes alone and returns new headers; writing
+/// each header followed by the rest of its batch gives exactly what `append` writes,
+/// CRC included (LogAppendTime rewrites attributes and max timestamp, so the CRC too).
+#[test]
+fn shared_appends_write_the_same_bytes_as_in_place_appends() {
+    for log_append_time in [false, true] {
+        let mut config = small_config();
+        if log_append_time {
+            config.timestamp_type = spate::log::TimestampType::LogAppendTime;
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let mut a = PartitionLog::open(&dir.path().join("a-0"), config.clone(), 1_000).unwrap();
+        let mut b = PartitionLog::open(&dir.path().join("b-0"), config, 1_000).unwrap();
+        let set = [build_batch(&recs(3, 1_000, 10)), build_batch(&recs(2, 1_001, 30))].concat();
+
+        let mut in_place = set.clone();
+        a.append(&mut in_place, 5_000).unwrap();
+
+        let original = set.clone();
+        let (info, write, patches) = b.append_shared(&set, 5_000).unwrap();
+        assert_eq!(set, original, "the caller's bytes are untouched");
+        assert_eq!(patches.len(), 2);
+        let mut pos = write.position;
+        for p in &patches {
+            write.file.write_all_at(&p.header, pos).unwrap();
+            let body = &set[p.position + p.header.len()..p.position + p.size];
+            write.file.write_all_at(body, pos + p.header.len() as u64).unwrap();
+            pos += p.size as u64;
+        }
+        b.write_done(write.id, Ok(())).unwrap();
+        assert_eq!(info.last_offset, Offset(4));
+        let written = b.read(Offset(0), 1 << 20, Offset(5), true).unwrap().read_to_vec().unwrap();
+        assert_eq!(written, in_place);
+        // The independent decoder checks every CRC (and panics on a bad one).
+        let decoded = decode_batches(&written);
+        assert_eq!(decoded.len(), 2);
+        if log_append_time {
+            assert!(decoded.iter().all(|d| d.max_timestamp == 5_000 && d.attributes & 0x08 != 0));
+        }
+    }
+}

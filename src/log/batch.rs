@@ -187,6 +187,32 @@ pub fn set_log_append_time(batch: &mut [u8], now_ms: i64) {
     batch[OFF_CRC..OFF_CRC + 4].copy_from_slice(&crc.to_be_bytes());
 }
 
+/// The header `batch` gets when appended, built without touching `batch` itself (its
+/// bytes may be a shared request buffer): base offset, optionally the leader epoch, and
+/// for LogAppendTime topics the timestamp type, max timestamp and a CRC to match
+/// (computed over the patched header tail and the unchanged records).
+pub fn patched_header(
+    batch: &[u8],
+    base_offset: i64,
+    leader_epoch: Option<i32>,
+    log_append_time_ms: Option<i64>,
+) -> [u8; HEADER_BYTES] {
+    let mut h = [0u8; HEADER_BYTES];
+    h.copy_from_slice(&batch[..HEADER_BYTES]);
+    set_base_offset(&mut h, base_offset);
+    if let Some(epoch) = leader_epoch {
+        set_leader_epoch(&mut h, epoch);
+    }
+    if let Some(now_ms) = log_append_time_ms {
+        let attributes = be_i16(&h, OFF_ATTRIBUTES) | ATTR_TIMESTAMP_TYPE_LOG_APPEND;
+        h[OFF_ATTRIBUTES..OFF_ATTRIBUTES + 2].copy_from_slice(&attributes.to_be_bytes());
+        h[OFF_MAX_TIMESTAMP..OFF_MAX_TIMESTAMP + 8].copy_from_slice(&now_ms.to_be_bytes());
+        let crc = crc32c::crc32c_append(crc32c::crc32c(&h[OFF_ATTRIBUTES..]), &batch[HEADER_BYTES..]);
+        h[OFF_CRC..OFF_CRC + 4].copy_from_slice(&crc.to_be_bytes());
+    }
+    h
+}
+
 /// Zig-zag varint (Kafka's `varint`/`varlong`), bounds-checked: None on overrun.
 pub fn read_varlong(buf: &[u8], pos: &mut usize) -> Option<i64> {
     let mut raw: u64 = 0;

@@ -217,6 +217,21 @@ pub struct PartitionLog {
     next_write_id: u64,
 }
 
+/// One appended batch's new header: `header` replaces the first 61 bytes of the
+/// `size`-byte batch at `position` of the record set.
+#[derive(Debug, Clone)]
+pub struct HeaderPatch {
+    pub position: usize,
+    pub size: usize,
+    pub header: [u8; batch::HEADER_BYTES],
+}
+
+fn apply_patches(records: &mut [u8], patches: &[HeaderPatch]) {
+    for p in patches {
+        records[p.position..p.position + batch::HEADER_BYTES].copy_from_slice(&p.header);
+    }
+}
+
 /// An append whose offsets are assigned but whose bytes may not be in the file yet.
 #[derive(Debug)]
 struct PendingAppend {
@@ -390,13 +405,27 @@ impl PartitionLog {
         Ok(info)
     }
 
+    /// `append_deferred` for a record set the caller cannot change (a shared request
+    /// buffer): nothing is copied but the 61-byte batch headers. Returns, per batch,
+    /// (position in `records`, size, the header to write in place of the original);
+    /// the caller writes each patched header followed by the rest of its batch.
+    pub fn append_shared(
+        &mut self,
+        records: &[u8],
+        now_ms: i64,
+    ) -> Result<(AppendInfo, PendingWrite, Vec<HeaderPatch>), LogError> {
+        self.append_inner(records, None, now_ms)
+    }
+
     /// `append`, except that the caller writes the bytes (the broker submits them to
     /// io_uring, coalescing appends that arrive together): validate, assign offsets,
     /// rewrite the headers in `records` and index them, and return where `records` must
     /// be written. Until `write_done` reports the write, reads, flushes and the
     /// recovery point stop before it.
     pub fn append_deferred(&mut self, records: &mut [u8], now_ms: i64) -> Result<(AppendInfo, PendingWrite), LogError> {
-        self.append_inner(records, None, now_ms)
+        let (info, write, patches) = self.append_inner(records, None, now_ms)?;
+        apply_patches(records, &patches);
+        Ok((info, write))
     }
 
     /// Report the outcome of a deferred append's write. A failure takes the log offline.
@@ -441,7 +470,8 @@ impl PartitionLog {
         leader_epoch: i32,
         now_ms: i64,
     ) -> Result<AppendInfo, LogError> {
-        let (info, write) = self.append_inner(records, Some(leader_epoch), now_ms)?;
+        let (info, write, patches) = self.append_inner(records, Some(leader_epoch), now_ms)?;
+        apply_patches(records, &patches);
         let result = write.file.write_all_at(records, write.position);
         self.write_done(write.id, result)?;
         Ok(info)
@@ -449,10 +479,10 @@ impl PartitionLog {
 
     fn append_inner(
         &mut self,
-        records: &mut [u8],
+        records: &[u8],
         leader_epoch: Option<i32>,
         now_ms: i64,
-    ) -> Result<(AppendInfo, PendingWrite), LogError> {
+    ) -> Result<(AppendInfo, PendingWrite, Vec<HeaderPatch>), LogError> {
         self.check_online()?;
         if records.is_empty() {
             return Err(LogError::Corrupt("empty record set".into()));
@@ -485,18 +515,14 @@ impl PartitionLog {
         let log_append_time = self.config.timestamp_type == TimestampType::LogAppendTime;
         let mut next = base_offset;
         let mut headers = Vec::with_capacity(batches.len());
+        let mut patches = Vec::with_capacity(batches.len());
         for &(pos, size) in &batches {
-            let b = &mut records[pos..pos + size];
-            batch::set_base_offset(b, next);
-            if let Some(epoch) = leader_epoch {
-                batch::set_leader_epoch(b, epoch);
-            }
-            if log_append_time {
-                batch::set_log_append_time(b, now_ms);
-            }
-            let h = BatchHeader::parse(b);
+            let b = &records[pos..pos + size];
+            let header = batch::patched_header(b, next, leader_epoch, log_append_time.then_some(now_ms));
+            let h = BatchHeader::parse(&header);
             next = h.last_offset() + 1;
             headers.push(h);
+            patches.push(HeaderPatch { position: pos, size, header });
         }
         assert_eq!(next, last_offset + 1);
 
@@ -530,7 +556,7 @@ impl PartitionLog {
             record_count: record_count as u32,
             bytes: total_bytes,
         };
-        Ok((info, write))
+        Ok((info, write, patches))
     }
 
     fn should_roll(&self, extra_bytes: u64, last_offset: i64, now_ms: i64) -> bool {

@@ -15,6 +15,7 @@ use std::os::fd::AsRawFd;
 use std::os::unix::fs::FileExt;
 use std::sync::Arc;
 
+use bytes::Bytes;
 use io_uring::{opcode, types, IoUring};
 
 use crate::model::TopicPartition;
@@ -24,13 +25,32 @@ const ring_entries: u32 = 256;
 /// iovecs in one writev (Linux's IOV_MAX is 1024).
 const writev_iovecs_max: usize = 512;
 
-/// One append waiting to be written.
+/// One append waiting to be written: its pieces go to consecutive file positions
+/// (patched batch headers and the record bytes of the request, not copied).
 pub struct StagedWrite {
     pub tp: TopicPartition,
     pub write_id: u64,
     pub file: Arc<File>,
     pub position: u64,
-    pub bytes: Vec<u8>,
+    pub parts: Vec<Bytes>,
+}
+
+impl StagedWrite {
+    fn len(&self) -> usize {
+        self.parts.iter().map(|p| p.len()).sum()
+    }
+
+    /// Write synchronously, skipping the first `skip` bytes (already written).
+    fn write_sync_from(&self, mut skip: usize) -> std::io::Result<()> {
+        let mut position = self.position;
+        for part in &self.parts {
+            let from = skip.min(part.len());
+            skip -= from;
+            self.file.write_all_at(&part[from..], position + from as u64)?;
+            position += part.len() as u64;
+        }
+        Ok(())
+    }
 }
 
 /// A submitted writev: it owns its buffers and iovecs until the kernel is done.
@@ -96,9 +116,9 @@ impl AppendRing {
         for w in staged {
             match runs.last_mut() {
                 Some(run)
-                    if run.len() < writev_iovecs_max
+                    if run.iter().map(|r| r.parts.len()).sum::<usize>() + w.parts.len() <= writev_iovecs_max
                         && Arc::ptr_eq(&run[0].file, &w.file)
-                        && run.last().map(|l| l.position + l.bytes.len() as u64) == Some(w.position) =>
+                        && run.last().map(|l| l.position + l.len() as u64) == Some(w.position) =>
                 {
                     run.push(w)
                 }
@@ -108,9 +128,11 @@ impl AppendRing {
         for run in runs {
             let iovecs: Box<[libc::iovec]> = run
                 .iter()
-                .map(|w| libc::iovec { iov_base: w.bytes.as_ptr() as *mut libc::c_void, iov_len: w.bytes.len() })
+                .flat_map(|w| w.parts.iter())
+                .filter(|p| !p.is_empty())
+                .map(|p| libc::iovec { iov_base: p.as_ptr() as *mut libc::c_void, iov_len: p.len() })
                 .collect();
-            let total_bytes = run.iter().map(|w| w.bytes.len()).sum();
+            let total_bytes = run.iter().map(|w| w.len()).sum();
             let user_data = self.next_user_data;
             self.next_user_data += 1;
             let sqe = opcode::Writev::new(types::Fd(run[0].file.as_raw_fd()), iovecs.as_ptr(), iovecs.len() as u32)
@@ -128,7 +150,7 @@ impl AppendRing {
                 self.in_flight.insert(user_data, InFlight { writes: run, _iovecs: iovecs, total_bytes });
             } else {
                 for w in run {
-                    let result = w.file.write_all_at(&w.bytes, w.position);
+                    let result = w.write_sync_from(0);
                     self.appends_written += 1;
                     done.push(Completed { tp: w.tp, write_id: w.write_id, result });
                 }
@@ -160,11 +182,11 @@ impl AppendRing {
                 let result = match &failure {
                     Some(e) => Err(std::io::Error::new(e.kind(), e.to_string())),
                     None => {
-                        let len = w.bytes.len();
+                        let len = w.len();
                         let already = written.min(len);
                         written -= already;
                         if already < len {
-                            w.file.write_all_at(&w.bytes[already..], w.position + already as u64)
+                            w.write_sync_from(already)
                         } else {
                             Ok(())
                         }
@@ -205,13 +227,15 @@ mod tests {
         for i in 0..10u8 {
             let bytes = vec![i; 100 + i as usize];
             let len = bytes.len() as u64;
-            ring.stage(StagedWrite { tp: tp.clone(), write_id: i as u64, file: file.clone(), position: pos, bytes });
+            // Two parts, as a patched header and the rest of a batch.
+            let parts = vec![Bytes::copy_from_slice(&bytes[..7]), Bytes::copy_from_slice(&bytes[7..])];
+            ring.stage(StagedWrite { tp: tp.clone(), write_id: i as u64, file: file.clone(), position: pos, parts });
             ring.stage(StagedWrite {
                 tp: tp.clone(),
                 write_id: 100 + i as u64,
                 file: other.clone(),
                 position: i as u64 * 10,
-                bytes: vec![9; 10],
+                parts: vec![Bytes::from(vec![9; 10])],
             });
             pos += len;
         }

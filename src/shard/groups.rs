@@ -175,7 +175,7 @@ impl Shard {
         let tp = group_partition(&first.group_id);
         assert!(recs.iter().all(|r| group_partition(&r.group_id) == tp), "one group's records share a partition");
         let batch = encode_batch(recs, now_ms)?;
-        match self.execute(PartitionOp::Produce { tp, records: batch, now_ms, durable })? {
+        match self.execute(PartitionOp::Produce { tp, records: Bytes::from(batch), now_ms, durable })? {
             PartitionReply::Produced { written, durable, .. } => Ok(written.into_iter().chain(durable).collect()),
             other => unreachable!("Produce answered {other:?}"),
         }

@@ -58,7 +58,9 @@ pub enum PartitionError {
 #[derive(Debug)]
 pub enum PartitionOp {
     /// Append a produce request's record set. `durable` asks for an fsync before the ack.
-    Produce { tp: TopicPartition, records: Vec<u8>, now_ms: i64, durable: bool },
+    /// `records` is a slice of the request frame: it is written as it arrived, with
+    /// only the batch headers replaced (no copy).
+    Produce { tp: TopicPartition, records: bytes::Bytes, now_ms: i64, durable: bool },
     /// Read whole batches from `offset`, at most `max_bytes` (but at least one batch when
     /// `min_one_batch`).
     Fetch { tp: TopicPartition, offset: Offset, max_bytes: usize, min_one_batch: bool },
@@ -321,16 +323,30 @@ impl Shard {
     pub fn execute(&mut self, op: PartitionOp) -> Result<PartitionReply, PartitionError> {
         assert!(self.owns(op.tp()), "shard {} got {} owned by another shard", self.id.0, op.tp());
         match op {
-            PartitionOp::Produce { tp, mut records, now_ms, durable } => {
+            PartitionOp::Produce { tp, records, now_ms, durable } => {
                 let use_ring = self.ring.is_some();
                 let p = self.partition_mut(&tp, now_ms)?;
-                let (info, write) = p.log.append_deferred(&mut records, now_ms)?;
+                let (info, write, patches) = p.log.append_shared(&records, now_ms)?;
+                // Each batch goes out as its new header, then its bytes from the request.
+                let mut parts = Vec::with_capacity(2 * patches.len());
+                for patch in &patches {
+                    parts.push(bytes::Bytes::copy_from_slice(&patch.header));
+                    parts.push(records.slice(patch.position + patch.header.len()..patch.position + patch.size));
+                }
                 let written = if use_ring {
                     let (tx, rx) = oneshot::channel();
                     p.write_waiters.push((write.id, tx));
-                    Some((rx, write, records))
+                    Some((rx, write, parts))
                 } else {
-                    let result = write.file.write_all_at(&records, write.position);
+                    let mut position = write.position;
+                    let mut result = Ok(());
+                    for part in &parts {
+                        result = write.file.write_all_at(part, position);
+                        if result.is_err() {
+                            break;
+                        }
+                        position += part.len() as u64;
+                    }
                     p.log.write_done(write.id, result)?;
                     for w in p.data_waiters.drain(..) {
                         let _ = w.send(());
@@ -345,14 +361,14 @@ impl Shard {
                     None
                 };
                 let log_start_offset = p.log.log_start_offset();
-                let written = written.map(|(rx, write, bytes)| {
+                let written = written.map(|(rx, write, parts)| {
                     let ring = self.ring.as_mut().expect("checked above");
                     ring.stage(StagedWrite {
                         tp,
                         write_id: write.id,
                         file: write.file,
                         position: write.position,
-                        bytes,
+                        parts,
                     });
                     rx
                 });

@@ -37,10 +37,9 @@ pub async fn handle(ctx: &ShardContext, frame: &RequestFrame) -> Result<Option<B
             let Some(records) = p.records.as_ref().filter(|r| !r.is_empty()) else {
                 return Err((error_code::CORRUPT_MESSAGE, Some("empty record set".to_string())));
             };
-            // The append rewrites the base offset in place, so it needs its own buffer.
             let op = PartitionOp::Produce {
                 tp: TopicPartition::new(topic, p.index),
-                records: records.to_vec(),
+                records: records.clone(),
                 now_ms: now_ms(),
                 durable,
             };
