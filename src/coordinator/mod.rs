@@ -2,3 +2,4 @@
 //! data dir. The coordinator issue moves it behind a `MetaStore` (embedded or ZooKeeper).
 
 pub mod registry;
+pub mod store;
