@@ -90,7 +90,7 @@ sync
 run_dd warmup bs=1M count="$FILE_MB" > /dev/null   # first write pays for page allocation
 W_CACHE=$(run_dd write bs=1M count="$FILE_MB")
 W_SYNC=$(run_dd write_fdatasync bs=1M count="$FILE_MB" conv=fdatasync)
-W_DSYNC=$(LC_ALL=C; s=$(date +%s.%N); timeout -s INT 8 dd if=/dev/zero of="$BDIR/file" bs=16k count=100000 oflag=dsync 2> "$BDIR/dsync.log" || true; e=$(date +%s.%N); b=$(awk '/bytes/ {print $1}' "$BDIR/dsync.log" | tail -1); rm -f "$BDIR/file"; python3 -c "print(f'{$b/($e-$s)/1e6:.1f}')")
+W_DSYNC=$(LC_ALL=C; s=$(date +%s.%N); timeout -s INT 8 dd if=/dev/zero of="$BDIR/file" bs=16k count=100000 oflag=dsync 2> "$BDIR/dsync.log" || true; e=$(date +%s.%N); b=$(awk '/bytes/ {print $1}' "$BDIR/dsync.log" | tail -1); rm -f "$BDIR/file"; if [ -n "$b" ]; then python3 -c "print(f'{$b/($e-$s)/1e6:.1f}')"; else echo -; fi)
 row "file write (page cache)" - "seq write ${FILE_MB} MiB" dd "$W_CACHE" - - - - - -
 row "file write + fdatasync" - "seq write ${FILE_MB} MiB" dd "$W_SYNC" - - - - - -
 row "file write, fdatasync per 16 KiB" - "seq write" "dd oflag=dsync" "$W_DSYNC" - - - - - -
