@@ -1,0 +1,1124 @@
+//! The controller: the active coordinator's brain. It owns cluster metadata (brokers,
+//! topics, replica assignments, partition leadership and ISR) and turns events into
+//! decisions, returned as `Change`s that the caller persists to the `MetaStore` (in Kafka's
+//! ZooKeeper layout, see `layout.rs`) and pushes to brokers.
+//!
+//! A pure state machine: no I/O, no clock, no async, no global randomness. Time comes in
+//! as `now_ms`, randomness (placement start index and shift) as an `rng` closure, so a
+//! seeded simulation drives it deterministically (`tests/controller_sim.rs`).
+//!
+//! Invariants (checked by `check_invariants`, asserted locally on every change):
+//! - a partition has at most one leader; a leader is registered, unfenced and in the ISR;
+//! - the ISR is a non-empty subset of the replicas without duplicates; a member that is
+//!   not live appears only as the last one left of an offline partition (Kafka keeps the
+//!   last ISR member, so that it can come back and lead without losing data);
+//! - leader_epoch and partition_epoch never decrease: leader_epoch +1 and partition_epoch
+//!   +1 on every leader change, partition_epoch +1 on every ISR change;
+//! - fenced brokers lead nothing; the controller epoch only grows;
+//! - leaders are only elected from the ISR, unless `unclean.leader.election.enable` is
+//!   true (topic config, else `ControllerConfig::unclean_leader_election`).
+//!
+//! Owned by whichever thread runs the active coordinator; not shared.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use uuid::Uuid;
+
+use crate::model::limits;
+
+/// `leader` of a partition that has none (Kafka's `LeaderAndIsr.NoLeader`).
+pub const NO_LEADER: i32 = -1;
+/// Kafka's `broker.session.timeout.ms` default.
+pub const BROKER_SESSION_TIMEOUT_MS_DEFAULT: u64 = 9_000;
+/// The largest replication factor a topic may ask for.
+pub const REPLICATION_FACTOR_MAX: i32 = 64;
+/// The topic config that allows electing a leader outside the ISR.
+pub const UNCLEAN_LEADER_ELECTION_CONFIG: &str = "unclean.leader.election.enable";
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ControllerConfig {
+    /// A broker that has not heartbeated for longer than this is fenced.
+    pub broker_session_timeout_ms: u64,
+    /// Broker-level `unclean.leader.election.enable`; a topic config overrides it.
+    pub unclean_leader_election: bool,
+}
+
+impl Default for ControllerConfig {
+    fn default() -> Self {
+        Self { broker_session_timeout_ms: BROKER_SESSION_TIMEOUT_MS_DEFAULT, unclean_leader_election: false }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Endpoint {
+    pub host: String,
+    pub port: u16,
+}
+
+impl Endpoint {
+    pub fn new(host: impl Into<String>, port: u16) -> Self {
+        Self { host: host.into(), port }
+    }
+}
+
+impl std::fmt::Display for Endpoint {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}:{}", self.host, self.port)
+    }
+}
+
+/// A registered broker.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BrokerInfo {
+    pub id: i32,
+    pub endpoint: Endpoint,
+    pub rack: Option<String>,
+    /// Shards (cores) the broker runs.
+    pub shards: u32,
+    pub last_heartbeat_ms: u64,
+    /// Fenced brokers are registered but lead nothing and get no new replicas.
+    pub fenced: bool,
+    /// Grows with every registration in this cluster (Kafka's broker epoch): a broker that
+    /// restarts gets a new one.
+    pub registration_epoch: i64,
+}
+
+impl BrokerInfo {
+    pub fn is_live(&self) -> bool {
+        !self.fenced
+    }
+}
+
+/// Leadership and ISR of one partition, as the `/brokers/topics/<t>/partitions/<p>/state`
+/// document carries it (plus the partition epoch, which KRaft added).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PartitionState {
+    /// `NO_LEADER` when offline.
+    pub leader: i32,
+    pub leader_epoch: i32,
+    /// In-sync replicas, in the order the controller keeps them (assignment order).
+    pub isr: Vec<i32>,
+    /// +1 on every change of leader or ISR (Kafka's partition epoch / zk version).
+    pub partition_epoch: i32,
+    /// The controller epoch that last wrote this state.
+    pub controller_epoch: i32,
+}
+
+/// A topic's metadata.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TopicInfo {
+    pub name: String,
+    pub topic_id: Uuid,
+    /// `assignment[p]` = the replicas of partition `p`, the preferred leader first.
+    pub assignment: Vec<Vec<i32>>,
+    /// Topic config overrides, Kafka's names (`retention.ms`, ...).
+    pub configs: BTreeMap<String, String>,
+    /// `partitions[p]` = the state of partition `p`.
+    pub partitions: Vec<PartitionState>,
+}
+
+impl TopicInfo {
+    pub fn partition_count(&self) -> i32 {
+        self.assignment.len() as i32
+    }
+}
+
+/// What an event changed; the caller persists it and tells the brokers.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Change {
+    /// This controller is active with `epoch` (write `/controller_epoch`).
+    ControllerEpoch {
+        epoch: i32,
+    },
+    /// A broker registered (or re-registered with a new registration epoch).
+    BrokerRegistered {
+        broker: BrokerInfo,
+    },
+    BrokerFenced {
+        id: i32,
+    },
+    BrokerUnfenced {
+        id: i32,
+    },
+    /// A broker left (controlled shutdown): remove `/brokers/ids/<id>`.
+    BrokerUnregistered {
+        id: i32,
+    },
+    /// A new topic; a `PartitionChanged` for each of its partitions follows.
+    TopicCreated {
+        name: String,
+        topic_id: Uuid,
+        assignment: Vec<Vec<i32>>,
+        configs: BTreeMap<String, String>,
+    },
+    /// Partitions were added; `assignment` is the full new assignment (rewrite
+    /// `/brokers/topics/<t>`); a `PartitionChanged` for each new partition follows.
+    PartitionsCreated {
+        topic: String,
+        topic_id: Uuid,
+        first_new_partition: i32,
+        assignment: Vec<Vec<i32>>,
+    },
+    TopicDeleted {
+        name: String,
+        topic_id: Uuid,
+        partition_count: i32,
+    },
+    /// A partition's leader or ISR changed (or it was created).
+    PartitionChanged {
+        topic: String,
+        partition: i32,
+        state: PartitionState,
+    },
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ControllerError {
+    #[error("replication factor {requested} is invalid: {available} live brokers")]
+    InvalidReplicationFactor { requested: i32, available: usize },
+    #[error("topic {0:?} already exists")]
+    TopicExists(String),
+    #[error("topic {0:?} does not exist")]
+    UnknownTopic(String),
+    #[error("partition {topic}-{partition} does not exist")]
+    UnknownTopicOrPartition { topic: String, partition: i32 },
+    #[error("invalid partition count {0}")]
+    InvalidPartitions(i32),
+    #[error("invalid replica assignment: {0}")]
+    InvalidReplicaAssignment(String),
+    #[error("broker {0} is not registered")]
+    UnknownBroker(i32),
+    #[error("broker {broker} is not the leader of {topic}-{partition} (leader is {leader})")]
+    NotLeader { topic: String, partition: i32, broker: i32, leader: i32 },
+    /// The request's leader epoch is older than the controller's (Kafka FENCED_LEADER_EPOCH).
+    #[error("leader epoch {request} is fenced: current is {current}")]
+    FencedLeaderEpoch { request: i32, current: i32 },
+    /// The request's leader epoch is newer than the controller's (UNKNOWN_LEADER_EPOCH).
+    #[error("leader epoch {request} is unknown: current is {current}")]
+    UnknownLeaderEpoch { request: i32, current: i32 },
+    /// The request's partition epoch is not the current one (Kafka INVALID_UPDATE_VERSION).
+    #[error("partition epoch {request} is stale: current is {current}")]
+    InvalidUpdateVersion { request: i32, current: i32 },
+    /// A proposed ISR member is not a live replica (Kafka INELIGIBLE_REPLICA).
+    #[error("replica {replica} may not be in the ISR: {reason}")]
+    IneligibleReplica { replica: i32, reason: &'static str },
+    #[error("invalid ISR: {0}")]
+    InvalidIsr(String),
+    #[error("controller epoch {request} is not above the current {current}")]
+    StaleControllerEpoch { request: i32, current: i32 },
+}
+
+/// A broker as placement sees it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PlacementBroker {
+    pub id: i32,
+    pub rack: Option<String>,
+}
+
+/// Replica placement as Kafka's `AdminUtils.assignReplicasToBrokers`: replicas go
+/// round-robin over the brokers (sorted by id) from `start_index`, each following replica
+/// `1 + (shift + j) % (n - 1)` brokers after the first, the shift growing by one every `n`
+/// partitions. Rack-aware when every broker has a rack: brokers are ordered alternating
+/// between racks, and a replica skips a broker whose rack (or the broker itself) already
+/// holds one while some rack (broker) holds none. Partitions are numbered from
+/// `start_partition` (`CreatePartitions` continues an existing topic).
+pub fn assign_replicas(
+    brokers: &[PlacementBroker],
+    partitions: i32,
+    replication_factor: i32,
+    start_partition: i32,
+    start_index: usize,
+    replica_shift: usize,
+) -> Result<Vec<Vec<i32>>, ControllerError> {
+    if partitions < 0 {
+        return Err(ControllerError::InvalidPartitions(partitions));
+    }
+    if replication_factor < 1 || replication_factor as usize > brokers.len() {
+        return Err(ControllerError::InvalidReplicationFactor {
+            requested: replication_factor,
+            available: brokers.len(),
+        });
+    }
+    let mut sorted: Vec<&PlacementBroker> = brokers.iter().collect();
+    sorted.sort_by_key(|b| b.id);
+    for w in sorted.windows(2) {
+        assert!(w[0].id != w[1].id, "placement: broker {} listed twice", w[0].id);
+    }
+    let rack_aware = sorted.iter().all(|b| b.rack.is_some());
+    let rf = replication_factor as usize;
+    let start_partition = start_partition.max(0) as usize;
+    let n = sorted.len();
+    let start_index = start_index % n;
+    let mut shift = replica_shift % n;
+    let mut out = Vec::with_capacity(partitions as usize);
+
+    if !rack_aware {
+        let ids: Vec<i32> = sorted.iter().map(|b| b.id).collect();
+        for p in start_partition..start_partition + partitions as usize {
+            if p > 0 && p % n == 0 {
+                shift += 1;
+            }
+            let first = (p + start_index) % n;
+            let mut replicas = vec![ids[first]];
+            for j in 0..rf - 1 {
+                replicas.push(ids[replica_index(first, shift, j, n)]);
+            }
+            out.push(replicas);
+        }
+    } else {
+        // Brokers alternating between racks: racks sorted by name, brokers by id in each.
+        let mut by_rack: BTreeMap<&str, Vec<i32>> = BTreeMap::new();
+        let mut rack_of: BTreeMap<i32, &str> = BTreeMap::new();
+        for b in &sorted {
+            let rack = b.rack.as_deref().expect("rack-aware placement: every broker has a rack");
+            by_rack.entry(rack).or_default().push(b.id);
+            rack_of.insert(b.id, rack);
+        }
+        let rack_count = by_rack.len();
+        let mut iters: Vec<std::vec::IntoIter<i32>> = by_rack.into_values().map(|v| v.into_iter()).collect();
+        let mut arranged = Vec::with_capacity(n);
+        let mut r = 0;
+        while arranged.len() < n {
+            if let Some(id) = iters[r].next() {
+                arranged.push(id);
+            }
+            r = (r + 1) % rack_count;
+        }
+        for p in start_partition..start_partition + partitions as usize {
+            if p > 0 && p % n == 0 {
+                shift += 1;
+            }
+            let first = (p + start_index) % n;
+            let leader = arranged[first];
+            let mut replicas = vec![leader];
+            let mut racks_used: BTreeSet<&str> = BTreeSet::from([rack_of[&leader]]);
+            let mut k = 0;
+            for _ in 0..rf - 1 {
+                loop {
+                    let broker = arranged[replica_index(first, shift * rack_count, k, n)];
+                    let rack = rack_of[&broker];
+                    k += 1;
+                    let rack_ok = !racks_used.contains(rack) || racks_used.len() == rack_count;
+                    let broker_ok = !replicas.contains(&broker) || replicas.len() == n;
+                    if rack_ok && broker_ok {
+                        replicas.push(broker);
+                        racks_used.insert(rack);
+                        break;
+                    }
+                    // Every broker is visited within n steps of k; more means a bug.
+                    assert!(k <= 4 * n * n + 4, "rack-aware placement did not converge");
+                }
+            }
+            out.push(replicas);
+        }
+    }
+    for replicas in &out {
+        assert_eq!(replicas.len(), rf);
+        let distinct: BTreeSet<&i32> = replicas.iter().collect();
+        assert_eq!(distinct.len(), rf, "placement put two replicas on one broker: {replicas:?}");
+    }
+    Ok(out)
+}
+
+fn replica_index(first: usize, shift: usize, j: usize, n: usize) -> usize {
+    let step = 1 + (shift + j) % (n - 1).max(1);
+    (first + step) % n
+}
+
+/// The controller state machine. See the module comment.
+#[derive(Debug, Clone)]
+pub struct Controller {
+    config: ControllerConfig,
+    controller_epoch: i32,
+    brokers: BTreeMap<i32, BrokerInfo>,
+    topics: BTreeMap<String, TopicInfo>,
+    /// The last registration epoch handed out.
+    registration_epoch_last: i64,
+}
+
+impl Controller {
+    pub fn new(config: ControllerConfig) -> Self {
+        Self {
+            config,
+            controller_epoch: 0,
+            brokers: BTreeMap::new(),
+            topics: BTreeMap::new(),
+            registration_epoch_last: 0,
+        }
+    }
+
+    pub fn config(&self) -> &ControllerConfig {
+        &self.config
+    }
+
+    // ---- Read API (answers Metadata) ----
+
+    pub fn controller_epoch(&self) -> i32 {
+        self.controller_epoch
+    }
+
+    /// Every registered broker, fenced ones included, by id.
+    pub fn brokers(&self) -> impl Iterator<Item = &BrokerInfo> {
+        self.brokers.values()
+    }
+
+    /// Registered, unfenced brokers: what Metadata lists.
+    pub fn live_brokers(&self) -> impl Iterator<Item = &BrokerInfo> {
+        self.brokers.values().filter(|b| b.is_live())
+    }
+
+    pub fn broker(&self, id: i32) -> Option<&BrokerInfo> {
+        self.brokers.get(&id)
+    }
+
+    pub fn topics(&self) -> impl Iterator<Item = &TopicInfo> {
+        self.topics.values()
+    }
+
+    pub fn topic(&self, name: &str) -> Option<&TopicInfo> {
+        self.topics.get(name)
+    }
+
+    pub fn topic_by_id(&self, topic_id: Uuid) -> Option<&TopicInfo> {
+        self.topics.values().find(|t| t.topic_id == topic_id)
+    }
+
+    pub fn partition_state(&self, topic: &str, partition: i32) -> Option<&PartitionState> {
+        let t = self.topics.get(topic)?;
+        usize::try_from(partition).ok().and_then(|p| t.partitions.get(p))
+    }
+
+    pub fn replicas(&self, topic: &str, partition: i32) -> Option<&[i32]> {
+        let t = self.topics.get(topic)?;
+        usize::try_from(partition).ok().and_then(|p| t.assignment.get(p)).map(|r| r.as_slice())
+    }
+
+    /// The leader, or `None` when the partition does not exist or is offline.
+    pub fn leader_of(&self, topic: &str, partition: i32) -> Option<i32> {
+        self.partition_state(topic, partition).map(|s| s.leader).filter(|&l| l != NO_LEADER)
+    }
+
+    // ---- Events ----
+
+    /// This controller won the election with `controller_epoch`, which must be above every
+    /// epoch it has seen.
+    pub fn becomes_active(&mut self, controller_epoch: i32) -> Result<Vec<Change>, ControllerError> {
+        if controller_epoch <= self.controller_epoch {
+            return Err(ControllerError::StaleControllerEpoch {
+                request: controller_epoch,
+                current: self.controller_epoch,
+            });
+        }
+        self.controller_epoch = controller_epoch;
+        Ok(vec![Change::ControllerEpoch { epoch: controller_epoch }])
+    }
+
+    /// Restore a broker read from the store (after a failover): it counts as live and
+    /// heartbeating at `now_ms`, and is fenced by `tick` if it does not heartbeat in time.
+    pub fn restore_broker(&mut self, id: i32, endpoint: Endpoint, rack: Option<String>, shards: u32, now_ms: u64) {
+        self.registration_epoch_last += 1;
+        let broker = BrokerInfo {
+            id,
+            endpoint,
+            rack,
+            shards,
+            last_heartbeat_ms: now_ms,
+            fenced: false,
+            registration_epoch: self.registration_epoch_last,
+        };
+        self.brokers.insert(id, broker);
+    }
+
+    /// Restore a topic read from the store (after a failover). Partition states are taken
+    /// as stored; a leader that is not a known broker is handled by the next `tick` once
+    /// `restore_broker` calls are done (see `reconcile`).
+    pub fn restore_topic(&mut self, topic: TopicInfo) -> Result<(), ControllerError> {
+        if self.topics.contains_key(&topic.name) {
+            return Err(ControllerError::TopicExists(topic.name));
+        }
+        if topic.assignment.len() != topic.partitions.len() || topic.assignment.is_empty() {
+            return Err(ControllerError::InvalidReplicaAssignment(format!(
+                "{}: {} assignments for {} partition states",
+                topic.name,
+                topic.assignment.len(),
+                topic.partitions.len()
+            )));
+        }
+        self.topics.insert(topic.name.clone(), topic);
+        Ok(())
+    }
+
+    /// After restoring: partitions whose leader is not a live broker get a new leader (or
+    /// go offline), and ISR members that are not registered are removed.
+    pub fn reconcile(&mut self) -> Vec<Change> {
+        let dead: Vec<i32> = self
+            .topics
+            .values()
+            .flat_map(|t| t.partitions.iter().flat_map(|s| s.isr.iter().copied()))
+            .filter(|id| !self.is_live(*id))
+            .collect::<BTreeSet<i32>>()
+            .into_iter()
+            .collect();
+        let mut changes = Vec::new();
+        for id in dead {
+            self.remove_from_partitions(id, &mut changes);
+        }
+        self.elect_offline(&mut changes);
+        changes
+    }
+
+    /// A broker registers (first start or restart). A broker already registered is first
+    /// fenced (its old incarnation's leaderships move away), then registered anew.
+    pub fn register_broker(
+        &mut self,
+        id: i32,
+        endpoint: Endpoint,
+        rack: Option<String>,
+        shards: u32,
+        now_ms: u64,
+    ) -> Result<Vec<Change>, ControllerError> {
+        if id < 0 {
+            return Err(ControllerError::UnknownBroker(id));
+        }
+        let mut changes = Vec::new();
+        if let Some(old) = self.brokers.get(&id) {
+            if !old.fenced {
+                self.fence(id, &mut changes);
+            }
+        }
+        self.registration_epoch_last += 1;
+        let broker = BrokerInfo {
+            id,
+            endpoint,
+            rack,
+            shards,
+            last_heartbeat_ms: now_ms,
+            fenced: false,
+            registration_epoch: self.registration_epoch_last,
+        };
+        self.brokers.insert(id, broker.clone());
+        changes.push(Change::BrokerRegistered { broker });
+        self.elect_offline(&mut changes);
+        self.debug_check();
+        Ok(changes)
+    }
+
+    /// A broker's heartbeat. A fenced broker that heartbeats again is unfenced, and leads
+    /// the offline partitions whose ISR it is in.
+    pub fn heartbeat(&mut self, id: i32, now_ms: u64) -> Result<Vec<Change>, ControllerError> {
+        let broker = self.brokers.get_mut(&id).ok_or(ControllerError::UnknownBroker(id))?;
+        broker.last_heartbeat_ms = broker.last_heartbeat_ms.max(now_ms);
+        let mut changes = Vec::new();
+        if broker.fenced {
+            broker.fenced = false;
+            changes.push(Change::BrokerUnfenced { id });
+            self.elect_offline(&mut changes);
+        }
+        self.debug_check();
+        Ok(changes)
+    }
+
+    /// Fence every broker whose last heartbeat is older than the session timeout; move its
+    /// leaderships to other live ISR members, or take the partitions offline.
+    pub fn tick(&mut self, now_ms: u64) -> Vec<Change> {
+        let timeout_ms = self.config.broker_session_timeout_ms;
+        let expired: Vec<i32> = self
+            .brokers
+            .values()
+            .filter(|b| !b.fenced && now_ms.saturating_sub(b.last_heartbeat_ms) > timeout_ms)
+            .map(|b| b.id)
+            .collect();
+        let mut changes = Vec::new();
+        for id in expired {
+            self.fence(id, &mut changes);
+        }
+        self.debug_check();
+        changes
+    }
+
+    /// Controlled shutdown: leadership moves away and the broker leaves the ISRs first,
+    /// then it is unregistered.
+    pub fn unregister_broker(&mut self, id: i32) -> Result<Vec<Change>, ControllerError> {
+        let broker = self.brokers.get(&id).ok_or(ControllerError::UnknownBroker(id))?;
+        let mut changes = Vec::new();
+        if !broker.fenced {
+            self.fence(id, &mut changes);
+        }
+        self.brokers.remove(&id);
+        changes.push(Change::BrokerUnregistered { id });
+        self.debug_check();
+        Ok(changes)
+    }
+
+    /// CreateTopics with a replication factor: replicas placed by `assign_replicas` over
+    /// the live brokers, with a start index and shift drawn from `rng`.
+    pub fn create_topic(
+        &mut self,
+        name: &str,
+        topic_id: Uuid,
+        partitions: i32,
+        replication_factor: i32,
+        configs: BTreeMap<String, String>,
+        rng: &mut dyn FnMut() -> u64,
+    ) -> Result<Vec<Change>, ControllerError> {
+        self.check_new_topic(name, topic_id)?;
+        if !(1..=limits::topic_partitions_max).contains(&partitions) {
+            return Err(ControllerError::InvalidPartitions(partitions));
+        }
+        let live = self.placement_brokers();
+        if !(1..=REPLICATION_FACTOR_MAX).contains(&replication_factor) || replication_factor as usize > live.len() {
+            return Err(ControllerError::InvalidReplicationFactor {
+                requested: replication_factor,
+                available: live.len(),
+            });
+        }
+        let start_index = (rng() % live.len() as u64) as usize;
+        let shift = (rng() % live.len() as u64) as usize;
+        let assignment = assign_replicas(&live, partitions, replication_factor, 0, start_index, shift)?;
+        Ok(self.insert_topic(name, topic_id, assignment, configs))
+    }
+
+    /// CreateTopics with an explicit assignment: every replica a live broker, no broker
+    /// twice in a partition, the same count for every partition.
+    pub fn create_topic_with_assignment(
+        &mut self,
+        name: &str,
+        topic_id: Uuid,
+        assignment: Vec<Vec<i32>>,
+        configs: BTreeMap<String, String>,
+    ) -> Result<Vec<Change>, ControllerError> {
+        self.check_new_topic(name, topic_id)?;
+        if assignment.is_empty() || assignment.len() > limits::topic_partitions_max as usize {
+            return Err(ControllerError::InvalidPartitions(assignment.len() as i32));
+        }
+        self.check_assignment(&assignment, assignment[0].len())?;
+        Ok(self.insert_topic(name, topic_id, assignment, configs))
+    }
+
+    pub fn delete_topic(&mut self, name: &str) -> Result<Vec<Change>, ControllerError> {
+        let t = self.topics.remove(name).ok_or_else(|| ControllerError::UnknownTopic(name.to_string()))?;
+        Ok(vec![Change::TopicDeleted {
+            name: t.name,
+            topic_id: t.topic_id,
+            partition_count: t.assignment.len() as i32,
+        }])
+    }
+
+    /// CreatePartitions: grow `name` to `new_total` partitions, placed as Kafka does (the
+    /// start index is where partition 0's first replica sits among the live brokers).
+    pub fn create_partitions(
+        &mut self,
+        name: &str,
+        new_total: i32,
+        rng: &mut dyn FnMut() -> u64,
+    ) -> Result<Vec<Change>, ControllerError> {
+        let t = self.topics.get(name).ok_or_else(|| ControllerError::UnknownTopic(name.to_string()))?;
+        let current = t.partition_count();
+        if new_total <= current || new_total > limits::topic_partitions_max {
+            return Err(ControllerError::InvalidPartitions(new_total));
+        }
+        let rf = t.assignment[0].len() as i32;
+        let first_replica = t.assignment[0][0];
+        let live = self.placement_brokers();
+        if rf as usize > live.len() {
+            return Err(ControllerError::InvalidReplicationFactor { requested: rf, available: live.len() });
+        }
+        let start_index = match live.iter().position(|b| b.id >= first_replica) {
+            Some(i) => i,
+            None => (rng() % live.len() as u64) as usize,
+        };
+        let added = assign_replicas(&live, new_total - current, rf, current, start_index, start_index)?;
+        let epoch = self.controller_epoch;
+        let t = self.topics.get_mut(name).expect("checked above");
+        let mut changes = Vec::new();
+        let mut new_states = Vec::new();
+        for (i, replicas) in added.into_iter().enumerate() {
+            let state = PartitionState {
+                leader: replicas[0],
+                leader_epoch: 0,
+                isr: replicas.clone(),
+                partition_epoch: 0,
+                controller_epoch: epoch,
+            };
+            new_states.push((current + i as i32, state.clone()));
+            t.assignment.push(replicas);
+            t.partitions.push(state);
+        }
+        changes.push(Change::PartitionsCreated {
+            topic: name.to_string(),
+            topic_id: t.topic_id,
+            first_new_partition: current,
+            assignment: t.assignment.clone(),
+        });
+        for (partition, state) in new_states {
+            changes.push(Change::PartitionChanged { topic: name.to_string(), partition, state });
+        }
+        self.debug_check();
+        Ok(changes)
+    }
+
+    /// AlterPartition: the leader of `topic`-`partition` reports a new ISR. Rejected when
+    /// `leader_id` is not the leader, an epoch is stale, or the ISR is not made of live
+    /// replicas including the leader. An unchanged ISR changes nothing.
+    pub fn alter_partition(
+        &mut self,
+        topic: &str,
+        partition: i32,
+        leader_id: i32,
+        leader_epoch: i32,
+        partition_epoch: i32,
+        new_isr: &[i32],
+    ) -> Result<Vec<Change>, ControllerError> {
+        let unknown = || ControllerError::UnknownTopicOrPartition { topic: topic.to_string(), partition };
+        let t = self.topics.get(topic).ok_or_else(unknown)?;
+        let p = usize::try_from(partition).ok().filter(|&p| p < t.partitions.len()).ok_or_else(unknown)?;
+        let state = &t.partitions[p];
+        let replicas = &t.assignment[p];
+        if leader_epoch < state.leader_epoch {
+            return Err(ControllerError::FencedLeaderEpoch { request: leader_epoch, current: state.leader_epoch });
+        }
+        if leader_epoch > state.leader_epoch {
+            return Err(ControllerError::UnknownLeaderEpoch { request: leader_epoch, current: state.leader_epoch });
+        }
+        if state.leader != leader_id {
+            return Err(ControllerError::NotLeader {
+                topic: topic.to_string(),
+                partition,
+                broker: leader_id,
+                leader: state.leader,
+            });
+        }
+        if partition_epoch != state.partition_epoch {
+            return Err(ControllerError::InvalidUpdateVersion {
+                request: partition_epoch,
+                current: state.partition_epoch,
+            });
+        }
+        if !new_isr.contains(&leader_id) {
+            return Err(ControllerError::InvalidIsr(format!("{new_isr:?} does not contain the leader {leader_id}")));
+        }
+        let mut seen = BTreeSet::new();
+        for &r in new_isr {
+            if !seen.insert(r) {
+                return Err(ControllerError::InvalidIsr(format!("{new_isr:?} names {r} twice")));
+            }
+            if !replicas.contains(&r) {
+                return Err(ControllerError::IneligibleReplica { replica: r, reason: "not a replica" });
+            }
+            if !self.is_live(r) {
+                return Err(ControllerError::IneligibleReplica { replica: r, reason: "not a live broker" });
+            }
+        }
+        // Keep the ISR in assignment order, so that equal sets compare equal.
+        let ordered: Vec<i32> = replicas.iter().copied().filter(|r| new_isr.contains(r)).collect();
+        let mut current_sorted = state.isr.clone();
+        current_sorted.sort_unstable();
+        let mut new_sorted = ordered.clone();
+        new_sorted.sort_unstable();
+        if current_sorted == new_sorted {
+            return Ok(Vec::new());
+        }
+        let mut changes = Vec::new();
+        self.update_partition(topic, p, |s| s.isr = ordered, &mut changes);
+        self.debug_check();
+        Ok(changes)
+    }
+
+    /// Preferred leader election: each partition whose first replica is live and in the ISR
+    /// but does not lead gets it back as leader.
+    pub fn elect_preferred_leaders(&mut self) -> Vec<Change> {
+        let mut moves = Vec::new();
+        for t in self.topics.values() {
+            for (p, s) in t.partitions.iter().enumerate() {
+                let preferred = t.assignment[p][0];
+                if s.leader != preferred && self.is_live(preferred) && s.isr.contains(&preferred) {
+                    moves.push((t.name.clone(), p, preferred));
+                }
+            }
+        }
+        let mut changes = Vec::new();
+        for (topic, p, leader) in moves {
+            self.update_partition(&topic, p, |s| s.leader = leader, &mut changes);
+        }
+        self.debug_check();
+        changes
+    }
+
+    // ---- Invariants ----
+
+    /// Checks every invariant of the module comment that a single state can show; the
+    /// simulation also checks the ones over time (epochs only grow).
+    pub fn check_invariants(&self) -> Result<(), String> {
+        for t in self.topics.values() {
+            if t.assignment.len() != t.partitions.len() || t.assignment.is_empty() {
+                return Err(format!("{}: {} assignments, {} states", t.name, t.assignment.len(), t.partitions.len()));
+            }
+            for (p, (replicas, s)) in t.assignment.iter().zip(&t.partitions).enumerate() {
+                let tp = TpName(&t.name, p);
+                if replicas.is_empty() || has_duplicates(replicas) {
+                    return Err(format!("{tp}: bad replicas {replicas:?}"));
+                }
+                if s.isr.is_empty() || has_duplicates(&s.isr) {
+                    return Err(format!("{tp}: bad isr {:?}", s.isr));
+                }
+                if let Some(r) = s.isr.iter().find(|r| !replicas.contains(r)) {
+                    return Err(format!("{tp}: isr member {r} is not a replica {replicas:?}"));
+                }
+                if s.leader != NO_LEADER {
+                    if !s.isr.contains(&s.leader) {
+                        return Err(format!("{tp}: leader {} not in isr {:?}", s.leader, s.isr));
+                    }
+                    if !self.is_live(s.leader) {
+                        return Err(format!("{tp}: leader {} is not live", s.leader));
+                    }
+                    if let Some(r) = s.isr.iter().find(|r| !self.is_live(**r)) {
+                        return Err(format!("{tp}: isr {:?} has dead member {r} while led", s.isr));
+                    }
+                } else {
+                    if s.isr.len() > 1 {
+                        return Err(format!("{tp}: offline with more than one isr member {:?}", s.isr));
+                    }
+                    if let Some(r) = s.isr.iter().find(|r| self.is_live(**r)) {
+                        return Err(format!("{tp}: offline although isr member {r} is live"));
+                    }
+                    if self.unclean_allowed(t) && replicas.iter().any(|r| self.is_live(*r)) {
+                        return Err(format!("{tp}: offline although unclean election may pick a live replica"));
+                    }
+                }
+                if s.leader_epoch < 0 || s.partition_epoch < 0 {
+                    return Err(format!("{tp}: negative epochs {s:?}"));
+                }
+                if s.controller_epoch > self.controller_epoch {
+                    return Err(format!(
+                        "{tp}: written by controller epoch {} > {}",
+                        s.controller_epoch, self.controller_epoch
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    // ---- Internals ----
+
+    fn debug_check(&self) {
+        if cfg!(debug_assertions) {
+            if let Err(e) = self.check_invariants() {
+                panic!("controller invariant broken: {e}");
+            }
+        }
+    }
+
+    fn is_live(&self, id: i32) -> bool {
+        self.brokers.get(&id).is_some_and(|b| b.is_live())
+    }
+
+    fn unclean_allowed(&self, t: &TopicInfo) -> bool {
+        match t.configs.get(UNCLEAN_LEADER_ELECTION_CONFIG).map(|v| v.trim()) {
+            Some(v) if v.eq_ignore_ascii_case("true") => true,
+            Some(v) if v.eq_ignore_ascii_case("false") => false,
+            _ => self.config.unclean_leader_election,
+        }
+    }
+
+    fn placement_brokers(&self) -> Vec<PlacementBroker> {
+        self.live_brokers().map(|b| PlacementBroker { id: b.id, rack: b.rack.clone() }).collect()
+    }
+
+    fn check_new_topic(&self, name: &str, topic_id: Uuid) -> Result<(), ControllerError> {
+        if self.topics.contains_key(name) {
+            return Err(ControllerError::TopicExists(name.to_string()));
+        }
+        if topic_id.is_nil() || self.topics.values().any(|t| t.topic_id == topic_id) {
+            return Err(ControllerError::TopicExists(format!("{name} (topic id {topic_id} taken)")));
+        }
+        Ok(())
+    }
+
+    fn check_assignment(&self, assignment: &[Vec<i32>], rf: usize) -> Result<(), ControllerError> {
+        for (p, replicas) in assignment.iter().enumerate() {
+            if replicas.is_empty() || replicas.len() != rf || rf > REPLICATION_FACTOR_MAX as usize {
+                return Err(ControllerError::InvalidReplicaAssignment(format!(
+                    "partition {p} has {} replicas, expected {rf}",
+                    replicas.len()
+                )));
+            }
+            let distinct: BTreeSet<&i32> = replicas.iter().collect();
+            if distinct.len() != replicas.len() {
+                return Err(ControllerError::InvalidReplicaAssignment(format!(
+                    "partition {p}: {replicas:?} repeats a broker"
+                )));
+            }
+            if let Some(r) = replicas.iter().find(|r| !self.is_live(**r)) {
+                return Err(ControllerError::InvalidReplicaAssignment(format!(
+                    "partition {p}: broker {r} is not live"
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    fn insert_topic(
+        &mut self,
+        name: &str,
+        topic_id: Uuid,
+        assignment: Vec<Vec<i32>>,
+        configs: BTreeMap<String, String>,
+    ) -> Vec<Change> {
+        let epoch = self.controller_epoch;
+        let partitions: Vec<PartitionState> = assignment
+            .iter()
+            .map(|replicas| {
+                assert!(replicas.iter().all(|r| self.is_live(*r)));
+                PartitionState {
+                    leader: replicas[0],
+                    leader_epoch: 0,
+                    isr: replicas.clone(),
+                    partition_epoch: 0,
+                    controller_epoch: epoch,
+                }
+            })
+            .collect();
+        let mut changes = vec![Change::TopicCreated {
+            name: name.to_string(),
+            topic_id,
+            assignment: assignment.clone(),
+            configs: configs.clone(),
+        }];
+        for (p, state) in partitions.iter().enumerate() {
+            changes.push(Change::PartitionChanged {
+                topic: name.to_string(),
+                partition: p as i32,
+                state: state.clone(),
+            });
+        }
+        self.topics
+            .insert(name.to_string(), TopicInfo { name: name.to_string(), topic_id, assignment, configs, partitions });
+        self.debug_check();
+        changes
+    }
+
+    /// Mark `id` fenced, then take it out of every ISR and leadership.
+    fn fence(&mut self, id: i32, changes: &mut Vec<Change>) {
+        let b = self.brokers.get_mut(&id).expect("fence: broker is registered");
+        assert!(!b.fenced, "fence: broker {id} already fenced");
+        b.fenced = true;
+        changes.push(Change::BrokerFenced { id });
+        self.remove_from_partitions(id, changes);
+    }
+
+    /// `id` is no longer live: remove it from every ISR (keeping it when it is the last
+    /// member, as Kafka does), and give the partitions it led a new leader from the ISR
+    /// (or, where allowed, an unclean one), else `NO_LEADER`.
+    fn remove_from_partitions(&mut self, id: i32, changes: &mut Vec<Change>) {
+        assert!(!self.is_live(id));
+        let affected: Vec<(String, usize)> = self
+            .topics
+            .values()
+            .flat_map(|t| {
+                t.partitions.iter().enumerate().filter(|(_, s)| s.isr.contains(&id)).map(|(p, _)| (t.name.clone(), p))
+            })
+            .collect();
+        for (topic, p) in affected {
+            let t = &self.topics[&topic];
+            let s = &t.partitions[p];
+            let replicas = &t.assignment[p];
+            let mut isr: Vec<i32> = s.isr.iter().copied().filter(|&r| r != id).collect();
+            if isr.is_empty() {
+                isr = s.isr.clone();
+            }
+            let mut leader =
+                if s.leader == id || s.leader == NO_LEADER { self.choose_leader(replicas, &isr) } else { s.leader };
+            if leader == NO_LEADER && self.unclean_allowed(t) {
+                if let Some(&u) = replicas.iter().find(|r| self.is_live(**r)) {
+                    leader = u;
+                    isr = vec![u];
+                }
+            }
+            self.update_partition(
+                &topic,
+                p,
+                |s| {
+                    s.leader = leader;
+                    s.isr = isr;
+                },
+                changes,
+            );
+        }
+    }
+
+    /// Offline partitions get a leader when an ISR member is live again, or (unclean) when
+    /// any replica is.
+    fn elect_offline(&mut self, changes: &mut Vec<Change>) {
+        let mut moves = Vec::new();
+        for t in self.topics.values() {
+            for (p, s) in t.partitions.iter().enumerate() {
+                if s.leader != NO_LEADER {
+                    continue;
+                }
+                let replicas = &t.assignment[p];
+                let clean = self.choose_leader(replicas, &s.isr);
+                if clean != NO_LEADER {
+                    // Members that are not live leave the ISR with the new leadership.
+                    let isr: Vec<i32> = s.isr.iter().copied().filter(|r| self.is_live(*r)).collect();
+                    moves.push((t.name.clone(), p, clean, isr));
+                } else if self.unclean_allowed(t) {
+                    if let Some(&u) = replicas.iter().find(|r| self.is_live(**r)) {
+                        moves.push((t.name.clone(), p, u, vec![u]));
+                    }
+                }
+            }
+        }
+        for (topic, p, leader, isr) in moves {
+            self.update_partition(
+                &topic,
+                p,
+                |s| {
+                    s.leader = leader;
+                    s.isr = isr;
+                },
+                changes,
+            );
+        }
+    }
+
+    /// First live replica, in assignment order, that is in `isr`.
+    fn choose_leader(&self, replicas: &[i32], isr: &[i32]) -> i32 {
+        replicas.iter().copied().find(|r| isr.contains(r) && self.is_live(*r)).unwrap_or(NO_LEADER)
+    }
+
+    /// Apply `f` to one partition's state, bump the epochs as the change requires, and
+    /// record it. No change, no epoch bump, no record.
+    fn update_partition(
+        &mut self,
+        topic: &str,
+        p: usize,
+        f: impl FnOnce(&mut PartitionState),
+        changes: &mut Vec<Change>,
+    ) {
+        let controller_epoch = self.controller_epoch;
+        let t = self.topics.get_mut(topic).expect("update_partition: topic exists");
+        let replicas = t.assignment[p].clone();
+        let old = t.partitions[p].clone();
+        let mut new = old.clone();
+        f(&mut new);
+        // Keep the ISR in assignment order.
+        new.isr = replicas.iter().copied().filter(|r| new.isr.contains(r)).collect();
+        if new.leader == old.leader && new.isr == old.isr {
+            return;
+        }
+        assert_eq!((new.leader_epoch, new.partition_epoch), (old.leader_epoch, old.partition_epoch));
+        if new.leader != old.leader {
+            new.leader_epoch = old.leader_epoch.checked_add(1).expect("leader epoch overflow");
+        }
+        new.partition_epoch = old.partition_epoch.checked_add(1).expect("partition epoch overflow");
+        new.controller_epoch = controller_epoch;
+        assert!(!new.isr.is_empty(), "{topic}-{p}: empty ISR");
+        assert!(new.leader == NO_LEADER || new.isr.contains(&new.leader), "{topic}-{p}: leader outside the ISR");
+        t.partitions[p] = new.clone();
+        changes.push(Change::PartitionChanged { topic: topic.to_string(), partition: p as i32, state: new });
+    }
+}
+
+/// Quadratic, for the short lists of replicas (at most `REPLICATION_FACTOR_MAX`).
+fn has_duplicates(ids: &[i32]) -> bool {
+    ids.iter().enumerate().any(|(i, a)| ids[i + 1..].contains(a))
+}
+
+/// `topic-partition` for messages, formatted only when one is written.
+struct TpName<'a>(&'a str, usize);
+
+impl std::fmt::Display for TpName<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}-{}", self.0, self.1)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pb(id: i32, rack: Option<&str>) -> PlacementBroker {
+        PlacementBroker { id, rack: rack.map(str::to_string) }
+    }
+
+    #[test]
+    fn rack_unaware_placement_matches_kafka() {
+        // Kafka's AdminUtilsTest.testReplicaAssignment: brokers 0..4, 10 partitions, rf 3,
+        // fixed start index 0.
+        let brokers: Vec<_> = (0..5).map(|i| pb(i, None)).collect();
+        let got = assign_replicas(&brokers, 10, 3, 0, 0, 0).unwrap();
+        let want = vec![
+            vec![0, 1, 2],
+            vec![1, 2, 3],
+            vec![2, 3, 4],
+            vec![3, 4, 0],
+            vec![4, 0, 1],
+            vec![0, 2, 3],
+            vec![1, 3, 4],
+            vec![2, 4, 0],
+            vec![3, 0, 1],
+            vec![4, 1, 2],
+        ];
+        assert_eq!(got, want);
+    }
+
+    #[test]
+    fn single_broker_rf1() {
+        let got = assign_replicas(&[pb(7, None)], 3, 1, 0, 5, 9).unwrap();
+        assert_eq!(got, vec![vec![7], vec![7], vec![7]]);
+    }
+
+    #[test]
+    fn rack_aware_spreads_over_racks() {
+        // Racks: rack1 {0,5}, rack2 {3,4}, rack3 {1,2}: alternated 0,3,1,5,4,2 (Kafka's
+        // getRackAlternatedBrokerList example).
+        let racks = [(0, "rack1"), (1, "rack3"), (2, "rack3"), (3, "rack2"), (4, "rack2"), (5, "rack1")];
+        let brokers: Vec<_> = racks.iter().map(|&(id, r)| pb(id, Some(r))).collect();
+        let rack_of = |id: i32| racks.iter().find(|r| r.0 == id).unwrap().1;
+        let got = assign_replicas(&brokers, 6, 1, 0, 0, 0).unwrap();
+        let leaders: Vec<i32> = got.iter().map(|r| r[0]).collect();
+        assert_eq!(leaders, vec![0, 3, 1, 5, 4, 2]);
+        for start in 0..6 {
+            for shift in 0..6 {
+                for rf in 1..=6 {
+                    let got = assign_replicas(&brokers, 12, rf, 0, start, shift).unwrap();
+                    for replicas in &got {
+                        let racks: BTreeSet<&str> = replicas.iter().map(|&b| rack_of(b)).collect();
+                        assert_eq!(racks.len(), (rf as usize).min(3), "{replicas:?}");
+                    }
+                    // Leaders are balanced: 12 partitions over 6 brokers, 2 each.
+                    let mut count = BTreeMap::new();
+                    for r in &got {
+                        *count.entry(r[0]).or_insert(0) += 1;
+                    }
+                    assert!(count.values().all(|&c| c == 2), "{count:?}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn rack_aware_only_when_every_broker_has_a_rack() {
+        let brokers = vec![pb(1, Some("a")), pb(2, Some("a")), pb(3, None)];
+        // Falls back to rack-unaware: same as with no racks at all.
+        let no_racks = vec![pb(1, None), pb(2, None), pb(3, None)];
+        assert_eq!(
+            assign_replicas(&brokers, 6, 2, 0, 1, 2).unwrap(),
+            assign_replicas(&no_racks, 6, 2, 0, 1, 2).unwrap()
+        );
+    }
+
+    #[test]
+    fn placement_refuses_rf_above_brokers() {
+        let brokers = vec![pb(1, None), pb(2, None)];
+        assert!(matches!(
+            assign_replicas(&brokers, 1, 3, 0, 0, 0),
+            Err(ControllerError::InvalidReplicationFactor { requested: 3, available: 2 })
+        ));
+        assert!(matches!(
+            assign_replicas(&brokers, 1, 0, 0, 0, 0),
+            Err(ControllerError::InvalidReplicationFactor { .. })
+        ));
+    }
+}

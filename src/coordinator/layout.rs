@@ -1,0 +1,483 @@
+//! Kafka's ZooKeeper layout: the znode paths and JSON documents Kafka (ZooKeeper mode,
+//! `kafka.zk.ZkData`) reads and writes, so that Kafka's own tools and a ZooKeeper shell
+//! see a cluster they recognise. Pure encoding; the `MetaStore` does the I/O.
+//!
+//! Documents, byte for byte as Kafka 2.7+ writes them (key order is Jackson's iteration
+//! of Kafka's Scala maps, copied from real documents):
+//! - `/brokers/ids/<id>` (ephemeral), version 5:
+//!   `{"listener_security_protocol_map":{"PLAINTEXT":"PLAINTEXT"},"endpoints":["PLAINTEXT://h:9092"],`
+//!   `"jmx_port":-1,"features":{},"host":"h","timestamp":"<ms>","port":9092,"version":5}`; with a
+//!   rack, `"rack":"r"` follows `"endpoints"` (computed from the Scala map's hash order;
+//!   not yet compared with a document Kafka wrote).
+//! - `/brokers/topics/<t>`, version 3:
+//!   `{"partitions":{"0":[1,2]},"topic_id":"<id>","adding_replicas":{},"removing_replicas":{},"version":3}`.
+//!   The topic id is Kafka's `Uuid.toString`: base64url without padding of the 16 bytes.
+//!   Partitions are written in numeric order; Kafka writes them in hash order, which is the
+//!   same below 10 partitions (readers do not care).
+//! - `/brokers/topics/<t>/partitions/<p>/state`, version 1:
+//!   `{"controller_epoch":1,"leader":2,"version":1,"leader_epoch":0,"isr":[2,3,1]}`; the
+//!   partition epoch is the znode's version (Kafka's `zkVersion`), not in the document.
+//! - `/config/topics/<t>`: `{"version":1,"config":{"retention.ms":"1000"}}`, keys sorted.
+//! - `/controller` (ephemeral): `{"version":1,"brokerid":1,"timestamp":"<ms>"}`; version 2
+//!   (Kafka 3.4+, with `"kraftControllerEpoch"`) is read too.
+//! - `/controller_epoch`: the epoch as decimal text, e.g. `3`.
+//! - `/admin/delete_topics/<t>`: empty; its presence asks for the topic's deletion.
+//! - `/brokers/topics/<t>/partitions` and `/brokers/topics/<t>/partitions/<p>`: empty.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+use uuid::Uuid;
+
+use super::controller::{Endpoint, PartitionState};
+use super::store::{base64_decode, base64_encode};
+
+/// Znode paths, as `kafka.zk.ZkData` names them.
+pub mod paths {
+    pub const BROKERS: &str = "/brokers";
+    pub const BROKER_IDS: &str = "/brokers/ids";
+    pub const TOPICS: &str = "/brokers/topics";
+    pub const CONFIG: &str = "/config";
+    pub const TOPIC_CONFIGS: &str = "/config/topics";
+    pub const CONTROLLER: &str = "/controller";
+    pub const CONTROLLER_EPOCH: &str = "/controller_epoch";
+    pub const ADMIN: &str = "/admin";
+    pub const DELETE_TOPICS: &str = "/admin/delete_topics";
+
+    pub fn broker(id: i32) -> String {
+        format!("{BROKER_IDS}/{id}")
+    }
+    pub fn topic(topic: &str) -> String {
+        format!("{TOPICS}/{topic}")
+    }
+    pub fn topic_partitions(topic: &str) -> String {
+        format!("{TOPICS}/{topic}/partitions")
+    }
+    pub fn topic_partition(topic: &str, partition: i32) -> String {
+        format!("{TOPICS}/{topic}/partitions/{partition}")
+    }
+    pub fn partition_state(topic: &str, partition: i32) -> String {
+        format!("{TOPICS}/{topic}/partitions/{partition}/state")
+    }
+    pub fn topic_config(topic: &str) -> String {
+        format!("{TOPIC_CONFIGS}/{topic}")
+    }
+    pub fn delete_topic(topic: &str) -> String {
+        format!("{DELETE_TOPICS}/{topic}")
+    }
+}
+
+pub const BROKER_DOC_VERSION: i32 = 5;
+pub const TOPIC_DOC_VERSION: i32 = 3;
+pub const PARTITION_STATE_DOC_VERSION: i32 = 1;
+pub const CONFIG_DOC_VERSION: i32 = 1;
+pub const CONTROLLER_DOC_VERSION: i32 = 1;
+/// The listener name (and security protocol) Spate registers.
+pub const LISTENER: &str = "PLAINTEXT";
+/// Kafka writes -1 when JMX is off.
+pub const JMX_PORT_NONE: i32 = -1;
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum LayoutError {
+    #[error("{path_kind} document is not valid: {reason}")]
+    Invalid { path_kind: &'static str, reason: String },
+    #[error("bad Kafka topic id {0:?}")]
+    BadTopicId(String),
+}
+
+fn invalid(path_kind: &'static str, reason: impl ToString) -> LayoutError {
+    LayoutError::Invalid { path_kind, reason: reason.to_string() }
+}
+
+fn to_bytes<T: Serialize>(doc: &T) -> Vec<u8> {
+    serde_json::to_vec(doc).expect("layout documents always serialise")
+}
+
+// ---- Topic ids ----
+
+/// Kafka's `Uuid.toString`: base64url without padding of the 16 big-endian bytes.
+pub fn kafka_uuid_string(id: Uuid) -> String {
+    base64_encode(id.as_bytes()).trim_end_matches('=').replace('+', "-").replace('/', "_")
+}
+
+/// Kafka's `Uuid.fromString`.
+pub fn parse_kafka_uuid(s: &str) -> Result<Uuid, LayoutError> {
+    let bad = || LayoutError::BadTopicId(s.to_string());
+    if s.len() != 22 || !s.bytes().all(|c| c.is_ascii_alphanumeric() || c == b'-' || c == b'_') {
+        return Err(bad());
+    }
+    let bytes = base64_decode(&s.replace('-', "+").replace('_', "/")).ok_or_else(bad)?;
+    let bytes: [u8; 16] = bytes.try_into().map_err(|_| bad())?;
+    Ok(Uuid::from_bytes(bytes))
+}
+
+// ---- /brokers/ids/<id> ----
+
+/// What a broker registration document says.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BrokerDoc {
+    pub endpoint: Endpoint,
+    pub rack: Option<String>,
+    pub timestamp_ms: u64,
+}
+
+#[derive(Serialize)]
+struct BrokerDocOut<'a> {
+    listener_security_protocol_map: BTreeMap<&'a str, &'a str>,
+    endpoints: [String; 1],
+    #[serde(skip_serializing_if = "Option::is_none")]
+    rack: Option<&'a str>,
+    jmx_port: i32,
+    features: BTreeMap<String, serde_json::Value>,
+    host: &'a str,
+    timestamp: String,
+    port: u16,
+    version: i32,
+}
+
+#[derive(Deserialize)]
+struct BrokerDocIn {
+    version: i32,
+    #[serde(default)]
+    host: Option<String>,
+    #[serde(default)]
+    port: Option<i64>,
+    #[serde(default)]
+    endpoints: Vec<String>,
+    #[serde(default)]
+    listener_security_protocol_map: BTreeMap<String, String>,
+    #[serde(default)]
+    rack: Option<String>,
+    #[serde(default)]
+    timestamp: Option<String>,
+}
+
+pub fn encode_broker(doc: &BrokerDoc) -> Vec<u8> {
+    let host = doc.endpoint.host.as_str();
+    let endpoint = if host.contains(':') {
+        format!("{LISTENER}://[{host}]:{}", doc.endpoint.port)
+    } else {
+        format!("{LISTENER}://{host}:{}", doc.endpoint.port)
+    };
+    to_bytes(&BrokerDocOut {
+        listener_security_protocol_map: BTreeMap::from([(LISTENER, LISTENER)]),
+        endpoints: [endpoint],
+        rack: doc.rack.as_deref(),
+        jmx_port: JMX_PORT_NONE,
+        features: BTreeMap::new(),
+        host,
+        timestamp: doc.timestamp_ms.to_string(),
+        port: doc.endpoint.port,
+        version: BROKER_DOC_VERSION,
+    })
+}
+
+/// Reads versions 1 to 5. The endpoint is the first PLAINTEXT listener (as Kafka's
+/// top-level host and port), else the first endpoint.
+pub fn decode_broker(bytes: &[u8]) -> Result<BrokerDoc, LayoutError> {
+    const KIND: &str = "broker";
+    let d: BrokerDocIn = serde_json::from_slice(bytes).map_err(|e| invalid(KIND, e))?;
+    if d.version < 1 {
+        return Err(invalid(KIND, format!("version {}", d.version)));
+    }
+    let mut endpoints = Vec::new();
+    for e in &d.endpoints {
+        let (listener, addr) = e.split_once("://").ok_or_else(|| invalid(KIND, format!("endpoint {e:?}")))?;
+        let (host, port) = addr.rsplit_once(':').ok_or_else(|| invalid(KIND, format!("endpoint {e:?}")))?;
+        let port: u16 = port.parse().map_err(|_| invalid(KIND, format!("endpoint {e:?}")))?;
+        let host = host.trim_start_matches('[').trim_end_matches(']');
+        let protocol = d.listener_security_protocol_map.get(listener).map(String::as_str).unwrap_or(listener);
+        endpoints.push((protocol == LISTENER, Endpoint::new(host, port)));
+    }
+    let endpoint = match endpoints.iter().find(|(plain, _)| *plain).or(endpoints.first()) {
+        Some((_, e)) => e.clone(),
+        None => {
+            let host = d.host.ok_or_else(|| invalid(KIND, "no endpoints and no host"))?;
+            let port = d.port.and_then(|p| u16::try_from(p).ok()).ok_or_else(|| invalid(KIND, "no port"))?;
+            Endpoint::new(host, port)
+        }
+    };
+    let timestamp_ms = match d.timestamp {
+        Some(t) => t.parse().map_err(|_| invalid(KIND, format!("timestamp {t:?}")))?,
+        None => 0,
+    };
+    Ok(BrokerDoc { endpoint, rack: d.rack, timestamp_ms })
+}
+
+// ---- /brokers/topics/<t> ----
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TopicDoc {
+    /// Absent in documents older than Kafka 2.8.
+    pub topic_id: Option<Uuid>,
+    /// `assignment[p]` = the replicas of partition `p`.
+    pub assignment: Vec<Vec<i32>>,
+}
+
+#[derive(Serialize)]
+struct TopicDocOut {
+    partitions: BTreeMap<i32, Vec<i32>>,
+    topic_id: String,
+    adding_replicas: BTreeMap<i32, Vec<i32>>,
+    removing_replicas: BTreeMap<i32, Vec<i32>>,
+    version: i32,
+}
+
+#[derive(Deserialize)]
+struct TopicDocIn {
+    #[serde(default)]
+    partitions: BTreeMap<String, Vec<i32>>,
+    #[serde(default)]
+    topic_id: Option<String>,
+}
+
+pub fn encode_topic(topic_id: Uuid, assignment: &[Vec<i32>]) -> Vec<u8> {
+    to_bytes(&TopicDocOut {
+        partitions: assignment.iter().enumerate().map(|(p, r)| (p as i32, r.clone())).collect(),
+        topic_id: kafka_uuid_string(topic_id),
+        adding_replicas: BTreeMap::new(),
+        removing_replicas: BTreeMap::new(),
+        version: TOPIC_DOC_VERSION,
+    })
+}
+
+/// Partitions must be numbered 0..n without gaps.
+pub fn decode_topic(bytes: &[u8]) -> Result<TopicDoc, LayoutError> {
+    const KIND: &str = "topic";
+    let d: TopicDocIn = serde_json::from_slice(bytes).map_err(|e| invalid(KIND, e))?;
+    let mut by_partition = BTreeMap::new();
+    for (p, replicas) in d.partitions {
+        let p: i32 = p.parse().map_err(|_| invalid(KIND, format!("partition {p:?}")))?;
+        by_partition.insert(p, replicas);
+    }
+    if by_partition.keys().copied().ne(0..by_partition.len() as i32) {
+        return Err(invalid(KIND, "partitions are not numbered 0..n"));
+    }
+    let topic_id = d.topic_id.as_deref().map(parse_kafka_uuid).transpose()?;
+    Ok(TopicDoc { topic_id, assignment: by_partition.into_values().collect() })
+}
+
+// ---- /brokers/topics/<t>/partitions/<p>/state ----
+
+#[derive(Serialize, Deserialize)]
+struct PartitionStateDoc {
+    controller_epoch: i32,
+    leader: i32,
+    version: i32,
+    leader_epoch: i32,
+    isr: Vec<i32>,
+}
+
+pub fn encode_partition_state(state: &PartitionState) -> Vec<u8> {
+    to_bytes(&PartitionStateDoc {
+        controller_epoch: state.controller_epoch,
+        leader: state.leader,
+        version: PARTITION_STATE_DOC_VERSION,
+        leader_epoch: state.leader_epoch,
+        isr: state.isr.clone(),
+    })
+}
+
+/// `znode_version` (the znode's `stat.version`) becomes the partition epoch.
+pub fn decode_partition_state(bytes: &[u8], znode_version: i32) -> Result<PartitionState, LayoutError> {
+    let d: PartitionStateDoc = serde_json::from_slice(bytes).map_err(|e| invalid("partition state", e))?;
+    Ok(PartitionState {
+        leader: d.leader,
+        leader_epoch: d.leader_epoch,
+        isr: d.isr,
+        partition_epoch: znode_version,
+        controller_epoch: d.controller_epoch,
+    })
+}
+
+// ---- /config/topics/<t> ----
+
+#[derive(Serialize)]
+struct ConfigDocOut<'a> {
+    version: i32,
+    config: &'a BTreeMap<String, String>,
+}
+
+#[derive(Deserialize)]
+struct ConfigDocIn {
+    #[serde(default)]
+    config: BTreeMap<String, String>,
+}
+
+pub fn encode_topic_config(configs: &BTreeMap<String, String>) -> Vec<u8> {
+    to_bytes(&ConfigDocOut { version: CONFIG_DOC_VERSION, config: configs })
+}
+
+/// An empty node (Kafka creates some with no data) is an empty config.
+pub fn decode_topic_config(bytes: &[u8]) -> Result<BTreeMap<String, String>, LayoutError> {
+    if bytes.is_empty() {
+        return Ok(BTreeMap::new());
+    }
+    let d: ConfigDocIn = serde_json::from_slice(bytes).map_err(|e| invalid("config", e))?;
+    Ok(d.config)
+}
+
+// ---- /controller and /controller_epoch ----
+
+#[derive(Serialize)]
+struct ControllerDocOut {
+    version: i32,
+    brokerid: i32,
+    timestamp: String,
+}
+
+#[derive(Deserialize)]
+struct ControllerDocIn {
+    brokerid: i32,
+}
+
+pub fn encode_controller(broker_id: i32, timestamp_ms: u64) -> Vec<u8> {
+    to_bytes(&ControllerDocOut {
+        version: CONTROLLER_DOC_VERSION,
+        brokerid: broker_id,
+        timestamp: timestamp_ms.to_string(),
+    })
+}
+
+/// The active controller's broker id.
+pub fn decode_controller(bytes: &[u8]) -> Result<i32, LayoutError> {
+    let d: ControllerDocIn = serde_json::from_slice(bytes).map_err(|e| invalid("controller", e))?;
+    Ok(d.brokerid)
+}
+
+pub fn encode_controller_epoch(epoch: i32) -> Vec<u8> {
+    epoch.to_string().into_bytes()
+}
+
+pub fn decode_controller_epoch(bytes: &[u8]) -> Result<i32, LayoutError> {
+    let s = std::str::from_utf8(bytes).map_err(|e| invalid("controller_epoch", e))?;
+    s.trim().parse().map_err(|_| invalid("controller_epoch", format!("{s:?}")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // Documents as Kafka wrote them (copied from ZooKeeper shells of Kafka 2.8 to 3.9).
+
+    #[test]
+    fn broker_document_is_kafkas() {
+        let kafka = br#"{"listener_security_protocol_map":{"PLAINTEXT":"PLAINTEXT"},"endpoints":["PLAINTEXT://192.168.199.134:9092"],"jmx_port":-1,"features":{},"host":"192.168.199.134","timestamp":"1615489355496","port":9092,"version":5}"#;
+        let doc =
+            BrokerDoc { endpoint: Endpoint::new("192.168.199.134", 9092), rack: None, timestamp_ms: 1615489355496 };
+        assert_eq!(String::from_utf8(encode_broker(&doc)).unwrap(), std::str::from_utf8(kafka).unwrap());
+        assert_eq!(decode_broker(kafka).unwrap(), doc);
+    }
+
+    #[test]
+    fn broker_document_with_rack() {
+        let doc = BrokerDoc { endpoint: Endpoint::new("127.0.0.1", 9093), rack: Some("r1".into()), timestamp_ms: 17 };
+        let want = r#"{"listener_security_protocol_map":{"PLAINTEXT":"PLAINTEXT"},"endpoints":["PLAINTEXT://127.0.0.1:9093"],"rack":"r1","jmx_port":-1,"features":{},"host":"127.0.0.1","timestamp":"17","port":9093,"version":5}"#;
+        assert_eq!(String::from_utf8(encode_broker(&doc)).unwrap(), want);
+        assert_eq!(decode_broker(want.as_bytes()).unwrap(), doc);
+    }
+
+    #[test]
+    fn broker_document_with_several_listeners_and_older_versions() {
+        let kafka = br#"{"listener_security_protocol_map":{"INTERNAL":"PLAINTEXT","EXTERNAL":"SSL"},"endpoints":["EXTERNAL://localhost:19092","INTERNAL://kf01:9092"],"jmx_port":-1,"features":{},"host":"kf01","timestamp":"1684599876292","port":9092,"version":5}"#;
+        let doc = decode_broker(kafka).unwrap();
+        assert_eq!(doc.endpoint, Endpoint::new("kf01", 9092));
+        let v1 = br#"{"version":1,"host":"192.168.1.148","port":9092,"jmx_port":9999}"#;
+        assert_eq!(decode_broker(v1).unwrap().endpoint, Endpoint::new("192.168.1.148", 9092));
+        let v4 = br#"{"version":4,"endpoints":["PLAINTEXT://[::1]:9092"],"jmx_port":-1,"timestamp":"5"}"#;
+        assert_eq!(decode_broker(v4).unwrap().endpoint, Endpoint::new("::1", 9092));
+        let back = decode_broker(&encode_broker(&BrokerDoc {
+            endpoint: Endpoint::new("::1", 9092),
+            rack: None,
+            timestamp_ms: 0,
+        }))
+        .unwrap();
+        assert_eq!(back.endpoint, Endpoint::new("::1", 9092));
+        assert!(decode_broker(b"{}").is_err());
+        assert!(decode_broker(b"not json").is_err());
+    }
+
+    #[test]
+    fn topic_document_is_kafkas() {
+        let kafka = br#"{"partitions":{"0":[0,2,3],"1":[2,3,0],"2":[3,0,2]},"topic_id":"aSFJVxF7SIaTCptmWn_GgA","adding_replicas":{},"removing_replicas":{},"version":3}"#;
+        let doc = decode_topic(kafka).unwrap();
+        assert_eq!(doc.assignment, vec![vec![0, 2, 3], vec![2, 3, 0], vec![3, 0, 2]]);
+        let id = doc.topic_id.unwrap();
+        assert_eq!(kafka_uuid_string(id), "aSFJVxF7SIaTCptmWn_GgA");
+        assert_eq!(encode_topic(id, &doc.assignment), kafka.to_vec());
+    }
+
+    #[test]
+    fn topic_document_in_hash_order_and_without_id() {
+        // Kafka writes more than 10 partitions in hash order; readers must not care.
+        let kafka = br#"{"partitions":{"11":[1,3,4],"0":[0,1,2],"1":[1,2,3],"2":[2,3,4],"3":[3,4,0],"4":[4,0,1],"5":[0,2,3],"6":[1,3,4],"7":[2,4,0],"8":[3,0,1],"9":[4,1,2],"10":[1,2,3]},"adding_replicas":{},"removing_replicas":{},"version":3}"#;
+        let doc = decode_topic(kafka).unwrap();
+        assert_eq!(doc.topic_id, None);
+        assert_eq!(doc.assignment.len(), 12);
+        assert_eq!(doc.assignment[10], vec![1, 2, 3]);
+        assert_eq!(doc.assignment[11], vec![1, 3, 4]);
+        assert!(decode_topic(br#"{"partitions":{"1":[1]},"version":3}"#).is_err());
+    }
+
+    #[test]
+    fn kafka_uuids() {
+        for s in
+            ["WV18z8nWQ8yekl_6282UEQ", "SbJQ_jVrRFOYqlkfIgLwNg", "cMr3GpVESX2L3byPGf93lQ", "zeTNbNaeRS-h5yGiMZBOyg"]
+        {
+            assert_eq!(kafka_uuid_string(parse_kafka_uuid(s).unwrap()), s);
+        }
+        let id = Uuid::from_u128(0x0102_0304_0506_0708_090a_0b0c_0d0e_0f10);
+        assert_eq!(kafka_uuid_string(id), "AQIDBAUGBwgJCgsMDQ4PEA");
+        assert!(parse_kafka_uuid("too-short").is_err());
+        assert!(parse_kafka_uuid("aSFJVxF7SIaTCptmWn/GgA").is_err());
+    }
+
+    #[test]
+    fn partition_state_document_is_kafkas() {
+        let kafka = br#"{"controller_epoch":20,"leader":1,"version":1,"leader_epoch":2,"isr":[1,0]}"#;
+        let state = decode_partition_state(kafka, 7).unwrap();
+        assert_eq!(
+            state,
+            PartitionState { leader: 1, leader_epoch: 2, isr: vec![1, 0], partition_epoch: 7, controller_epoch: 20 }
+        );
+        assert_eq!(encode_partition_state(&state), kafka.to_vec());
+        let offline =
+            PartitionState { leader: -1, leader_epoch: 3, isr: vec![2], partition_epoch: 9, controller_epoch: 1 };
+        assert_eq!(
+            encode_partition_state(&offline),
+            br#"{"controller_epoch":1,"leader":-1,"version":1,"leader_epoch":3,"isr":[2]}"#.to_vec()
+        );
+    }
+
+    #[test]
+    fn config_controller_and_epoch_documents_are_kafkas() {
+        let configs = BTreeMap::from([("retention.ms".to_string(), "1000".to_string())]);
+        let kafka = br#"{"version":1,"config":{"retention.ms":"1000"}}"#;
+        assert_eq!(encode_topic_config(&configs), kafka.to_vec());
+        assert_eq!(decode_topic_config(kafka).unwrap(), configs);
+        assert_eq!(encode_topic_config(&BTreeMap::new()), br#"{"version":1,"config":{}}"#.to_vec());
+        assert_eq!(decode_topic_config(b"").unwrap(), BTreeMap::new());
+
+        let kafka = br#"{"version":1,"brokerid":0,"timestamp":"1643692590537"}"#;
+        assert_eq!(encode_controller(0, 1643692590537), kafka.to_vec());
+        assert_eq!(decode_controller(kafka).unwrap(), 0);
+        let v2 = br#"{"version":2,"brokerid":2,"timestamp":"1676813353461","kraftControllerEpoch":-1}"#;
+        assert_eq!(decode_controller(v2).unwrap(), 2);
+
+        assert_eq!(encode_controller_epoch(12), b"12".to_vec());
+        assert_eq!(decode_controller_epoch(b"12").unwrap(), 12);
+        assert!(decode_controller_epoch(b"x").is_err());
+    }
+
+    #[test]
+    fn paths_are_kafkas() {
+        assert_eq!(paths::broker(3), "/brokers/ids/3");
+        assert_eq!(paths::topic("t"), "/brokers/topics/t");
+        assert_eq!(paths::topic_partition("t", 0), "/brokers/topics/t/partitions/0");
+        assert_eq!(paths::partition_state("t", 4), "/brokers/topics/t/partitions/4/state");
+        assert_eq!(paths::topic_config("t"), "/config/topics/t");
+        assert_eq!(paths::delete_topic("t"), "/admin/delete_topics/t");
+        assert_eq!(paths::CONTROLLER, "/controller");
+        assert_eq!(paths::CONTROLLER_EPOCH, "/controller_epoch");
+    }
+}

@@ -1,0 +1,780 @@
+//! Seeded deterministic simulation of the controller state machine
+//! (`spate::coordinator::controller`): brokers join, heartbeat, pause, die, return and shut
+//! down; topics are created, grown and deleted; leaders shrink and expand ISRs (and send
+//! stale requests); preferred leaders are elected; the active controller fails over to a
+//! fresh one rebuilt from the ZooKeeper documents its changes were persisted as. Invariants
+//! are checked after every step.
+//!
+//! A failure prints its seed; replay it with `SPATE_SIM_SEED=<seed> cargo test --test
+//! controller_sim sim_seeds -- --nocapture`. `SPATE_SIM_SEEDS=<n>` runs more seeds.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use spate::coordinator::controller::{
+    assign_replicas, Change, Controller, ControllerConfig, ControllerError, Endpoint, PlacementBroker, TopicInfo,
+    NO_LEADER, UNCLEAN_LEADER_ELECTION_CONFIG,
+};
+use spate::coordinator::layout;
+use uuid::Uuid;
+
+/// SplitMix64: small, seedable, good enough to drive a simulation.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+    fn chance(&mut self, percent: u64) -> bool {
+        self.below(100) < percent
+    }
+    fn pick<'a, T>(&mut self, items: &'a [T]) -> Option<&'a T> {
+        if items.is_empty() {
+            None
+        } else {
+            Some(&items[self.below(items.len() as u64) as usize])
+        }
+    }
+}
+
+const BROKER_IDS: [i32; 6] = [1, 2, 3, 4, 5, 6];
+const STEPS_PER_SEED: usize = 250;
+/// Topic creation pauses at this many topics (deletes keep going), to bound a step's cost.
+const TOPICS_MAX: usize = 10;
+const SESSION_TIMEOUT_MS: u64 = 9_000;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Process {
+    Down,
+    Running,
+    /// Alive but not heartbeating (a long GC pause, a partition from the coordinator).
+    Paused,
+}
+
+/// The metadata store as the caller keeps it: znode path -> (data, znode version).
+#[derive(Default, Clone)]
+struct Store {
+    nodes: BTreeMap<String, (Vec<u8>, i32)>,
+}
+
+impl Store {
+    fn set(&mut self, path: String, data: Vec<u8>) -> i32 {
+        let e = self.nodes.entry(path).or_insert((Vec::new(), -1));
+        e.0 = data;
+        e.1 += 1;
+        e.1
+    }
+    fn remove_prefix(&mut self, prefix: &str) {
+        let doomed: Vec<String> =
+            self.nodes.keys().filter(|k| *k == prefix || k.starts_with(&format!("{prefix}/"))).cloned().collect();
+        for k in doomed {
+            self.nodes.remove(&k);
+        }
+    }
+    fn children(&self, parent: &str) -> Vec<String> {
+        let prefix = format!("{parent}/");
+        self.nodes
+            .keys()
+            .filter_map(|k| k.strip_prefix(&prefix))
+            .filter(|rest| !rest.contains('/'))
+            .map(str::to_string)
+            .collect()
+    }
+
+    /// Persist a change the way the coordinator does, in Kafka's layout.
+    fn apply(&mut self, change: &Change, now_ms: u64, trace: &mut Vec<String>) {
+        match change {
+            Change::ControllerEpoch { epoch } => {
+                self.set(layout::paths::CONTROLLER_EPOCH.to_string(), layout::encode_controller_epoch(*epoch));
+            }
+            Change::BrokerRegistered { broker } => {
+                let doc = layout::BrokerDoc {
+                    endpoint: broker.endpoint.clone(),
+                    rack: broker.rack.clone(),
+                    timestamp_ms: now_ms,
+                };
+                self.set(layout::paths::broker(broker.id), layout::encode_broker(&doc));
+            }
+            Change::BrokerUnregistered { id } => self.remove_prefix(&layout::paths::broker(*id)),
+            Change::BrokerFenced { .. } | Change::BrokerUnfenced { .. } => {}
+            Change::TopicCreated { name, topic_id, assignment, configs } => {
+                assert!(!self.nodes.contains_key(&layout::paths::topic(name)), "{name} created twice");
+                self.set(layout::paths::topic(name), layout::encode_topic(*topic_id, assignment));
+                self.set(layout::paths::topic_config(name), layout::encode_topic_config(configs));
+            }
+            Change::PartitionsCreated { topic, topic_id, assignment, .. } => {
+                self.set(layout::paths::topic(topic), layout::encode_topic(*topic_id, assignment));
+            }
+            Change::TopicDeleted { name, .. } => {
+                self.remove_prefix(&layout::paths::topic(name));
+                self.remove_prefix(&layout::paths::topic_config(name));
+            }
+            Change::PartitionChanged { topic, partition, state } => {
+                assert!(self.nodes.contains_key(&layout::paths::topic(topic)), "state of unknown topic {topic}");
+                let version =
+                    self.set(layout::paths::partition_state(topic, *partition), layout::encode_partition_state(state));
+                // Every change is persisted, so the znode version is the partition epoch.
+                assert_eq!(version, state.partition_epoch, "{topic}-{partition}: znode version != partition epoch");
+            }
+        }
+        trace.push(format!("{change:?}"));
+    }
+
+    /// A new active controller, rebuilt from the documents (as after a failover).
+    fn rebuild(&self, config: ControllerConfig, controller_epoch: i32, now_ms: u64) -> (Controller, Vec<Change>) {
+        let mut c = Controller::new(config);
+        let stored_epoch = self
+            .nodes
+            .get(layout::paths::CONTROLLER_EPOCH)
+            .map(|(d, _)| layout::decode_controller_epoch(d).unwrap())
+            .unwrap_or(0);
+        assert!(controller_epoch > stored_epoch);
+        let mut changes = c.becomes_active(controller_epoch).unwrap();
+        for id in self.children(layout::paths::BROKER_IDS) {
+            let (data, _) = &self.nodes[&format!("{}/{id}", layout::paths::BROKER_IDS)];
+            let doc = layout::decode_broker(data).unwrap();
+            c.restore_broker(id.parse().unwrap(), doc.endpoint, doc.rack, 1, now_ms);
+        }
+        for name in self.children(layout::paths::TOPICS) {
+            let doc = layout::decode_topic(&self.nodes[&layout::paths::topic(&name)].0).unwrap();
+            let configs = layout::decode_topic_config(&self.nodes[&layout::paths::topic_config(&name)].0).unwrap();
+            let partitions = (0..doc.assignment.len() as i32)
+                .map(|p| {
+                    let (data, version) = &self.nodes[&layout::paths::partition_state(&name, p)];
+                    layout::decode_partition_state(data, *version).unwrap()
+                })
+                .collect();
+            c.restore_topic(TopicInfo {
+                name: name.clone(),
+                topic_id: doc.topic_id.unwrap(),
+                assignment: doc.assignment,
+                configs,
+                partitions,
+            })
+            .unwrap();
+        }
+        changes.extend(c.reconcile());
+        (c, changes)
+    }
+}
+
+/// A partition as last seen: (leader_epoch, partition_epoch, leader, isr).
+type Seen = (i32, i32, i32, Vec<i32>);
+
+/// What the simulation remembers between steps, to check invariants over time.
+#[derive(Default)]
+struct History {
+    controller_epoch: i32,
+    /// (topic id, partition) -> (leader_epoch, partition_epoch, leader, isr)
+    partitions: BTreeMap<(Uuid, i32), Seen>,
+    /// (topic id, partition, leader_epoch) -> leader: one leader per epoch.
+    leaders: BTreeMap<(Uuid, i32, i32), i32>,
+}
+
+fn check(c: &Controller, h: &mut History, now_ms: u64) -> Result<(), String> {
+    c.check_invariants()?;
+    if c.controller_epoch() < h.controller_epoch {
+        return Err(format!("controller epoch went back {} -> {}", h.controller_epoch, c.controller_epoch()));
+    }
+    h.controller_epoch = c.controller_epoch();
+    for b in c.brokers() {
+        if !b.fenced && now_ms.saturating_sub(b.last_heartbeat_ms) > SESSION_TIMEOUT_MS {
+            return Err(format!("broker {} unfenced though silent since {}", b.id, b.last_heartbeat_ms));
+        }
+    }
+    for t in c.topics() {
+        let unclean = t.configs.get(UNCLEAN_LEADER_ELECTION_CONFIG).is_some_and(|v| v == "true");
+        for (p, s) in t.partitions.iter().enumerate() {
+            let tp = TpName(&t.name, p);
+            let replicas = &t.assignment[p];
+            if s.isr.iter().any(|r| !replicas.contains(r)) {
+                return Err(format!("{tp}: isr {:?} not within replicas {replicas:?}", s.isr));
+            }
+            if s.leader != NO_LEADER {
+                let b = c.broker(s.leader).ok_or_else(|| format!("{tp}: leader {} not registered", s.leader))?;
+                if b.fenced {
+                    return Err(format!("{tp}: fenced broker {} leads", s.leader));
+                }
+                if !s.isr.contains(&s.leader) {
+                    return Err(format!("{tp}: leader {} not in isr {:?}", s.leader, s.isr));
+                }
+                if c.leader_of(&t.name, p as i32) != Some(s.leader) {
+                    return Err(format!("{tp}: leader_of disagrees"));
+                }
+            }
+            let key = (t.topic_id, p as i32);
+            if let Some((le, pe, leader, isr)) = h.partitions.get(&key) {
+                if s.leader_epoch < *le || s.partition_epoch < *pe {
+                    return Err(format!(
+                        "{tp}: epochs went back ({le},{pe}) -> ({},{})",
+                        s.leader_epoch, s.partition_epoch
+                    ));
+                }
+                if s.leader != *leader && s.leader_epoch == *le {
+                    return Err(format!("{tp}: leader changed {leader} -> {} without a new epoch", s.leader));
+                }
+                if (s.leader != *leader || s.isr != *isr) && s.partition_epoch == *pe {
+                    return Err(format!("{tp}: state changed without a new partition epoch"));
+                }
+                if s.leader != *leader && s.leader != NO_LEADER && !unclean && !isr.contains(&s.leader) {
+                    return Err(format!("{tp}: unclean election of {} outside isr {isr:?}", s.leader));
+                }
+            }
+            h.partitions.insert(key, (s.leader_epoch, s.partition_epoch, s.leader, s.isr.clone()));
+            if s.leader != NO_LEADER {
+                let prev = h.leaders.insert((t.topic_id, p as i32, s.leader_epoch), s.leader);
+                if prev.is_some_and(|l| l != s.leader) {
+                    return Err(format!("{tp}: two leaders in epoch {}: {prev:?} and {}", s.leader_epoch, s.leader));
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// `topic-partition` for messages, formatted only when one is written.
+struct TpName<'a>(&'a str, usize);
+
+impl std::fmt::Display for TpName<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}-{}", self.0, self.1)
+    }
+}
+
+/// Run one seed; `Err` describes the first broken invariant and the trace before it.
+fn run_seed(seed: u64) -> Result<(), String> {
+    let mut rng = Rng(seed);
+    let config = ControllerConfig { broker_session_timeout_ms: SESSION_TIMEOUT_MS, unclean_leader_election: false };
+    let racks = rng.chance(50);
+    let mut c = Controller::new(config.clone());
+    let mut store = Store::default();
+    let mut h = History::default();
+    let mut trace: Vec<String> = Vec::new();
+    let mut now_ms: u64 = 1_000;
+    let mut procs: BTreeMap<i32, Process> = BROKER_IDS.iter().map(|&id| (id, Process::Down)).collect();
+    let mut topic_seq = 0u32;
+    let mut epoch = 1;
+    for ch in c.becomes_active(epoch).unwrap() {
+        store.apply(&ch, now_ms, &mut trace);
+    }
+
+    for step in 0..STEPS_PER_SEED {
+        let mut changes: Vec<Change> = Vec::new();
+        let roll = rng.below(100);
+        let action;
+        match roll {
+            0..=19 => {
+                // Time passes; running brokers heartbeat (most of the time); the controller ticks.
+                let dt = rng.below(3_000);
+                now_ms += dt;
+                action = format!("advance {dt} ms");
+                for (&id, &p) in &procs {
+                    if p == Process::Running && rng.chance(90) {
+                        match c.heartbeat(id, now_ms) {
+                            Ok(ch) => changes.extend(ch),
+                            Err(ControllerError::UnknownBroker(_)) => {
+                                let rack = racks.then(|| format!("r{}", id % 3));
+                                changes.extend(
+                                    c.register_broker(
+                                        id,
+                                        Endpoint::new("127.0.0.1", 9090 + id as u16),
+                                        rack,
+                                        2,
+                                        now_ms,
+                                    )
+                                    .map_err(|e| e.to_string())?,
+                                );
+                            }
+                            Err(e) => return Err(format!("heartbeat {id}: {e}")),
+                        }
+                    }
+                }
+                changes.extend(c.tick(now_ms));
+            }
+            20..=31 => {
+                // A broker process starts (or restarts) and registers.
+                let id = *rng.pick(&BROKER_IDS).unwrap();
+                action = format!("start broker {id}");
+                let rack = racks.then(|| format!("r{}", id % 3));
+                changes.extend(
+                    c.register_broker(id, Endpoint::new("127.0.0.1", 9090 + id as u16), rack, 2, now_ms)
+                        .map_err(|e| e.to_string())?,
+                );
+                procs.insert(id, Process::Running);
+            }
+            32..=37 => {
+                // A broker dies (kill -9): it just stops heartbeating.
+                let id = *rng.pick(&BROKER_IDS).unwrap();
+                action = format!("kill broker {id}");
+                procs.insert(id, Process::Down);
+            }
+            38..=41 => {
+                // A broker pauses, or resumes after a pause.
+                let id = *rng.pick(&BROKER_IDS).unwrap();
+                let next = match procs[&id] {
+                    Process::Running => Process::Paused,
+                    Process::Paused => Process::Running,
+                    Process::Down => Process::Down,
+                };
+                action = format!("broker {id} {:?} -> {next:?}", procs[&id]);
+                procs.insert(id, next);
+            }
+            42..=44 => {
+                // Controlled shutdown.
+                let id = *rng.pick(&BROKER_IDS).unwrap();
+                action = format!("shut down broker {id}");
+                match c.unregister_broker(id) {
+                    Ok(ch) => {
+                        changes.extend(ch);
+                        for t in c.topics() {
+                            for (p, s) in t.partitions.iter().enumerate() {
+                                if s.leader == id {
+                                    return Err(format!("{}-{p} still led by shut down broker {id}", t.name));
+                                }
+                            }
+                        }
+                    }
+                    Err(ControllerError::UnknownBroker(_)) => {}
+                    Err(e) => return Err(format!("unregister {id}: {e}")),
+                }
+                procs.insert(id, Process::Down);
+            }
+            45..=56 if c.topics().count() < TOPICS_MAX => {
+                topic_seq += 1;
+                let name = format!("t{topic_seq}");
+                let partitions = 1 + rng.below(6) as i32;
+                let rf = 1 + rng.below(4) as i32;
+                let mut configs = BTreeMap::new();
+                if rng.chance(15) {
+                    configs.insert(UNCLEAN_LEADER_ELECTION_CONFIG.to_string(), "true".to_string());
+                }
+                let id = Uuid::from_u64_pair(rng.next() | 1, rng.next());
+                action = format!("create {name} p={partitions} rf={rf} {configs:?}");
+                let live = c.live_brokers().count();
+                match c.create_topic(&name, id, partitions, rf, configs, &mut || rng.next()) {
+                    Ok(ch) => {
+                        if rf as usize > live {
+                            return Err(format!("rf {rf} accepted with {live} live brokers"));
+                        }
+                        changes.extend(ch);
+                    }
+                    Err(ControllerError::InvalidReplicationFactor { .. }) if rf as usize > live => {}
+                    Err(e) => return Err(format!("create {name}: {e}")),
+                }
+            }
+            45..=61 => {
+                let names: Vec<String> = c.topics().map(|t| t.name.clone()).collect();
+                match rng.pick(&names) {
+                    Some(name) => {
+                        action = format!("delete {name}");
+                        changes.extend(c.delete_topic(name).map_err(|e| e.to_string())?);
+                        if c.topic(name).is_some() {
+                            return Err(format!("{name} still there after delete"));
+                        }
+                    }
+                    None => action = "delete (no topics)".to_string(),
+                }
+            }
+            62..=65 => {
+                let topics: Vec<(String, i32, usize)> =
+                    c.topics().map(|t| (t.name.clone(), t.partition_count(), t.assignment[0].len())).collect();
+                match rng.pick(&topics).cloned() {
+                    Some((name, count, rf)) => {
+                        let total = count + 1 + rng.below(3) as i32;
+                        action = format!("grow {name} {count} -> {total}");
+                        let live = c.live_brokers().count();
+                        match c.create_partitions(&name, total, &mut || rng.next()) {
+                            Ok(ch) => changes.extend(ch),
+                            Err(ControllerError::InvalidReplicationFactor { .. }) if rf > live => {}
+                            Err(e) => return Err(format!("grow {name}: {e}")),
+                        }
+                        if let Err(e) = c.create_partitions(&name, count, &mut || rng.next()) {
+                            if !matches!(e, ControllerError::InvalidPartitions(_)) {
+                                return Err(format!("shrink {name}: {e}"));
+                            }
+                        } else {
+                            return Err(format!("shrinking {name} accepted"));
+                        }
+                    }
+                    None => action = "grow (no topics)".to_string(),
+                }
+            }
+            66..=87 => {
+                // A leader reports an ISR change: shrink, expand or a stale request.
+                let led: Vec<(String, i32)> = c
+                    .topics()
+                    .flat_map(|t| {
+                        t.partitions
+                            .iter()
+                            .enumerate()
+                            .filter(|(_, s)| s.leader != NO_LEADER)
+                            .map(|(p, _)| (t.name.clone(), p as i32))
+                            .collect::<Vec<_>>()
+                    })
+                    .collect();
+                match rng.pick(&led).cloned() {
+                    Some((topic, p)) => {
+                        let s = c.partition_state(&topic, p).unwrap().clone();
+                        let replicas = c.replicas(&topic, p).unwrap().to_vec();
+                        let kind = rng.below(10);
+                        if kind < 4 {
+                            // Shrink to the leader plus a random part of the ISR.
+                            let isr: Vec<i32> =
+                                s.isr.iter().copied().filter(|&r| r == s.leader || rng.chance(50)).collect();
+                            action = format!("shrink {topic}-{p} {:?} -> {isr:?}", s.isr);
+                            changes.extend(
+                                c.alter_partition(&topic, p, s.leader, s.leader_epoch, s.partition_epoch, &isr)
+                                    .map_err(|e| format!("{action}: {e}"))?,
+                            );
+                        } else if kind < 8 {
+                            // Expand with caught-up live replicas.
+                            let mut isr = s.isr.clone();
+                            for &r in &replicas {
+                                let live = c.broker(r).is_some_and(|b| !b.fenced);
+                                if !isr.contains(&r) && live && rng.chance(70) {
+                                    isr.push(r);
+                                }
+                            }
+                            action = format!("expand {topic}-{p} {:?} -> {isr:?}", s.isr);
+                            changes.extend(
+                                c.alter_partition(&topic, p, s.leader, s.leader_epoch, s.partition_epoch, &isr)
+                                    .map_err(|e| format!("{action}: {e}"))?,
+                            );
+                        } else {
+                            action = format!("stale alter {topic}-{p}");
+                            let isr = vec![s.leader];
+                            let before = c.partition_state(&topic, p).unwrap().clone();
+                            match c.alter_partition(&topic, p, s.leader, s.leader_epoch - 1, s.partition_epoch, &isr) {
+                                Err(ControllerError::FencedLeaderEpoch { .. }) => {}
+                                other => return Err(format!("{action}: old leader epoch gave {other:?}")),
+                            }
+                            match c.alter_partition(&topic, p, s.leader, s.leader_epoch, s.partition_epoch - 1, &isr) {
+                                Err(ControllerError::InvalidUpdateVersion { .. }) => {}
+                                other => return Err(format!("{action}: old partition epoch gave {other:?}")),
+                            }
+                            if let Some(&other) = replicas.iter().find(|&&r| r != s.leader) {
+                                match c.alter_partition(&topic, p, other, s.leader_epoch, s.partition_epoch, &[other]) {
+                                    Err(ControllerError::NotLeader { .. }) => {}
+                                    o => return Err(format!("{action}: follower {other} altering gave {o:?}")),
+                                }
+                            }
+                            if let Some(&dead) = replicas.iter().find(|&&r| c.broker(r).is_none_or(|b| b.fenced)) {
+                                let isr = vec![s.leader, dead];
+                                match c.alter_partition(&topic, p, s.leader, s.leader_epoch, s.partition_epoch, &isr) {
+                                    Err(ControllerError::IneligibleReplica { .. }) => {}
+                                    o => return Err(format!("{action}: dead {dead} in isr gave {o:?}")),
+                                }
+                            }
+                            if *c.partition_state(&topic, p).unwrap() != before {
+                                return Err(format!("{action}: a rejected request changed the state"));
+                            }
+                        }
+                    }
+                    None => action = "alter (nothing led)".to_string(),
+                }
+            }
+            88..=93 => {
+                action = "elect preferred leaders".to_string();
+                changes.extend(c.elect_preferred_leaders());
+                for t in c.topics() {
+                    for (p, s) in t.partitions.iter().enumerate() {
+                        let preferred = t.assignment[p][0];
+                        let eligible = c.broker(preferred).is_some_and(|b| !b.fenced) && s.isr.contains(&preferred);
+                        if eligible && s.leader != preferred {
+                            return Err(format!(
+                                "{}-{p}: preferred {preferred} eligible but {} leads",
+                                t.name, s.leader
+                            ));
+                        }
+                    }
+                }
+            }
+            _ => {
+                // The active controller dies; another is rebuilt from the store.
+                epoch += 1;
+                action = format!("controller failover to epoch {epoch}");
+                for ch in changes.drain(..) {
+                    store.apply(&ch, now_ms, &mut trace);
+                }
+                let (next, ch) = store.rebuild(config.clone(), epoch, now_ms);
+                c = next;
+                changes.extend(ch);
+            }
+        }
+        for ch in &changes {
+            store.apply(ch, now_ms, &mut trace);
+        }
+        trace.push(format!("step {step} @{now_ms}: {action}"));
+        if let Err(e) = check(&c, &mut h, now_ms) {
+            let tail: Vec<&String> = trace.iter().rev().take(30).collect::<Vec<_>>().into_iter().rev().collect();
+            return Err(format!(
+                "step {step} ({action}): {e}\nlast events:\n  {}",
+                tail.iter().map(|s| s.as_str()).collect::<Vec<_>>().join("\n  ")
+            ));
+        }
+    }
+
+    // The store holds exactly what the controller holds.
+    for t in c.topics() {
+        let doc = layout::decode_topic(&store.nodes[&layout::paths::topic(&t.name)].0).unwrap();
+        assert_eq!(doc.assignment, t.assignment, "{}", t.name);
+        assert_eq!(doc.topic_id, Some(t.topic_id));
+        for (p, s) in t.partitions.iter().enumerate() {
+            let (data, version) = &store.nodes[&layout::paths::partition_state(&t.name, p as i32)];
+            let stored = layout::decode_partition_state(data, *version).unwrap();
+            if stored != *s {
+                return Err(format!("{}-{p}: store has {stored:?}, controller {s:?}", t.name));
+            }
+        }
+    }
+    let stored_topics: BTreeSet<String> = store.children(layout::paths::TOPICS).into_iter().collect();
+    let topics: BTreeSet<String> = c.topics().map(|t| t.name.clone()).collect();
+    if stored_topics != topics {
+        return Err(format!("store topics {stored_topics:?} != controller topics {topics:?}"));
+    }
+    Ok(())
+}
+
+#[test]
+fn sim_seeds() {
+    let seeds: Vec<u64> = match std::env::var("SPATE_SIM_SEED") {
+        Ok(s) => vec![s.parse().expect("SPATE_SIM_SEED is a u64")],
+        Err(_) => {
+            let n: u64 = std::env::var("SPATE_SIM_SEEDS").ok().and_then(|s| s.parse().ok()).unwrap_or(300);
+            (0..n).collect()
+        }
+    };
+    for seed in seeds {
+        let result = std::panic::catch_unwind(|| run_seed(seed));
+        match result {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => panic!("controller simulation failed; replay with SPATE_SIM_SEED={seed}\n{e}"),
+            Err(_) => panic!("controller simulation panicked; replay with SPATE_SIM_SEED={seed}"),
+        }
+    }
+}
+
+// ---- Targeted scenarios ----
+
+fn cluster(ids: &[i32], racks: bool) -> Controller {
+    let mut c = Controller::new(ControllerConfig::default());
+    c.becomes_active(1).unwrap();
+    for &id in ids {
+        let rack = racks.then(|| format!("rack{}", id % 3));
+        c.register_broker(id, Endpoint::new("127.0.0.1", 9090 + id as u16), rack, 4, 0).unwrap();
+    }
+    c
+}
+
+fn zero() -> impl FnMut() -> u64 {
+    || 0
+}
+
+fn heartbeat_all_but(c: &mut Controller, dead: &[i32], now_ms: u64) {
+    let ids: Vec<i32> = c.brokers().map(|b| b.id).filter(|id| !dead.contains(id)).collect();
+    for id in ids {
+        c.heartbeat(id, now_ms).unwrap();
+    }
+}
+
+#[test]
+fn rack_aware_placement_through_create_topic() {
+    let mut c = cluster(&[1, 2, 3, 4, 5, 6], true);
+    let mut rng = Rng(7);
+    c.create_topic("racked", Uuid::from_u128(1), 12, 3, BTreeMap::new(), &mut || rng.next()).unwrap();
+    let t = c.topic("racked").unwrap();
+    for replicas in &t.assignment {
+        let racks: BTreeSet<i32> = replicas.iter().map(|id| id % 3).collect();
+        assert_eq!(racks.len(), 3, "{replicas:?} not spread over the three racks");
+    }
+    // And the pure placement agrees with what the controller did for the same draws.
+    let brokers: Vec<PlacementBroker> =
+        c.live_brokers().map(|b| PlacementBroker { id: b.id, rack: b.rack.clone() }).collect();
+    let mut rng = Rng(7);
+    let (start, shift) = ((rng.next() % 6) as usize, (rng.next() % 6) as usize);
+    assert_eq!(assign_replicas(&brokers, 12, 3, 0, start, shift).unwrap(), t.assignment);
+}
+
+#[test]
+fn replication_factor_above_live_brokers_is_refused() {
+    let mut c = cluster(&[1, 2], false);
+    let err = c.create_topic("t", Uuid::from_u128(1), 3, 3, BTreeMap::new(), &mut zero()).unwrap_err();
+    assert_eq!(err, ControllerError::InvalidReplicationFactor { requested: 3, available: 2 });
+    assert!(matches!(
+        c.create_topic("t", Uuid::from_u128(1), 3, 0, BTreeMap::new(), &mut zero()),
+        Err(ControllerError::InvalidReplicationFactor { .. })
+    ));
+    assert!(matches!(
+        c.create_topic("t", Uuid::from_u128(1), 0, 1, BTreeMap::new(), &mut zero()),
+        Err(ControllerError::InvalidPartitions(0))
+    ));
+    c.create_topic("t", Uuid::from_u128(1), 3, 2, BTreeMap::new(), &mut zero()).unwrap();
+    assert!(matches!(
+        c.create_topic("t", Uuid::from_u128(2), 3, 2, BTreeMap::new(), &mut zero()),
+        Err(ControllerError::TopicExists(_))
+    ));
+    // Fenced brokers do not count as live.
+    c.tick(20_000);
+    assert!(matches!(
+        c.create_topic("u", Uuid::from_u128(3), 1, 1, BTreeMap::new(), &mut zero()),
+        Err(ControllerError::InvalidReplicationFactor { requested: 1, available: 0 })
+    ));
+}
+
+#[test]
+fn fencing_moves_leadership_to_an_isr_member() {
+    let mut c = cluster(&[1, 2, 3], false);
+    c.create_topic_with_assignment("t", Uuid::from_u128(1), vec![vec![1, 2, 3]], BTreeMap::new()).unwrap();
+    assert_eq!(c.leader_of("t", 0), Some(1));
+    heartbeat_all_but(&mut c, &[1], 5_000);
+    assert!(c.tick(9_000).is_empty(), "nobody is late yet");
+    let changes = c.tick(9_001);
+    assert!(changes.contains(&Change::BrokerFenced { id: 1 }));
+    let s = c.partition_state("t", 0).unwrap();
+    assert_eq!((s.leader, s.leader_epoch, s.isr.clone(), s.partition_epoch), (2, 1, vec![2, 3], 1));
+    assert!(changes.iter().any(|ch| matches!(ch, Change::PartitionChanged { state, .. } if state == s)));
+    // Broker 1 comes back: unfenced, but not in the ISR until the leader says so.
+    let changes = c.heartbeat(1, 10_000).unwrap();
+    assert_eq!(changes, vec![Change::BrokerUnfenced { id: 1 }]);
+    c.alter_partition("t", 0, 2, 1, 1, &[1, 2, 3]).unwrap();
+    let s = c.partition_state("t", 0).unwrap().clone();
+    assert_eq!((s.leader, s.leader_epoch, s.isr.clone(), s.partition_epoch), (2, 1, vec![1, 2, 3], 2));
+    // Preferred leader election hands it back to 1.
+    c.elect_preferred_leaders();
+    let s = c.partition_state("t", 0).unwrap();
+    assert_eq!((s.leader, s.leader_epoch, s.partition_epoch), (1, 2, 3));
+}
+
+#[test]
+fn partition_goes_offline_when_no_isr_member_is_live_and_returns_with_it() {
+    let mut c = cluster(&[1, 2, 3], false);
+    c.create_topic_with_assignment("t", Uuid::from_u128(1), vec![vec![1, 2, 3]], BTreeMap::new()).unwrap();
+    // The ISR shrinks to the leader alone.
+    c.alter_partition("t", 0, 1, 0, 0, &[1]).unwrap();
+    heartbeat_all_but(&mut c, &[1], 8_000);
+    c.tick(9_500);
+    let s = c.partition_state("t", 0).unwrap().clone();
+    assert_eq!(s.leader, NO_LEADER, "2 and 3 are live but not in the ISR: no unclean election");
+    assert_eq!(s.isr, vec![1], "the last ISR member stays, so it can come back");
+    assert_eq!(c.leader_of("t", 0), None);
+    assert_eq!((s.leader_epoch, s.partition_epoch), (1, 2));
+    // 1 restarts and registers again: it leads again.
+    c.register_broker(1, Endpoint::new("127.0.0.1", 9091), None, 4, 10_000).unwrap();
+    let s = c.partition_state("t", 0).unwrap();
+    assert_eq!((s.leader, s.leader_epoch, s.isr.clone()), (1, 2, vec![1]));
+}
+
+#[test]
+fn unclean_election_is_off_by_default_and_on_per_topic() {
+    let mut c = cluster(&[1, 2], false);
+    c.create_topic_with_assignment("clean", Uuid::from_u128(1), vec![vec![1, 2]], BTreeMap::new()).unwrap();
+    let unclean = BTreeMap::from([(UNCLEAN_LEADER_ELECTION_CONFIG.to_string(), "true".to_string())]);
+    c.create_topic_with_assignment("unclean", Uuid::from_u128(2), vec![vec![1, 2]], unclean).unwrap();
+    c.alter_partition("clean", 0, 1, 0, 0, &[1]).unwrap();
+    c.alter_partition("unclean", 0, 1, 0, 0, &[1]).unwrap();
+    heartbeat_all_but(&mut c, &[1], 9_000);
+    c.tick(10_000);
+    assert_eq!(c.leader_of("clean", 0), None);
+    let s = c.partition_state("unclean", 0).unwrap();
+    assert_eq!((s.leader, s.isr.clone(), s.leader_epoch), (2, vec![2], 1));
+
+    // The broker-level default turns it on for every topic.
+    let mut c = Controller::new(ControllerConfig { unclean_leader_election: true, ..ControllerConfig::default() });
+    c.becomes_active(1).unwrap();
+    c.register_broker(1, Endpoint::new("h", 1), None, 1, 0).unwrap();
+    c.register_broker(2, Endpoint::new("h", 2), None, 1, 0).unwrap();
+    c.create_topic_with_assignment("t", Uuid::from_u128(1), vec![vec![1, 2]], BTreeMap::new()).unwrap();
+    c.alter_partition("t", 0, 1, 0, 0, &[1]).unwrap();
+    c.heartbeat(2, 9_000).unwrap();
+    c.tick(10_000);
+    assert_eq!(c.leader_of("t", 0), Some(2));
+}
+
+#[test]
+fn controlled_shutdown_moves_leadership_first() {
+    let mut c = cluster(&[1, 2, 3], false);
+    c.create_topic("t", Uuid::from_u128(1), 6, 3, BTreeMap::new(), &mut zero()).unwrap();
+    let changes = c.unregister_broker(2).unwrap();
+    assert_eq!(changes.last(), Some(&Change::BrokerUnregistered { id: 2 }));
+    let t = c.topic("t").unwrap();
+    for s in &t.partitions {
+        assert_ne!(s.leader, 2);
+        assert_ne!(s.leader, NO_LEADER);
+        assert!(!s.isr.contains(&2));
+    }
+    assert!(c.broker(2).is_none());
+    assert_eq!(c.heartbeat(2, 1), Err(ControllerError::UnknownBroker(2)));
+}
+
+#[test]
+fn alter_partition_rejects_stale_and_ineligible_requests() {
+    let mut c = cluster(&[1, 2, 3], false);
+    c.create_topic_with_assignment("t", Uuid::from_u128(1), vec![vec![1, 2, 3]], BTreeMap::new()).unwrap();
+    assert!(matches!(c.alter_partition("t", 0, 1, 0, 0, &[1, 2]), Ok(ch) if ch.len() == 1));
+    assert!(matches!(
+        c.alter_partition("t", 0, 1, 0, 0, &[1]),
+        Err(ControllerError::InvalidUpdateVersion { request: 0, current: 1 })
+    ));
+    assert!(matches!(c.alter_partition("t", 0, 1, 1, 1, &[1]), Err(ControllerError::UnknownLeaderEpoch { .. })));
+    assert!(matches!(c.alter_partition("t", 0, 2, 0, 1, &[2]), Err(ControllerError::NotLeader { .. })));
+    assert!(matches!(c.alter_partition("t", 0, 1, 0, 1, &[2]), Err(ControllerError::InvalidIsr(_))));
+    assert!(matches!(c.alter_partition("t", 0, 1, 0, 1, &[1, 1]), Err(ControllerError::InvalidIsr(_))));
+    assert!(matches!(
+        c.alter_partition("t", 0, 1, 0, 1, &[1, 4]),
+        Err(ControllerError::IneligibleReplica { replica: 4, .. })
+    ));
+    assert!(matches!(c.alter_partition("t", 1, 1, 0, 1, &[1]), Err(ControllerError::UnknownTopicOrPartition { .. })));
+    // Same set, other order: nothing changes.
+    assert_eq!(c.alter_partition("t", 0, 1, 0, 1, &[2, 1]).unwrap(), vec![]);
+    heartbeat_all_but(&mut c, &[3], 9_000);
+    c.tick(9_001);
+    assert!(matches!(
+        c.alter_partition("t", 0, 1, 0, 1, &[1, 2, 3]),
+        Err(ControllerError::IneligibleReplica { replica: 3, .. })
+    ));
+    // After a leader change the old leader's epoch is fenced.
+    heartbeat_all_but(&mut c, &[1, 3], 18_000);
+    c.tick(18_002);
+    let s = c.partition_state("t", 0).unwrap().clone();
+    assert_eq!(s.leader, 2);
+    assert!(matches!(
+        c.alter_partition("t", 0, 1, 0, 1, &[1, 2]),
+        Err(ControllerError::FencedLeaderEpoch { request: 0, current: 1 })
+    ));
+}
+
+#[test]
+fn controller_epoch_only_grows() {
+    let mut c = Controller::new(ControllerConfig::default());
+    assert_eq!(c.becomes_active(3).unwrap(), vec![Change::ControllerEpoch { epoch: 3 }]);
+    assert!(matches!(c.becomes_active(3), Err(ControllerError::StaleControllerEpoch { request: 3, current: 3 })));
+    assert!(c.becomes_active(2).is_err());
+    c.becomes_active(4).unwrap();
+    assert_eq!(c.controller_epoch(), 4);
+}
+
+#[test]
+fn create_partitions_continues_the_assignment() {
+    let mut c = cluster(&[1, 2, 3], false);
+    c.create_topic("t", Uuid::from_u128(1), 2, 2, BTreeMap::new(), &mut zero()).unwrap();
+    let changes = c.create_partitions("t", 5, &mut zero()).unwrap();
+    assert!(
+        matches!(&changes[0], Change::PartitionsCreated { first_new_partition: 2, assignment, .. } if assignment.len() == 5)
+    );
+    assert_eq!(changes.len(), 1 + 3);
+    let t = c.topic("t").unwrap();
+    assert_eq!(t.partitions.len(), 5);
+    // Kafka's placement with start index 0 and shift 0 over brokers 1, 2, 3.
+    assert_eq!(t.assignment, vec![vec![1, 2], vec![2, 3], vec![3, 1], vec![1, 3], vec![2, 1]]);
+    assert!(matches!(c.create_partitions("t", 5, &mut zero()), Err(ControllerError::InvalidPartitions(5))));
+    assert!(matches!(c.create_partitions("nope", 5, &mut zero()), Err(ControllerError::UnknownTopic(_))));
+    let ch = c.delete_topic("t").unwrap();
+    assert!(matches!(&ch[..], [Change::TopicDeleted { partition_count: 5, .. }]));
+    assert!(c.topic("t").is_none() && c.partition_state("t", 0).is_none());
+}
