@@ -86,6 +86,9 @@ struct ServeArgs {
     /// Write appends through io_uring (coalesced writev) rather than pwrite [default: true]
     #[arg(long)]
     append_io_uring: Option<bool>,
+    /// Cluster metadata store: `local` (in the data dir) or zookeeper://HOST:PORT[,HOST:PORT...]/CHROOT [default: local]
+    #[arg(long)]
+    metadata: Option<String>,
     /// Serve Prometheus metrics at http://HOST:PORT/metrics [default: off]
     #[arg(long)]
     metrics_listen: Option<String>,
@@ -131,6 +134,9 @@ fn load_config(args: ServeArgs) -> Result<BrokerConfig, String> {
     }
     if let Some(v) = args.offsets_retention_minutes {
         config.offsets_retention_minutes = v;
+    }
+    if let Some(v) = args.metadata {
+        config.metadata = v;
     }
     if let Some(v) = args.append_io_uring {
         config.append_io_uring = v;

@@ -51,6 +51,9 @@ pub struct BrokerConfig {
     /// Write appends through a per-shard io_uring ring (coalesced writev); false writes
     /// them in place with pwrite (kept for comparison and for kernels without io_uring).
     pub append_io_uring: bool,
+    /// Where cluster metadata lives: `local` (embedded in the data dir) or
+    /// `zookeeper://HOST:PORT[,HOST:PORT...]/CHROOT`.
+    pub metadata: String,
     /// Where to serve Prometheus metrics (`/metrics`); None: not served.
     pub metrics_listen: Option<String>,
 }
@@ -72,6 +75,7 @@ impl Default for BrokerConfig {
             offsets_retention_minutes: 7 * 24 * 60,
             fetch_zero_copy_bytes_min: 16 * 1024,
             append_io_uring: true,
+            metadata: "local".to_string(),
             metrics_listen: None,
         }
     }

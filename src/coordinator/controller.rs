@@ -595,6 +595,15 @@ impl Controller {
         Ok(self.insert_topic(name, topic_id, assignment, configs))
     }
 
+    /// Replace a topic's config overrides (AlterConfigs); the caller writes
+    /// `/config/topics/<t>`. `unclean.leader.election.enable` takes effect at the next
+    /// election.
+    pub fn set_topic_configs(&mut self, name: &str, configs: BTreeMap<String, String>) -> Result<(), ControllerError> {
+        let t = self.topics.get_mut(name).ok_or_else(|| ControllerError::UnknownTopic(name.to_string()))?;
+        t.configs = configs;
+        Ok(())
+    }
+
     pub fn delete_topic(&mut self, name: &str) -> Result<Vec<Change>, ControllerError> {
         let t = self.topics.remove(name).ok_or_else(|| ControllerError::UnknownTopic(name.to_string()))?;
         Ok(vec![Change::TopicDeleted {

@@ -47,15 +47,15 @@ pub fn now_ms() -> i64 {
 /// Start the broker and block until it has shut down.
 pub fn run(config: BrokerConfig) -> anyhow::Result<()> {
     std::fs::create_dir_all(&config.data_dir)?;
-    let registry = Arc::new(RwLock::new(Registry::open(&config.data_dir)?));
-    ensure_offsets_topic(&registry)?;
-    let cluster_id = cluster_id(&config.data_dir)?;
     let cores: Vec<usize> = match core_affinity::get_core_ids() {
         Some(ids) if !ids.is_empty() => ids.into_iter().map(|c| c.id).collect(),
         _ => (0..std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1)).collect(),
     };
     let nr_shards = config.cores.unwrap_or(cores.len()).max(1);
     check_listen_address(&config.listen)?;
+    let registry = Arc::new(RwLock::new(open_registry(&config, nr_shards)?));
+    ensure_offsets_topic(&registry)?;
+    let cluster_id = cluster_id(&config.data_dir)?;
 
     let shutdown = Arc::new(AtomicBool::new(false));
     install_signal_handlers(shutdown.clone())?;
@@ -96,8 +96,38 @@ pub fn run(config: BrokerConfig) -> anyhow::Result<()> {
     for h in handles {
         h.join().map_err(|e| anyhow::anyhow!("shard thread: {e:?}"))?;
     }
+    registry.write().unwrap_or_else(|p| p.into_inner()).close();
     tracing::info!("spate stopped cleanly");
     Ok(())
+}
+
+/// ZooKeeper session timeout for `--metadata zookeeper://...` (Kafka's
+/// zookeeper.session.timeout.ms default).
+const zookeeper_session_timeout_ms: u64 = 18_000;
+
+/// The metadata store the `--metadata` flag names, and this broker registered in it.
+fn open_registry(config: &BrokerConfig, nr_shards: usize) -> anyhow::Result<Registry> {
+    use crate::coordinator::controller::Endpoint;
+    use crate::coordinator::registry::LocalBroker;
+    use crate::coordinator::store::{LocalStore, MetaStore};
+    let store: Box<dyn MetaStore> = if config.metadata == "local" {
+        Box::new(LocalStore::open(&config.data_dir)?)
+    } else if config.metadata.starts_with("zookeeper://") {
+        Box::new(crate::coordinator::zookeeper::ZkStore::connect(&config.metadata, zookeeper_session_timeout_ms)?)
+    } else {
+        anyhow::bail!(
+            "--metadata must be `local` or zookeeper://HOST:PORT[,HOST:PORT...]/CHROOT, got {:?}",
+            config.metadata
+        );
+    };
+    let (host, port) = crate::config::split_host_port(config.advertised()).expect("validated at startup");
+    let broker = LocalBroker {
+        id: config.node_id,
+        endpoint: Endpoint::new(host, port as u16),
+        rack: None,
+        shards: nr_shards as u32,
+    };
+    Ok(Registry::open(store, broker, now_ms() as u64)?)
 }
 
 /// `__consumer_offsets` exists from the start, as Kafka's internal topics do. Kafka
@@ -248,6 +278,13 @@ async fn run_shard(
                     last_retention = std::time::Instant::now();
                 }
                 ctx.shard.borrow_mut().tick(now_ms(), retention);
+                if ctx.id.0 == 0 {
+                    // The controller's heartbeat and fencing tick (a store write only when
+                    // something changed).
+                    if let Err(e) = ctx.registry.write().expect("registry lock").tick(now_ms() as u64) {
+                        tracing::warn!(error = %e, "metadata tick failed");
+                    }
+                }
                 let status = ctx.shard.borrow().status();
                 if let Ok(mut s) = ctx.metrics.shard(ctx.id).status.lock() {
                     *s = status;

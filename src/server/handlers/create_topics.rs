@@ -34,9 +34,8 @@ pub fn create_topic(
             RegistryError::TopicExists(_) => error_code::TOPIC_ALREADY_EXISTS,
             RegistryError::InvalidName(..) => error_code::INVALID_TOPIC_EXCEPTION,
             RegistryError::InvalidPartitions(_) => error_code::INVALID_PARTITIONS,
-            RegistryError::UnknownTopic(_) | RegistryError::Io(_) | RegistryError::Corrupt(_) => {
-                error_code::UNKNOWN_SERVER_ERROR
-            }
+            RegistryError::InvalidReplicationFactor(_) => error_code::INVALID_REPLICATION_FACTOR,
+            _ => error_code::UNKNOWN_SERVER_ERROR,
         };
         (code, e.to_string())
     })

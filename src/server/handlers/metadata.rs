@@ -101,18 +101,32 @@ pub async fn handle(ctx: &ShardContext, frame: &RequestFrame) -> Result<Bytes, P
             }
             match meta {
                 Err(code) => t.with_error_code(code),
-                Ok(meta) => t.with_topic_id(if version >= 10 { meta.id } else { uuid::Uuid::nil() }).with_partitions(
-                    (0..meta.partitions)
-                        .map(|p| {
-                            MetadataResponsePartition::default()
-                                .with_partition_index(p)
-                                .with_leader_id(node)
-                                .with_leader_epoch(if version >= 7 { 0 } else { -1 })
-                                .with_replica_nodes(vec![node])
-                                .with_isr_nodes(vec![node])
-                        })
-                        .collect(),
-                ),
+                Ok(meta) => {
+                    let reg = ctx.registry.read().expect("registry lock");
+                    let topic_name = name_of(&t);
+                    t.with_topic_id(if version >= 10 { meta.id } else { uuid::Uuid::nil() }).with_partitions(
+                        (0..meta.partitions)
+                            .map(|p| {
+                                let r = MetadataResponsePartition::default().with_partition_index(p);
+                                match reg.partition(&topic_name, p) {
+                                    Some((replicas, state)) => r
+                                        .with_error_code(if state.leader < 0 {
+                                            error_code::LEADER_NOT_AVAILABLE
+                                        } else {
+                                            error_code::NONE
+                                        })
+                                        .with_leader_id(BrokerId(state.leader))
+                                        .with_leader_epoch(if version >= 7 { state.leader_epoch } else { -1 })
+                                        .with_replica_nodes(replicas.iter().map(|b| BrokerId(*b)).collect())
+                                        .with_isr_nodes(state.isr.iter().map(|b| BrokerId(*b)).collect()),
+                                    None => {
+                                        r.with_error_code(error_code::LEADER_NOT_AVAILABLE).with_leader_id(BrokerId(-1))
+                                    }
+                                }
+                            })
+                            .collect(),
+                    )
+                }
             }
         })
         .collect();
@@ -128,3 +142,7 @@ pub async fn handle(ctx: &ShardContext, frame: &RequestFrame) -> Result<Bytes, P
 /// IDEMPOTENT_WRITE 12). Clients decode every set bit, so no unknown bit may be set.
 const TOPIC_OPERATIONS: i32 = (1 << 3) | (1 << 4) | (1 << 5) | (1 << 6) | (1 << 7) | (1 << 8) | (1 << 10) | (1 << 11);
 const CLUSTER_OPERATIONS: i32 = (1 << 5) | (1 << 7) | (1 << 8) | (1 << 9) | (1 << 10) | (1 << 11) | (1 << 12);
+
+fn name_of(t: &MetadataResponseTopic) -> String {
+    t.name.as_ref().map(|n| n.0.to_string()).unwrap_or_default()
+}
