@@ -103,6 +103,15 @@ pub fn validate_topic_name(name: &str) -> Result<(), RegistryError> {
     Ok(())
 }
 
+/// splitmix64: replica placement only needs a spread, not secrecy.
+fn splitmix64(state: &mut u64) -> u64 {
+    *state = state.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    let mut z = *state;
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}
+
 fn corrupt(path: &str, error: impl std::fmt::Display) -> RegistryError {
     RegistryError::Corrupt { path: path.to_string(), error: error.to_string() }
 }
@@ -294,21 +303,13 @@ impl Registry {
             return Err(RegistryError::InvalidPartitions(partitions));
         }
         let mut seed = self.placement_seed;
-        let mut rng = || {
-            // splitmix64: placement only needs a spread, not secrecy.
-            seed = seed.wrapping_add(0x9e37_79b9_7f4a_7c15);
-            let mut z = seed;
-            z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-            z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-            z ^ (z >> 31)
-        };
         let changes = self.controller.create_topic(
             name,
             uuid::Uuid::new_v4(),
             partitions,
             1,
             configs.overrides.clone(),
-            &mut rng,
+            &mut || splitmix64(&mut seed),
         )?;
         self.placement_seed = seed;
         if let Err(e) = self.persist(&changes) {
@@ -318,6 +319,16 @@ impl Registry {
             let _ = self.store.delete_all(&paths::topic_config(name));
             return Err(e);
         }
+        self.refresh_cache();
+        Ok(self.topics[name].clone())
+    }
+
+    /// CreatePartitions: grow a topic to `new_total` partitions (never shrink).
+    pub fn create_partitions(&mut self, name: &str, new_total: i32) -> Result<TopicMeta, RegistryError> {
+        let mut seed = self.placement_seed;
+        let changes = self.controller.create_partitions(name, new_total, &mut || splitmix64(&mut seed))?;
+        self.placement_seed = seed;
+        self.persist(&changes)?;
         self.refresh_cache();
         Ok(self.topics[name].clone())
     }

@@ -39,6 +39,7 @@ pub const SUPPORTED_APIS: &[(ApiKey, i16, i16)] = &[
     (ApiKey::OffsetDelete, 0, 0),
     (ApiKey::AlterConfigs, 0, 2),
     (ApiKey::IncrementalAlterConfigs, 0, 1),
+    (ApiKey::CreatePartitions, 0, 3),
 ];
 
 pub fn supported_range(key: ApiKey) -> Option<(i16, i16)> {

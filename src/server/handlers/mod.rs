@@ -4,6 +4,7 @@
 
 mod alter_configs;
 mod api_versions;
+mod create_partitions;
 mod create_topics;
 mod delete_groups;
 mod delete_topics;
@@ -64,6 +65,7 @@ pub async fn handle(ctx: &ShardContext, frame: RequestFrame) -> Result<Option<Re
         ApiKey::DescribeConfigs => describe_configs::handle(ctx, &frame).map(Some),
         ApiKey::AlterConfigs => alter_configs::handle_alter(ctx, &frame).await.map(Some),
         ApiKey::IncrementalAlterConfigs => alter_configs::handle_incremental(ctx, &frame).await.map(Some),
+        ApiKey::CreatePartitions => create_partitions::handle(ctx, &frame).map(Some),
         ApiKey::FindCoordinator => find_coordinator::handle(ctx, &frame).map(Some),
         ApiKey::JoinGroup => join_group::handle(ctx, &frame).await.map(Some),
         ApiKey::SyncGroup => sync_group::handle(ctx, &frame).await.map(Some),
