@@ -105,7 +105,7 @@ pub fn run(args: ProduceArgs) -> Result<(), Error> {
         };
         let partition = match (args.partition, &key) {
             (Some(p), _) => p,
-            (None, Some(k)) => (crc32c::crc32c(k) % nr_partitions as u32) as i32,
+            (None, Some(k)) => spate::client::partitioner::partition_for_key(k, nr_partitions),
             (None, None) => round_robin,
         };
         let size = key.as_ref().map_or(0, |k| k.len()) + value.len();

@@ -8,6 +8,7 @@
 mod conn;
 mod data;
 mod group;
+pub mod partitioner;
 
 use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
