@@ -155,6 +155,31 @@ fn produce_then_consume() {
     let recs: Vec<serde_json::Value> = out.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
     assert_eq!(recs.len(), 2);
     assert_eq!((recs[0]["offset"].as_i64(), recs[0]["value"].as_str()), (Some(98), Some("value 98")));
+
+    // Keyed records go where Kafka's default partitioner (murmur2) puts them:
+    // murmur2("abc") = 479470107 -> partition 479470107 % 5 = 2; murmur2("foobar") =
+    // -790332482 -> (that & 0x7fffffff) % 5 = 1357151166 % 5 = 1.
+    ok(&b, &["topic", "create", "keyed", "--partitions", "5"], None);
+    ok(&b, &["produce", "keyed", "--key-separator", ":"], Some("abc:1\nfoobar:2\n"));
+    for (partition, key) in [("2", "abc"), ("1", "foobar")] {
+        let out = ok(
+            &b,
+            &[
+                "consume",
+                "keyed",
+                "--partition",
+                partition,
+                "--offset",
+                "0",
+                "--max-messages",
+                "1",
+                "--format",
+                "%k\\n",
+            ],
+            None,
+        );
+        assert_eq!(out.trim(), key, "partition {partition}");
+    }
 }
 
 #[test]
