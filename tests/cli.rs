@@ -33,26 +33,38 @@ fn free_port() -> u16 {
 }
 
 fn start_broker() -> Broker {
-    let dir = tempfile::tempdir().unwrap();
-    let (port, metrics_port) = (free_port(), free_port());
-    let bootstrap = format!("127.0.0.1:{port}");
-    let metrics = format!("127.0.0.1:{metrics_port}");
-    let child = Command::new(spate)
-        .args(["serve", "--cores", "1", "--group-initial-rebalance-delay-ms", "0", "--listen", &bootstrap])
-        .args(["--metrics-listen", &metrics, "--data-dir"])
-        .arg(dir.path())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let broker = Broker { child, bootstrap, metrics, _dir: dir };
-    let started = Instant::now();
-    while TcpStream::connect(&broker.bootstrap).is_err() {
-        assert!(started.elapsed() < Duration::from_millis(broker_start_ms_max), "broker did not start");
-        std::thread::sleep(Duration::from_millis(50));
+    // Ports from free_port() can be taken by another test's broker before ours binds
+    // them (tests run in parallel); a broker that finds its port taken exits at once, so
+    // a start is good only if the port answers and our process is still alive after.
+    for _attempt in 0..broker_start_attempts_max {
+        let dir = tempfile::tempdir().unwrap();
+        let (port, metrics_port) = (free_port(), free_port());
+        let bootstrap = format!("127.0.0.1:{port}");
+        let metrics = format!("127.0.0.1:{metrics_port}");
+        let child = Command::new(spate)
+            .args(["serve", "--cores", "1", "--group-initial-rebalance-delay-ms", "0", "--listen", &bootstrap])
+            .args(["--metrics-listen", &metrics, "--data-dir"])
+            .arg(dir.path())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let mut broker = Broker { child, bootstrap, metrics, _dir: dir };
+        let started = Instant::now();
+        while TcpStream::connect(&broker.bootstrap).is_err() && broker.child.try_wait().unwrap().is_none() {
+            assert!(started.elapsed() < Duration::from_millis(broker_start_ms_max), "broker did not start");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        std::thread::sleep(Duration::from_millis(200));
+        if broker.child.try_wait().unwrap().is_none() && TcpStream::connect(&broker.bootstrap).is_ok() {
+            return broker;
+        }
     }
-    broker
+    panic!("broker did not start in {broker_start_attempts_max} attempts");
 }
+
+/// Starts retried when another test took our port first.
+const broker_start_attempts_max: usize = 5;
 
 fn run(b: &Broker, args: &[&str], stdin: Option<&str>) -> Output {
     let mut cmd = Command::new(spate);
