@@ -105,7 +105,13 @@ class Broker:
                     f"broker {self.name} exited with {self.proc.returncode} before it was ready;"
                     f" log:\n{self.log_tail()}")
             if port_open(self.host, self.port):
-                return
+                # The port may be someone else's (free ports can be taken between our
+                # choice and the bind): ready only if our process still runs after a
+                # moment, since a broker that finds its port taken exits at once.
+                time.sleep(0.2)
+                if self.proc.poll() is None:
+                    return
+                continue
             time.sleep(0.05)
         raise TimeoutError(f"broker {self.name} (pid {self.proc.pid}) did not accept connections"
                            f" on {self.bootstrap} within {timeout}s; log:\n{self.log_tail()}\n"
