@@ -76,6 +76,13 @@ impl ShardContext {
         }
     }
 
+    /// Run a metadata write on glommio's blocking pool: it waits on the metadata store
+    /// (an fsync, or a ZooKeeper round trip), which must not block this core.
+    pub async fn registry_write<R: Send + 'static>(&self, f: impl FnOnce(&mut Registry) -> R + Send + 'static) -> R {
+        let registry = self.registry.clone();
+        glommio::executor().spawn_blocking(move || f(&mut registry.write().unwrap_or_else(|p| p.into_inner()))).await
+    }
+
     /// Run `op` on the partition's owner: here, or across the mesh.
     pub async fn call(&self, op: PartitionOp) -> Result<PartitionReply, PartitionError> {
         let owner = owner_shard(op.tp(), self.nr_shards);

@@ -281,7 +281,8 @@ async fn run_shard(
                 if ctx.id.0 == 0 {
                     // The controller's heartbeat and fencing tick (a store write only when
                     // something changed).
-                    if let Err(e) = ctx.registry.write().expect("registry lock").tick(now_ms() as u64) {
+                    let now = now_ms() as u64;
+                    if let Err(e) = ctx.registry_write(move |r| r.tick(now)).await {
                         tracing::warn!(error = %e, "metadata tick failed");
                     }
                 }

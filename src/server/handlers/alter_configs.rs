@@ -81,7 +81,8 @@ async fn alter_topic(
     if validate_only {
         return (error_code::NONE, None);
     }
-    let meta = match ctx.registry.write().expect("registry lock").set_configs(name, configs) {
+    let topic = name.to_string();
+    let meta = match ctx.registry_write(move |reg| reg.set_configs(&topic, configs)).await {
         Ok(m) => m,
         Err(e) => return (error_code::UNKNOWN_SERVER_ERROR, Some(e.to_string())),
     };

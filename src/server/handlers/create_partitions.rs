@@ -6,51 +6,25 @@ use kafka_protocol::messages::create_partitions_response::CreatePartitionsTopicR
 use kafka_protocol::messages::{ApiKey, CreatePartitionsRequest, CreatePartitionsResponse};
 
 use crate::coordinator::controller::ControllerError;
-use crate::coordinator::registry::RegistryError;
+use crate::coordinator::registry::{Registry, RegistryError};
 use crate::protocol::{decode_body, error_code, ProtocolError, RequestFrame};
 
 use super::super::context::ShardContext;
 use super::{respond, str_bytes};
 
-pub fn handle(ctx: &ShardContext, frame: &RequestFrame) -> Result<Bytes, ProtocolError> {
+pub async fn handle(ctx: &ShardContext, frame: &RequestFrame) -> Result<Bytes, ProtocolError> {
     let req: CreatePartitionsRequest = decode_body(frame)?;
     let mut results = Vec::with_capacity(req.topics.len());
     for t in &req.topics {
         let name = t.name.as_str();
-        let outcome: Result<(), (i16, String)> = (|| {
-            if t.assignments.as_ref().is_some_and(|a| !a.is_empty()) {
-                return Err((error_code::INVALID_REQUEST, "manual replica assignment is not supported yet".into()));
-            }
-            if name == crate::group::OFFSETS_TOPIC {
-                return Err((error_code::INVALID_REQUEST, "the partition count of an internal topic is fixed".into()));
-            }
-            let mut reg = ctx.registry.write().expect("registry lock");
-            let current = reg.get(name).map(|m| m.partitions);
-            match current {
-                None => return Err((error_code::UNKNOWN_TOPIC_OR_PARTITION, format!("topic {name:?} does not exist"))),
-                Some(c) if t.count <= c => {
-                    return Err((
-                        error_code::INVALID_PARTITIONS,
-                        format!("topic {name:?} has {c} partitions; {} is not more", t.count),
-                    ))
-                }
-                Some(_) => {}
-            }
-            if req.validate_only {
-                return Ok(());
-            }
-            reg.create_partitions(name, t.count).map(|_| ()).map_err(|e| {
-                let code = match &e {
-                    RegistryError::InvalidPartitions(_)
-                    | RegistryError::Controller(ControllerError::InvalidPartitions(_)) => {
-                        error_code::INVALID_PARTITIONS
-                    }
-                    RegistryError::UnknownTopic(_) => error_code::UNKNOWN_TOPIC_OR_PARTITION,
-                    _ => error_code::UNKNOWN_SERVER_ERROR,
-                };
-                (code, e.to_string())
-            })
-        })();
+        let outcome: Result<(), (i16, String)> = if t.assignments.as_ref().is_some_and(|a| !a.is_empty()) {
+            Err((error_code::INVALID_REQUEST, "manual replica assignment is not supported yet".into()))
+        } else if name == crate::group::OFFSETS_TOPIC {
+            Err((error_code::INVALID_REQUEST, "the partition count of an internal topic is fixed".into()))
+        } else {
+            let (topic, count, validate_only) = (name.to_string(), t.count, req.validate_only);
+            ctx.registry_write(move |reg| grow(reg, &topic, count, validate_only)).await
+        };
         let r = CreatePartitionsTopicResult::default().with_name(t.name.clone());
         results.push(match outcome {
             Ok(()) => {
@@ -63,4 +37,31 @@ pub fn handle(ctx: &ShardContext, frame: &RequestFrame) -> Result<Bytes, Protoco
         });
     }
     respond(ApiKey::CreatePartitions, frame, &CreatePartitionsResponse::default().with_results(results))
+}
+
+/// Check and apply one topic's new partition count (on the blocking pool).
+fn grow(reg: &mut Registry, name: &str, count: i32, validate_only: bool) -> Result<(), (i16, String)> {
+    match reg.get(name).map(|m| m.partitions) {
+        None => return Err((error_code::UNKNOWN_TOPIC_OR_PARTITION, format!("topic {name:?} does not exist"))),
+        Some(c) if count <= c => {
+            return Err((
+                error_code::INVALID_PARTITIONS,
+                format!("topic {name:?} has {c} partitions; {count} is not more"),
+            ))
+        }
+        Some(_) => {}
+    }
+    if validate_only {
+        return Ok(());
+    }
+    reg.create_partitions(name, count).map(|_| ()).map_err(|e| {
+        let code = match &e {
+            RegistryError::InvalidPartitions(_) | RegistryError::Controller(ControllerError::InvalidPartitions(_)) => {
+                error_code::INVALID_PARTITIONS
+            }
+            RegistryError::UnknownTopic(_) => error_code::UNKNOWN_TOPIC_OR_PARTITION,
+            _ => error_code::UNKNOWN_SERVER_ERROR,
+        };
+        (code, e.to_string())
+    })
 }

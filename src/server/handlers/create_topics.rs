@@ -13,15 +13,26 @@ use crate::protocol::{decode_body, error_code, ProtocolError, RequestFrame};
 use super::super::context::ShardContext;
 use super::{respond, str_bytes};
 
-/// Register a topic. Errors come back as (Kafka error code, message).
-pub fn create_topic(
+/// Register a topic (on the blocking pool: the metadata store may wait). Errors come
+/// back as (Kafka error code, message).
+pub async fn create_topic(
     ctx: &ShardContext,
     name: &str,
     partitions: i32,
     configs: TopicConfig,
     validate_only: bool,
 ) -> Result<TopicMeta, (i16, String)> {
-    let mut reg = ctx.registry.write().expect("registry lock");
+    let name = name.to_string();
+    ctx.registry_write(move |reg| create_in(reg, &name, partitions, configs, validate_only)).await
+}
+
+fn create_in(
+    reg: &mut crate::coordinator::registry::Registry,
+    name: &str,
+    partitions: i32,
+    configs: TopicConfig,
+    validate_only: bool,
+) -> Result<TopicMeta, (i16, String)> {
     if validate_only {
         validate_topic_name(name).map_err(|e| (error_code::INVALID_TOPIC_EXCEPTION, e.to_string()))?;
         if reg.get(name).is_some() {
@@ -47,7 +58,7 @@ pub async fn handle(ctx: &ShardContext, frame: &RequestFrame) -> Result<Bytes, P
     for t in &req.topics {
         let name = t.name.0.to_string();
         let partitions = if t.num_partitions == -1 { ctx.config.num_partitions } else { t.num_partitions };
-        let outcome = (|| {
+        let checked = (|| {
             if !t.assignments.is_empty() {
                 return Err((
                     error_code::INVALID_REQUEST,
@@ -65,8 +76,12 @@ pub async fn handle(ctx: &ShardContext, frame: &RequestFrame) -> Result<Bytes, P
                 &ctx.config.topic_defaults,
             )
             .map_err(|e| (error_code::INVALID_CONFIG, e))?;
-            create_topic(ctx, &name, partitions, configs, req.validate_only)
+            Ok(configs)
         })();
+        let outcome = match checked {
+            Ok(configs) => create_topic(ctx, &name, partitions, configs, req.validate_only).await,
+            Err(e) => Err(e),
+        };
         let mut r = CreatableTopicResult::default().with_name(t.name.clone());
         match outcome {
             Ok(meta) => {

@@ -30,7 +30,8 @@ pub async fn handle(ctx: &ShardContext, frame: &RequestFrame) -> Result<Bytes, P
             );
             continue;
         }
-        let removed = ctx.registry.write().expect("registry lock").delete(name.as_str());
+        let topic = name.to_string();
+        let removed = ctx.registry_write(move |reg| reg.delete(&topic)).await;
         let mut r = DeletableTopicResult::default().with_name(Some(name.clone()));
         match removed {
             Ok(meta) => {

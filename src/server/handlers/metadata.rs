@@ -66,7 +66,7 @@ pub async fn handle(ctx: &ShardContext, frame: &RequestFrame) -> Result<Bytes, P
                 let result = match existing {
                     Some(m) => Ok(m),
                     None if allow_create => {
-                        match create_topic(ctx, &name, ctx.config.num_partitions, TopicConfig::default(), false) {
+                        match create_topic(ctx, &name, ctx.config.num_partitions, TopicConfig::default(), false).await {
                             Ok(m) => {
                                 tracing::info!(topic = %name, partitions = m.partitions, "auto-created topic");
                                 Ok(m)
