@@ -396,7 +396,9 @@ impl Shard {
                 let p = self.partition_mut(&tp, 0)?;
                 let (offset, timestamp_ms) = match timestamp_ms {
                     -2 => (p.log.log_start_offset(), -1),
-                    -1 => (p.log.log_end_offset(), -1),
+                    // "Latest" is the high watermark: what a consumer can read (appends still
+                    // being written are not).
+                    -1 => (p.log.written_end_offset(), -1),
                     ts => p.log.offset_for_timestamp(ts)?.unwrap_or((Offset(-1), -1)),
                 };
                 Ok(PartitionReply::Offset { offset, timestamp_ms })
