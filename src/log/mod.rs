@@ -89,6 +89,7 @@ use crate::model::Offset;
 
 pub mod batch;
 pub mod index;
+pub mod leader_epoch;
 pub mod segment;
 
 use batch::BatchHeader;
