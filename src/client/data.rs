@@ -8,9 +8,7 @@ use kafka_protocol::messages::list_offsets_request::{ListOffsetsPartition, ListO
 use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
 use kafka_protocol::messages::{BrokerId, FetchRequest, ListOffsetsRequest, ProduceRequest};
 use kafka_protocol::protocol::StrBytes;
-use kafka_protocol::records::{
-    Compression, Record, RecordBatchDecoder, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
-};
+use kafka_protocol::records::{Compression, Record, RecordBatchDecoder, RecordBatchEncoder, RecordEncodeOptions};
 
 use super::{check, topic_name, Client, Error};
 
@@ -55,20 +53,15 @@ impl Client {
         let batch: Vec<Record> = records
             .iter()
             .enumerate()
-            .map(|(i, r)| Record {
-                transactional: false,
-                control: false,
-                delete_horizon: false,
-                partition_leader_epoch: -1,
-                producer_id: -1,
-                producer_epoch: -1,
-                timestamp_type: TimestampType::Creation,
-                offset: i as i64,
-                sequence: -1,
-                timestamp: r.timestamp_ms,
-                key: r.key.clone(),
-                value: r.value.clone(),
-                headers: r.headers.iter().map(|(k, v)| (StrBytes::from_string(k.clone()), v.clone())).collect(),
+            .map(|(i, r)| {
+                crate::protocol::plain_record(
+                    i as i64,
+                    -1,
+                    r.timestamp_ms,
+                    r.key.clone(),
+                    r.value.clone(),
+                    r.headers.iter().map(|(k, v)| (StrBytes::from_string(k.clone()), v.clone())).collect(),
+                )
             })
             .collect();
         let mut buf = BytesMut::new();

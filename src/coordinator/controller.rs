@@ -416,8 +416,21 @@ impl Controller {
     /// Restore a broker read from the store (after a failover): it counts as live and
     /// heartbeating at `now_ms`, and is fenced by `tick` if it does not heartbeat in time.
     pub fn restore_broker(&mut self, id: i32, endpoint: Endpoint, rack: Option<String>, shards: u32, now_ms: u64) {
+        let broker = self.new_registration(id, endpoint, rack, shards, now_ms);
+        self.brokers.insert(id, broker);
+    }
+
+    /// A live, unfenced broker with the next registration epoch.
+    fn new_registration(
+        &mut self,
+        id: i32,
+        endpoint: Endpoint,
+        rack: Option<String>,
+        shards: u32,
+        now_ms: u64,
+    ) -> BrokerInfo {
         self.registration_epoch_last += 1;
-        let broker = BrokerInfo {
+        BrokerInfo {
             id,
             endpoint,
             rack,
@@ -425,8 +438,7 @@ impl Controller {
             last_heartbeat_ms: now_ms,
             fenced: false,
             registration_epoch: self.registration_epoch_last,
-        };
-        self.brokers.insert(id, broker);
+        }
     }
 
     /// Restore a topic read from the store (after a failover). Partition states are taken
@@ -486,16 +498,7 @@ impl Controller {
                 self.fence(id, &mut changes);
             }
         }
-        self.registration_epoch_last += 1;
-        let broker = BrokerInfo {
-            id,
-            endpoint,
-            rack,
-            shards,
-            last_heartbeat_ms: now_ms,
-            fenced: false,
-            registration_epoch: self.registration_epoch_last,
-        };
+        let broker = self.new_registration(id, endpoint, rack, shards, now_ms);
         self.brokers.insert(id, broker.clone());
         changes.push(Change::BrokerRegistered { broker });
         self.elect_offline(&mut changes);

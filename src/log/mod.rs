@@ -447,7 +447,10 @@ impl PartitionLog {
 
     /// Offsets below this are in the file (every earlier deferred write finished).
     pub fn written_end_offset(&self) -> Offset {
-        Offset(self.pending_writes.iter().find(|w| !w.done).map(|w| w.start_offset).unwrap_or(self.log_end_offset().0))
+        let leo = self.log_end_offset().0;
+        let written = self.pending_writes.iter().find(|w| !w.done).map(|w| w.start_offset).unwrap_or(leo);
+        assert!(written <= leo, "written end {written} beyond the log end {leo}");
+        Offset(written)
     }
 
     /// The bytes of `seg` that are in the file.

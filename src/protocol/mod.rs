@@ -142,6 +142,33 @@ pub fn encode_response<T: Encodable>(
     Ok(buf.freeze())
 }
 
+/// A record for `RecordBatchEncoder` as a plain (non-idempotent, non-transactional)
+/// producer writes it: CreateTime, no producer id, `offset_delta` within its batch.
+pub fn plain_record(
+    offset_delta: i64,
+    partition_leader_epoch: i32,
+    timestamp_ms: i64,
+    key: Option<Bytes>,
+    value: Option<Bytes>,
+    headers: kafka_protocol::indexmap::IndexMap<kafka_protocol::protocol::StrBytes, Option<Bytes>>,
+) -> kafka_protocol::records::Record {
+    kafka_protocol::records::Record {
+        transactional: false,
+        control: false,
+        delete_horizon: false,
+        partition_leader_epoch,
+        producer_id: kafka_protocol::records::NO_PRODUCER_ID,
+        producer_epoch: kafka_protocol::records::NO_PRODUCER_EPOCH,
+        timestamp_type: kafka_protocol::records::TimestampType::Creation,
+        offset: offset_delta,
+        sequence: kafka_protocol::records::NO_SEQUENCE,
+        timestamp: timestamp_ms,
+        key,
+        value,
+        headers,
+    }
+}
+
 /// Kafka error codes Spate answers with (the `kafka-protocol` crate's `ResponseError`
 /// carries the same numbers; named here so handlers read as Kafka's docs do).
 pub mod error_code {

@@ -2,9 +2,7 @@
 //! `__consumer_offsets` partition this shard owns, and the appends of their records.
 
 use bytes::{Bytes, BytesMut};
-use kafka_protocol::records::{
-    Compression, Record, RecordBatchDecoder, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
-};
+use kafka_protocol::records::{Compression, Record, RecordBatchDecoder, RecordBatchEncoder, RecordEncodeOptions};
 
 use crate::group::records as group_records;
 use crate::group::{
@@ -141,20 +139,8 @@ fn encode_batch(recs: &[PendingRecord], now_ms: i64) -> Result<Vec<u8>, LogError
     let records: Vec<Record> = recs
         .iter()
         .enumerate()
-        .map(|(i, r)| Record {
-            transactional: false,
-            control: false,
-            delete_horizon: false,
-            partition_leader_epoch: 0,
-            producer_id: -1,
-            producer_epoch: -1,
-            timestamp_type: TimestampType::Creation,
-            offset: i as i64,
-            sequence: -1,
-            timestamp: now_ms,
-            key: Some(r.key.clone()),
-            value: r.value.clone(),
-            headers: Default::default(),
+        .map(|(i, r)| {
+            crate::protocol::plain_record(i as i64, 0, now_ms, Some(r.key.clone()), r.value.clone(), Default::default())
         })
         .collect();
     let mut buf = BytesMut::new();
