@@ -92,6 +92,21 @@ struct ServeArgs {
     /// Serve Prometheus metrics at http://HOST:PORT/metrics [default: off]
     #[arg(long)]
     metrics_listen: Option<String>,
+    /// Join the cluster whose embedded coordinator runs in the broker at HOST:PORT [default: run one here]
+    #[arg(long)]
+    coordinator: Option<String>,
+    /// broker.rack [default: none]
+    #[arg(long)]
+    rack: Option<String>,
+    /// broker.session.timeout.ms: brokers silent this long are fenced [default: 9000]
+    #[arg(long)]
+    broker_session_timeout_ms: Option<u64>,
+    /// broker.heartbeat.interval.ms [default: 1000]
+    #[arg(long)]
+    broker_heartbeat_interval_ms: Option<u64>,
+    /// zookeeper.session.timeout.ms [default: 18000]
+    #[arg(long)]
+    zookeeper_session_timeout_ms: Option<u64>,
 }
 
 fn load_config(args: ServeArgs) -> Result<BrokerConfig, String> {
@@ -146,6 +161,21 @@ fn load_config(args: ServeArgs) -> Result<BrokerConfig, String> {
     }
     if let Some(v) = args.metrics_listen {
         config.metrics_listen = Some(v);
+    }
+    if let Some(v) = args.coordinator {
+        config.coordinator = Some(v);
+    }
+    if let Some(v) = args.rack {
+        config.rack = Some(v);
+    }
+    if let Some(v) = args.broker_session_timeout_ms {
+        config.broker_session_timeout_ms = v;
+    }
+    if let Some(v) = args.broker_heartbeat_interval_ms {
+        config.broker_heartbeat_interval_ms = v;
+    }
+    if let Some(v) = args.zookeeper_session_timeout_ms {
+        config.zookeeper_session_timeout_ms = v;
     }
     if let Some(v) = args.fsync {
         config.fsync = v;

@@ -15,13 +15,18 @@ Environment knobs:
 """
 
 import os
+import shutil
+import subprocess
 import sys
+import time
 
 import pytest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from helpers.broker import Broker, REPO_ROOT  # noqa: E402
+from helpers.broker import Broker, REPO_ROOT, free_port, port_open  # noqa: E402
+
+ZK_JAR = "/usr/share/java/zookeeper.jar"
 
 # Per-test wall-clock limit; overridable with `--timeout` on the command line.
 DEFAULT_TEST_TIMEOUT = 180
@@ -89,3 +94,28 @@ def broker(request, broker_factory):
 @pytest.fixture(scope="session")
 def repo_root():
     return REPO_ROOT
+
+
+@pytest.fixture
+def zookeeper(tmp_path):
+    """A real Apache ZooKeeper (Debian's package) on a free port; yields "host:port"."""
+    if not os.path.exists(ZK_JAR) or not shutil.which("java"):
+        pytest.fail("ZooKeeper is not installed: run scripts/install-deps (Debian package zookeeper)")
+    port = free_port()
+    data = tmp_path / "zk"
+    data.mkdir()
+    cfg = tmp_path / "zoo.cfg"
+    cfg.write_text(f"tickTime=500\ndataDir={data}\nclientPort={port}\nclientPortAddress=127.0.0.1\n"
+                   "admin.enableServer=false\nmaxClientCnxns=0\nmaxSessionTimeout=60000\n")
+    log = open(tmp_path / "zk.log", "wb")
+    proc = subprocess.Popen(["java", "-cp", f"/etc/zookeeper/conf:{ZK_JAR}",
+                             "org.apache.zookeeper.server.ZooKeeperServerMain", str(cfg)],
+                            stdout=log, stderr=log, start_new_session=True)
+    deadline = time.monotonic() + 30
+    while not port_open("127.0.0.1", port):
+        assert proc.poll() is None, (tmp_path / "zk.log").read_text()
+        assert time.monotonic() < deadline, "ZooKeeper did not start"
+        time.sleep(0.1)
+    yield f"127.0.0.1:{port}"
+    proc.kill()
+    proc.wait(10)

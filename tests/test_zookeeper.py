@@ -5,42 +5,11 @@ go with its session and the next start is a new controller epoch."""
 
 import json
 import os
-import shutil
-import socket
-import subprocess
 import time
 
-import pytest
 from kazoo.client import KazooClient
 
-from helpers.broker import free_port, port_open
 from helpers.clients import cf_consume, cf_produce, create_topic, topic_metadata
-
-ZK_JAR = "/usr/share/java/zookeeper.jar"
-
-
-@pytest.fixture
-def zookeeper(tmp_path):
-    if not os.path.exists(ZK_JAR) or not shutil.which("java"):
-        pytest.fail("ZooKeeper is not installed: run scripts/install-deps (Debian package zookeeper)")
-    port = free_port()
-    data = tmp_path / "zk"
-    data.mkdir()
-    cfg = tmp_path / "zoo.cfg"
-    cfg.write_text(f"tickTime=500\ndataDir={data}\nclientPort={port}\nclientPortAddress=127.0.0.1\n"
-                   "admin.enableServer=false\nmaxClientCnxns=0\nmaxSessionTimeout=60000\n")
-    log = open(tmp_path / "zk.log", "wb")
-    proc = subprocess.Popen(["java", "-cp", f"/etc/zookeeper/conf:{ZK_JAR}",
-                             "org.apache.zookeeper.server.ZooKeeperServerMain", str(cfg)],
-                            stdout=log, stderr=log, start_new_session=True)
-    deadline = time.monotonic() + 30
-    while not port_open("127.0.0.1", port):
-        assert proc.poll() is None, (tmp_path / "zk.log").read_text()
-        assert time.monotonic() < deadline, "ZooKeeper did not start"
-        time.sleep(0.1)
-    yield f"127.0.0.1:{port}"
-    proc.kill()
-    proc.wait(10)
 
 
 def zk_client(hosts):

@@ -183,6 +183,18 @@ impl Connection {
         R::Response::decode(&mut frame, version).map_err(decode_err)
     }
 
+    /// Send a request frame encoded elsewhere (length prefix included) and return the
+    /// response frame, length prefix included, as it came. Brokers forward a client's
+    /// admin request to the active coordinator this way.
+    pub fn call_raw(&mut self, request: &[u8]) -> Result<Bytes, Error> {
+        self.stream.write_all(request).map_err(|e| self.io_error(e))?;
+        let body = self.read_frame()?;
+        let mut frame = BytesMut::with_capacity(4 + body.len());
+        frame.put_i32(body.len() as i32);
+        frame.extend_from_slice(&body);
+        Ok(frame.freeze())
+    }
+
     fn read_frame(&mut self) -> Result<Bytes, Error> {
         let mut len_buf = [0u8; 4];
         self.stream.read_exact(&mut len_buf).map_err(|e| self.io_error(e))?;

@@ -56,6 +56,19 @@ pub struct BrokerConfig {
     pub metadata: String,
     /// Where to serve Prometheus metrics (`/metrics`); None: not served.
     pub metrics_listen: Option<String>,
+    /// Join the cluster whose active coordinator answers at HOST:PORT (a broker started
+    /// with the embedded `local` store). None: this broker runs a coordinator itself.
+    pub coordinator: Option<String>,
+    /// broker.rack: replicas of a partition are spread over racks.
+    pub rack: Option<String>,
+    /// broker.session.timeout.ms: a broker that has not heartbeated for this long is
+    /// fenced and its leaderships move.
+    pub broker_session_timeout_ms: u64,
+    /// broker.heartbeat.interval.ms
+    pub broker_heartbeat_interval_ms: u64,
+    /// zookeeper.session.timeout.ms: with `--metadata zookeeper://`, how long after the
+    /// active coordinator dies its `/controller` node vanishes and a standby takes over.
+    pub zookeeper_session_timeout_ms: u64,
 }
 
 impl Default for BrokerConfig {
@@ -77,6 +90,11 @@ impl Default for BrokerConfig {
             append_io_uring: true,
             metadata: "local".to_string(),
             metrics_listen: None,
+            coordinator: None,
+            rack: None,
+            broker_session_timeout_ms: 9_000,
+            broker_heartbeat_interval_ms: 1_000,
+            zookeeper_session_timeout_ms: 18_000,
         }
     }
 }
@@ -102,6 +120,17 @@ impl BrokerConfig {
         }
         if self.node_id < 0 {
             return Err("node-id must be >= 0".into());
+        }
+        if let Some(c) = &self.coordinator {
+            split_host_port(c).ok_or_else(|| format!("bad coordinator address {c:?}"))?;
+            if self.metadata != "local" {
+                return Err("--coordinator joins an embedded coordinator; with --metadata zookeeper:// the \
+                            brokers find the active coordinator in ZooKeeper"
+                    .into());
+            }
+        }
+        if self.broker_heartbeat_interval_ms == 0 || self.broker_heartbeat_interval_ms >= self.broker_session_timeout_ms {
+            return Err("broker heartbeat interval must be above 0 and below the broker session timeout".into());
         }
         split_host_port(self.advertised()).ok_or_else(|| format!("bad advertise address {:?}", self.advertised()))?;
         TopicConfig::from_pairs(

@@ -49,7 +49,7 @@ impl Default for ControllerConfig {
     }
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 pub struct Endpoint {
     pub host: String,
     pub port: u16,
@@ -68,7 +68,7 @@ impl std::fmt::Display for Endpoint {
 }
 
 /// A registered broker.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct BrokerInfo {
     pub id: i32,
     pub endpoint: Endpoint,
@@ -91,7 +91,7 @@ impl BrokerInfo {
 
 /// Leadership and ISR of one partition, as the `/brokers/topics/<t>/partitions/<p>/state`
 /// document carries it (plus the partition epoch, which KRaft added).
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct PartitionState {
     /// `NO_LEADER` when offline.
     pub leader: i32,
@@ -105,7 +105,7 @@ pub struct PartitionState {
 }
 
 /// A topic's metadata.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct TopicInfo {
     pub name: String,
     pub topic_id: Uuid,
@@ -325,6 +325,14 @@ fn replica_index(first: usize, shift: usize, j: usize, n: usize) -> usize {
     (first + step) % n
 }
 
+/// The controller's state as brokers mirror it (serialized as JSON between brokers).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct ControllerSnapshot {
+    pub controller_epoch: i32,
+    pub brokers: Vec<BrokerInfo>,
+    pub topics: Vec<TopicInfo>,
+}
+
 /// The controller state machine. See the module comment.
 #[derive(Debug, Clone)]
 pub struct Controller {
@@ -349,6 +357,35 @@ impl Controller {
 
     pub fn config(&self) -> &ControllerConfig {
         &self.config
+    }
+
+    /// What brokers that mirror this controller need: every broker (fenced ones too),
+    /// every topic with its assignment, configs and partition states.
+    pub fn snapshot(&self) -> ControllerSnapshot {
+        ControllerSnapshot {
+            controller_epoch: self.controller_epoch,
+            brokers: self.brokers.values().cloned().collect(),
+            topics: self.topics.values().cloned().collect(),
+        }
+    }
+
+    /// A read-only copy of the active controller, built from its snapshot (on brokers
+    /// that are not the active coordinator; they answer Metadata from it).
+    pub fn from_snapshot(config: ControllerConfig, snapshot: ControllerSnapshot) -> Self {
+        let registration_epoch_last = snapshot.brokers.iter().map(|b| b.registration_epoch).max().unwrap_or(0);
+        Self {
+            config,
+            controller_epoch: snapshot.controller_epoch,
+            brokers: snapshot.brokers.into_iter().map(|b| (b.id, b)).collect(),
+            topics: snapshot.topics.into_iter().map(|t| (t.name.clone(), t)).collect(),
+            registration_epoch_last,
+        }
+    }
+
+    /// The registration epoch a registered broker must present in heartbeats (Kafka's
+    /// broker epoch); `None` for an unknown broker.
+    pub fn broker_epoch(&self, id: i32) -> Option<i64> {
+        self.brokers.get(&id).map(|b| b.registration_epoch)
     }
 
     // ---- Read API (answers Metadata) ----

@@ -43,6 +43,7 @@ pub mod paths {
     pub const CONTROLLER_EPOCH: &str = "/controller_epoch";
     pub const ADMIN: &str = "/admin";
     pub const DELETE_TOPICS: &str = "/admin/delete_topics";
+    pub const CLUSTER_ID: &str = "/cluster/id";
 
     pub fn broker(id: i32) -> String {
         format!("{BROKER_IDS}/{id}")
@@ -343,6 +344,16 @@ pub fn encode_controller(broker_id: i32, timestamp_ms: u64) -> Vec<u8> {
 pub fn decode_controller(bytes: &[u8]) -> Result<i32, LayoutError> {
     let d: ControllerDocIn = serde_json::from_slice(bytes).map_err(|e| invalid("controller", e))?;
     Ok(d.brokerid)
+}
+
+/// `/cluster/id`: `{"version":"1","id":"<cluster id>"}` (Kafka's ClusterIdZNode).
+pub fn encode_cluster_id(id: &str) -> Vec<u8> {
+    serde_json::to_vec(&serde_json::json!({"version": "1", "id": id})).expect("plain JSON")
+}
+
+pub fn decode_cluster_id(bytes: &[u8]) -> Result<String, LayoutError> {
+    let v: serde_json::Value = serde_json::from_slice(bytes).map_err(|e| invalid("cluster id", e))?;
+    v.get("id").and_then(|i| i.as_str()).map(str::to_string).ok_or_else(|| invalid("cluster id", "no id"))
 }
 
 pub fn encode_controller_epoch(epoch: i32) -> Vec<u8> {

@@ -3,10 +3,16 @@
 //! `--metadata zookeeper://...`), with the `Controller` state machine deciding
 //! placement, leaders and epochs.
 //!
-//! For now every broker is its own cluster: it is the active controller of its store
-//! (elected through the ephemeral `/controller` node, fenced by `/controller_epoch`) and
-//! the only registered broker. Joining other brokers (`--coordinator`) is the next step
-//! of the coordinator issue.
+//! Two roles:
+//! - **active**: this broker runs the active coordinator. It won the ephemeral
+//!   `/controller` node (fenced by `/controller_epoch`), owns the store, registers the
+//!   other brokers (BrokerRegistration / BrokerHeartbeat on the Kafka port) and serves
+//!   its state to them as a versioned snapshot.
+//! - **mirror**: every other broker. Its controller is a read-only copy of the active
+//!   one's, replaced by each snapshot it receives (the coordinator link long-polls for
+//!   them) and cached in the data dir, so a broker cut off from the coordinator keeps
+//!   serving with the metadata it has, across restarts too. It never writes the store;
+//!   admin requests are forwarded to the active coordinator.
 //!
 //! Read-mostly, shared by all shards behind a lock; never touched per record. Writes go
 //! to the store before they are visible here. Store calls block (a ZooKeeper round
@@ -14,11 +20,17 @@
 //! once-a-second heartbeat tick.
 
 use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 
 use crate::config::TopicConfig;
 use crate::model::limits;
 
-use super::controller::{Change, Controller, ControllerConfig, ControllerError, Endpoint, PartitionState, TopicInfo};
+use super::controller::{
+    BrokerInfo, Change, Controller, ControllerConfig, ControllerError, ControllerSnapshot, Endpoint, PartitionState,
+    TopicInfo,
+};
 use super::layout::{self, paths};
 use super::store::{CreateMode, MetaStore, StoreError};
 
@@ -40,6 +52,15 @@ pub enum RegistryError {
     Controller(ControllerError),
     #[error("metadata store: {0}")]
     Store(#[from] StoreError),
+    /// This broker is not the active coordinator (Kafka NOT_CONTROLLER); the active one
+    /// is `Some(id)` when known.
+    #[error("this broker is not the active coordinator (active: {0:?})")]
+    NotController(Option<i32>),
+    /// A heartbeat from an old incarnation of a broker (Kafka STALE_BROKER_EPOCH).
+    #[error("broker {id} heartbeated with epoch {epoch}, current is {current}")]
+    StaleBrokerEpoch { id: i32, epoch: i64, current: i64 },
+    #[error("broker {0} is not registered")]
+    UnknownBroker(i32),
     #[error("metadata document {path}: {error}")]
     Corrupt { path: String, error: String },
 }
@@ -53,6 +74,7 @@ impl From<ControllerError> for RegistryError {
             e @ ControllerError::InvalidReplicationFactor { .. } => {
                 RegistryError::InvalidReplicationFactor(e.to_string())
             }
+            ControllerError::UnknownBroker(id) => RegistryError::UnknownBroker(id),
             other => RegistryError::Controller(other),
         }
     }
@@ -75,9 +97,60 @@ pub struct LocalBroker {
     pub shards: u32,
 }
 
+/// What the active coordinator sends to the other brokers: its controller's state with a
+/// version that grows with every change (controller epoch in the high 32 bits, so a new
+/// active coordinator's versions are above its predecessor's).
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+pub struct ClusterSnapshot {
+    pub version: u64,
+    pub controller_id: i32,
+    pub cluster_id: String,
+    #[serde(default)]
+    pub incarnations: BTreeMap<i32, uuid::Uuid>,
+    pub controller: ControllerSnapshot,
+}
+
+/// How this broker holds a partition.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Hosting {
+    /// No such topic or partition.
+    Unknown,
+    /// It exists, but no replica lives on this broker.
+    Elsewhere,
+    /// A replica lives here and leads.
+    Leader,
+    /// A replica lives here and does not lead (or the partition is offline).
+    Follower,
+}
+
+enum Role {
+    Active { store: Box<dyn MetaStore>, changes: u64 },
+    /// `cache`: where the last snapshot is kept; `version`: the snapshot's version.
+    Mirror { cache: Option<PathBuf>, version: u64, controller_id: Option<i32> },
+}
+
+/// The topic brokers fetch cluster snapshots from, on the active coordinator (KRaft's
+/// name for its metadata log; here one record holding the whole snapshot, the offset
+/// being the snapshot's version). Not a real topic: never listed, never stored.
+pub const CLUSTER_METADATA_TOPIC: &str = "__cluster_metadata";
+
+/// The file in the data dir where a mirror keeps its last snapshot.
+pub const SNAPSHOT_CACHE_FILE: &str = "cluster-snapshot.json";
+
 pub struct Registry {
-    store: Box<dyn MetaStore>,
+    role: Role,
+    /// Kafka's cluster id (`/cluster/id`); empty on a mirror without a snapshot.
+    cluster_id: String,
+    /// The incarnation id each registered broker gave (a new one per process start).
+    incarnations: BTreeMap<i32, uuid::Uuid>,
+    /// Where a mirror caches its snapshot (see `set_snapshot_cache`).
+    snapshot_cache: Option<PathBuf>,
+    /// A mirror's coordinator link is registered and heartbeating.
+    link_up: bool,
     controller: Controller,
+    /// +1 on every change seen here (either role); shards compare it without the lock to
+    /// notice leadership, config and topic changes.
+    generation: Arc<AtomicU64>,
     broker: LocalBroker,
     /// Derived from the controller's topics; kept so readers get a `&TopicMeta`.
     topics: BTreeMap<String, TopicMeta>,
@@ -112,6 +185,21 @@ fn splitmix64(state: &mut u64) -> u64 {
     z ^ (z >> 31)
 }
 
+/// A new cluster id as Kafka makes them: 16 random bytes, base64url without padding.
+fn kafka_cluster_id() -> String {
+    layout::kafka_uuid_string(uuid::Uuid::new_v4())
+}
+
+/// Write `data` to `path` through a temporary file and a rename, fsynced.
+fn write_atomically(path: &Path, data: &[u8]) -> std::io::Result<()> {
+    use std::io::Write;
+    let tmp = path.with_extension("tmp");
+    let mut f = std::fs::File::create(&tmp)?;
+    f.write_all(data)?;
+    f.sync_data()?;
+    std::fs::rename(&tmp, path)
+}
+
 fn corrupt(path: &str, error: impl std::fmt::Display) -> RegistryError {
     RegistryError::Corrupt { path: path.to_string(), error: error.to_string() }
 }
@@ -127,6 +215,42 @@ impl Registry {
     /// Become the active controller of `store`, register this broker, and load every
     /// topic from the store (finishing deletions a crash interrupted).
     pub fn open(store: Box<dyn MetaStore>, broker: LocalBroker, now_ms: u64) -> Result<Self, RegistryError> {
+        Self::open_with(store, broker, now_ms, ControllerConfig::default())
+    }
+
+    pub fn open_with(
+        store: Box<dyn MetaStore>,
+        broker: LocalBroker,
+        now_ms: u64,
+        config: ControllerConfig,
+    ) -> Result<Self, RegistryError> {
+        Self::open_inner(store, broker, now_ms, config, None)
+    }
+
+    /// Failover: this standby (`self`, a mirror) becomes the active coordinator of
+    /// `store`. The brokers its last snapshot showed alive (except the coordinator that
+    /// is gone) keep their leaderships: they count as live, with their incarnations, and
+    /// are fenced as usual if they do not come back within broker.session.timeout.ms. A
+    /// broker that re-registers with the same incarnation is not fenced (Kafka's
+    /// incarnation id rule), so a coordinator failover moves no leadership.
+    pub fn take_over(&self, store: Box<dyn MetaStore>, now_ms: u64, config: ControllerConfig) -> Result<Self, RegistryError> {
+        let gone = self.active_controller_id();
+        let known: Vec<(BrokerInfo, Option<uuid::Uuid>)> = self
+            .controller
+            .live_brokers()
+            .filter(|b| Some(b.id) != gone && b.id != self.broker.id)
+            .map(|b| (b.clone(), self.incarnations.get(&b.id).copied()))
+            .collect();
+        Self::open_inner(store, self.broker.clone(), now_ms, config, Some(known))
+    }
+
+    fn open_inner(
+        store: Box<dyn MetaStore>,
+        broker: LocalBroker,
+        now_ms: u64,
+        config: ControllerConfig,
+        known: Option<Vec<(BrokerInfo, Option<uuid::Uuid>)>>,
+    ) -> Result<Self, RegistryError> {
         // Election: the ephemeral /controller node. A leftover node of this same broker
         // (a LocalStore never keeps ephemerals; a ZooKeeper session may linger after a
         // crash) is taken over; another broker's is refused for now.
@@ -160,7 +284,15 @@ impl Registry {
             None => 0,
         } + 1;
 
-        let mut controller = Controller::new(ControllerConfig::default());
+        let cluster_id = match store.get(paths::CLUSTER_ID)? {
+            Some(n) => layout::decode_cluster_id(&n.data).map_err(|e| corrupt(paths::CLUSTER_ID, e))?,
+            None => {
+                let id = kafka_cluster_id();
+                store.create_all(paths::CLUSTER_ID, &layout::encode_cluster_id(&id), CreateMode::Persistent)?;
+                id
+            }
+        };
+        let mut controller = Controller::new(config);
         let mut changes = controller.becomes_active(epoch)?;
         changes.extend(controller.register_broker(
             broker.id,
@@ -169,6 +301,15 @@ impl Registry {
             broker.shards,
             now_ms,
         )?);
+        let mut incarnations = BTreeMap::new();
+        for (b, incarnation) in known.unwrap_or_default() {
+            controller.restore_broker(b.id, b.endpoint.clone(), b.rack.clone(), b.shards, now_ms);
+            if let Some(i) = incarnation {
+                incarnations.insert(b.id, i);
+            }
+            let restored = controller.broker(b.id).expect("just restored").clone();
+            changes.push(Change::BrokerRegistered { broker: restored });
+        }
 
         for name in children_or_empty(store.as_ref(), paths::TOPICS)? {
             let topic_path = paths::topic(&name);
@@ -198,16 +339,26 @@ impl Registry {
         }
         changes.extend(controller.reconcile());
 
-        let mut registry =
-            Self { store, controller, broker, topics: BTreeMap::new(), placement_seed: now_ms ^ 0x9e37_79b9_7f4a_7c15 };
+        let mut registry = Self {
+            role: Role::Active { store, changes: 0 },
+            cluster_id,
+            incarnations,
+            snapshot_cache: None,
+            link_up: false,
+            controller,
+            generation: Arc::new(AtomicU64::new(1)),
+            broker,
+            topics: BTreeMap::new(),
+            placement_seed: now_ms ^ 0x9e37_79b9_7f4a_7c15,
+        };
         registry.persist(&changes)?;
-        for name in children_or_empty(registry.store.as_ref(), paths::DELETE_TOPICS)? {
+        for name in children_or_empty(registry.store()?, paths::DELETE_TOPICS)? {
             tracing::info!(topic = %name, "finishing an interrupted topic deletion");
             if registry.controller.topic(&name).is_some() {
                 let changes = registry.controller.delete_topic(&name)?;
                 registry.persist(&changes)?;
             }
-            registry.store.delete_all(&paths::delete_topic(&name))?;
+            registry.store()?.delete_all(&paths::delete_topic(&name))?;
         }
         registry.refresh_cache();
         tracing::info!(
@@ -219,7 +370,257 @@ impl Registry {
         Ok(registry)
     }
 
+    /// A broker that is not the active coordinator: it starts from the snapshot cached in
+    /// `cache_dir` when there is one (else knows nothing until the first snapshot).
+    pub fn mirror(broker: LocalBroker, cache_dir: Option<&Path>) -> Self {
+        let cache = cache_dir.map(|d| d.join(SNAPSHOT_CACHE_FILE));
+        let mut registry = Self {
+            role: Role::Mirror { cache: cache.clone(), version: 0, controller_id: None },
+            cluster_id: String::new(),
+            incarnations: BTreeMap::new(),
+            snapshot_cache: cache.clone(),
+            link_up: false,
+            controller: Controller::new(ControllerConfig::default()),
+            generation: Arc::new(AtomicU64::new(1)),
+            broker,
+            topics: BTreeMap::new(),
+            placement_seed: 0,
+        };
+        if let Some(path) = cache.as_ref().filter(|p| p.exists()) {
+            match std::fs::read(path).map_err(|e| e.to_string()).and_then(|b| registry.install(&b, false)) {
+                Ok(v) => tracing::info!(version = v, path = %path.display(), "cluster metadata loaded from the cached snapshot"),
+                Err(e) => tracing::warn!(path = %path.display(), error = %e, "ignoring an unreadable cached snapshot"),
+            }
+        }
+        registry
+    }
+
+    /// Takeover: this broker has just become the active coordinator (`active`, opened on
+    /// the store). Shards keep watching the same generation counter.
+    pub fn replace_with(&mut self, active: Registry) {
+        let generation = self.generation.clone();
+        let cache = self.snapshot_cache.clone();
+        *self = active;
+        self.generation = generation;
+        self.snapshot_cache = cache;
+        self.refresh_cache();
+    }
+
+    /// Kafka's cluster id; `None` on a mirror that has no snapshot yet.
+    pub fn cluster_id(&self) -> Option<&str> {
+        Some(self.cluster_id.as_str()).filter(|c| !c.is_empty())
+    }
+
+    /// The store's session ended (`/controller` is gone with it): stop acting as the
+    /// coordinator and become a mirror, keeping the metadata held until the next active
+    /// coordinator's snapshot replaces it.
+    fn step_down(&mut self) {
+        tracing::error!(
+            controller_epoch = self.controller.controller_epoch(),
+            "metadata store session lost: no longer the active coordinator"
+        );
+        let cache = self.snapshot_cache.clone();
+        self.role = Role::Mirror { cache, version: 0, controller_id: None };
+        self.generation.fetch_add(1, Ordering::AcqRel);
+    }
+
+    /// Where this broker keeps its cluster snapshot should it become a mirror.
+    pub fn set_snapshot_cache(&mut self, dir: &Path) {
+        self.snapshot_cache = Some(dir.join(SNAPSHOT_CACHE_FILE));
+    }
+
+    pub fn is_active(&self) -> bool {
+        matches!(self.role, Role::Active { .. })
+    }
+
+    pub fn local_broker_id(&self) -> i32 {
+        self.broker.id
+    }
+
+    /// The active coordinator's broker id, when known.
+    pub fn active_controller_id(&self) -> Option<i32> {
+        match &self.role {
+            Role::Active { .. } => Some(self.broker.id),
+            Role::Mirror { controller_id, .. } => *controller_id,
+        }
+    }
+
+    /// The coordinator link tells whether it is registered with the active coordinator.
+    pub fn set_link_up(&mut self, up: bool) {
+        self.link_up = up;
+    }
+
+    /// The controller id Metadata answers with: the active coordinator while this broker
+    /// is in touch with it, else this broker itself (admin requests sent here are
+    /// forwarded as soon as a coordinator is reachable; clients that wait for an
+    /// unreachable controller would otherwise wait until their request times out).
+    pub fn controller_id_for_clients(&self) -> i32 {
+        match self.active_controller_id() {
+            Some(id) if self.is_active() || self.link_up => id,
+            _ => self.broker.id,
+        }
+    }
+
+    /// Counter shards watch (see the field).
+    pub fn generation(&self) -> Arc<AtomicU64> {
+        self.generation.clone()
+    }
+
+    /// The version of the metadata: grows with every change on the active coordinator; on
+    /// a mirror, the version of the snapshot it holds (0: none yet).
+    pub fn metadata_version(&self) -> u64 {
+        match &self.role {
+            Role::Active { changes, .. } => ((self.controller.controller_epoch().max(0) as u64) << 32) | changes,
+            Role::Mirror { version, .. } => *version,
+        }
+    }
+
+    /// The active coordinator's snapshot, as JSON.
+    pub fn snapshot_json(&self) -> Result<(u64, Vec<u8>), RegistryError> {
+        self.store()?;
+        let snapshot = ClusterSnapshot {
+            version: self.metadata_version(),
+            controller_id: self.broker.id,
+            cluster_id: self.cluster_id.clone(),
+            incarnations: self.incarnations.clone(),
+            controller: self.controller.snapshot(),
+        };
+        let json = serde_json::to_vec(&snapshot).map_err(|e| corrupt("snapshot", e))?;
+        Ok((snapshot.version, json))
+    }
+
+    /// A mirror takes the active coordinator's snapshot (and caches it). Returns its
+    /// version.
+    pub fn apply_snapshot(&mut self, json: &[u8]) -> Result<u64, String> {
+        self.install(json, true)
+    }
+
+    fn install(&mut self, json: &[u8], write_cache: bool) -> Result<u64, String> {
+        let Role::Mirror { cache, .. } = &self.role else {
+            return Err("the active coordinator does not take snapshots".into());
+        };
+        let cache = cache.clone();
+        let snapshot: ClusterSnapshot = serde_json::from_slice(json).map_err(|e| format!("bad snapshot: {e}"))?;
+        if write_cache {
+            if let Some(path) = &cache {
+                if let Err(e) = write_atomically(path, json) {
+                    tracing::warn!(path = %path.display(), error = %e, "cannot cache the cluster snapshot");
+                }
+            }
+        }
+        let version = snapshot.version;
+        if snapshot.controller.controller_epoch < self.controller.controller_epoch() {
+            return Err(format!(
+                "snapshot of controller epoch {} is older than the one held ({}): a deposed coordinator",
+                snapshot.controller.controller_epoch,
+                self.controller.controller_epoch()
+            ));
+        }
+        self.cluster_id = snapshot.cluster_id;
+        self.incarnations = snapshot.incarnations;
+        self.controller = Controller::from_snapshot(ControllerConfig::default(), snapshot.controller);
+        self.role = Role::Mirror { cache, version, controller_id: Some(snapshot.controller_id) };
+        self.refresh_cache();
+        Ok(version)
+    }
+
+    fn store(&self) -> Result<&dyn MetaStore, RegistryError> {
+        match &self.role {
+            Role::Active { store, .. } => Ok(store.as_ref()),
+            Role::Mirror { controller_id, .. } => Err(RegistryError::NotController(*controller_id)),
+        }
+    }
+
+    /// Whether this registry knows the cluster: the active coordinator, or a mirror that
+    /// holds a snapshot. Data is deleted only on what a registry that knows says.
+    pub fn has_metadata(&self) -> bool {
+        self.metadata_version() > 0
+    }
+
+    /// How this broker holds a partition: `None` when the topic or partition does not
+    /// exist; `Some(false)` when it is not a replica here... see `Hosting`.
+    pub fn hosting(&self, topic: &str, partition: i32) -> Hosting {
+        match self.controller.replicas(topic, partition) {
+            None => Hosting::Unknown,
+            Some(r) if !r.contains(&self.broker.id) => Hosting::Elsewhere,
+            Some(_) if self.controller.leader_of(topic, partition) == Some(self.broker.id) => Hosting::Leader,
+            Some(_) => Hosting::Follower,
+        }
+    }
+
+    /// Controlled shutdown of another broker (BrokerHeartbeat with want_shut_down): its
+    /// leaderships move away and it leaves the cluster.
+    pub fn unregister_remote(&mut self, id: i32) -> Result<(), RegistryError> {
+        self.store()?;
+        let changes = self.controller.unregister_broker(id)?;
+        self.persist(&changes)?;
+        tracing::info!(broker = id, "broker left the cluster (controlled shutdown)");
+        Ok(())
+    }
+
+    /// Registered, unfenced brokers (what Metadata lists).
+    pub fn live_brokers(&self) -> Vec<BrokerInfo> {
+        self.controller.live_brokers().cloned().collect()
+    }
+
+    pub fn broker_info(&self, id: i32) -> Option<&BrokerInfo> {
+        self.controller.broker(id)
+    }
+
+    /// The leader of a partition, when it has one.
+    pub fn leader_of(&self, topic: &str, partition: i32) -> Option<i32> {
+        self.controller.leader_of(topic, partition)
+    }
+
+    /// BrokerRegistration from another broker (active coordinator only). Returns the
+    /// broker epoch its heartbeats must carry.
+    pub fn register_remote(
+        &mut self,
+        broker: LocalBroker,
+        incarnation: uuid::Uuid,
+        now_ms: u64,
+    ) -> Result<i64, RegistryError> {
+        self.store()?;
+        if broker.id == self.broker.id {
+            return Err(RegistryError::Controller(ControllerError::InvalidReplicaAssignment(format!(
+                "broker id {} is this coordinator's own id",
+                broker.id
+            ))));
+        }
+        let same_process = self.incarnations.get(&broker.id) == Some(&incarnation);
+        if let Some(current) = self.controller.broker(broker.id).filter(|b| same_process && !b.fenced) {
+            // The same process registering again (after a coordinator failover, or a
+            // lost connection): it keeps its registration and its leaderships.
+            if current.endpoint == broker.endpoint {
+                let epoch = current.registration_epoch;
+                let mut changes = self.controller.heartbeat(broker.id, now_ms)?;
+                changes.push(Change::BrokerRegistered { broker: self.controller.broker(broker.id).expect("known").clone() });
+                self.persist(&changes)?;
+                tracing::info!(broker = broker.id, "broker registered again (same incarnation)");
+                return Ok(epoch);
+            }
+        }
+        self.incarnations.insert(broker.id, incarnation);
+        let changes = self.controller.register_broker(broker.id, broker.endpoint, broker.rack, broker.shards, now_ms)?;
+        self.persist(&changes)?;
+        tracing::info!(broker = broker.id, "broker registered");
+        Ok(self.controller.broker_epoch(broker.id).expect("just registered"))
+    }
+
+    /// BrokerHeartbeat from another broker. Returns whether it is fenced after it.
+    pub fn heartbeat_remote(&mut self, id: i32, epoch: i64, now_ms: u64) -> Result<bool, RegistryError> {
+        self.store()?;
+        let current = self.controller.broker_epoch(id).ok_or(RegistryError::UnknownBroker(id))?;
+        if epoch != current {
+            return Err(RegistryError::StaleBrokerEpoch { id, epoch, current });
+        }
+        let changes = self.controller.heartbeat(id, now_ms)?;
+        self.persist(&changes)?;
+        Ok(self.controller.broker(id).is_some_and(|b| b.fenced))
+    }
+
     fn refresh_cache(&mut self) {
+        self.generation.fetch_add(1, Ordering::AcqRel);
         self.topics = self
             .controller
             .topics()
@@ -232,8 +633,16 @@ impl Registry {
 
     /// Write what the controller decided, in the order Kafka's controller does (a
     /// topic's config before its assignment, the assignment before partition states).
-    fn persist(&self, changes: &[Change]) -> Result<(), RegistryError> {
-        let s = self.store.as_ref();
+    fn persist(&mut self, changes: &[Change]) -> Result<(), RegistryError> {
+        if changes.is_empty() {
+            return Ok(());
+        }
+        let Role::Active { store, changes: count } = &mut self.role else {
+            return Err(RegistryError::NotController(self.active_controller_id()));
+        };
+        *count += 1;
+        self.generation.fetch_add(1, Ordering::AcqRel);
+        let s = store.as_ref();
         for c in changes {
             match c {
                 Change::ControllerEpoch { epoch } => {
@@ -252,7 +661,10 @@ impl Registry {
                     }
                     s.create_all(&path, &layout::encode_broker(&doc), CreateMode::Ephemeral)?;
                 }
-                Change::BrokerFenced { .. } | Change::BrokerUnfenced { .. } => {}
+                Change::BrokerFenced { id } => {
+                    tracing::warn!(broker = id, "broker fenced: no heartbeat within broker.session.timeout.ms")
+                }
+                Change::BrokerUnfenced { id } => tracing::info!(broker = id, "broker unfenced: heartbeating again"),
                 Change::BrokerUnregistered { id } => match s.delete(&paths::broker(*id), None) {
                     Ok(()) | Err(StoreError::NoNode(_)) => {}
                     Err(e) => return Err(e.into()),
@@ -299,6 +711,7 @@ impl Registry {
 
     pub fn create(&mut self, name: &str, partitions: i32, configs: TopicConfig) -> Result<TopicMeta, RegistryError> {
         validate_topic_name(name)?;
+        self.store()?;
         if !(1..=limits::topic_partitions_max).contains(&partitions) {
             return Err(RegistryError::InvalidPartitions(partitions));
         }
@@ -315,8 +728,10 @@ impl Registry {
         if let Err(e) = self.persist(&changes) {
             // Keep memory and store in step: undo in both.
             let _ = self.controller.delete_topic(name);
-            let _ = self.store.delete_all(&paths::topic(name));
-            let _ = self.store.delete_all(&paths::topic_config(name));
+            if let Ok(store) = self.store() {
+                let _ = store.delete_all(&paths::topic(name));
+                let _ = store.delete_all(&paths::topic_config(name));
+            }
             return Err(e);
         }
         self.refresh_cache();
@@ -325,6 +740,7 @@ impl Registry {
 
     /// CreatePartitions: grow a topic to `new_total` partitions (never shrink).
     pub fn create_partitions(&mut self, name: &str, new_total: i32) -> Result<TopicMeta, RegistryError> {
+        self.store()?;
         let mut seed = self.placement_seed;
         let changes = self.controller.create_partitions(name, new_total, &mut || splitmix64(&mut seed))?;
         self.placement_seed = seed;
@@ -337,10 +753,10 @@ impl Registry {
     /// finished at the next start.
     pub fn delete(&mut self, name: &str) -> Result<TopicMeta, RegistryError> {
         let meta = self.topics.get(name).cloned().ok_or_else(|| RegistryError::UnknownTopic(name.to_string()))?;
-        self.store.put(&paths::delete_topic(name), b"")?;
+        self.store()?.put(&paths::delete_topic(name), b"")?;
         let changes = self.controller.delete_topic(name)?;
         self.persist(&changes)?;
-        self.store.delete_all(&paths::delete_topic(name))?;
+        self.store()?.delete_all(&paths::delete_topic(name))?;
         self.refresh_cache();
         Ok(meta)
     }
@@ -350,8 +766,11 @@ impl Registry {
         if self.controller.topic(name).is_none() {
             return Err(RegistryError::UnknownTopic(name.to_string()));
         }
-        self.store.put(&paths::topic_config(name), &layout::encode_topic_config(&configs.overrides))?;
+        self.store()?.put(&paths::topic_config(name), &layout::encode_topic_config(&configs.overrides))?;
         self.controller.set_topic_configs(name, configs.overrides.clone())?;
+        if let Role::Active { changes, .. } = &mut self.role {
+            *changes += 1;
+        }
         self.refresh_cache();
         Ok(self.topics[name].clone())
     }
@@ -359,6 +778,13 @@ impl Registry {
     /// Once a second: this broker heartbeats its own registration; the controller fences
     /// brokers that stopped (none yet: a single broker) and writes what changed.
     pub fn tick(&mut self, now_ms: u64) -> Result<(), RegistryError> {
+        if !self.is_active() {
+            return Ok(());
+        }
+        if !self.store()?.session_alive() {
+            self.step_down();
+            return Ok(());
+        }
         let mut changes = self.controller.heartbeat(self.broker.id, now_ms)?;
         changes.extend(self.controller.tick(now_ms));
         self.persist(&changes)
@@ -366,6 +792,9 @@ impl Registry {
 
     /// Clean shutdown: leave the cluster (remove `/brokers/ids/<id>` and `/controller`).
     pub fn close(&mut self) {
+        if !self.is_active() {
+            return;
+        }
         match self.controller.unregister_broker(self.broker.id) {
             Ok(changes) => {
                 if let Err(e) = self.persist(&changes) {
@@ -374,7 +803,9 @@ impl Registry {
             }
             Err(e) => tracing::warn!(error = %e, "could not unregister"),
         }
-        let _ = self.store.delete(paths::CONTROLLER, None);
+        if let Ok(store) = self.store() {
+            let _ = store.delete(paths::CONTROLLER, None);
+        }
     }
 }
 

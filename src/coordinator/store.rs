@@ -63,6 +63,12 @@ pub trait MetaStore: Send + Sync {
     /// Delete a node without children.
     fn delete(&self, path: &str, expected_version: Option<i32>) -> Result<(), StoreError>;
 
+    /// False once the store's session ended and its ephemeral nodes (`/controller`
+    /// among them) are gone: a coordinator on it is no longer elected.
+    fn session_alive(&self) -> bool {
+        true
+    }
+
     /// Create the missing ancestors of `path` (empty persistent nodes), then `path`.
     fn create_all(&self, path: &str, data: &[u8], mode: CreateMode) -> Result<(), StoreError> {
         check_path(path)?;

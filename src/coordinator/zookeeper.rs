@@ -235,6 +235,10 @@ fn parent(path: &str) -> &str {
 }
 
 impl MetaStore for ZkStore {
+    fn session_alive(&self) -> bool {
+        ZkStore::session_alive(self)
+    }
+
     fn get(&self, path: &str) -> Result<Option<Node>, StoreError> {
         check_path(path)?;
         match self.run(path, self.client().get_data(path)) {

@@ -40,6 +40,9 @@ pub const SUPPORTED_APIS: &[(ApiKey, i16, i16)] = &[
     (ApiKey::AlterConfigs, 0, 2),
     (ApiKey::IncrementalAlterConfigs, 0, 1),
     (ApiKey::CreatePartitions, 0, 3),
+    // Between brokers: registration and liveness with the active coordinator.
+    (ApiKey::BrokerRegistration, 0, 4),
+    (ApiKey::BrokerHeartbeat, 0, 1),
 ];
 
 pub fn supported_range(key: ApiKey) -> Option<(i16, i16)> {
@@ -196,6 +199,9 @@ pub mod error_code {
     pub const OFFSET_METADATA_TOO_LARGE: i16 = 12;
     pub const COORDINATOR_NOT_AVAILABLE: i16 = 15;
     pub const NOT_COORDINATOR: i16 = 16;
+    pub const NOT_CONTROLLER: i16 = 41;
+    pub const STALE_BROKER_EPOCH: i16 = 77;
+    pub const BROKER_ID_NOT_REGISTERED: i16 = 102;
     pub const ILLEGAL_GENERATION: i16 = 22;
     pub const INCONSISTENT_GROUP_PROTOCOL: i16 = 23;
     pub const INVALID_GROUP_ID: i16 = 24;

@@ -101,8 +101,11 @@ impl ShardContext {
 
     /// Run a group operation on the group's coordinator shard (`shard` when the op names
     /// no group). `None` only if that shard is gone (shutting down).
+    /// `None` too when this broker does not coordinate the group (see
+    /// `group_unavailable_code`).
     pub async fn call_group(&self, op: GroupOp, shard: Option<ShardId>) -> Option<GroupReply> {
         let owner = match op.group_id() {
+            Some(g) if !self.coordinates(g) => return None,
             Some(g) => owner_shard(&group_partition(g), self.nr_shards),
             None => shard.unwrap_or(self.id),
         };
@@ -116,6 +119,25 @@ impl ShardContext {
             return None;
         }
         rx.await.ok()
+    }
+
+    /// Whether this broker coordinates `group`: it leads the group's partition of
+    /// `__consumer_offsets`.
+    pub fn coordinates(&self, group: &str) -> bool {
+        let tp = group_partition(group);
+        let reg = self.registry.read().expect("registry lock");
+        reg.leader_of(&tp.topic, tp.partition) == Some(reg.local_broker_id())
+    }
+
+    /// The error for a group request `call_group` could not serve: NOT_COORDINATOR when
+    /// another broker coordinates the group (the client asks FindCoordinator again),
+    /// else COORDINATOR_NOT_AVAILABLE.
+    pub fn group_unavailable_code(&self, group: &str) -> i16 {
+        if self.coordinates(group) {
+            crate::protocol::error_code::COORDINATOR_NOT_AVAILABLE
+        } else {
+            crate::protocol::error_code::NOT_COORDINATOR
+        }
     }
 
     /// Serve work another shard sent us.

@@ -9,7 +9,9 @@
 
 mod connection;
 mod context;
+mod forward;
 mod handlers;
+mod link;
 pub mod metrics;
 
 use std::rc::Rc;
@@ -53,12 +55,18 @@ pub fn run(config: BrokerConfig) -> anyhow::Result<()> {
     };
     let nr_shards = config.cores.unwrap_or(cores.len()).max(1);
     check_listen_address(&config.listen)?;
-    let registry = Arc::new(RwLock::new(open_registry(&config, nr_shards)?));
-    ensure_offsets_topic(&registry)?;
     let cluster_id = cluster_id(&config.data_dir)?;
-
+    let (registry, locator) = open_registry(&config, nr_shards)?;
+    let registry = Arc::new(RwLock::new(registry));
     let shutdown = Arc::new(AtomicBool::new(false));
     install_signal_handlers(shutdown.clone())?;
+    if registry.read().expect("registry lock").is_active() {
+        ensure_offsets_topic(&registry)?;
+    }
+    let link = match locator {
+        None => None,
+        Some(locator) => Some(start_link(&config, nr_shards, &registry, locator, &cluster_id, &shutdown)?),
+    };
     let metrics = Arc::new(metrics::Metrics::new(nr_shards));
     if let Some(addr) = &config.metrics_listen {
         metrics::serve(addr, metrics.clone(), registry.clone(), config.data_dir.clone(), shutdown.clone())?;
@@ -96,38 +104,117 @@ pub fn run(config: BrokerConfig) -> anyhow::Result<()> {
     for h in handles {
         h.join().map_err(|e| anyhow::anyhow!("shard thread: {e:?}"))?;
     }
+    if let Some(link) = link {
+        let _ = link.join();
+    }
     registry.write().unwrap_or_else(|p| p.into_inner()).close();
     tracing::info!("spate stopped cleanly");
     Ok(())
 }
 
-/// ZooKeeper session timeout for `--metadata zookeeper://...` (Kafka's
-/// zookeeper.session.timeout.ms default).
-const zookeeper_session_timeout_ms: u64 = 18_000;
 
-/// The metadata store the `--metadata` flag names, and this broker registered in it.
-fn open_registry(config: &BrokerConfig, nr_shards: usize) -> anyhow::Result<Registry> {
-    use crate::coordinator::controller::Endpoint;
-    use crate::coordinator::registry::LocalBroker;
-    use crate::coordinator::store::{LocalStore, MetaStore};
-    let store: Box<dyn MetaStore> = if config.metadata == "local" {
-        Box::new(LocalStore::open(&config.data_dir)?)
-    } else if config.metadata.starts_with("zookeeper://") {
-        Box::new(crate::coordinator::zookeeper::ZkStore::connect(&config.metadata, zookeeper_session_timeout_ms)?)
-    } else {
+/// This broker as it registers.
+fn local_broker(config: &BrokerConfig, nr_shards: usize) -> crate::coordinator::registry::LocalBroker {
+    let (host, port) = crate::config::split_host_port(config.advertised()).expect("validated at startup");
+    crate::coordinator::registry::LocalBroker {
+        id: config.node_id,
+        endpoint: crate::coordinator::controller::Endpoint::new(host, port as u16),
+        rack: config.rack.clone(),
+        shards: nr_shards as u32,
+    }
+}
+
+fn controller_config(config: &BrokerConfig) -> crate::coordinator::controller::ControllerConfig {
+    crate::coordinator::controller::ControllerConfig {
+        broker_session_timeout_ms: config.broker_session_timeout_ms,
+        ..Default::default()
+    }
+}
+
+/// Open the registry the flags ask for: the active coordinator on the embedded store
+/// (`local`, no `--coordinator`), a mirror of the coordinator named by `--coordinator`,
+/// or, with ZooKeeper, the active coordinator if this broker wins `/controller` and a
+/// standby mirror of the winner otherwise. A mirror comes with where to find the
+/// coordinator.
+fn open_registry(config: &BrokerConfig, nr_shards: usize) -> anyhow::Result<(Registry, Option<link::Locator>)> {
+    use crate::coordinator::registry::RegistryError;
+    use crate::coordinator::store::LocalStore;
+    use crate::coordinator::zookeeper::ZkStore;
+    let broker = local_broker(config, nr_shards);
+    let meta_dir = config.data_dir.join("spate-meta");
+    if let Some(addr) = &config.coordinator {
+        std::fs::create_dir_all(&meta_dir)?;
+        return Ok((Registry::mirror(broker, Some(&meta_dir)), Some(link::Locator::Fixed(addr.clone()))));
+    }
+    let now = now_ms() as u64;
+    if config.metadata == "local" {
+        let store = Box::new(LocalStore::open(&config.data_dir)?);
+        return Ok((Registry::open_with(store, broker, now, controller_config(config))?, None));
+    }
+    if !config.metadata.starts_with("zookeeper://") {
         anyhow::bail!(
             "--metadata must be `local` or zookeeper://HOST:PORT[,HOST:PORT...]/CHROOT, got {:?}",
             config.metadata
         );
-    };
-    let (host, port) = crate::config::split_host_port(config.advertised()).expect("validated at startup");
-    let broker = LocalBroker {
-        id: config.node_id,
-        endpoint: Endpoint::new(host, port as u16),
-        rack: None,
-        shards: nr_shards as u32,
-    };
-    Ok(Registry::open(store, broker, now_ms() as u64)?)
+    }
+    let store = Box::new(ZkStore::connect(&config.metadata, config.zookeeper_session_timeout_ms)?);
+    std::fs::create_dir_all(&meta_dir)?;
+    // Every broker runs a coordinator candidate: the link stands for election whenever
+    // `/controller` is free, and follows the winner otherwise.
+    let locator = Some(link::Locator::ZooKeeper {
+        url: config.metadata.clone(),
+        session_timeout_ms: config.zookeeper_session_timeout_ms,
+    });
+    match Registry::open_with(store, broker.clone(), now, controller_config(config)) {
+        Ok(mut active) => {
+            active.set_snapshot_cache(&meta_dir);
+            Ok((active, locator))
+        }
+        Err(RegistryError::ControllerTaken(id)) => {
+            tracing::info!(active = id, "another broker is the active coordinator: standing by");
+            Ok((Registry::mirror(broker, Some(&meta_dir)), locator))
+        }
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// How long a broker without cached metadata waits for the coordinator's first
+/// snapshot before it starts serving anyway (it keeps trying in the background).
+const first_snapshot_wait_ms: u64 = 15_000;
+
+/// Start the coordinator link, and wait for the first snapshot when there is none.
+fn start_link(
+    config: &BrokerConfig,
+    nr_shards: usize,
+    registry: &Arc<RwLock<Registry>>,
+    locator: link::Locator,
+    cluster_id: &str,
+    shutdown: &Arc<AtomicBool>,
+) -> anyhow::Result<std::thread::JoinHandle<()>> {
+    let handle = link::Link {
+        registry: registry.clone(),
+        broker: local_broker(config, nr_shards),
+        cluster_id: cluster_id.to_string(),
+        locator,
+        heartbeat_interval: Duration::from_millis(config.broker_heartbeat_interval_ms),
+        controller_config: controller_config(config),
+        shutdown: shutdown.clone(),
+        on_active: Box::new(|registry| {
+            if let Err(e) = ensure_offsets_topic(registry) {
+                tracing::error!(error = %e, "cannot create the offsets topic");
+            }
+        }),
+    }
+    .spawn()?;
+    let deadline = std::time::Instant::now() + Duration::from_millis(first_snapshot_wait_ms);
+    while !registry.read().expect("registry lock").has_metadata() {
+        if std::time::Instant::now() >= deadline || shutdown.load(Ordering::SeqCst) {
+            tracing::warn!("no cluster metadata yet: serving without it until the coordinator answers");
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    Ok(handle)
 }
 
 /// `__consumer_offsets` exists from the start, as Kafka's internal topics do. Kafka

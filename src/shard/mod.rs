@@ -23,7 +23,7 @@ pub use append_ring::AppendRing;
 use append_ring::StagedWrite;
 pub use groups::{group_partition, GroupOp, GroupReply, OffsetList};
 
-use crate::coordinator::registry::Registry;
+use crate::coordinator::registry::{Hosting, Registry};
 use crate::group::{GroupConfig, GroupCoordinator};
 use crate::log::{AppendInfo, FlushHandle, LogError, PartitionLog};
 use crate::model::{Offset, ShardId, TopicPartition};
@@ -50,6 +50,9 @@ pub fn parse_partition_dir(name: &str) -> Option<TopicPartition> {
 pub enum PartitionError {
     #[error("unknown topic or partition {0}")]
     UnknownTopicOrPartition(TopicPartition),
+    /// The partition exists, but this broker does not lead it.
+    #[error("this broker is not the leader of {0}")]
+    NotLeader(TopicPartition),
     #[error("{0}")]
     Log(#[from] LogError),
 }
@@ -158,6 +161,8 @@ pub enum PartitionReply {
 
 struct Partition {
     log: PartitionLog,
+    /// This broker leads the partition (from the registry; refreshed on every change).
+    leader: bool,
     /// Fetch long-polls waiting for the log end offset to move.
     data_waiters: Vec<oneshot::Sender<()>>,
     /// Produce acks waiting for an fsync that covers their last offset.
@@ -183,6 +188,9 @@ pub struct Shard {
     zero_copy_bytes_min: u64,
     /// Appends go through this io_uring ring; without one they are written in place.
     ring: Option<AppendRing>,
+    /// The registry's change counter, and the value this shard last acted on.
+    registry_generation: Arc<std::sync::atomic::AtomicU64>,
+    seen_generation: u64,
 }
 
 impl Shard {
@@ -194,7 +202,11 @@ impl Shard {
         broker_topic_defaults: BTreeMap<String, String>,
         group_config: GroupConfig,
     ) -> Self {
+        let registry_generation = registry.read().expect("registry lock").generation();
+        let seen_generation = registry_generation.load(std::sync::atomic::Ordering::Acquire);
         Self {
+            registry_generation,
+            seen_generation,
             id,
             nr_shards,
             data_dir,
@@ -280,9 +292,9 @@ impl Shard {
         }
         owned.sort();
         for tp in owned {
-            let registered = {
+            let (registered, known) = {
                 let reg = self.registry.read().expect("registry lock");
-                reg.get(&tp.topic).map(|m| tp.partition < m.partitions).unwrap_or(false)
+                (reg.get(&tp.topic).map(|m| tp.partition < m.partitions).unwrap_or(false), reg.has_metadata())
             };
             if registered {
                 match self.partition_mut(&tp, now_ms) {
@@ -291,29 +303,65 @@ impl Shard {
                         tracing::error!(shard = self.id.0, partition = %tp, error = %e, "cannot open partition")
                     }
                 }
-            } else {
+            } else if known {
                 tracing::info!(shard = self.id.0, partition = %tp, "removing partition of a deleted topic");
                 std::fs::remove_dir_all(self.data_dir.join(tp.dir_name()))?;
+            } else {
+                tracing::info!(shard = self.id.0, partition = %tp, "partition kept until cluster metadata arrives");
             }
         }
         Ok(())
     }
 
+    /// Act on registry changes (a cheap atomic load when there are none): leadership of
+    /// open partitions, their configs, and partitions whose topic is gone.
+    pub fn sync_registry(&mut self) {
+        let generation = self.registry_generation.load(std::sync::atomic::Ordering::Acquire);
+        if generation == self.seen_generation {
+            return;
+        }
+        self.seen_generation = generation;
+        let mut gone = Vec::new();
+        {
+            let reg = self.registry.read().expect("registry lock");
+            for (tp, p) in self.partitions.iter_mut() {
+                match reg.hosting(&tp.topic, tp.partition) {
+                    Hosting::Unknown if reg.has_metadata() => gone.push(tp.clone()),
+                    Hosting::Unknown | Hosting::Elsewhere => p.leader = false,
+                    h => {
+                        p.leader = h == Hosting::Leader;
+                        if let Some(meta) = reg.get(&tp.topic) {
+                            p.log.set_config(meta.configs.log_config(&self.broker_topic_defaults));
+                        }
+                    }
+                }
+            }
+        }
+        for tp in gone {
+            tracing::info!(shard = self.id.0, partition = %tp, "topic deleted: removing the partition");
+            if let Err(e) = self.execute(PartitionOp::DeletePartition { tp: tp.clone() }) {
+                tracing::error!(partition = %tp, error = %e, "cannot remove the partition of a deleted topic");
+            }
+        }
+    }
+
     fn partition_mut(&mut self, tp: &TopicPartition, now_ms: i64) -> Result<&mut Partition, PartitionError> {
         if !self.partitions.contains_key(tp) {
-            let config = {
+            let (config, leader) = {
                 let reg = self.registry.read().expect("registry lock");
+                let hosting = reg.hosting(&tp.topic, tp.partition);
                 match reg.get(&tp.topic) {
-                    Some(meta) if tp.partition >= 0 && tp.partition < meta.partitions => {
-                        meta.configs.log_config(&self.broker_topic_defaults)
-                    }
+                    Some(meta) if tp.partition >= 0 && tp.partition < meta.partitions => match hosting {
+                        Hosting::Elsewhere => return Err(PartitionError::NotLeader(tp.clone())),
+                        h => (meta.configs.log_config(&self.broker_topic_defaults), h == Hosting::Leader),
+                    },
                     _ => return Err(PartitionError::UnknownTopicOrPartition(tp.clone())),
                 }
             };
             let log = PartitionLog::open(&self.data_dir.join(tp.dir_name()), config, now_ms)?;
             self.partitions.insert(
                 tp.clone(),
-                Partition { log, data_waiters: Vec::new(), durable_waiters: Vec::new(), write_waiters: Vec::new() },
+                Partition { log, leader, data_waiters: Vec::new(), durable_waiters: Vec::new(), write_waiters: Vec::new() },
             );
         }
         Ok(self.partitions.get_mut(tp).expect("just inserted"))
@@ -322,6 +370,18 @@ impl Shard {
     /// Run one operation on a partition this shard owns.
     pub fn execute(&mut self, op: PartitionOp) -> Result<PartitionReply, PartitionError> {
         assert!(self.owns(op.tp()), "shard {} got {} owned by another shard", self.id.0, op.tp());
+        self.sync_registry();
+        // Only the leader appends and serves reads.
+        let led = match &op {
+            PartitionOp::Produce { tp, now_ms, .. } => Some((tp, *now_ms)),
+            PartitionOp::Fetch { tp, .. } | PartitionOp::ListOffset { tp, .. } => Some((tp, 0)),
+            _ => None,
+        };
+        if let Some((tp, now_ms)) = led {
+            if !self.partition_mut(tp, now_ms)?.leader {
+                return Err(PartitionError::NotLeader(tp.clone()));
+            }
+        }
         match op {
             PartitionOp::Produce { tp, records, now_ms, durable } => {
                 let use_ring = self.ring.is_some();
@@ -445,6 +505,7 @@ impl Shard {
 
     /// Housekeeping on a timer: roll by segment.ms, retention, flush.ms.
     pub fn tick(&mut self, now_ms: i64, run_retention: bool) {
+        self.sync_registry();
         for (tp, p) in self.partitions.iter_mut() {
             if let Err(e) = p.log.maybe_roll(now_ms) {
                 tracing::error!(partition = %tp, error = %e, "segment roll failed");

@@ -84,7 +84,7 @@ async fn alter_topic(
     let topic = name.to_string();
     let meta = match ctx.registry_write(move |reg| reg.set_configs(&topic, configs)).await {
         Ok(m) => m,
-        Err(e) => return (error_code::UNKNOWN_SERVER_ERROR, Some(e.to_string())),
+        Err(e) => return (super::registry_error_code(&e), Some(e.to_string())),
     };
     tracing::info!(topic = name, configs = ?meta.configs.overrides, "altered topic config");
     let refreshes =

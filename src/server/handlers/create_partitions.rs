@@ -60,7 +60,7 @@ fn grow(reg: &mut Registry, name: &str, count: i32, validate_only: bool) -> Resu
                 error_code::INVALID_PARTITIONS
             }
             RegistryError::UnknownTopic(_) => error_code::UNKNOWN_TOPIC_OR_PARTITION,
-            _ => error_code::UNKNOWN_SERVER_ERROR,
+            e => super::registry_error_code(e),
         };
         (code, e.to_string())
     })

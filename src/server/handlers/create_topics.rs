@@ -7,7 +7,7 @@ use kafka_protocol::messages::create_topics_response::{CreatableTopicConfigs, Cr
 use kafka_protocol::messages::{ApiKey, CreateTopicsRequest, CreateTopicsResponse};
 
 use crate::config::TopicConfig;
-use crate::coordinator::registry::{validate_topic_name, RegistryError, TopicMeta};
+use crate::coordinator::registry::{validate_topic_name, TopicMeta};
 use crate::protocol::{decode_body, error_code, ProtocolError, RequestFrame};
 
 use super::super::context::ShardContext;
@@ -26,6 +26,18 @@ pub async fn create_topic(
     ctx.registry_write(move |reg| create_in(reg, &name, partitions, configs, validate_only)).await
 }
 
+/// Auto-creation (Metadata for an unknown topic): here on the active coordinator, else
+/// through it.
+pub async fn auto_create(ctx: &ShardContext, name: &str, partitions: i32) -> Result<TopicMeta, (i16, String)> {
+    if ctx.registry.read().expect("registry lock").is_active() {
+        return create_topic(ctx, name, partitions, TopicConfig::default(), false).await;
+    }
+    super::super::forward::create_topic(ctx, name, partitions).await?;
+    ctx.registry.read().expect("registry lock").get(name).cloned().ok_or_else(|| {
+        (error_code::LEADER_NOT_AVAILABLE, format!("topic {name:?} created; its metadata is on its way"))
+    })
+}
+
 fn create_in(
     reg: &mut crate::coordinator::registry::Registry,
     name: &str,
@@ -40,16 +52,7 @@ fn create_in(
         }
         return Ok(TopicMeta { id: uuid::Uuid::nil(), partitions, configs });
     }
-    reg.create(name, partitions, configs).map_err(|e| {
-        let code = match &e {
-            RegistryError::TopicExists(_) => error_code::TOPIC_ALREADY_EXISTS,
-            RegistryError::InvalidName(..) => error_code::INVALID_TOPIC_EXCEPTION,
-            RegistryError::InvalidPartitions(_) => error_code::INVALID_PARTITIONS,
-            RegistryError::InvalidReplicationFactor(_) => error_code::INVALID_REPLICATION_FACTOR,
-            _ => error_code::UNKNOWN_SERVER_ERROR,
-        };
-        (code, e.to_string())
-    })
+    reg.create(name, partitions, configs).map_err(|e| (super::registry_error_code(&e), e.to_string()))
 }
 
 pub async fn handle(ctx: &ShardContext, frame: &RequestFrame) -> Result<Bytes, ProtocolError> {

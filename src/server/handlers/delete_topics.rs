@@ -48,7 +48,7 @@ pub async fn handle(ctx: &ShardContext, frame: &RequestFrame) -> Result<Bytes, P
                 tracing::info!(topic = %name.as_str(), "deleted topic");
             }
             Err(e) => {
-                r = r.with_error_code(error_code::UNKNOWN_TOPIC_OR_PARTITION);
+                r = r.with_error_code(super::registry_error_code(&e));
                 if frame.api_version >= 5 {
                     r.error_message = Some(str_bytes(e.to_string()));
                 }

@@ -4,7 +4,7 @@ use bytes::Bytes;
 use kafka_protocol::messages::describe_groups_response::{DescribedGroup, DescribedGroupMember};
 use kafka_protocol::messages::{ApiKey, DescribeGroupsRequest, DescribeGroupsResponse};
 
-use crate::protocol::{decode_body, error_code, ProtocolError, RequestFrame};
+use crate::protocol::{decode_body, ProtocolError, RequestFrame};
 use crate::shard::{GroupOp, GroupReply};
 
 use super::super::context::ShardContext;
@@ -45,7 +45,7 @@ pub async fn handle(ctx: &ShardContext, frame: &RequestFrame) -> Result<Bytes, P
             }
             // Kafka describes an unknown group as Dead with no members.
             Some(GroupReply::Describe(None)) => g = g.with_group_state(str_bytes("Dead")),
-            _ => g = g.with_error_code(error_code::COORDINATOR_NOT_AVAILABLE),
+            _ => g = g.with_error_code(ctx.group_unavailable_code(id)),
         }
         groups.push(g);
     }

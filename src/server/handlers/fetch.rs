@@ -11,6 +11,7 @@ use futures::future::{select, select_all, Either};
 use kafka_protocol::messages::fetch_response::{FetchableTopicResponse, PartitionData};
 use kafka_protocol::messages::{ApiKey, FetchRequest, FetchResponse};
 
+use crate::coordinator::registry::CLUSTER_METADATA_TOPIC;
 use crate::model::{limits, Offset, TopicPartition};
 use crate::protocol::zero_copy::{new_marker, splice_file_ranges, FileRange, Response};
 use crate::protocol::{decode_body, ProtocolError, RequestFrame};
@@ -24,6 +25,9 @@ const fetch_wait_ms_max: i32 = 60_000;
 
 pub async fn handle(ctx: &ShardContext, frame: &RequestFrame) -> Result<Response, ProtocolError> {
     let req: FetchRequest = decode_body(frame)?;
+    if req.topics.iter().any(|t| t.topic.as_str() == CLUSTER_METADATA_TOPIC) {
+        return super::cluster_metadata::handle(ctx, frame, req).await.map(Response::from);
+    }
     let started = Instant::now();
     let deadline = started + Duration::from_millis(req.max_wait_ms.clamp(0, fetch_wait_ms_max) as u64);
     let response_bytes_max = if req.max_bytes <= 0 {

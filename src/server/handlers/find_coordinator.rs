@@ -1,5 +1,6 @@
-//! FindCoordinator: on a single node this broker coordinates every group. v4+ asks for
-//! several keys at once. Transaction coordinators do not exist yet.
+//! FindCoordinator: a group's coordinator is the broker that leads the group's partition
+//! of `__consumer_offsets` (as in Kafka). v4+ asks for several keys at once. Transaction
+//! coordinators do not exist yet.
 
 use bytes::Bytes;
 use kafka_protocol::messages::find_coordinator_response::Coordinator;
@@ -7,6 +8,7 @@ use kafka_protocol::messages::{ApiKey, BrokerId, FindCoordinatorRequest, FindCoo
 
 use crate::config::split_host_port;
 use crate::protocol::{decode_body, error_code, ProtocolError, RequestFrame};
+use crate::shard::group_partition;
 
 use super::super::context::ShardContext;
 use super::{respond, str_bytes};
@@ -15,15 +17,23 @@ const KEY_TYPE_GROUP: i8 = 0;
 
 pub fn handle(ctx: &ShardContext, frame: &RequestFrame) -> Result<Bytes, ProtocolError> {
     let req: FindCoordinatorRequest = decode_body(frame)?;
-    let (host, port) = split_host_port(ctx.config.advertised()).expect("validated at startup");
-    let node = BrokerId(ctx.config.node_id);
-    let answer = |key: &str| -> (i16, Option<String>) {
+    let reg = ctx.registry.read().expect("registry lock");
+    let answer = |key: &str| -> Result<(BrokerId, String, i32), (i16, Option<String>)> {
         if req.key_type != KEY_TYPE_GROUP {
-            (error_code::COORDINATOR_NOT_AVAILABLE, Some("transactions are not supported yet".into()))
-        } else if key.is_empty() {
-            (error_code::INVALID_GROUP_ID, Some("empty group id".into()))
-        } else {
-            (error_code::NONE, None)
+            return Err((error_code::COORDINATOR_NOT_AVAILABLE, Some("transactions are not supported yet".into())));
+        }
+        if key.is_empty() {
+            return Err((error_code::INVALID_GROUP_ID, Some("empty group id".into())));
+        }
+        let tp = group_partition(key);
+        let leader = reg.leader_of(&tp.topic, tp.partition);
+        match leader.and_then(|id| reg.broker_info(id).filter(|b| b.is_live())) {
+            Some(b) => Ok((BrokerId(b.id), b.endpoint.host.clone(), b.endpoint.port as i32)),
+            None if leader == Some(ctx.config.node_id) => {
+                let (host, port) = split_host_port(ctx.config.advertised()).expect("validated at startup");
+                Ok((BrokerId(ctx.config.node_id), host, port))
+            }
+            None => Err((error_code::COORDINATOR_NOT_AVAILABLE, Some(format!("{tp} has no live leader")))),
         }
     };
     let mut body = FindCoordinatorResponse::default();
@@ -32,26 +42,28 @@ pub fn handle(ctx: &ShardContext, frame: &RequestFrame) -> Result<Bytes, Protoco
             .coordinator_keys
             .iter()
             .map(|k| {
-                let (code, msg) = answer(k.as_str());
-                let c = Coordinator::default().with_key(k.clone()).with_error_code(code);
-                if code == error_code::NONE {
-                    c.with_node_id(node).with_host(str_bytes(host.clone())).with_port(port)
-                } else {
-                    c.with_node_id(BrokerId(-1)).with_port(-1).with_error_message(msg.map(str_bytes))
+                let c = Coordinator::default().with_key(k.clone());
+                match answer(k.as_str()) {
+                    Ok((node, host, port)) => c.with_node_id(node).with_host(str_bytes(host)).with_port(port),
+                    Err((code, msg)) => c
+                        .with_error_code(code)
+                        .with_node_id(BrokerId(-1))
+                        .with_port(-1)
+                        .with_error_message(msg.map(str_bytes)),
                 }
             })
             .collect();
     } else {
-        let (code, msg) = answer(req.key.as_str());
-        body.error_code = code;
-        if code == error_code::NONE {
-            body = body.with_node_id(node).with_host(str_bytes(host)).with_port(port);
-        } else {
-            body = body.with_node_id(BrokerId(-1)).with_port(-1);
-            if frame.api_version >= 1 {
-                body.error_message = msg.map(str_bytes);
+        match answer(req.key.as_str()) {
+            Ok((node, host, port)) => body = body.with_node_id(node).with_host(str_bytes(host)).with_port(port),
+            Err((code, msg)) => {
+                body = body.with_error_code(code).with_node_id(BrokerId(-1)).with_port(-1);
+                if frame.api_version >= 1 {
+                    body.error_message = msg.map(str_bytes);
+                }
             }
         }
     }
+    drop(reg);
     respond(ApiKey::FindCoordinator, frame, &body)
 }

@@ -41,7 +41,7 @@ pub async fn handle(ctx: &ShardContext, frame: &RequestFrame) -> Result<Bytes, P
     let mut body = JoinGroupResponse::default()
         .with_error_code(match (&r.error, r.generation_id) {
             (Some(e), _) => group_error_code(e),
-            (None, -1) => error_code::COORDINATOR_NOT_AVAILABLE,
+            (None, -1) => ctx.group_unavailable_code(req.group_id.as_str()),
             (None, _) => error_code::NONE,
         })
         .with_generation_id(r.generation_id)

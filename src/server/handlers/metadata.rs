@@ -1,6 +1,8 @@
-//! Metadata: this broker, and every requested topic with its partitions. On a single
-//! node this broker leads every partition. Unknown topics are created when both the
-//! request and the broker (`auto.create.topics.enable`) allow it, as Kafka does.
+//! Metadata: every live broker, the active coordinator as the controller, and every
+//! requested topic with its partitions' leaders, epochs, replicas and ISR, from this
+//! broker's registry (the active coordinator's own, or its mirror). Unknown topics are
+//! created when both the request and the broker (`auto.create.topics.enable`) allow it,
+//! as Kafka does.
 
 use bytes::Bytes;
 use kafka_protocol::messages::metadata_response::{
@@ -8,28 +10,49 @@ use kafka_protocol::messages::metadata_response::{
 };
 use kafka_protocol::messages::{ApiKey, BrokerId, MetadataRequest, MetadataResponse, TopicName};
 
-use crate::config::{split_host_port, TopicConfig};
+use crate::config::split_host_port;
 use crate::coordinator::registry::{validate_topic_name, TopicMeta};
 use crate::protocol::{decode_body, error_code, ProtocolError, RequestFrame};
 
 use super::super::context::ShardContext;
-use super::create_topics::create_topic;
+use super::create_topics::auto_create;
 use super::{respond, str_bytes};
 
 pub async fn handle(ctx: &ShardContext, frame: &RequestFrame) -> Result<Bytes, ProtocolError> {
     let req: MetadataRequest = decode_body(frame)?;
-    let node = BrokerId(ctx.config.node_id);
-    let (host, port) = split_host_port(ctx.config.advertised()).expect("validated at startup");
-    let mut body = MetadataResponse::default().with_brokers(vec![MetadataResponseBroker::default()
-        .with_node_id(node)
-        .with_host(str_bytes(host))
-        .with_port(port)]);
+    let (brokers, controller_id) = {
+        let reg = ctx.registry.read().expect("registry lock");
+        let mut brokers: Vec<MetadataResponseBroker> = reg
+            .live_brokers()
+            .into_iter()
+            .map(|b| {
+                MetadataResponseBroker::default()
+                    .with_node_id(BrokerId(b.id))
+                    .with_host(str_bytes(b.endpoint.host.clone()))
+                    .with_port(b.endpoint.port as i32)
+                    .with_rack(b.rack.map(str_bytes))
+            })
+            .collect();
+        if !brokers.iter().any(|b| b.node_id.0 == ctx.config.node_id) {
+            // Not registered (yet): clients must still be able to reach this broker.
+            let (host, port) = split_host_port(ctx.config.advertised()).expect("validated at startup");
+            brokers.push(
+                MetadataResponseBroker::default()
+                    .with_node_id(BrokerId(ctx.config.node_id))
+                    .with_host(str_bytes(host))
+                    .with_port(port),
+            );
+        }
+        (brokers, reg.controller_id_for_clients())
+    };
+    let mut body = MetadataResponse::default().with_brokers(brokers);
     let version = frame.api_version;
     if version >= 1 {
-        body.controller_id = node;
+        body.controller_id = BrokerId(controller_id);
     }
     if version >= 2 {
-        body.cluster_id = Some(str_bytes(ctx.cluster_id.clone()));
+        let reg = ctx.registry.read().expect("registry lock");
+        body.cluster_id = Some(str_bytes(reg.cluster_id().unwrap_or(&ctx.cluster_id).to_string()));
     }
 
     // v0: an empty list means all topics; v1+: null means all topics.
@@ -66,7 +89,7 @@ pub async fn handle(ctx: &ShardContext, frame: &RequestFrame) -> Result<Bytes, P
                 let result = match existing {
                     Some(m) => Ok(m),
                     None if allow_create => {
-                        match create_topic(ctx, &name, ctx.config.num_partitions, TopicConfig::default(), false).await {
+                        match auto_create(ctx, &name, ctx.config.num_partitions).await {
                             Ok(m) => {
                                 tracing::info!(topic = %name, partitions = m.partitions, "auto-created topic");
                                 Ok(m)

@@ -4,6 +4,9 @@
 
 mod alter_configs;
 mod api_versions;
+mod broker_heartbeat;
+mod broker_registration;
+mod cluster_metadata;
 mod create_partitions;
 mod create_topics;
 mod delete_groups;
@@ -28,6 +31,7 @@ use bytes::Bytes;
 use kafka_protocol::messages::ApiKey;
 use kafka_protocol::protocol::Encodable;
 
+use crate::coordinator::registry::RegistryError;
 use crate::group::GroupError;
 use crate::log::LogError;
 use crate::protocol::zero_copy::Response;
@@ -55,6 +59,12 @@ pub async fn handle(ctx: &ShardContext, frame: RequestFrame) -> Result<Option<Re
             frame.api_version
         )));
     }
+    if super::forward::is_forwarded(key) && !ctx.registry.read().expect("registry lock").is_active() {
+        if let Some(answer) = super::forward::forward(ctx, &frame).await {
+            return Ok(Some(answer.into()));
+        }
+        // No coordinator to forward to: the handler answers NOT_CONTROLLER.
+    }
     let bytes = match key {
         ApiKey::Metadata => metadata::handle(ctx, &frame).await.map(Some),
         ApiKey::Produce => produce::handle(ctx, &frame).await,
@@ -77,6 +87,8 @@ pub async fn handle(ctx: &ShardContext, frame: RequestFrame) -> Result<Option<Re
         ApiKey::DescribeGroups => describe_groups::handle(ctx, &frame).await.map(Some),
         ApiKey::DeleteGroups => delete_groups::handle(ctx, &frame).await.map(Some),
         ApiKey::OffsetDelete => offset_delete::handle(ctx, &frame).await.map(Some),
+        ApiKey::BrokerRegistration => broker_registration::handle(ctx, &frame).await.map(Some),
+        ApiKey::BrokerHeartbeat => broker_heartbeat::handle(ctx, &frame).await.map(Some),
         other => Err(ProtocolError::BadHeader(format!("no handler for {other:?}"))),
     };
     bytes.map(|b| b.map(Response::from))
@@ -92,6 +104,7 @@ fn respond<T: Encodable>(key: ApiKey, frame: &RequestFrame, body: &T) -> Result<
 fn partition_error_code(e: &PartitionError) -> i16 {
     match e {
         PartitionError::UnknownTopicOrPartition(_) => error_code::UNKNOWN_TOPIC_OR_PARTITION,
+        PartitionError::NotLeader(_) => error_code::NOT_LEADER_OR_FOLLOWER,
         PartitionError::Log(l) => match l {
             LogError::MessageTooLarge { .. } => error_code::MESSAGE_TOO_LARGE,
             LogError::Corrupt(_) => error_code::CORRUPT_MESSAGE,
@@ -99,6 +112,23 @@ fn partition_error_code(e: &PartitionError) -> i16 {
             LogError::OffsetOutOfRange { .. } => error_code::OFFSET_OUT_OF_RANGE,
             LogError::Offline(_) | LogError::Io(_) => error_code::KAFKA_STORAGE_ERROR,
         },
+    }
+}
+
+/// The Kafka error code for a failed metadata operation.
+fn registry_error_code(e: &RegistryError) -> i16 {
+    match e {
+        RegistryError::TopicExists(_) => error_code::TOPIC_ALREADY_EXISTS,
+        RegistryError::UnknownTopic(_) => error_code::UNKNOWN_TOPIC_OR_PARTITION,
+        RegistryError::InvalidName(..) => error_code::INVALID_TOPIC_EXCEPTION,
+        RegistryError::InvalidPartitions(_) => error_code::INVALID_PARTITIONS,
+        RegistryError::InvalidReplicationFactor(_) => error_code::INVALID_REPLICATION_FACTOR,
+        RegistryError::NotController(_) | RegistryError::ControllerTaken(_) => error_code::NOT_CONTROLLER,
+        RegistryError::StaleBrokerEpoch { .. } => error_code::STALE_BROKER_EPOCH,
+        RegistryError::UnknownBroker(_) => error_code::BROKER_ID_NOT_REGISTERED,
+        RegistryError::Controller(_) | RegistryError::Store(_) | RegistryError::Corrupt { .. } => {
+            error_code::UNKNOWN_SERVER_ERROR
+        }
     }
 }
 

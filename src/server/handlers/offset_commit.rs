@@ -56,7 +56,7 @@ pub async fn handle(ctx: &ShardContext, frame: &RequestFrame) -> Result<Bytes, P
                 .collect()
         }
         Some(GroupReply::Commit { results: Err(Some(e)), .. }) => vec![group_error_code(&e); count(&req)],
-        _ => vec![error_code::COORDINATOR_NOT_AVAILABLE; count(&req)],
+        _ => vec![ctx.group_unavailable_code(req.group_id.as_str()); count(&req)],
     };
     let mut codes = codes.into_iter();
     let topics = req

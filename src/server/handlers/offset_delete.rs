@@ -29,7 +29,7 @@ pub async fn handle(ctx: &ShardContext, frame: &RequestFrame) -> Result<Bytes, P
             Vec::new()
         }
         _ => {
-            body.error_code = error_code::COORDINATOR_NOT_AVAILABLE;
+            body.error_code = ctx.group_unavailable_code(req.group_id.as_str());
             Vec::new()
         }
     };

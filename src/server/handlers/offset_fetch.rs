@@ -8,7 +8,7 @@ use kafka_protocol::messages::offset_fetch_response::{
 };
 use kafka_protocol::messages::{ApiKey, GroupId, OffsetFetchRequest, OffsetFetchResponse, TopicName};
 
-use crate::protocol::{decode_body, error_code, ProtocolError, RequestFrame};
+use crate::protocol::{decode_body, ProtocolError, RequestFrame};
 use crate::shard::{GroupOp, GroupReply, OffsetList};
 
 use super::super::context::ShardContext;
@@ -17,7 +17,7 @@ use super::{respond, str_bytes};
 async fn fetch(ctx: &ShardContext, group: &str, partitions: Option<Vec<(String, i32)>>) -> Result<OffsetList, i16> {
     match ctx.call_group(GroupOp::FetchOffsets { group_id: group.to_string(), partitions }, None).await {
         Some(GroupReply::Offsets(list)) => Ok(list),
-        _ => Err(error_code::COORDINATOR_NOT_AVAILABLE),
+        _ => Err(ctx.group_unavailable_code(group)),
     }
 }
 

@@ -29,7 +29,7 @@ pub async fn handle(ctx: &ShardContext, frame: &RequestFrame) -> Result<Bytes, P
     };
     let (code, r) = match result {
         Some(r) => (r.error.as_ref().map(group_error_code).unwrap_or(error_code::NONE), r),
-        None => (error_code::COORDINATOR_NOT_AVAILABLE, SyncResponse::default()),
+        None => (ctx.group_unavailable_code(req.group_id.as_str()), SyncResponse::default()),
     };
     let mut body = SyncGroupResponse::default().with_error_code(code).with_assignment(r.assignment);
     if frame.api_version >= 5 {

@@ -1,0 +1,153 @@
+//! Admin requests on a broker that is not the active coordinator: CreateTopics,
+//! DeleteTopics, CreatePartitions, AlterConfigs and IncrementalAlterConfigs go to the
+//! active coordinator as the client sent them (same header, same correlation id, same
+//! version: every broker speaks the same versions), and its answer goes back to the
+//! client unchanged. Before answering, this broker pulls the snapshot that includes the
+//! change, so a client that creates a topic here then asks here for its metadata sees it.
+//!
+//! Runs on the blocking pool: it waits on another broker.
+
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+use bytes::{BufMut, Bytes, BytesMut};
+use kafka_protocol::messages::create_topics_request::CreatableTopic;
+use kafka_protocol::messages::{ApiKey, CreateTopicsRequest, TopicName};
+use kafka_protocol::protocol::Encodable;
+
+use crate::client::{sb, Connection};
+use crate::coordinator::registry::Registry;
+use crate::protocol::{error_code, RequestFrame};
+
+use super::context::ShardContext;
+use super::link;
+
+/// How long a forwarded admin request may take on the coordinator.
+const forward_timeout_ms: u64 = 30_000;
+
+/// The APIs a broker forwards to the active coordinator.
+pub fn is_forwarded(key: ApiKey) -> bool {
+    matches!(
+        key,
+        ApiKey::CreateTopics
+            | ApiKey::DeleteTopics
+            | ApiKey::CreatePartitions
+            | ApiKey::AlterConfigs
+            | ApiKey::IncrementalAlterConfigs
+    )
+}
+
+/// The active coordinator's address, when this broker is not it and knows it.
+fn coordinator_address(registry: &RwLock<Registry>) -> Option<String> {
+    let reg = registry.read().expect("registry lock");
+    if reg.is_active() {
+        return None;
+    }
+    let b = reg.broker_info(reg.active_controller_id()?)?;
+    Some(format!("{}:{}", b.endpoint.host, b.endpoint.port))
+}
+
+/// How long a forwarded request waits for a reachable coordinator (a failover takes
+/// the ZooKeeper session timeout plus a moment for the brokers to find the new one).
+const coordinator_wait_ms: u64 = 25_000;
+/// Pause between attempts to reach the coordinator.
+const coordinator_retry_ms: u64 = 200;
+
+enum Attempt<T> {
+    Done(T),
+    /// The coordinator could not be reached: nothing was sent, try again.
+    Unreachable(String),
+}
+
+/// Run `f` (on the blocking pool) with a connection to the active coordinator, waiting
+/// through a failover for up to `coordinator_wait_ms`. `Err` when no coordinator could
+/// be reached in time.
+async fn with_coordinator<T: Send + 'static>(
+    ctx: &ShardContext,
+    f: impl Fn(&mut Connection, &Arc<RwLock<Registry>>) -> T + Send + Sync + 'static,
+) -> Result<T, String> {
+    let f = Arc::new(f);
+    let deadline = std::time::Instant::now() + Duration::from_millis(coordinator_wait_ms);
+    let mut last = "no active coordinator is known".to_string();
+    loop {
+        if let Some(addr) = coordinator_address(&ctx.registry) {
+            let (f, registry) = (f.clone(), ctx.registry.clone());
+            let attempt = glommio::executor()
+                .spawn_blocking(move || {
+                    match Connection::open(&addr, Duration::from_millis(forward_timeout_ms), "spate-forward") {
+                        Ok(mut conn) => Attempt::Done(f(&mut conn, &registry)),
+                        Err(e) => Attempt::Unreachable(e.to_string()),
+                    }
+                })
+                .await;
+            match attempt {
+                Attempt::Done(t) => return Ok(t),
+                Attempt::Unreachable(e) => last = e,
+            }
+        } else if ctx.registry.read().expect("registry lock").is_active() {
+            return Err("this broker became the active coordinator".into());
+        }
+        if std::time::Instant::now() >= deadline || ctx.stopping.get() {
+            return Err(last);
+        }
+        glommio::timer::sleep(Duration::from_millis(coordinator_retry_ms)).await;
+    }
+}
+
+/// Forward `frame` and return the coordinator's answer (a whole response frame). `None`
+/// when there is no coordinator to forward to: the caller answers NOT_CONTROLLER.
+pub async fn forward(ctx: &ShardContext, frame: &RequestFrame) -> Option<Bytes> {
+    let key = ApiKey::try_from(frame.api_key).ok()?;
+    let header = frame.header.as_ref()?;
+    let header_version = key.request_header_version(frame.api_version);
+    let size = header.compute_size(header_version).ok()? + frame.body.len();
+    let mut raw = BytesMut::with_capacity(4 + size);
+    raw.put_i32(size as i32);
+    header.encode(&mut raw, header_version).ok()?;
+    raw.extend_from_slice(&frame.body);
+    let raw = raw.freeze();
+    let broker_id = ctx.config.node_id;
+    let outcome = with_coordinator(ctx, move |conn, registry| {
+        let answer = conn.call_raw(&raw).map_err(|e| e.to_string())?;
+        catch_up(registry, conn, broker_id);
+        Ok::<_, String>(answer)
+    })
+    .await;
+    match outcome.and_then(|r| r) {
+        Ok(answer) => Some(answer),
+        Err(e) => {
+            tracing::warn!(api = ?key, error = %e, "cannot forward to the active coordinator");
+            None
+        }
+    }
+}
+
+/// Create a topic through the active coordinator (auto-creation on a broker that is not
+/// it). Errors are (Kafka error code, message).
+pub async fn create_topic(ctx: &ShardContext, name: &str, partitions: i32) -> Result<(), (i16, String)> {
+    let (broker_id, name) = (ctx.config.node_id, name.to_string());
+    let outcome = with_coordinator(ctx, move |conn, registry| {
+        let req = CreateTopicsRequest::default().with_timeout_ms(forward_timeout_ms as i32).with_topics(vec![
+            CreatableTopic::default()
+                .with_name(TopicName(sb(&name)))
+                .with_num_partitions(partitions)
+                .with_replication_factor(-1),
+        ]);
+        let (_, resp) = conn.call(&req).map_err(|e| (error_code::NOT_CONTROLLER, e.to_string()))?;
+        let code = resp.topics.first().map(|t| t.error_code).unwrap_or(error_code::UNKNOWN_SERVER_ERROR);
+        catch_up(registry, conn, broker_id);
+        match code {
+            error_code::NONE => Ok(()),
+            code => Err((code, format!("the coordinator answered error code {code}"))),
+        }
+    })
+    .await;
+    outcome.map_err(|e| (error_code::NOT_CONTROLLER, e))?
+}
+
+/// Pull the snapshot that carries what the coordinator just did.
+fn catch_up(registry: &Arc<RwLock<Registry>>, conn: &mut Connection, broker_id: i32) {
+    if let Err(e) = link::pull(registry, conn, broker_id, Duration::ZERO) {
+        tracing::debug!(error = %e, "snapshot pull after a forwarded request failed");
+    }
+}
