@@ -93,7 +93,8 @@ pub fn run(cmd: TopicCommand) -> Result<(), Error> {
             check_topic_name(&name)?;
             let mut client = conn.connect()?;
             let info = client.describe_topic(&name)?;
-            let parts: Vec<i32> = info.partitions.iter().map(|p| p.partition).collect();
+            // Offline partitions (no leader) show "-" offsets and their error.
+            let parts: Vec<i32> = info.partitions.iter().filter(|p| p.leader >= 0).map(|p| p.partition).collect();
             let earliest = client.list_offsets(&name, &parts, spate::client::timestamp_earliest)?;
             let latest = client.list_offsets(&name, &parts, spate::client::timestamp_latest)?;
             let configs = client.topic_configs(&name)?;

@@ -129,7 +129,8 @@ impl BrokerConfig {
                     .into());
             }
         }
-        if self.broker_heartbeat_interval_ms == 0 || self.broker_heartbeat_interval_ms >= self.broker_session_timeout_ms {
+        if self.broker_heartbeat_interval_ms == 0 || self.broker_heartbeat_interval_ms >= self.broker_session_timeout_ms
+        {
             return Err("broker heartbeat interval must be above 0 and below the broker session timeout".into());
         }
         split_host_port(self.advertised()).ok_or_else(|| format!("bad advertise address {:?}", self.advertised()))?;

@@ -124,9 +124,16 @@ pub enum Hosting {
 }
 
 enum Role {
-    Active { store: Box<dyn MetaStore>, changes: u64 },
+    Active {
+        store: Box<dyn MetaStore>,
+        changes: u64,
+    },
     /// `cache`: where the last snapshot is kept; `version`: the snapshot's version.
-    Mirror { cache: Option<PathBuf>, version: u64, controller_id: Option<i32> },
+    Mirror {
+        cache: Option<PathBuf>,
+        version: u64,
+        controller_id: Option<i32>,
+    },
 }
 
 /// The topic brokers fetch cluster snapshots from, on the active coordinator (KRaft's
@@ -233,7 +240,12 @@ impl Registry {
     /// are fenced as usual if they do not come back within broker.session.timeout.ms. A
     /// broker that re-registers with the same incarnation is not fenced (Kafka's
     /// incarnation id rule), so a coordinator failover moves no leadership.
-    pub fn take_over(&self, store: Box<dyn MetaStore>, now_ms: u64, config: ControllerConfig) -> Result<Self, RegistryError> {
+    pub fn take_over(
+        &self,
+        store: Box<dyn MetaStore>,
+        now_ms: u64,
+        config: ControllerConfig,
+    ) -> Result<Self, RegistryError> {
         let gone = self.active_controller_id();
         let known: Vec<(BrokerInfo, Option<uuid::Uuid>)> = self
             .controller
@@ -388,7 +400,9 @@ impl Registry {
         };
         if let Some(path) = cache.as_ref().filter(|p| p.exists()) {
             match std::fs::read(path).map_err(|e| e.to_string()).and_then(|b| registry.install(&b, false)) {
-                Ok(v) => tracing::info!(version = v, path = %path.display(), "cluster metadata loaded from the cached snapshot"),
+                Ok(v) => {
+                    tracing::info!(version = v, path = %path.display(), "cluster metadata loaded from the cached snapshot")
+                }
                 Err(e) => tracing::warn!(path = %path.display(), error = %e, "ignoring an unreadable cached snapshot"),
             }
         }
@@ -594,14 +608,17 @@ impl Registry {
             if current.endpoint == broker.endpoint {
                 let epoch = current.registration_epoch;
                 let mut changes = self.controller.heartbeat(broker.id, now_ms)?;
-                changes.push(Change::BrokerRegistered { broker: self.controller.broker(broker.id).expect("known").clone() });
+                changes.push(Change::BrokerRegistered {
+                    broker: self.controller.broker(broker.id).expect("known").clone(),
+                });
                 self.persist(&changes)?;
                 tracing::info!(broker = broker.id, "broker registered again (same incarnation)");
                 return Ok(epoch);
             }
         }
         self.incarnations.insert(broker.id, incarnation);
-        let changes = self.controller.register_broker(broker.id, broker.endpoint, broker.rack, broker.shards, now_ms)?;
+        let changes =
+            self.controller.register_broker(broker.id, broker.endpoint, broker.rack, broker.shards, now_ms)?;
         self.persist(&changes)?;
         tracing::info!(broker = broker.id, "broker registered");
         Ok(self.controller.broker_epoch(broker.id).expect("just registered"))
@@ -852,6 +869,141 @@ mod tests {
         assert_eq!(r.get("orders").unwrap().configs.overrides.get("retention.ms").map(String::as_str), Some("1000"));
         assert!(r.get("gone").is_none());
         assert_eq!(r.controller_epoch(), 2, "every start is a new controller epoch");
+    }
+
+    fn remote(id: i32) -> LocalBroker {
+        LocalBroker { id, endpoint: Endpoint::new("127.0.0.1", 9092 + id as u16), rack: None, shards: 0 }
+    }
+
+    /// Broker 1 active with brokers 2 and 3 registered and a topic spread over the three.
+    fn cluster(dir: &Path) -> (Registry, [uuid::Uuid; 2]) {
+        let mut r = Registry::open(Box::new(LocalStore::open(dir).unwrap()), broker(), 1_000).unwrap();
+        let incarnations = [uuid::Uuid::new_v4(), uuid::Uuid::new_v4()];
+        r.register_remote(remote(2), incarnations[0], 1_000).unwrap();
+        r.register_remote(remote(3), incarnations[1], 1_000).unwrap();
+        r.create("spread", 6, TopicConfig::default()).unwrap();
+        (r, incarnations)
+    }
+
+    fn states(r: &Registry, topic: &str) -> Vec<(i32, i32)> {
+        (0..r.get(topic).unwrap().partitions)
+            .map(|p| r.partition(topic, p).map(|(_, s)| (s.leader, s.leader_epoch)).unwrap())
+            .collect()
+    }
+
+    #[test]
+    fn a_mirror_answers_like_the_coordinator_and_refuses_writes() {
+        let dir = tempfile::tempdir().unwrap();
+        let (active, _) = cluster(dir.path());
+        let leaders: std::collections::BTreeSet<i32> = states(&active, "spread").iter().map(|s| s.0).collect();
+        assert_eq!(leaders.into_iter().collect::<Vec<_>>(), vec![1, 2, 3]);
+
+        let cache = tempfile::tempdir().unwrap();
+        let mut mirror = Registry::mirror(remote(2), Some(cache.path()));
+        assert!(!mirror.has_metadata());
+        let (version, json) = active.snapshot_json().unwrap();
+        assert_eq!(mirror.apply_snapshot(&json).unwrap(), version);
+        assert_eq!(mirror.metadata_version(), active.metadata_version());
+        assert_eq!(mirror.get("spread"), active.get("spread"));
+        assert_eq!(states(&mirror, "spread"), states(&active, "spread"));
+        assert_eq!(mirror.cluster_id(), active.cluster_id());
+        assert_eq!(mirror.active_controller_id(), Some(1));
+        assert_eq!(mirror.live_brokers().len(), 3);
+        for p in 0..6 {
+            let leader = active.leader_of("spread", p).unwrap();
+            let expect = if leader == 2 { Hosting::Leader } else { Hosting::Elsewhere };
+            assert_eq!(mirror.hosting("spread", p), expect);
+        }
+        assert_eq!(mirror.hosting("nope", 0), Hosting::Unknown);
+        assert!(matches!(mirror.create("x", 1, TopicConfig::default()), Err(RegistryError::NotController(Some(1)))));
+        assert!(matches!(mirror.delete("spread"), Err(RegistryError::NotController(Some(1)))));
+        assert!(mirror.get("x").is_none(), "a refused write leaves the mirror as it was");
+
+        // A restart starts from the cached snapshot.
+        let again = Registry::mirror(remote(2), Some(cache.path()));
+        assert_eq!(again.metadata_version(), version);
+        assert_eq!(states(&again, "spread"), states(&active, "spread"));
+
+        // Every change moves the version.
+        let mut active = active;
+        active.create("more", 1, TopicConfig::default()).unwrap();
+        assert!(active.metadata_version() > version);
+    }
+
+    #[test]
+    fn heartbeats_need_the_current_broker_epoch_and_a_new_incarnation_is_fenced_first() {
+        let dir = tempfile::tempdir().unwrap();
+        let (mut r, incarnations) = cluster(dir.path());
+        let epoch = r.controller.broker_epoch(2).unwrap();
+        assert!(matches!(r.heartbeat_remote(2, epoch - 1, 2_000), Err(RegistryError::StaleBrokerEpoch { .. })));
+        assert!(matches!(r.heartbeat_remote(9, 1, 2_000), Err(RegistryError::UnknownBroker(9))));
+        assert!(!r.heartbeat_remote(2, epoch, 2_000).unwrap());
+        let before = states(&r, "spread");
+
+        // The same process registering again keeps its epoch and its leaderships.
+        assert_eq!(r.register_remote(remote(2), incarnations[0], 2_000).unwrap(), epoch);
+        assert_eq!(states(&r, "spread"), before);
+
+        // A new process (restart) gets a new epoch; its old incarnation was fenced first,
+        // so its partitions have a new leader epoch (and the same leader: it is back).
+        let new_epoch = r.register_remote(remote(2), uuid::Uuid::new_v4(), 2_000).unwrap();
+        assert!(new_epoch > epoch);
+        for (b, a) in before.iter().zip(states(&r, "spread")) {
+            if b.0 == 2 {
+                assert_eq!(a.0, 2);
+                assert!(a.1 > b.1, "leader epoch must grow across a fenced incarnation");
+            } else {
+                assert_eq!(&a, b);
+            }
+        }
+
+        // Missing heartbeats: fenced, its partitions offline (no other replica).
+        r.tick(1_000 + r.controller.config().broker_session_timeout_ms + 1_500).unwrap();
+        for (p, s) in states(&r, "spread").iter().enumerate() {
+            assert_eq!(s.0 == -1, before[p].0 != 1, "partition {p}: {s:?}");
+        }
+        // Controlled shutdown of a broker removes it at once.
+        r.unregister_remote(3).unwrap();
+        assert!(r.broker_info(3).is_none());
+    }
+
+    #[test]
+    fn a_standby_takes_over_without_moving_live_leaderships() {
+        let dir = tempfile::tempdir().unwrap();
+        let (active, incarnations) = cluster(dir.path());
+        let before = states(&active, "spread");
+        let mut standby = Registry::mirror(remote(2), None);
+        standby.apply_snapshot(&active.snapshot_json().unwrap().1).unwrap();
+        drop(active); // the coordinator dies (the embedded store keeps no ephemerals)
+
+        let mut new = standby
+            .take_over(Box::new(LocalStore::open(dir.path()).unwrap()), 5_000, ControllerConfig::default())
+            .unwrap();
+        assert!(new.is_active());
+        assert_eq!(new.controller_epoch(), 2);
+        for (p, (b, a)) in before.iter().zip(states(&new, "spread")).enumerate() {
+            if b.0 == 1 {
+                assert_eq!(a.0, -1, "partition {p} of the dead coordinator goes offline");
+            } else {
+                assert_eq!(&a, b, "partition {p} keeps its leader and leader epoch");
+            }
+        }
+        // Broker 3 comes back with the same incarnation: nothing moves.
+        new.register_remote(remote(3), incarnations[1], 5_000).unwrap();
+        let after: Vec<_> = states(&new, "spread");
+        for (b, a) in before.iter().zip(&after) {
+            if b.0 == 3 {
+                assert_eq!(a, b);
+            }
+        }
+        // A snapshot of the deposed coordinator's epoch is refused by mirrors that saw the new one.
+        let mut mirror = Registry::mirror(remote(3), None);
+        mirror.apply_snapshot(&new.snapshot_json().unwrap().1).unwrap();
+        let (_, old_json) = {
+            let (old, _) = cluster(tempfile::tempdir().unwrap().path());
+            old.snapshot_json().unwrap()
+        };
+        assert!(mirror.apply_snapshot(&old_json).is_err());
     }
 
     #[test]

@@ -25,9 +25,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use kafka_protocol::messages::broker_registration_request::Listener;
 use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
-use kafka_protocol::messages::{
-    BrokerHeartbeatRequest, BrokerId, BrokerRegistrationRequest, FetchRequest, TopicName,
-};
+use kafka_protocol::messages::{BrokerHeartbeatRequest, BrokerId, BrokerRegistrationRequest, FetchRequest, TopicName};
 use kafka_protocol::records::RecordBatchDecoder;
 
 use crate::client::{sb, Connection, Error as ClientError};
@@ -221,11 +219,14 @@ impl Link {
             }
             let stopping = self.shutdown.load(Ordering::SeqCst);
             if stopping || Instant::now() >= next_heartbeat {
-                let req = BrokerHeartbeatRequest::default()
-                    .with_broker_id(BrokerId(self.broker.id))
-                    .with_broker_epoch(epoch)
-                    .with_current_metadata_offset(self.registry.read().expect("registry lock").metadata_version() as i64)
-                    .with_want_shut_down(stopping);
+                let req =
+                    BrokerHeartbeatRequest::default()
+                        .with_broker_id(BrokerId(self.broker.id))
+                        .with_broker_epoch(epoch)
+                        .with_current_metadata_offset(
+                            self.registry.read().expect("registry lock").metadata_version() as i64
+                        )
+                        .with_want_shut_down(stopping);
                 let (_, resp) = conn.call(&req)?;
                 if stopping {
                     tracing::info!(done = resp.should_shut_down, "controlled shutdown: left the cluster");
@@ -237,7 +238,9 @@ impl Link {
                 self.registry.write().unwrap_or_else(|p| p.into_inner()).set_link_up(true);
                 next_heartbeat += self.heartbeat_interval;
             }
-            let wait = next_heartbeat.saturating_duration_since(Instant::now()).min(Duration::from_millis(snapshot_wait_ms_max));
+            let wait = next_heartbeat
+                .saturating_duration_since(Instant::now())
+                .min(Duration::from_millis(snapshot_wait_ms_max));
             pull_snapshot(&self.registry, conn, self.broker.id, wait)?;
         }
     }
@@ -245,7 +248,12 @@ impl Link {
 
 /// Ask the coordinator on `conn` for a snapshot newer than the one `registry` holds,
 /// waiting at most `wait`, and install it. Returns whether one came.
-pub fn pull(registry: &RwLock<Registry>, conn: &mut Connection, broker_id: i32, wait: Duration) -> Result<bool, String> {
+pub fn pull(
+    registry: &RwLock<Registry>,
+    conn: &mut Connection,
+    broker_id: i32,
+    wait: Duration,
+) -> Result<bool, String> {
     pull_snapshot(registry, conn, broker_id, wait).map_err(|e| e.to_string())
 }
 
@@ -261,12 +269,12 @@ fn pull_snapshot(
         .with_max_wait_ms(wait.as_millis() as i32)
         .with_min_bytes(1)
         .with_max_bytes(crate::model::limits::fetch_response_bytes_max as i32)
-        .with_topics(vec![FetchTopic::default()
-            .with_topic(TopicName(sb(CLUSTER_METADATA_TOPIC)))
-            .with_partitions(vec![FetchPartition::default()
+        .with_topics(vec![FetchTopic::default().with_topic(TopicName(sb(CLUSTER_METADATA_TOPIC))).with_partitions(
+            vec![FetchPartition::default()
                 .with_partition(0)
                 .with_fetch_offset(known)
-                .with_partition_max_bytes(i32::MAX)])]);
+                .with_partition_max_bytes(i32::MAX)],
+        )]);
     let (_, resp) = conn.call(&req)?;
     let Some(p) = resp.responses.first().and_then(|t| t.partitions.first()) else {
         return Err(LinkError::Other("empty answer to a snapshot fetch".into()));

@@ -112,7 +112,6 @@ pub fn run(config: BrokerConfig) -> anyhow::Result<()> {
     Ok(())
 }
 
-
 /// This broker as it registers.
 fn local_broker(config: &BrokerConfig, nr_shards: usize) -> crate::coordinator::registry::LocalBroker {
     let (host, port) = crate::config::split_host_port(config.advertised()).expect("validated at startup");

@@ -361,7 +361,13 @@ impl Shard {
             let log = PartitionLog::open(&self.data_dir.join(tp.dir_name()), config, now_ms)?;
             self.partitions.insert(
                 tp.clone(),
-                Partition { log, leader, data_waiters: Vec::new(), durable_waiters: Vec::new(), write_waiters: Vec::new() },
+                Partition {
+                    log,
+                    leader,
+                    data_waiters: Vec::new(),
+                    durable_waiters: Vec::new(),
+                    write_waiters: Vec::new(),
+                },
             );
         }
         Ok(self.partitions.get_mut(tp).expect("just inserted"))

@@ -71,7 +71,11 @@ pub async fn handle(ctx: &ShardContext, frame: &RequestFrame, req: FetchRequest)
 fn encode_snapshot(json: Vec<u8>) -> Result<Bytes, ProtocolError> {
     let record = plain_record(0, -1, now_ms(), None, Some(Bytes::from(json)), Default::default());
     let mut buf = BytesMut::new();
-    RecordBatchEncoder::encode(&mut buf, &[record], &RecordEncodeOptions { version: 2, compression: Compression::None })
-        .map_err(|e| ProtocolError::BadBody(format!("encoding the cluster snapshot: {e}")))?;
+    RecordBatchEncoder::encode(
+        &mut buf,
+        &[record],
+        &RecordEncodeOptions { version: 2, compression: Compression::None },
+    )
+    .map_err(|e| ProtocolError::BadBody(format!("encoding the cluster snapshot: {e}")))?;
     Ok(buf.freeze())
 }
