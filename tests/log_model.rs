@@ -1,12 +1,15 @@
 //! Property test: random append / read / roll / truncate / retention / reopen sequences
 //! against an in-memory model (a list of batches). Lookups through the offset and time
-//! indexes must equal a linear scan of the model.
+//! indexes must equal a linear scan of the model. Appends stamped with a leader epoch
+//! drive a model of the leader epoch cache, which must match the log's and its
+//! checkpoint file after every operation (truncation, retention and reopen included).
 
 #[path = "log_common/mod.rs"]
 mod common;
 
 use common::*;
 use proptest::prelude::*;
+use spate::log::leader_epoch::LeaderEpochCache;
 use spate::log::{LogConfig, LogError, PartitionLog};
 use spate::model::Offset;
 
@@ -14,6 +17,8 @@ use spate::model::Offset;
 enum Op {
     /// batches: (records, first timestamp, value bytes)
     Append(Vec<(usize, i64, usize)>),
+    /// `append_with_leader_epoch`: the same batches, stamped with this epoch.
+    AppendEpoch(i32, Vec<(usize, i64, usize)>),
     Read {
         at: u16,
         max_bytes: usize,
@@ -34,6 +39,8 @@ enum Op {
 fn op() -> impl Strategy<Value = Op> {
     prop_oneof![
         6 => prop::collection::vec((1usize..5, 0i64..2000, 0usize..120), 1..4).prop_map(Op::Append),
+        3 => (0i32..8, prop::collection::vec((1usize..5, 0i64..2000, 0usize..120), 1..4))
+            .prop_map(|(epoch, specs)| Op::AppendEpoch(epoch, specs)),
         4 => (any::<u16>(), 0usize..1500, any::<bool>(), 0u8..3)
             .prop_map(|(at, max_bytes, min_one, upper_back)| Op::Read { at, max_bytes, min_one, upper_back }),
         1 => (0i64..20_000).prop_map(Op::Tick),
@@ -51,6 +58,8 @@ struct Model {
     bytes: Vec<Vec<u8>>,
     start: i64,
     end: i64,
+    /// The leader epoch cache: (epoch, start offset).
+    epochs: Vec<(i32, i64)>,
 }
 
 fn config() -> LogConfig {
@@ -65,6 +74,11 @@ fn config() -> LogConfig {
 }
 
 fn check_whole_log(log: &PartitionLog, m: &Model) {
+    let epochs: Vec<(i32, i64)> = log.epoch_entries().iter().map(|e| (e.epoch, e.start_offset)).collect();
+    assert_eq!(epochs, m.epochs, "leader epoch cache");
+    let saved = LeaderEpochCache::load(log.dir()).unwrap();
+    assert_eq!(saved.entries(), log.epoch_entries(), "leader-epoch-checkpoint");
+    assert_eq!(log.latest_epoch(), m.epochs.last().map(|e| e.0));
     assert_eq!(log.log_start_offset().0, m.start);
     assert_eq!(log.log_end_offset().0, m.end);
     if let Some(first) = m.batches.first() {
@@ -89,16 +103,28 @@ fn run(ops: Vec<Op>) {
     let mut now = 0i64;
     let mut cfg = config();
     let mut log = Some(PartitionLog::open(dir.path(), cfg.clone(), now).unwrap());
-    let mut m = Model { batches: vec![], bytes: vec![], start: 0, end: 0 };
+    let mut m = Model { batches: vec![], bytes: vec![], start: 0, end: 0, epochs: vec![] };
     for op in ops {
         let l = log.as_mut().unwrap();
         match op {
-            Op::Append(specs) => {
+            Op::Append(ref specs) | Op::AppendEpoch(_, ref specs) => {
                 let mut set = Vec::new();
-                for &(n, ts, value_bytes) in &specs {
+                for &(n, ts, value_bytes) in specs {
                     set.extend(build_batch(&recs(n, ts, value_bytes)));
                 }
-                let info = l.append(&mut set, now).unwrap();
+                let info = match op {
+                    Op::AppendEpoch(epoch, _) => {
+                        // A newer epoch starts at this append's first offset; an older one
+                        // is stamped but starts nothing.
+                        // (An epoch that retention left starting at the log end gives way.)
+                        if m.epochs.last().is_none_or(|&(latest, _)| epoch > latest) {
+                            m.epochs.retain(|&(_, start)| start < m.end);
+                            m.epochs.push((epoch, m.end));
+                        }
+                        l.append_with_leader_epoch(&mut set, epoch, now).unwrap()
+                    }
+                    _ => l.append(&mut set, now).unwrap(),
+                };
                 assert_eq!(info.base_offset.0, m.end);
                 for d in decode_batches(&set) {
                     m.end = d.last_offset + 1;
@@ -152,12 +178,13 @@ fn run(ops: Vec<Op>) {
                 let t = (at as i64) % (m.end + 3);
                 l.truncate_to(Offset(t)).unwrap();
                 if t < m.start {
-                    m = Model { batches: vec![], bytes: vec![], start: t, end: t };
+                    m = Model { batches: vec![], bytes: vec![], start: t, end: t, epochs: vec![] };
                 } else if t < m.end {
                     let keep = m.batches.iter().position(|b| b.last_offset >= t).unwrap();
                     m.batches.truncate(keep);
                     m.bytes.truncate(keep);
                     m.end = m.batches.last().map_or(m.start, |b| b.last_offset + 1);
+                    m.epochs.retain(|&(_, start)| start < m.end);
                 }
             }
             Op::RetainBytes(bytes) => {
@@ -180,6 +207,9 @@ fn run(ops: Vec<Op>) {
                     drop(l);
                 }
                 log = Some(PartitionLog::open(dir.path(), cfg.clone(), now).unwrap());
+                // Open cuts the cache to the log, as Kafka's truncateFromEnd: an epoch that
+                // retention left starting at the log end (empty active segment) goes.
+                m.epochs.retain(|&(_, start)| start < m.end);
             }
             Op::Timestamp(ts) => {
                 let expect =
@@ -217,6 +247,11 @@ fn expect_retention(l: &mut PartitionLog, m: &mut Model, now: i64, expired: impl
     m.batches.drain(..keep);
     m.bytes.drain(..keep);
     m.start = drop_below.max(m.start);
+    // The epoch covering the new start is kept, now starting there; earlier ones go.
+    if let Some(i) = m.epochs.iter().rposition(|&(_, start)| start <= m.start) {
+        m.epochs.drain(..i);
+        m.epochs[0].1 = m.start;
+    }
 }
 
 proptest! {
@@ -239,4 +274,15 @@ fn read_errors_and_bounds() {
     assert_eq!(log.read(Offset(1), 10, Offset(3), false).unwrap().length_bytes, 0);
     assert_eq!(log.read(Offset(3), 10_000, Offset(3), true).unwrap().length_bytes, 0);
     assert!(matches!(log.read(Offset(4), 100, Offset(4), true), Err(LogError::OffsetOutOfRange { .. })));
+}
+
+/// Retention that empties every segment but the (just rolled, empty) active one leaves the
+/// covering epoch starting at the log end: a newer epoch's first append replaces it, and
+/// a reopen drops it (Kafka's truncateFromEnd), in the log as in the model.
+#[test]
+fn epoch_left_at_the_log_end_by_retention() {
+    let prefix = vec![Op::AppendEpoch(0, vec![(1, 0, 0)]), Op::Tick(10_000), Op::Roll, Op::RetainMs(0)];
+    run([prefix.clone(), vec![Op::AppendEpoch(1, vec![(1, 0, 0)])]].concat());
+    run([prefix.clone(), vec![Op::Reopen { clean: false }, Op::AppendEpoch(0, vec![(1, 0, 0)])]].concat());
+    run([prefix, vec![Op::Reopen { clean: true }]].concat());
 }

@@ -3,7 +3,12 @@
 //! (OffsetForLeaderEpoch) and truncate where its log diverged, never by high watermark.
 //!
 //! Semantics follow Kafka's `LeaderEpochFileCache`. Pure: no clock; the file helpers
-//! are the only I/O. Not yet used by `PartitionLog` (replication wires it in).
+//! are the only I/O. `PartitionLog` owns one per partition (see `log/mod.rs`): it feeds
+//! it from every appended batch's `partitionLeaderEpoch` (`assign_if_newer`), truncates
+//! it with the log from either end, and saves the checkpoint whenever it changed.
+//!
+//! Invariants: epochs and start offsets strictly increase (asserted on every change);
+//! inside a `PartitionLog`, every start offset lies in `[log_start_offset, log_end_offset]`.
 //!
 //! File format (Kafka's `leader-epoch-checkpoint`, version 0), text:
 //! ```text
@@ -64,6 +69,17 @@ impl LeaderEpochCache {
         true
     }
 
+    /// What an append does with a stored batch's `partitionLeaderEpoch` (Kafka's
+    /// `LogSegment.recover` rule, also used on append here): a known epoch (>= 0) newer
+    /// than the latest one starts at `base_offset`. A negative (unset) or older epoch
+    /// changes nothing. Returns whether anything changed.
+    pub fn assign_if_newer(&mut self, epoch: i32, base_offset: i64) -> bool {
+        if epoch < 0 || self.latest_epoch().is_some_and(|latest| epoch <= latest) {
+            return false;
+        }
+        self.assign(epoch, base_offset)
+    }
+
     /// OffsetForLeaderEpoch: the largest epoch <= `requested` that we know and the offset
     /// where it ended (the start of the next epoch, or `log_end_offset` for the latest).
     /// (UNDEFINED_EPOCH, UNDEFINED_EPOCH_OFFSET) when we cannot tell.
@@ -87,20 +103,24 @@ impl LeaderEpochCache {
         }
     }
 
-    /// The log was truncated to `end_offset` (exclusive): forget epochs starting there or later.
-    pub fn truncate_from_end(&mut self, end_offset: i64) {
+    /// The log was truncated to `end_offset` (exclusive): forget epochs starting there or
+    /// later. Returns whether anything changed.
+    pub fn truncate_from_end(&mut self, end_offset: i64) -> bool {
+        let before = self.entries.len();
         self.entries.retain(|e| e.start_offset < end_offset);
+        self.entries.len() != before
     }
 
     /// The log start moved to `start_offset` (retention): drop earlier epochs, keeping the
-    /// one that covers `start_offset`, now starting there.
-    pub fn truncate_from_start(&mut self, start_offset: i64) {
+    /// one that covers `start_offset`, now starting there. Returns whether anything changed.
+    pub fn truncate_from_start(&mut self, start_offset: i64) -> bool {
         let covering = self.entries.iter().rposition(|e| e.start_offset <= start_offset);
-        if let Some(i) = covering {
-            self.entries.drain(..i);
-            self.entries[0].start_offset = start_offset;
-        }
+        let Some(i) = covering else { return false };
+        let changed = i > 0 || self.entries[0].start_offset != start_offset;
+        self.entries.drain(..i);
+        self.entries[0].start_offset = start_offset;
         self.check();
+        changed
     }
 
     fn check(&self) {
@@ -218,15 +238,28 @@ mod tests {
     #[test]
     fn truncation_from_either_end() {
         let mut c = cache(&[(2, 6), (3, 8), (4, 11)]);
-        c.truncate_from_end(9);
+        assert!(c.truncate_from_end(9));
         assert_eq!(c.latest_epoch(), Some(3));
-        c.truncate_from_end(6);
+        assert!(!c.truncate_from_end(9), "nothing left at or after 9");
+        assert!(c.truncate_from_end(6));
         assert_eq!(c.latest_epoch(), None, "an epoch starting at the truncation point goes");
         let mut c = cache(&[(2, 6), (3, 8), (4, 11)]);
-        c.truncate_from_start(9);
+        assert!(c.truncate_from_start(9));
         assert_eq!(c.entries(), &[EpochEntry { epoch: 3, start_offset: 9 }, EpochEntry { epoch: 4, start_offset: 11 }]);
-        c.truncate_from_start(2);
+        assert!(!c.truncate_from_start(9), "already starts there");
+        assert!(!c.truncate_from_start(2));
         assert_eq!(c.entries()[0], EpochEntry { epoch: 3, start_offset: 9 }, "nothing before the start to drop");
+    }
+
+    #[test]
+    fn assign_if_newer_ignores_unset_and_older_epochs() {
+        let mut c = LeaderEpochCache::default();
+        assert!(!c.assign_if_newer(-1, 0), "a producer's unset epoch");
+        assert!(c.assign_if_newer(0, 0));
+        assert!(!c.assign_if_newer(0, 3), "same epoch, later batch");
+        assert!(c.assign_if_newer(2, 5));
+        assert!(!c.assign_if_newer(1, 9), "an older epoch does not rewrite history");
+        assert_eq!(c.entries(), &[EpochEntry { epoch: 0, start_offset: 0 }, EpochEntry { epoch: 2, start_offset: 5 }]);
     }
 
     #[test]

@@ -19,6 +19,7 @@
 //! 00000000000000000000.timeindex  time index of that segment
 //! 00000000000000001234.log ...    the next segment, named by its base offset (20 digits)
 //! spate-recovery-point            checkpoint: offset below which data is known fsynced
+//! leader-epoch-checkpoint         Kafka's leader epoch cache file (see leader_epoch.rs)
 //! .spate-clean-shutdown           present only after a clean close()
 //! ```
 //!
@@ -68,6 +69,24 @@
 //! `.spate-clean-shutdown`, ASCII `1\n`. Removed (and the removal fsynced) on open, so a
 //! crash afterwards is seen as unclean.
 //!
+//! `leader-epoch-checkpoint`: Kafka's text format, version 0, drawn in `leader_epoch.rs`.
+//! Which leader epoch started at which offset (KIP-101). Rewritten (temp file, fsync,
+//! rename, fsync dir) whenever the cache changes: an append that brings a newer
+//! `partitionLeaderEpoch`, a truncation, retention. It is saved *before* the appended
+//! bytes are written, so after a crash it may run ahead of the log (fixed on open by
+//! truncating it to the log) but never lacks an epoch whose batches survived.
+//!
+//! # Leader epochs and replication
+//!
+//! Every append (leader or follower) feeds each batch's stored `partitionLeaderEpoch` to
+//! the cache: an epoch >= 0 newer than the latest cached one starts at that batch's base
+//! offset. Leader appends that take a `leader_epoch` stamp it into every batch first, as
+//! Kafka's leader does; the plain appends store the producer's value untouched (-1 from
+//! every Kafka client), so a partition that replicates must use the `*_with_leader_epoch`
+//! forms. Followers append the leader's batches byte for byte (`append_replicated*`):
+//! offsets must continue the log exactly. `truncate_to` is how a follower drops a
+//! divergent suffix after asking the leader `end_offset_for_epoch` (KIP-101/KIP-279).
+//!
 //! # Recovery
 //!
 //! With the marker: indexes are trusted; only the tail after each segment's last index
@@ -76,6 +95,10 @@
 //! limit, magic, CRC, increasing offsets), indexes rebuilt, and the segment truncated at
 //! the first bad batch; later segments are deleted. Earlier segments are trusted unless
 //! their index files look inconsistent, in which case they are recovered the same way.
+//! Then the leader epoch cache is loaded and cut to `[log_start_offset, log_end_offset)`
+//! (Kafka's `truncateFromEnd` / `truncateFromStart`); a missing checkpoint is an empty
+//! cache, an unreadable one is rebuilt from the retained batches' headers (with a
+//! warning) and rewritten.
 
 use std::cell::Cell;
 use std::collections::VecDeque;
@@ -93,6 +116,7 @@ pub mod leader_epoch;
 pub mod segment;
 
 use batch::BatchHeader;
+use leader_epoch::{EpochEntry, LeaderEpochCache};
 use segment::Segment;
 
 /// The clean-shutdown marker's file name (per partition directory).
@@ -216,6 +240,8 @@ pub struct PartitionLog {
     /// order. Nothing at or after the first unfinished one is read, flushed or trusted.
     pending_writes: VecDeque<PendingAppend>,
     next_write_id: u64,
+    /// Which leader epoch started where; mirrored in `leader-epoch-checkpoint`.
+    leader_epochs: LeaderEpochCache,
 }
 
 /// One appended batch's new header: `header` replaces the first 61 bytes of the
@@ -354,6 +380,7 @@ impl PartitionLog {
         }
         let log_end_offset = segments[last].next_offset;
         let recovery_point = recovery_point.min(log_end_offset).max(segments[0].base_offset);
+        let leader_epochs = open_leader_epochs(dir, &segments)?;
         Ok(PartitionLog {
             dir: dir.to_path_buf(),
             dir_file,
@@ -367,6 +394,7 @@ impl PartitionLog {
             offline: None,
             pending_writes: VecDeque::new(),
             next_write_id: 0,
+            leader_epochs,
         })
     }
 
@@ -399,6 +427,12 @@ impl PartitionLog {
     /// magic-2 batches), then assign offsets (rewriting baseOffset in place, and
     /// maxTimestamp + attributes for LogAppendTime, recomputing the CRC then), and write
     /// them. Nothing is written if any batch is invalid. Does not fsync.
+    ///
+    /// `partitionLeaderEpoch` is stored as the producer sent it (-1 from the Java client,
+    /// 0 from librdkafka); a value >= 0 still feeds the leader epoch cache, as it would on
+    /// a rebuild from the headers or on a follower copying the batch. So a producer can
+    /// plant any epoch here: a replicated partition's leader must use the
+    /// `*_with_leader_epoch` forms, which overwrite the field as Kafka's leader does.
     pub fn append(&mut self, records: &mut [u8], now_ms: i64) -> Result<AppendInfo, LogError> {
         let (info, write) = self.append_deferred(records, now_ms)?;
         let result = write.file.write_all_at(records, write.position);
@@ -416,6 +450,17 @@ impl PartitionLog {
         now_ms: i64,
     ) -> Result<(AppendInfo, PendingWrite, Vec<HeaderPatch>), LogError> {
         self.append_inner(records, None, now_ms)
+    }
+
+    /// `append_shared`, also stamping `partitionLeaderEpoch` = `leader_epoch` into every
+    /// patched header (the field is outside the CRC): the leader's produce path.
+    pub fn append_shared_with_leader_epoch(
+        &mut self,
+        records: &[u8],
+        leader_epoch: i32,
+        now_ms: i64,
+    ) -> Result<(AppendInfo, PendingWrite, Vec<HeaderPatch>), LogError> {
+        self.append_inner(records, Some(leader_epoch), now_ms)
     }
 
     /// `append`, except that the caller writes the bytes (the broker submits them to
@@ -467,7 +512,10 @@ impl PartitionLog {
         !self.pending_writes.is_empty()
     }
 
-    /// `append`, also stamping `partitionLeaderEpoch` (what a leader does in Kafka).
+    /// `append`, also stamping `partitionLeaderEpoch` = `leader_epoch` into every batch
+    /// (what Kafka's leader does). The log does not fence: the caller checked that it
+    /// leads in `leader_epoch`. An epoch older than the cache's latest is stamped but
+    /// starts nothing in the cache.
     pub fn append_with_leader_epoch(
         &mut self,
         records: &mut [u8],
@@ -488,47 +536,126 @@ impl PartitionLog {
         now_ms: i64,
     ) -> Result<(AppendInfo, PendingWrite, Vec<HeaderPatch>), LogError> {
         self.check_online()?;
-        if records.is_empty() {
-            return Err(LogError::Corrupt("empty record set".into()));
-        }
         let batch_bytes_max = self.config.max_message_bytes.min(limits::message_bytes_max) as usize;
-        let mut batches: Vec<(usize, usize)> = Vec::new();
-        let mut record_count: i64 = 0;
-        let mut pos = 0;
-        while pos < records.len() {
-            let (h, size) = batch::check_structure(&records[pos..], batch_bytes_max)?;
-            batch::check_semantics(&h)?;
-            if batches.len() == append_batches_max {
-                return Err(LogError::InvalidRecord(format!(
-                    "more than {append_batches_max} batches in one record set"
-                )));
-            }
-            batches.push((pos, size));
-            record_count += h.records_count as i64;
-            pos += size;
-        }
-        let total_bytes = records.len();
-        assert!(total_bytes as u64 <= u32::MAX as u64 / 2, "record set too large for one segment");
-
+        let batches = validate_record_set(records, batch_bytes_max)?;
+        let record_count: i64 = batches.iter().map(|(_, h)| h.records_count as i64).sum();
         let base_offset = self.log_end_offset().0;
         let last_offset = base_offset + record_count - 1;
-        if self.should_roll(total_bytes as u64, last_offset, now_ms) {
-            self.roll()?;
-        }
 
         let log_append_time = self.config.timestamp_type == TimestampType::LogAppendTime;
         let mut next = base_offset;
-        let mut headers = Vec::with_capacity(batches.len());
+        let mut stored = Vec::with_capacity(batches.len());
         let mut patches = Vec::with_capacity(batches.len());
-        for &(pos, size) in &batches {
+        for (pos, original) in &batches {
+            let (pos, size) = (*pos, original.size_bytes() as usize);
             let b = &records[pos..pos + size];
             let header = batch::patched_header(b, next, leader_epoch, log_append_time.then_some(now_ms));
             let h = BatchHeader::parse(&header);
             next = h.last_offset() + 1;
-            headers.push(h);
+            stored.push((pos, h));
             patches.push(HeaderPatch { position: pos, size, header });
         }
         assert_eq!(next, last_offset + 1);
+
+        let write = self.place(&stored, records.len(), now_ms)?;
+        let info = AppendInfo {
+            base_offset: Offset(base_offset),
+            last_offset: Offset(last_offset),
+            log_append_time_ms: if log_append_time { now_ms } else { -1 },
+            record_count: record_count as u32,
+            bytes: records.len(),
+        };
+        Ok((info, write, patches))
+    }
+
+    /// A follower's append: `records` are batches exactly as the leader stored them
+    /// (offsets assigned, CRCs valid, `partitionLeaderEpoch` stamped), written here byte
+    /// for byte. Each batch is validated as a produced one (CRC32C, magic 2, lengths,
+    /// record counts), against the broker-wide `limits::message_bytes_max` rather than
+    /// the topic's `max.message.bytes` (the leader already accepted it; Kafka's follower
+    /// ignores the record size too). The first batch must start at the log end offset
+    /// (`OffsetOutOfRange` with `offset` = its base offset otherwise: a gap or an
+    /// overlap) and each next one right after the previous (`InvalidRecord` otherwise).
+    /// Nothing is written if anything is refused. Indexes, segment rolls and the leader
+    /// epoch cache follow as for a leader append. `log_append_time_ms` in the answer is
+    /// -1: the leader's timestamps are kept as they are. Does not fsync.
+    pub fn append_replicated(&mut self, records: &[u8], now_ms: i64) -> Result<AppendInfo, LogError> {
+        let (info, write) = self.append_replicated_deferred(records, now_ms)?;
+        let result = write.file.write_all_at(records, write.position);
+        self.write_done(write.id, result)?;
+        Ok(info)
+    }
+
+    /// `append_replicated` where the caller writes `records`, unchanged (no header is
+    /// patched), at the returned position, then reports `write_done` (the io_uring path,
+    /// as for `append_deferred` / `append_shared`).
+    pub fn append_replicated_deferred(
+        &mut self,
+        records: &[u8],
+        now_ms: i64,
+    ) -> Result<(AppendInfo, PendingWrite), LogError> {
+        self.check_online()?;
+        let batches = validate_record_set(records, limits::message_bytes_max as usize)?;
+        let log_end_offset = self.log_end_offset().0;
+        let mut expected = log_end_offset;
+        for (i, (_, h)) in batches.iter().enumerate() {
+            if h.base_offset != expected && i == 0 {
+                return Err(LogError::OffsetOutOfRange {
+                    offset: h.base_offset,
+                    log_start_offset: self.log_start_offset().0,
+                    log_end_offset,
+                });
+            }
+            if h.base_offset != expected {
+                return Err(LogError::InvalidRecord(format!(
+                    "replicated batch {i} starts at offset {} where {expected} was expected",
+                    h.base_offset
+                )));
+            }
+            expected = h.last_offset() + 1;
+        }
+        let record_count: i64 = batches.iter().map(|(_, h)| h.records_count as i64).sum();
+        assert_eq!(expected, log_end_offset + record_count, "contiguous batches hold every offset once");
+        let write = self.place(&batches, records.len(), now_ms)?;
+        let info = AppendInfo {
+            base_offset: Offset(log_end_offset),
+            last_offset: Offset(expected - 1),
+            log_append_time_ms: -1,
+            record_count: record_count as u32,
+            bytes: records.len(),
+        };
+        Ok((info, write))
+    }
+
+    /// Take in a validated record set whose batches, as they will be stored, are
+    /// `batches` (position in the set, header), contiguous from the log end offset: roll
+    /// if due, record new leader epochs (the checkpoint is saved before the bytes are
+    /// written), register the pending write and index the batches. Returns where to
+    /// write the set.
+    fn place(
+        &mut self,
+        batches: &[(usize, BatchHeader)],
+        total_bytes: usize,
+        now_ms: i64,
+    ) -> Result<PendingWrite, LogError> {
+        assert!(total_bytes as u64 <= u32::MAX as u64 / 2, "record set too large for one segment");
+        let (Some((_, first)), Some((_, last))) = (batches.first(), batches.last()) else {
+            panic!("placing an empty record set");
+        };
+        let base_offset = first.base_offset;
+        let last_offset = last.last_offset();
+        assert_eq!(base_offset, self.log_end_offset().0, "appends continue the log");
+        if self.should_roll(total_bytes as u64, last_offset, now_ms) {
+            self.roll()?;
+        }
+
+        let mut epochs_changed = false;
+        for (_, h) in batches {
+            epochs_changed |= self.leader_epochs.assign_if_newer(h.partition_leader_epoch, h.base_offset);
+        }
+        if epochs_changed {
+            self.save_leader_epochs("append: leader-epoch-checkpoint", last_offset + 1)?;
+        }
 
         let interval = self.config.index_interval_bytes;
         let write_pos = self.active().size_bytes;
@@ -544,8 +671,8 @@ impl PartitionLog {
         });
         let write = PendingWrite { id, file: self.active().log.clone(), position: write_pos };
         let seg = self.active_mut();
-        for (&(pos, _), h) in batches.iter().zip(&headers) {
-            seg.note_batch(write_pos + pos as u64, h, interval);
+        for (pos, h) in batches {
+            seg.note_batch(write_pos + *pos as u64, h, interval);
         }
         seg.size_bytes += total_bytes as u64;
         if seg.first_batch_time_ms.is_none() {
@@ -553,14 +680,48 @@ impl PartitionLog {
         }
         assert_eq!(seg.next_offset, last_offset + 1);
         self.first_unflushed_append_ms.get_or_insert(now_ms);
-        let info = AppendInfo {
-            base_offset: Offset(base_offset),
-            last_offset: Offset(last_offset),
-            log_append_time_ms: if log_append_time { now_ms } else { -1 },
-            record_count: record_count as u32,
-            bytes: total_bytes,
-        };
-        Ok((info, write, patches))
+        Ok(write)
+    }
+
+    /// Persist the leader epoch cache after a change, checking it against the log
+    /// (`log_end_offset` as it is, or is about to be). A failure takes the log offline.
+    fn save_leader_epochs(&mut self, context: &str, log_end_offset: i64) -> Result<(), LogError> {
+        check_leader_epochs(&self.leader_epochs, self.log_start_offset().0, log_end_offset);
+        let r = self.leader_epochs.save(&self.dir);
+        self.offline_on_err(context, r)
+    }
+
+    /// The latest leader epoch the log knows of (None before any batch carried one).
+    pub fn latest_epoch(&self) -> Option<i32> {
+        self.leader_epochs.latest_epoch()
+    }
+
+    /// The leader epoch cache: (epoch, start offset) entries, both strictly increasing.
+    pub fn epoch_entries(&self) -> &[EpochEntry] {
+        self.leader_epochs.entries()
+    }
+
+    /// The answer to OffsetForLeaderEpoch (KIP-101/KIP-279): the largest known epoch <=
+    /// `requested_epoch` and the offset where it ended (the next epoch's start, or the
+    /// log end offset for the latest epoch); `(UNDEFINED_EPOCH, UNDEFINED_EPOCH_OFFSET)`,
+    /// i.e. (-1, -1), when the log cannot tell (a newer epoch than any known, an empty
+    /// cache, -1 asked). See `LeaderEpochCache::end_offset_for` for the older-than-all case.
+    pub fn end_offset_for_epoch(&self, requested_epoch: i32) -> (i32, i64) {
+        self.leader_epochs.end_offset_for(requested_epoch, self.log_end_offset().0)
+    }
+
+    /// A new leader in `leader_epoch` records that its epoch starts at the log end
+    /// offset, before its first append in that epoch (Kafka's `Partition.makeLeader`), so
+    /// that OffsetForLeaderEpoch answers for older epochs end where it took over. No-op
+    /// unless `leader_epoch` is newer than the latest known. As in Kafka, such an entry
+    /// with no batch behind it does not survive a reopen (the cache is cut to the log).
+    pub fn assign_leader_epoch(&mut self, leader_epoch: i32) -> Result<(), LogError> {
+        self.check_online()?;
+        let log_end_offset = self.log_end_offset().0;
+        if self.leader_epochs.assign_if_newer(leader_epoch, log_end_offset) {
+            self.save_leader_epochs("assign leader epoch: leader-epoch-checkpoint", log_end_offset)?;
+        }
+        Ok(())
     }
 
     fn should_roll(&self, extra_bytes: u64, last_offset: i64, now_ms: i64) -> bool {
@@ -813,6 +974,10 @@ impl PartitionLog {
             }
         }
         self.recovery_point = self.recovery_point.max(self.log_start_offset().0);
+        if self.leader_epochs.truncate_from_start(self.log_start_offset().0) {
+            let end = self.log_end_offset().0;
+            self.save_leader_epochs("retention: leader-epoch-checkpoint", end)?;
+        }
         Ok(deleted)
     }
 
@@ -826,7 +991,15 @@ impl PartitionLog {
 
     /// Remove every record at or above `offset` (whole batches: a batch that holds
     /// `offset` goes entirely). Below the log start, the log restarts empty at `offset`.
-    /// Durable before it returns (fdatasync of the segment, directory and checkpoint).
+    /// Durable before it returns (fdatasync of the segment, directory and checkpoints).
+    /// The leader epoch cache forgets every epoch starting at or after the new log end
+    /// (a follower cutting its divergent suffix, KIP-101); the recovery point and the
+    /// written end offset (the high watermark of a single replica) are clamped to it.
+    ///
+    /// Refused, by panicking, while any append is still being written
+    /// (`has_pending_writes()`): an in-flight write could land past the cut, and the cut
+    /// is found by reading headers that may not be in the file yet. The caller (the
+    /// follower's fetch loop on the owning shard) waits for `write_done` first.
     pub fn truncate_to(&mut self, offset: Offset) -> Result<(), LogError> {
         self.check_online()?;
         assert!(self.pending_writes.is_empty(), "truncate with appends still being written");
@@ -858,6 +1031,9 @@ impl PartitionLog {
         let end = self.log_end_offset().0;
         let r = self.active().log.sync_data().and_then(|_| self.dir_file.sync_all());
         self.offline_on_err("truncate: fdatasync", r)?;
+        if self.leader_epochs.truncate_from_end(end) {
+            self.save_leader_epochs("truncate: leader-epoch-checkpoint", end)?;
+        }
         self.recovery_point = self.recovery_point.min(end);
         let r = write_checkpoint(&self.dir, self.recovery_point, true);
         self.offline_on_err("truncate: checkpoint", r)?;
@@ -972,4 +1148,84 @@ fn write_durable(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     let f = File::create(path)?;
     f.write_all_at(bytes, 0)?;
     f.sync_data()
+}
+
+/// The leader epoch cache at open: the checkpoint (absent = empty; unreadable = rebuilt
+/// from the batch headers of `segments`), cut to the log's offsets, saved if that
+/// changed it.
+fn open_leader_epochs(dir: &Path, segments: &[Segment]) -> Result<LeaderEpochCache, LogError> {
+    let (mut cache, mut changed) = match LeaderEpochCache::load(dir) {
+        Ok(cache) => (cache, false),
+        Err(reason) => {
+            tracing::warn!(dir = %dir.display(), %reason,
+                "unreadable leader-epoch-checkpoint; rebuilding it from the batch headers");
+            (rebuild_leader_epochs(dir, segments), true)
+        }
+    };
+    let log_start_offset = segments[0].base_offset;
+    let log_end_offset = segments[segments.len() - 1].next_offset;
+    changed |= cache.truncate_from_end(log_end_offset);
+    changed |= cache.truncate_from_start(log_start_offset);
+    if changed {
+        cache.save(dir)?;
+    }
+    check_leader_epochs(&cache, log_start_offset, log_end_offset);
+    Ok(cache)
+}
+
+/// Scan every batch header of `segments` (already recovered or trusted) and apply the
+/// append rule to each one's `partitionLeaderEpoch`.
+fn rebuild_leader_epochs(dir: &Path, segments: &[Segment]) -> LeaderEpochCache {
+    let mut cache = LeaderEpochCache::default();
+    for seg in segments {
+        let mut pos = 0;
+        loop {
+            match seg.header_at(pos, seg.size_bytes) {
+                Ok(Some(h)) => {
+                    cache.assign_if_newer(h.partition_leader_epoch, h.base_offset);
+                    pos += h.size_bytes();
+                }
+                Ok(None) => break,
+                Err(stop) => {
+                    tracing::warn!(dir = %dir.display(), segment = seg.base_offset, position = stop.position_bytes,
+                        reason = %stop.reason, "leader epoch rebuild stopped early in a segment");
+                    break;
+                }
+            }
+        }
+    }
+    cache
+}
+
+/// Every epoch starts inside the log: `log_start_offset <= start <= log_end_offset` (an
+/// epoch a new leader assigned at its log end has no batch yet).
+fn check_leader_epochs(cache: &LeaderEpochCache, log_start_offset: i64, log_end_offset: i64) {
+    let entries = cache.entries();
+    if let (Some(first), Some(last)) = (entries.first(), entries.last()) {
+        assert!(
+            first.start_offset >= log_start_offset && last.start_offset <= log_end_offset,
+            "leader epochs {entries:?} outside the log [{log_start_offset}, {log_end_offset}]"
+        );
+    }
+}
+
+/// Validate every batch of a record set: structure (CRC32C, magic 2, lengths against
+/// `batch_bytes_max`), semantics, and at most `append_batches_max` batches. Returns each
+/// batch's position in `records` and its header as given.
+fn validate_record_set(records: &[u8], batch_bytes_max: usize) -> Result<Vec<(usize, BatchHeader)>, LogError> {
+    if records.is_empty() {
+        return Err(LogError::Corrupt("empty record set".into()));
+    }
+    let mut batches = Vec::new();
+    let mut pos = 0;
+    while pos < records.len() {
+        if batches.len() == append_batches_max {
+            return Err(LogError::InvalidRecord(format!("more than {append_batches_max} batches in one record set")));
+        }
+        let (h, size) = batch::check_structure(&records[pos..], batch_bytes_max)?;
+        batch::check_semantics(&h)?;
+        batches.push((pos, h));
+        pos += size;
+    }
+    Ok(batches)
 }
