@@ -11,5 +11,6 @@ pub mod group;
 pub mod log;
 pub mod model;
 pub mod protocol;
+pub mod replication;
 pub mod server;
 pub mod shard;

@@ -1,0 +1,334 @@
+//! Kafka's ISR replication, as state machines with no I/O: time and offsets in,
+//! decisions out. The shard owning a partition feeds them (follower fetches, local
+//! appends, coordinator answers, the clock) and carries out what they decide (answer
+//! acks, send AlterPartition, truncate a follower's log).
+//!
+//! Leader side (`LeaderState`), after Kafka's `Partition` / `Replica`:
+//! - each follower's log end offset is its last fetch offset; it is *caught up* at a
+//!   fetch that reached the leader's log end offset as it was at the previous fetch;
+//! - high watermark = min(log end offset) over the ISR, the leader included; it never
+//!   moves backwards;
+//! - a follower not caught up for `replica_lag_time_max_ms` leaves the ISR; a replica
+//!   whose log end offset reached the high watermark and the start of this leader's
+//!   epoch joins it. Both only through the coordinator (AlterPartition): one change in
+//!   flight at a time, and the high watermark is computed over the committed ISR.
+//!
+//! Follower side (`truncation_offset`): truncation by leader epoch (KIP-101, KIP-279),
+//! never by high watermark.
+
+use std::collections::BTreeMap;
+
+/// Kafka's `replica.lag.time.max.ms` default.
+pub const REPLICA_LAG_TIME_MAX_MS_DEFAULT: i64 = 30_000;
+/// Kafka's UNDEFINED_EPOCH / UNDEFINED_EPOCH_OFFSET in OffsetForLeaderEpoch answers.
+pub const UNDEFINED_EPOCH: i32 = -1;
+pub const UNDEFINED_OFFSET: i64 = -1;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct FollowerProgress {
+    /// The follower's log end offset (its last fetch offset); -1 before its first fetch.
+    leo: i64,
+    /// When it was last caught up (ms); 0: never.
+    last_caught_up_ms: i64,
+    last_fetch_ms: i64,
+    /// The leader's log end offset at the follower's previous fetch.
+    leader_leo_at_last_fetch: i64,
+}
+
+/// An ISR change for the coordinator (AlterPartition).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IsrProposal {
+    pub new_isr: Vec<i32>,
+    pub leader_epoch: i32,
+    pub partition_epoch: i32,
+}
+
+#[derive(Debug, Clone)]
+pub struct LeaderState {
+    local_id: i32,
+    leader_epoch: i32,
+    /// Assignment order.
+    replicas: Vec<i32>,
+    /// As committed by the coordinator.
+    isr: Vec<i32>,
+    partition_epoch: i32,
+    followers: BTreeMap<i32, FollowerProgress>,
+    high_watermark: i64,
+    /// The log end offset when this leader epoch began.
+    epoch_start_offset: i64,
+    pending: Option<IsrProposal>,
+    replica_lag_time_max_ms: i64,
+}
+
+impl LeaderState {
+    /// This broker became (or stays) leader with `leader_epoch`. `high_watermark` is what
+    /// it knew (as a follower, or before a restart); the leader's log end offset is `leo`.
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        local_id: i32,
+        leader_epoch: i32,
+        replicas: Vec<i32>,
+        isr: Vec<i32>,
+        partition_epoch: i32,
+        leo: i64,
+        high_watermark: i64,
+        now_ms: i64,
+        replica_lag_time_max_ms: i64,
+    ) -> Self {
+        let followers = replicas
+            .iter()
+            .filter(|r| **r != local_id)
+            .map(|r| {
+                // ISR members get a fresh lag budget from now (Kafka resets caught-up time
+                // on leadership change).
+                let caught_up = if isr.contains(r) { now_ms } else { 0 };
+                (
+                    *r,
+                    FollowerProgress {
+                        leo: -1,
+                        last_caught_up_ms: caught_up,
+                        last_fetch_ms: 0,
+                        leader_leo_at_last_fetch: -1,
+                    },
+                )
+            })
+            .collect();
+        let mut s = Self {
+            local_id,
+            leader_epoch,
+            replicas,
+            isr,
+            partition_epoch,
+            followers,
+            high_watermark: high_watermark.min(leo).max(0),
+            epoch_start_offset: leo,
+            pending: None,
+            replica_lag_time_max_ms,
+        };
+        s.update_high_watermark(leo);
+        s
+    }
+
+    pub fn leader_epoch(&self) -> i32 {
+        self.leader_epoch
+    }
+
+    pub fn high_watermark(&self) -> i64 {
+        self.high_watermark
+    }
+
+    pub fn isr(&self) -> &[i32] {
+        &self.isr
+    }
+
+    pub fn replicas(&self) -> &[i32] {
+        &self.replicas
+    }
+
+    /// A follower's fetch at `fetch_offset` (its log end offset), while the leader's log
+    /// end offset is `leader_leo`. Returns the new high watermark if it moved. Fetches
+    /// from brokers that are not replicas are refused (`None` with no effect, and
+    /// `is_replica` tells the caller).
+    pub fn on_follower_fetch(&mut self, replica: i32, fetch_offset: i64, leader_leo: i64, now_ms: i64) -> Option<i64> {
+        let f = self.followers.get_mut(&replica)?;
+        if fetch_offset >= leader_leo {
+            f.last_caught_up_ms = now_ms;
+        } else if fetch_offset >= f.leader_leo_at_last_fetch && f.leader_leo_at_last_fetch >= 0 {
+            f.last_caught_up_ms = f.last_caught_up_ms.max(f.last_fetch_ms);
+        }
+        f.leo = fetch_offset;
+        f.last_fetch_ms = now_ms;
+        f.leader_leo_at_last_fetch = leader_leo;
+        self.update_high_watermark(leader_leo)
+    }
+
+    pub fn is_replica(&self, broker: i32) -> bool {
+        self.followers.contains_key(&broker)
+    }
+
+    /// Recompute the high watermark (after a local append, or any change). Returns the
+    /// new value if it moved forward; it never moves back.
+    pub fn update_high_watermark(&mut self, leader_leo: i64) -> Option<i64> {
+        let mut hw = leader_leo;
+        for r in &self.isr {
+            if *r == self.local_id {
+                continue;
+            }
+            hw = hw.min(self.followers.get(r).map(|f| f.leo).unwrap_or(-1));
+        }
+        if hw > self.high_watermark {
+            self.high_watermark = hw;
+            Some(hw)
+        } else {
+            None
+        }
+    }
+
+    /// The ISR change due now, if any and none is in flight: laggards out first, else
+    /// caught-up replicas in.
+    pub fn isr_change(&mut self, now_ms: i64) -> Option<IsrProposal> {
+        if self.pending.is_some() {
+            return None;
+        }
+        let lagging: Vec<i32> = self
+            .isr
+            .iter()
+            .copied()
+            .filter(|r| *r != self.local_id)
+            .filter(|r| {
+                self.followers.get(r).is_none_or(|f| now_ms - f.last_caught_up_ms > self.replica_lag_time_max_ms)
+            })
+            .collect();
+        let new_isr: Vec<i32> = if !lagging.is_empty() {
+            self.isr.iter().copied().filter(|r| !lagging.contains(r)).collect()
+        } else {
+            let joining: Vec<i32> = self
+                .followers
+                .iter()
+                .filter(|(r, f)| {
+                    !self.isr.contains(r) && f.leo >= self.high_watermark && f.leo >= self.epoch_start_offset
+                })
+                .map(|(r, _)| *r)
+                .collect();
+            if joining.is_empty() {
+                return None;
+            }
+            self.replicas.iter().copied().filter(|r| self.isr.contains(r) || joining.contains(r)).collect()
+        };
+        let proposal = IsrProposal { new_isr, leader_epoch: self.leader_epoch, partition_epoch: self.partition_epoch };
+        self.pending = Some(proposal.clone());
+        Some(proposal)
+    }
+
+    /// The coordinator committed an ISR (its answer to our AlterPartition, or a snapshot).
+    /// Returns the new high watermark if it moved (a shrink can let it advance).
+    pub fn on_isr_committed(&mut self, isr: Vec<i32>, partition_epoch: i32, leader_leo: i64) -> Option<i64> {
+        if partition_epoch < self.partition_epoch {
+            return None; // older than what we have
+        }
+        self.isr = isr;
+        self.partition_epoch = partition_epoch;
+        self.pending = None;
+        self.update_high_watermark(leader_leo)
+    }
+
+    /// The AlterPartition failed (or was refused): propose again later.
+    pub fn on_isr_change_failed(&mut self) {
+        self.pending = None;
+    }
+
+    pub fn pending_change(&self) -> Option<&IsrProposal> {
+        self.pending.as_ref()
+    }
+
+    /// Followers' log end offsets (for metrics and tests).
+    pub fn follower_leo(&self, replica: i32) -> Option<i64> {
+        self.followers.get(&replica).map(|f| f.leo)
+    }
+}
+
+/// Where a follower truncates before fetching from a new leader (KIP-101 / KIP-279).
+///
+/// `requested_epoch`: the follower's latest epoch (`None`: it has no epochs: keep only
+/// what its high watermark proves); `answer`: the leader's
+/// OffsetForLeaderEpoch answer (epoch, end offset) for it; `local_end_for`: the
+/// follower's own end offset for an epoch (its epoch cache), used when the leader
+/// answered with an earlier epoch than asked (KIP-279: the follower may have appended
+/// more in that epoch than the leader has, so take the smaller of both ends).
+pub fn truncation_offset(
+    local_leo: i64,
+    local_hw: i64,
+    requested_epoch: Option<i32>,
+    answer: (i32, i64),
+    local_end_for: impl Fn(i32) -> i64,
+) -> i64 {
+    let Some(requested) = requested_epoch else {
+        return local_hw.min(local_leo);
+    };
+    let (epoch, end) = answer;
+    if epoch == UNDEFINED_EPOCH || end == UNDEFINED_OFFSET {
+        // The leader knows no epoch at or before ours (Kafka then falls back to the
+        // initial fetch offset, the high watermark).
+        return local_hw.min(local_leo);
+    }
+    if epoch == requested {
+        end.min(local_leo)
+    } else {
+        end.min(local_end_for(epoch)).min(local_leo)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn leader(isr: Vec<i32>, leo: i64, now: i64) -> LeaderState {
+        LeaderState::new(1, 5, vec![1, 2, 3], isr, 10, leo, 0, now, 30_000)
+    }
+
+    #[test]
+    fn high_watermark_is_the_minimum_over_the_isr_and_never_moves_back() {
+        let mut l = leader(vec![1, 2, 3], 100, 0);
+        assert_eq!(l.high_watermark(), 0, "followers have not fetched yet");
+        assert_eq!(l.on_follower_fetch(2, 80, 100, 10), None, "3 has not fetched");
+        assert_eq!(l.on_follower_fetch(3, 60, 100, 10), Some(60));
+        assert_eq!(l.on_follower_fetch(3, 100, 100, 20), Some(80));
+        assert_eq!(l.on_follower_fetch(2, 100, 100, 20), Some(100));
+        // A follower that truncated (fetches lower) does not pull the HW back.
+        assert_eq!(l.on_follower_fetch(2, 90, 120, 30), None);
+        assert_eq!(l.high_watermark(), 100);
+        assert_eq!(l.on_follower_fetch(9, 500, 120, 30), None, "not a replica");
+        assert!(!l.is_replica(9));
+    }
+
+    #[test]
+    fn a_single_member_isr_is_its_own_high_watermark() {
+        let mut l = leader(vec![1], 100, 0);
+        assert_eq!(l.high_watermark(), 100);
+        assert_eq!(l.update_high_watermark(150), Some(150));
+    }
+
+    #[test]
+    fn laggards_leave_and_caught_up_replicas_join_through_the_coordinator() {
+        let mut l = leader(vec![1, 2, 3], 100, 0);
+        l.on_follower_fetch(2, 100, 100, 1_000);
+        l.on_follower_fetch(3, 50, 100, 1_000);
+        assert_eq!(l.isr_change(20_000), None, "within replica.lag.time.max.ms");
+        // Broker 3 keeps fetching but never catches up; 2 stays caught up.
+        l.on_follower_fetch(2, 100, 100, 31_000);
+        l.on_follower_fetch(3, 60, 100, 31_000);
+        let p = l.isr_change(31_000).expect("3 lags");
+        assert_eq!((p.new_isr.clone(), p.partition_epoch), (vec![1, 2], 10));
+        assert_eq!(l.isr_change(31_000), None, "one change in flight at a time");
+        assert_eq!(l.high_watermark(), 60, "HW over the committed ISR until the change commits");
+        assert_eq!(l.on_isr_committed(vec![1, 2], 11, 100), Some(100));
+        // 3 catches up: reaches the HW and the epoch start offset.
+        l.on_follower_fetch(3, 100, 100, 32_000);
+        let p = l.isr_change(32_000).expect("3 is back");
+        assert_eq!((p.new_isr, p.partition_epoch), (vec![1, 2, 3], 11));
+        l.on_isr_change_failed();
+        assert!(l.isr_change(32_000).is_some(), "proposed again after a failure");
+    }
+
+    #[test]
+    fn a_follower_that_never_fetches_leaves_the_isr() {
+        let mut l = leader(vec![1, 2], 10, 0);
+        assert_eq!(l.isr_change(30_001).map(|p| p.new_isr), Some(vec![1]));
+    }
+
+    #[test]
+    fn truncation_follows_epochs_not_the_high_watermark() {
+        // KIP-101: the follower has [epoch 1: 0..10), HW 5; the leader answers epoch 1 ends
+        // at 8: truncate to 8, not to the HW.
+        assert_eq!(truncation_offset(10, 5, Some(1), (1, 8), |_| 10), 8);
+        // The leader has more in our epoch than we do: keep everything.
+        assert_eq!(truncation_offset(10, 5, Some(1), (1, 12), |_| 10), 10);
+        // KIP-279: we are at epoch 3 which the leader never had; it answers epoch 2 ending
+        // at 20, and our epoch 2 ended at 15: truncate to 15.
+        assert_eq!(truncation_offset(30, 5, Some(3), (2, 20), |e| if e == 2 { 15 } else { 30 }), 15);
+        // The leader knows no epoch at or before ours: only what the HW proves.
+        assert_eq!(truncation_offset(30, 5, Some(3), (UNDEFINED_EPOCH, UNDEFINED_OFFSET), |_| 30), 5);
+        // No epochs at all: only what the HW proves.
+        assert_eq!(truncation_offset(30, 5, None, (1, 8), |_| 30), 5);
+    }
+}
