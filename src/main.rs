@@ -107,6 +107,12 @@ struct ServeArgs {
     /// zookeeper.session.timeout.ms [default: 18000]
     #[arg(long)]
     zookeeper_session_timeout_ms: Option<u64>,
+    /// default.replication.factor for topics created without one [default: 1]
+    #[arg(long)]
+    default_replication_factor: Option<i32>,
+    /// replica.lag.time.max.ms: followers not caught up this long leave the ISR [default: 30000]
+    #[arg(long)]
+    replica_lag_time_max_ms: Option<i64>,
 }
 
 fn load_config(args: ServeArgs) -> Result<BrokerConfig, String> {
@@ -176,6 +182,12 @@ fn load_config(args: ServeArgs) -> Result<BrokerConfig, String> {
     }
     if let Some(v) = args.zookeeper_session_timeout_ms {
         config.zookeeper_session_timeout_ms = v;
+    }
+    if let Some(v) = args.default_replication_factor {
+        config.default_replication_factor = v;
+    }
+    if let Some(v) = args.replica_lag_time_max_ms {
+        config.replica_lag_time_max_ms = v;
     }
     if let Some(v) = args.fsync {
         config.fsync = v;

@@ -21,6 +21,7 @@ pub const response_bytes_max: usize = 256 * 1024 * 1024;
 const version_caps: &[(ApiKey, i16)] = &[
     (ApiKey::Produce, 9),
     (ApiKey::Fetch, 12),
+    (ApiKey::AlterPartition, 3),
     (ApiKey::ListOffsets, 7),
     (ApiKey::Metadata, 12),
     (ApiKey::CreateTopics, 7),

@@ -69,6 +69,10 @@ pub struct BrokerConfig {
     /// zookeeper.session.timeout.ms: with `--metadata zookeeper://`, how long after the
     /// active coordinator dies its `/controller` node vanishes and a standby takes over.
     pub zookeeper_session_timeout_ms: u64,
+    /// default.replication.factor: for topics created without one (and auto-created).
+    pub default_replication_factor: i32,
+    /// replica.lag.time.max.ms: a follower not caught up for this long leaves the ISR.
+    pub replica_lag_time_max_ms: i64,
 }
 
 impl Default for BrokerConfig {
@@ -95,6 +99,8 @@ impl Default for BrokerConfig {
             broker_session_timeout_ms: 9_000,
             broker_heartbeat_interval_ms: 1_000,
             zookeeper_session_timeout_ms: 18_000,
+            default_replication_factor: 1,
+            replica_lag_time_max_ms: 30_000,
         }
     }
 }
@@ -188,11 +194,17 @@ const TOPIC_CONFIG_KEYS: &[TopicConfigKey] = &[
         default: "CreateTime",
         kind: ValueKind::Choice(&["CreateTime", "LogAppendTime"]),
     },
+    TopicConfigKey { name: "min.insync.replicas", default: "1", kind: ValueKind::Long { min: 1 } },
     TopicConfigKey { name: "retention.bytes", default: "-1", kind: ValueKind::Long { min: -1 } },
     TopicConfigKey { name: "retention.ms", default: "604800000", kind: ValueKind::Long { min: -1 } },
     TopicConfigKey { name: "segment.bytes", default: "1073741824", kind: ValueKind::Long { min: 14 } },
     TopicConfigKey { name: "segment.index.bytes", default: "10485760", kind: ValueKind::Long { min: 4 } },
     TopicConfigKey { name: "segment.ms", default: "604800000", kind: ValueKind::Long { min: 1 } },
+    TopicConfigKey {
+        name: "unclean.leader.election.enable",
+        default: "false",
+        kind: ValueKind::Choice(&["true", "false"]),
+    },
 ];
 
 /// The configs set on one topic (only what differs from the defaults), by Kafka name.

@@ -85,6 +85,7 @@ impl From<ControllerError> for RegistryError {
 pub struct TopicMeta {
     pub id: uuid::Uuid,
     pub partitions: i32,
+    pub replication_factor: i32,
     pub configs: TopicConfig,
 }
 
@@ -562,6 +563,30 @@ impl Registry {
         }
     }
 
+    /// AlterPartition from a partition's leader: a new ISR, checked against the leader's
+    /// epoch and the partition epoch. Returns the committed state.
+    pub fn alter_partition(
+        &mut self,
+        topic: &str,
+        partition: i32,
+        leader_id: i32,
+        leader_epoch: i32,
+        partition_epoch: i32,
+        new_isr: &[i32],
+    ) -> Result<PartitionState, RegistryError> {
+        self.store()?;
+        let changes =
+            self.controller.alter_partition(topic, partition, leader_id, leader_epoch, partition_epoch, new_isr)?;
+        self.persist(&changes)?;
+        tracing::info!(topic, partition, isr = ?new_isr, "ISR changed");
+        Ok(self.controller.partition_state(topic, partition).expect("just altered").clone())
+    }
+
+    /// The live brokers' count (what a replication factor may not exceed).
+    pub fn live_broker_count(&self) -> usize {
+        self.controller.live_brokers().count()
+    }
+
     /// Controlled shutdown of another broker (BrokerHeartbeat with want_shut_down): its
     /// leaderships move away and it leaves the cluster.
     pub fn unregister_remote(&mut self, id: i32) -> Result<(), RegistryError> {
@@ -643,7 +668,11 @@ impl Registry {
             .topics()
             .map(|t| {
                 let configs = TopicConfig { overrides: t.configs.clone() };
-                (t.name.clone(), TopicMeta { id: t.topic_id, partitions: t.partition_count(), configs })
+                let replication_factor = t.assignment.first().map(|r| r.len() as i32).unwrap_or(0);
+                (
+                    t.name.clone(),
+                    TopicMeta { id: t.topic_id, partitions: t.partition_count(), replication_factor, configs },
+                )
             })
             .collect();
     }
@@ -727,6 +756,18 @@ impl Registry {
     }
 
     pub fn create(&mut self, name: &str, partitions: i32, configs: TopicConfig) -> Result<TopicMeta, RegistryError> {
+        self.create_replicated(name, partitions, 1, configs)
+    }
+
+    /// CreateTopics: `replication_factor` replicas per partition, placed over the live
+    /// brokers (rack-aware), leaders spread.
+    pub fn create_replicated(
+        &mut self,
+        name: &str,
+        partitions: i32,
+        replication_factor: i32,
+        configs: TopicConfig,
+    ) -> Result<TopicMeta, RegistryError> {
         validate_topic_name(name)?;
         self.store()?;
         if !(1..=limits::topic_partitions_max).contains(&partitions) {
@@ -737,7 +778,7 @@ impl Registry {
             name,
             uuid::Uuid::new_v4(),
             partitions,
-            1,
+            replication_factor,
             configs.overrides.clone(),
             &mut || splitmix64(&mut seed),
         )?;

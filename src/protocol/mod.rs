@@ -43,6 +43,9 @@ pub const SUPPORTED_APIS: &[(ApiKey, i16, i16)] = &[
     // Between brokers: registration and liveness with the active coordinator.
     (ApiKey::BrokerRegistration, 0, 4),
     (ApiKey::BrokerHeartbeat, 0, 1),
+    (ApiKey::AlterPartition, 2, 3),
+    // Followers before fetching from a new leader; consumers detecting truncation.
+    (ApiKey::OffsetForLeaderEpoch, 2, 4),
 ];
 
 pub fn supported_range(key: ApiKey) -> Option<(i16, i16)> {
@@ -200,6 +203,12 @@ pub mod error_code {
     pub const COORDINATOR_NOT_AVAILABLE: i16 = 15;
     pub const NOT_COORDINATOR: i16 = 16;
     pub const NOT_CONTROLLER: i16 = 41;
+    pub const NOT_ENOUGH_REPLICAS: i16 = 19;
+    pub const NOT_ENOUGH_REPLICAS_AFTER_APPEND: i16 = 20;
+    pub const FENCED_LEADER_EPOCH: i16 = 74;
+    pub const UNKNOWN_LEADER_EPOCH: i16 = 76;
+    pub const INELIGIBLE_REPLICA: i16 = 107;
+    pub const INVALID_UPDATE_VERSION: i16 = 108;
     pub const STALE_BROKER_EPOCH: i16 = 77;
     pub const BROKER_ID_NOT_REGISTERED: i16 = 102;
     pub const ILLEGAL_GENERATION: i16 = 22;

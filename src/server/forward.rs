@@ -62,7 +62,7 @@ enum Attempt<T> {
 /// Run `f` (on the blocking pool) with a connection to the active coordinator, waiting
 /// through a failover for up to `coordinator_wait_ms`. `Err` when no coordinator could
 /// be reached in time.
-async fn with_coordinator<T: Send + 'static>(
+pub(super) async fn with_coordinator<T: Send + 'static>(
     ctx: &ShardContext,
     f: impl Fn(&mut Connection, &Arc<RwLock<Registry>>) -> T + Send + Sync + 'static,
 ) -> Result<T, String> {

@@ -13,6 +13,8 @@ mod forward;
 mod handlers;
 mod link;
 pub mod metrics;
+mod peer;
+mod replication;
 
 use std::rc::Rc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -304,6 +306,7 @@ async fn run_shard(
         config.group_config(),
     );
     shard.set_zero_copy_bytes_min(config.fetch_zero_copy_bytes_min);
+    shard.set_replica_lag_time_max_ms(config.replica_lag_time_max_ms);
     if config.append_io_uring {
         match crate::shard::AppendRing::new() {
             Ok(ring) => shard.set_append_ring(ring),
@@ -325,6 +328,12 @@ async fn run_shard(
             tracing::debug!(shard = ctx.id.0, peer, "mesh channel closed");
         })
         .detach();
+    }
+
+    // Replication: partition roles, follower fetchers, ISR changes.
+    {
+        let ctx = ctx.clone();
+        glommio::spawn_local(async move { replication::manager(ctx).await }).detach();
     }
 
     // Appends through io_uring.

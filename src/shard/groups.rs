@@ -161,7 +161,7 @@ impl Shard {
         let tp = group_partition(&first.group_id);
         assert!(recs.iter().all(|r| group_partition(&r.group_id) == tp), "one group's records share a partition");
         let batch = encode_batch(recs, now_ms)?;
-        match self.execute(PartitionOp::Produce { tp, records: Bytes::from(batch), now_ms, durable })? {
+        match self.execute(PartitionOp::Produce { tp, records: Bytes::from(batch), now_ms, durable, acks: 1 })? {
             PartitionReply::Produced { written, durable, .. } => Ok(written.into_iter().chain(durable).collect()),
             other => unreachable!("Produce answered {other:?}"),
         }

@@ -19,9 +19,11 @@ use futures::channel::oneshot;
 
 mod append_ring;
 mod groups;
+mod replica;
 pub use append_ring::AppendRing;
 use append_ring::StagedWrite;
 pub use groups::{group_partition, GroupOp, GroupReply, OffsetList};
+pub use replica::{FetcherStart, ReplicaState};
 
 use crate::coordinator::registry::{Hosting, Registry};
 use crate::group::{GroupConfig, GroupCoordinator};
@@ -53,6 +55,15 @@ pub enum PartitionError {
     /// The partition exists, but this broker does not lead it.
     #[error("this broker is not the leader of {0}")]
     NotLeader(TopicPartition),
+    /// The request's leader epoch is older than the partition's (KIP-320).
+    #[error("leader epoch {request} of {tp} is fenced: current is {current}")]
+    FencedLeaderEpoch { tp: TopicPartition, request: i32, current: i32 },
+    /// The request's leader epoch is newer than this broker knows.
+    #[error("leader epoch {request} of {tp} is unknown: current is {current}")]
+    UnknownLeaderEpoch { tp: TopicPartition, request: i32, current: i32 },
+    /// acks=all, and fewer in-sync replicas than min.insync.replicas.
+    #[error("{tp}: {isr} in-sync replicas, min.insync.replicas is {min}")]
+    NotEnoughReplicas { tp: TopicPartition, isr: usize, min: usize },
     #[error("{0}")]
     Log(#[from] LogError),
 }
@@ -63,14 +74,28 @@ pub enum PartitionOp {
     /// Append a produce request's record set. `durable` asks for an fsync before the ack.
     /// `records` is a slice of the request frame: it is written as it arrived, with
     /// only the batch headers replaced (no copy).
-    Produce { tp: TopicPartition, records: bytes::Bytes, now_ms: i64, durable: bool },
+    Produce { tp: TopicPartition, records: bytes::Bytes, now_ms: i64, durable: bool, acks: i16 },
     /// Read whole batches from `offset`, at most `max_bytes` (but at least one batch when
     /// `min_one_batch`).
-    Fetch { tp: TopicPartition, offset: Offset, max_bytes: usize, min_one_batch: bool },
+    /// `replica`: the fetching follower's broker id, -1 for a consumer (who reads only
+    /// below the high watermark); `current_leader_epoch`: -1 or the epoch the fetcher
+    /// believes current (KIP-320).
+    Fetch {
+        tp: TopicPartition,
+        offset: Offset,
+        max_bytes: usize,
+        min_one_batch: bool,
+        replica: i32,
+        current_leader_epoch: i32,
+        now_ms: i64,
+    },
     /// ListOffsets: -2 earliest, -1 latest, else by timestamp.
     ListOffset { tp: TopicPartition, timestamp_ms: i64 },
-    /// Wake me when the log end offset passes `offset`.
-    WaitForData { tp: TopicPartition, offset: Offset },
+    /// Wake me when what I may read passes `offset` (the log end for a follower, the
+    /// high watermark for a consumer).
+    WaitForData { tp: TopicPartition, offset: Offset, replica: bool },
+    /// OffsetForLeaderEpoch: the end offset of `leader_epoch` in the leader's log.
+    EpochEndOffset { tp: TopicPartition, current_leader_epoch: i32, leader_epoch: i32 },
     /// The topic is gone from the registry: remove this partition's log and directory.
     DeletePartition { tp: TopicPartition },
     /// The topic's config changed in the registry: apply it to the open log.
@@ -84,6 +109,7 @@ impl PartitionOp {
             | PartitionOp::Fetch { tp, .. }
             | PartitionOp::ListOffset { tp, .. }
             | PartitionOp::WaitForData { tp, .. }
+            | PartitionOp::EpochEndOffset { tp, .. }
             | PartitionOp::DeletePartition { tp }
             | PartitionOp::RefreshConfig { tp } => tp,
         }
@@ -148,6 +174,13 @@ pub enum PartitionReply {
         log_start_offset: Offset,
         written: Option<DurableWait>,
         durable: Option<DurableWait>,
+        /// acks=all: resolves when the high watermark passes the batch (Err: a Kafka
+        /// error code, NOT_ENOUGH_REPLICAS_AFTER_APPEND or NOT_LEADER_OR_FOLLOWER).
+        replicated: Option<oneshot::Receiver<Result<(), i16>>>,
+    },
+    EpochEnd {
+        leader_epoch: i32,
+        end_offset: i64,
     },
     Fetched(FetchData),
     Offset {
@@ -161,8 +194,14 @@ pub enum PartitionReply {
 
 struct Partition {
     log: PartitionLog,
-    /// This broker leads the partition (from the registry; refreshed on every change).
-    leader: bool,
+    /// Leader, follower or neither (from the registry; refreshed on every change).
+    role: replica::Role,
+    /// A follower's high watermark, as its leader last told it.
+    follower_hw: i64,
+    /// min.insync.replicas of the topic.
+    min_insync: usize,
+    /// acks=all answers waiting for the high watermark to pass their last offset.
+    hw_waiters: Vec<(Offset, oneshot::Sender<Result<(), i16>>)>,
     /// Fetch long-polls waiting for the log end offset to move.
     data_waiters: Vec<oneshot::Sender<()>>,
     /// Produce acks waiting for an fsync that covers their last offset.
@@ -191,6 +230,12 @@ pub struct Shard {
     /// The registry's change counter, and the value this shard last acted on.
     registry_generation: Arc<std::sync::atomic::AtomicU64>,
     seen_generation: u64,
+    /// This broker's id.
+    local_broker: i32,
+    /// replica.lag.time.max.ms
+    replica_lag_time_max_ms: i64,
+    /// Follower partitions that need a fetcher (taken by the runtime).
+    fetcher_starts: Vec<replica::FetcherStart>,
 }
 
 impl Shard {
@@ -202,11 +247,17 @@ impl Shard {
         broker_topic_defaults: BTreeMap<String, String>,
         group_config: GroupConfig,
     ) -> Self {
-        let registry_generation = registry.read().expect("registry lock").generation();
-        let seen_generation = registry_generation.load(std::sync::atomic::Ordering::Acquire);
+        let (registry_generation, local_broker) = {
+            let reg = registry.read().expect("registry lock");
+            (reg.generation(), reg.local_broker_id())
+        };
         Self {
             registry_generation,
-            seen_generation,
+            // Act on the registry at the first operation or tick.
+            seen_generation: 0,
+            local_broker,
+            replica_lag_time_max_ms: crate::replication::REPLICA_LAG_TIME_MAX_MS_DEFAULT,
+            fetcher_starts: Vec::new(),
             id,
             nr_shards,
             data_dir,
@@ -259,6 +310,7 @@ impl Shard {
             for w in p.data_waiters.drain(..) {
                 let _ = w.send(());
             }
+            replica::advance_hw(p);
         }
     }
 
@@ -313,47 +365,15 @@ impl Shard {
         Ok(())
     }
 
-    /// Act on registry changes (a cheap atomic load when there are none): leadership of
-    /// open partitions, their configs, and partitions whose topic is gone.
-    pub fn sync_registry(&mut self) {
-        let generation = self.registry_generation.load(std::sync::atomic::Ordering::Acquire);
-        if generation == self.seen_generation {
-            return;
-        }
-        self.seen_generation = generation;
-        let mut gone = Vec::new();
-        {
-            let reg = self.registry.read().expect("registry lock");
-            for (tp, p) in self.partitions.iter_mut() {
-                match reg.hosting(&tp.topic, tp.partition) {
-                    Hosting::Unknown if reg.has_metadata() => gone.push(tp.clone()),
-                    Hosting::Unknown | Hosting::Elsewhere => p.leader = false,
-                    h => {
-                        p.leader = h == Hosting::Leader;
-                        if let Some(meta) = reg.get(&tp.topic) {
-                            p.log.set_config(meta.configs.log_config(&self.broker_topic_defaults));
-                        }
-                    }
-                }
-            }
-        }
-        for tp in gone {
-            tracing::info!(shard = self.id.0, partition = %tp, "topic deleted: removing the partition");
-            if let Err(e) = self.execute(PartitionOp::DeletePartition { tp: tp.clone() }) {
-                tracing::error!(partition = %tp, error = %e, "cannot remove the partition of a deleted topic");
-            }
-        }
-    }
-
     fn partition_mut(&mut self, tp: &TopicPartition, now_ms: i64) -> Result<&mut Partition, PartitionError> {
         if !self.partitions.contains_key(tp) {
-            let (config, leader) = {
+            let (config, min_insync) = {
                 let reg = self.registry.read().expect("registry lock");
                 let hosting = reg.hosting(&tp.topic, tp.partition);
                 match reg.get(&tp.topic) {
                     Some(meta) if tp.partition >= 0 && tp.partition < meta.partitions => match hosting {
                         Hosting::Elsewhere => return Err(PartitionError::NotLeader(tp.clone())),
-                        h => (meta.configs.log_config(&self.broker_topic_defaults), h == Hosting::Leader),
+                        _ => (meta.configs.log_config(&self.broker_topic_defaults), self.min_insync_of(meta)),
                     },
                     _ => return Err(PartitionError::UnknownTopicOrPartition(tp.clone())),
                 }
@@ -363,12 +383,16 @@ impl Shard {
                 tp.clone(),
                 Partition {
                     log,
-                    leader,
+                    role: replica::Role::None,
+                    follower_hw: 0,
+                    min_insync,
+                    hw_waiters: Vec::new(),
                     data_waiters: Vec::new(),
                     durable_waiters: Vec::new(),
                     write_waiters: Vec::new(),
                 },
             );
+            self.refresh_role(tp, now_ms);
         }
         Ok(self.partitions.get_mut(tp).expect("just inserted"))
     }
@@ -379,20 +403,27 @@ impl Shard {
         self.sync_registry();
         // Only the leader appends and serves reads.
         let led = match &op {
-            PartitionOp::Produce { tp, now_ms, .. } => Some((tp, *now_ms)),
-            PartitionOp::Fetch { tp, .. } | PartitionOp::ListOffset { tp, .. } => Some((tp, 0)),
+            PartitionOp::Produce { tp, now_ms, .. } => Some((tp, *now_ms, -1)),
+            PartitionOp::Fetch { tp, current_leader_epoch, .. }
+            | PartitionOp::EpochEndOffset { tp, current_leader_epoch, .. } => Some((tp, 0, *current_leader_epoch)),
+            PartitionOp::ListOffset { tp, .. } => Some((tp, 0, -1)),
             _ => None,
         };
-        if let Some((tp, now_ms)) = led {
-            if !self.partition_mut(tp, now_ms)?.leader {
-                return Err(PartitionError::NotLeader(tp.clone()));
-            }
+        if let Some((tp, now_ms, epoch)) = led {
+            replica::leader_of(self.partition_mut(tp, now_ms)?, tp, epoch)?;
         }
         match op {
-            PartitionOp::Produce { tp, records, now_ms, durable } => {
+            PartitionOp::Produce { tp, records, now_ms, durable, acks } => {
                 let use_ring = self.ring.is_some();
                 let p = self.partition_mut(&tp, now_ms)?;
-                let (info, write, patches) = p.log.append_shared(&records, now_ms)?;
+                let min_insync = p.min_insync;
+                let leader = replica::leader_of(p, &tp, -1)?;
+                let (epoch, isr) = (leader.leader_epoch(), leader.isr().len());
+                if acks == -1 && isr < min_insync {
+                    return Err(PartitionError::NotEnoughReplicas { tp, isr, min: min_insync });
+                }
+                // The leader stamps its epoch into every batch (KIP-101).
+                let (info, write, patches) = p.log.append_shared_with_leader_epoch(&records, epoch, now_ms)?;
                 // Each batch goes out as its new header, then its bytes from the request.
                 let mut parts = Vec::with_capacity(2 * patches.len());
                 for patch in &patches {
@@ -417,8 +448,17 @@ impl Shard {
                     for w in p.data_waiters.drain(..) {
                         let _ = w.send(());
                     }
+                    replica::advance_hw(p);
                     None
                 };
+                // acks=all: answered once the high watermark covers the batch (at once with
+                // a single in-sync replica, as soon as its write is done).
+                let replicated = (acks == -1).then(|| {
+                    let (tx, rx) = oneshot::channel();
+                    p.hw_waiters.push((info.last_offset, tx));
+                    replica::advance_hw(p);
+                    rx
+                });
                 let durable = if durable || p.log.flush_due(now_ms) {
                     let (tx, rx) = oneshot::channel();
                     p.durable_waiters.push((info.last_offset, tx));
@@ -438,13 +478,26 @@ impl Shard {
                     });
                     rx
                 });
-                Ok(PartitionReply::Produced { info, log_start_offset, written, durable })
+                Ok(PartitionReply::Produced { info, log_start_offset, written, durable, replicated })
             }
-            PartitionOp::Fetch { tp, offset, max_bytes, min_one_batch } => {
+            PartitionOp::Fetch { tp, offset, max_bytes, min_one_batch, replica, current_leader_epoch, now_ms } => {
                 let zero_copy_bytes_min = self.zero_copy_bytes_min;
-                let p = self.partition_mut(&tp, 0)?;
-                let high_watermark = p.log.written_end_offset();
-                let plan = p.log.read(offset, max_bytes, high_watermark, min_one_batch)?;
+                let p = self.partition_mut(&tp, now_ms)?;
+                let written = p.log.written_end_offset();
+                if replica >= 0 {
+                    // A follower's fetch offset is its log end offset.
+                    let leader = replica::leader_of(p, &tp, current_leader_epoch)?;
+                    if !leader.is_replica(replica) {
+                        return Err(PartitionError::NotLeader(tp));
+                    }
+                    if leader.on_follower_fetch(replica, offset.0, written.0, now_ms).is_some() {
+                        replica::release_hw_waiters(p);
+                    }
+                }
+                let high_watermark = replica::high_watermark(p);
+                // Followers read up to the log end, consumers below the high watermark.
+                let upper = if replica >= 0 { written } else { high_watermark };
+                let plan = p.log.read(offset, max_bytes, upper, min_one_batch)?;
                 let records = if plan.length_bytes == 0 {
                     FetchRecords::Copied(Vec::new())
                 } else if plan.length_bytes >= zero_copy_bytes_min {
@@ -464,15 +517,21 @@ impl Shard {
                     -2 => (p.log.log_start_offset(), -1),
                     // "Latest" is the high watermark: what a consumer can read (appends still
                     // being written are not).
-                    -1 => (p.log.written_end_offset(), -1),
+                    -1 => (replica::high_watermark(p), -1),
                     ts => p.log.offset_for_timestamp(ts)?.unwrap_or((Offset(-1), -1)),
                 };
                 Ok(PartitionReply::Offset { offset, timestamp_ms })
             }
-            PartitionOp::WaitForData { tp, offset } => {
+            PartitionOp::EpochEndOffset { tp, leader_epoch, .. } => {
+                let p = self.partition_mut(&tp, 0)?;
+                let (leader_epoch, end_offset) = p.log.end_offset_for_epoch(leader_epoch);
+                Ok(PartitionReply::EpochEnd { leader_epoch, end_offset })
+            }
+            PartitionOp::WaitForData { tp, offset, replica } => {
                 let p = self.partition_mut(&tp, 0)?;
                 let (tx, rx) = oneshot::channel();
-                if p.log.written_end_offset() > offset {
+                let readable = if replica { p.log.written_end_offset() } else { replica::high_watermark(p) };
+                if readable > offset {
                     let _ = tx.send(());
                 } else {
                     p.data_waiters.retain(|w| !w.is_canceled());

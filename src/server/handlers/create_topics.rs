@@ -19,18 +19,20 @@ pub async fn create_topic(
     ctx: &ShardContext,
     name: &str,
     partitions: i32,
+    replication_factor: i32,
     configs: TopicConfig,
     validate_only: bool,
 ) -> Result<TopicMeta, (i16, String)> {
     let name = name.to_string();
-    ctx.registry_write(move |reg| create_in(reg, &name, partitions, configs, validate_only)).await
+    ctx.registry_write(move |reg| create_in(reg, &name, partitions, replication_factor, configs, validate_only)).await
 }
 
 /// Auto-creation (Metadata for an unknown topic): here on the active coordinator, else
 /// through it.
 pub async fn auto_create(ctx: &ShardContext, name: &str, partitions: i32) -> Result<TopicMeta, (i16, String)> {
     if ctx.registry.read().expect("registry lock").is_active() {
-        return create_topic(ctx, name, partitions, TopicConfig::default(), false).await;
+        let rf = ctx.config.default_replication_factor;
+        return create_topic(ctx, name, partitions, rf, TopicConfig::default(), false).await;
     }
     super::super::forward::create_topic(ctx, name, partitions).await?;
     ctx.registry.read().expect("registry lock").get(name).cloned().ok_or_else(|| {
@@ -42,17 +44,26 @@ fn create_in(
     reg: &mut crate::coordinator::registry::Registry,
     name: &str,
     partitions: i32,
+    replication_factor: i32,
     configs: TopicConfig,
     validate_only: bool,
 ) -> Result<TopicMeta, (i16, String)> {
+    let live = reg.live_broker_count() as i32;
+    if replication_factor < 1 || replication_factor > live {
+        return Err((
+            error_code::INVALID_REPLICATION_FACTOR,
+            format!("replication factor {replication_factor} is invalid: {live} live brokers"),
+        ));
+    }
     if validate_only {
         validate_topic_name(name).map_err(|e| (error_code::INVALID_TOPIC_EXCEPTION, e.to_string()))?;
         if reg.get(name).is_some() {
             return Err((error_code::TOPIC_ALREADY_EXISTS, format!("topic {name:?} already exists")));
         }
-        return Ok(TopicMeta { id: uuid::Uuid::nil(), partitions, configs });
+        return Ok(TopicMeta { id: uuid::Uuid::nil(), partitions, replication_factor, configs });
     }
-    reg.create(name, partitions, configs).map_err(|e| (super::registry_error_code(&e), e.to_string()))
+    reg.create_replicated(name, partitions, replication_factor, configs)
+        .map_err(|e| (super::registry_error_code(&e), e.to_string()))
 }
 
 pub async fn handle(ctx: &ShardContext, frame: &RequestFrame) -> Result<Bytes, ProtocolError> {
@@ -68,12 +79,6 @@ pub async fn handle(ctx: &ShardContext, frame: &RequestFrame) -> Result<Bytes, P
                     "manual replica assignment is not supported yet".to_string(),
                 ));
             }
-            if t.replication_factor != -1 && t.replication_factor != 1 {
-                return Err((
-                    error_code::INVALID_REPLICATION_FACTOR,
-                    format!("replication factor {} is larger than the 1 available broker", t.replication_factor),
-                ));
-            }
             let configs = TopicConfig::from_pairs(
                 t.configs.iter().map(|c| (c.name.as_str(), c.value.as_ref().map(|v| v.as_str()))),
                 &ctx.config.topic_defaults,
@@ -82,7 +87,14 @@ pub async fn handle(ctx: &ShardContext, frame: &RequestFrame) -> Result<Bytes, P
             Ok(configs)
         })();
         let outcome = match checked {
-            Ok(configs) => create_topic(ctx, &name, partitions, configs, req.validate_only).await,
+            Ok(configs) => {
+                let rf = if t.replication_factor == -1 {
+                    ctx.config.default_replication_factor
+                } else {
+                    t.replication_factor as i32
+                };
+                create_topic(ctx, &name, partitions, rf, configs, req.validate_only).await
+            }
             Err(e) => Err(e),
         };
         let mut r = CreatableTopicResult::default().with_name(t.name.clone());
@@ -95,7 +107,7 @@ pub async fn handle(ctx: &ShardContext, frame: &RequestFrame) -> Result<Bytes, P
                     r.topic_id = meta.id;
                 }
                 if frame.api_version >= 5 {
-                    r = r.with_num_partitions(meta.partitions).with_replication_factor(1);
+                    r = r.with_num_partitions(meta.partitions).with_replication_factor(meta.replication_factor as i16);
                     let configs = meta
                         .configs
                         .describe(&ctx.config.topic_defaults)

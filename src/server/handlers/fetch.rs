@@ -18,6 +18,7 @@ use crate::protocol::{decode_body, ProtocolError, RequestFrame};
 use crate::shard::{FetchRecords, PartitionOp, PartitionReply};
 
 use super::super::context::ShardContext;
+use super::super::now_ms;
 use super::{partition_error_code, respond};
 
 /// The longest long-poll we honour (Kafka clients use 500 ms by default).
@@ -55,6 +56,7 @@ pub async fn handle(ctx: &ShardContext, frame: &RequestFrame) -> Result<Response
                 ctx.call(PartitionOp::WaitForData {
                     tp: TopicPartition::new(t.topic.as_str(), p.partition),
                     offset: Offset(p.fetch_offset),
+                    replica: req.replica_id.0 >= 0,
                 })
             })
         });
@@ -91,6 +93,9 @@ async fn fetch_once(
                 offset: Offset(p.fetch_offset),
                 max_bytes,
                 min_one_batch: true,
+                replica: req.replica_id.0,
+                current_leader_epoch: p.current_leader_epoch,
+                now_ms: now_ms(),
             })
         })
     });

@@ -3,6 +3,7 @@
 //! codes are chosen here and nowhere else.
 
 mod alter_configs;
+mod alter_partition;
 mod api_versions;
 mod broker_heartbeat;
 mod broker_registration;
@@ -24,6 +25,7 @@ mod metadata;
 mod offset_commit;
 mod offset_delete;
 mod offset_fetch;
+mod offset_for_leader_epoch;
 mod produce;
 mod sync_group;
 
@@ -89,6 +91,8 @@ pub async fn handle(ctx: &ShardContext, frame: RequestFrame) -> Result<Option<Re
         ApiKey::OffsetDelete => offset_delete::handle(ctx, &frame).await.map(Some),
         ApiKey::BrokerRegistration => broker_registration::handle(ctx, &frame).await.map(Some),
         ApiKey::BrokerHeartbeat => broker_heartbeat::handle(ctx, &frame).await.map(Some),
+        ApiKey::AlterPartition => alter_partition::handle(ctx, &frame).await.map(Some),
+        ApiKey::OffsetForLeaderEpoch => offset_for_leader_epoch::handle(ctx, &frame).await.map(Some),
         other => Err(ProtocolError::BadHeader(format!("no handler for {other:?}"))),
     };
     bytes.map(|b| b.map(Response::from))
@@ -105,6 +109,9 @@ fn partition_error_code(e: &PartitionError) -> i16 {
     match e {
         PartitionError::UnknownTopicOrPartition(_) => error_code::UNKNOWN_TOPIC_OR_PARTITION,
         PartitionError::NotLeader(_) => error_code::NOT_LEADER_OR_FOLLOWER,
+        PartitionError::FencedLeaderEpoch { .. } => error_code::FENCED_LEADER_EPOCH,
+        PartitionError::UnknownLeaderEpoch { .. } => error_code::UNKNOWN_LEADER_EPOCH,
+        PartitionError::NotEnoughReplicas { .. } => error_code::NOT_ENOUGH_REPLICAS,
         PartitionError::Log(l) => match l {
             LogError::MessageTooLarge { .. } => error_code::MESSAGE_TOO_LARGE,
             LogError::Corrupt(_) => error_code::CORRUPT_MESSAGE,

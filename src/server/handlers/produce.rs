@@ -3,7 +3,10 @@
 //! the fsync when the operator chose `--fsync always` or the topic's flush policy is
 //! due); acks=-1 behaves as acks=1 until replication exists.
 
+use std::time::Duration;
+
 use bytes::Bytes;
+use futures::future::{select, Either};
 use kafka_protocol::messages::produce_response::{PartitionProduceResponse, TopicProduceResponse};
 use kafka_protocol::messages::{ApiKey, ProduceRequest, ProduceResponse};
 
@@ -15,6 +18,9 @@ use crate::shard::{PartitionOp, PartitionReply};
 use super::super::context::ShardContext;
 use super::super::now_ms;
 use super::{partition_error_code, respond, str_bytes};
+
+/// The longest acks=all wait we honour (Kafka's request.timeout.ms default is 30 s).
+const produce_timeout_ms_max: i32 = 300_000;
 
 pub async fn handle(ctx: &ShardContext, frame: &RequestFrame) -> Result<Option<Bytes>, ProtocolError> {
     let req: ProduceRequest = decode_body(frame)?;
@@ -42,15 +48,34 @@ pub async fn handle(ctx: &ShardContext, frame: &RequestFrame) -> Result<Option<B
                 records: records.clone(),
                 now_ms: now_ms(),
                 durable,
+                acks: req.acks,
             };
             match ctx.call(op).await {
-                Ok(PartitionReply::Produced { info, log_start_offset, written, durable }) => {
+                Ok(PartitionReply::Produced { info, log_start_offset, written, durable, replicated }) => {
                     // In the file first (io_uring), then durable if asked: the ack waits.
                     for wait in written.into_iter().chain(durable) {
                         match wait.await {
                             Ok(Ok(())) => {}
                             Ok(Err(e)) => return Err((error_code::KAFKA_STORAGE_ERROR, Some(e))),
                             Err(_) => return Err((error_code::KAFKA_STORAGE_ERROR, Some("write abandoned".into()))),
+                        }
+                    }
+                    // acks=all: until the in-sync replicas have it, within the request timeout.
+                    if let Some(wait) = replicated {
+                        let timeout = Duration::from_millis(req.timeout_ms.clamp(0, produce_timeout_ms_max) as u64);
+                        let timer = Box::pin(glommio::timer::sleep(timeout));
+                        match select(wait, timer).await {
+                            Either::Left((Ok(Ok(())), _)) => {}
+                            Either::Left((Ok(Err(code)), _)) => return Err((code, None)),
+                            Either::Left((Err(_), _)) => {
+                                return Err((error_code::NOT_LEADER_OR_FOLLOWER, Some("partition moved".into())))
+                            }
+                            Either::Right(_) => {
+                                return Err((
+                                    error_code::REQUEST_TIMED_OUT,
+                                    Some("the in-sync replicas did not confirm in time".into()),
+                                ))
+                            }
                         }
                     }
                     ctx.metrics.add_topic_bytes(ctx.id, topic, info.bytes as u64, 0);

@@ -1,0 +1,253 @@
+//! Replication on each shard: a manager task that acts on registry changes (roles of
+//! the partitions this shard hosts), starts a fetcher for each follower partition and
+//! sends the ISR changes its leader partitions propose; and the fetchers themselves.
+//!
+//! A fetcher runs on the shard that owns the follower replica and talks straight to the
+//! leader (another node, or another core of this one), as a Kafka follower does:
+//! OffsetForLeaderEpoch first, truncating by leader epoch (never by high watermark),
+//! then Fetch with its broker id as replica id, appending what comes byte for byte and
+//! learning the leader's high watermark. It stops when its partition's leader or epoch
+//! changes (a new fetcher starts for the new epoch).
+
+use std::rc::Rc;
+use std::time::{Duration, Instant};
+
+use kafka_protocol::messages::alter_partition_request::{BrokerState, PartitionData, TopicData};
+use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
+use kafka_protocol::messages::offset_for_leader_epoch_request::{OffsetForLeaderPartition, OffsetForLeaderTopic};
+use kafka_protocol::messages::{AlterPartitionRequest, BrokerId, FetchRequest, OffsetForLeaderEpochRequest, TopicName};
+
+use crate::model::TopicPartition;
+use crate::protocol::error_code;
+use crate::replication::{truncation_offset, IsrProposal};
+use crate::shard::FetcherStart;
+
+use super::context::ShardContext;
+use super::now_ms;
+use super::peer::Peer;
+
+/// How often the manager looks at registry changes and fetcher starts.
+const manager_interval_ms: u64 = 50;
+/// How often leaders look at their ISR.
+const isr_check_interval_ms: u64 = 250;
+/// A follower's fetch long-poll (Kafka's replica.fetch.wait.max.ms).
+const replica_fetch_wait_ms: i32 = 500;
+/// Bytes per partition per fetch (Kafka's replica.fetch.max.bytes).
+const replica_fetch_bytes_max: i32 = 1024 * 1024;
+/// Pause after an error before a fetcher tries again (replica.fetch.backoff.ms).
+const replica_fetch_backoff_ms: u64 = 200;
+/// A replica request's answer may take this long (the long-poll included).
+const replica_request_timeout_ms: u64 = 10_000;
+
+pub async fn manager(ctx: Rc<ShardContext>) {
+    let mut last_isr_check = Instant::now();
+    while !ctx.stopping.get() {
+        glommio::timer::sleep(Duration::from_millis(manager_interval_ms)).await;
+        let starts = {
+            let mut shard = ctx.shard.borrow_mut();
+            shard.sync_registry();
+            shard.take_fetcher_starts()
+        };
+        for start in starts {
+            let ctx = ctx.clone();
+            glommio::spawn_local(async move { fetcher(ctx, start).await }).detach();
+        }
+        if last_isr_check.elapsed() >= Duration::from_millis(isr_check_interval_ms) {
+            last_isr_check = Instant::now();
+            let proposals = ctx.shard.borrow_mut().isr_proposals(now_ms());
+            for (tp, proposal) in proposals {
+                let ctx = ctx.clone();
+                glommio::spawn_local(async move { alter_isr(ctx, tp, proposal).await }).detach();
+            }
+        }
+    }
+}
+
+/// Send an ISR change to the active coordinator (here, or on another broker) and hand
+/// the answer to the partition.
+async fn alter_isr(ctx: Rc<ShardContext>, tp: TopicPartition, proposal: IsrProposal) {
+    let me = ctx.config.node_id;
+    tracing::info!(partition = %tp, isr = ?proposal.new_isr, "proposing an ISR change");
+    let active = ctx.registry.read().expect("registry lock").is_active();
+    let result: Result<(Vec<i32>, i32), String> = if active {
+        let (topic, p) = (tp.topic.clone(), tp.partition);
+        ctx.registry_write(move |reg| {
+            reg.alter_partition(&topic, p, me, proposal.leader_epoch, proposal.partition_epoch, &proposal.new_isr)
+                .map(|s| (s.isr, s.partition_epoch))
+                .map_err(|e| e.to_string())
+        })
+        .await
+    } else {
+        let Some(topic_id) = ctx.registry.read().expect("registry lock").get(&tp.topic).map(|m| m.id) else {
+            return;
+        };
+        let partition = tp.partition;
+        let req =
+            AlterPartitionRequest::default().with_broker_id(BrokerId(me)).with_broker_epoch(-1).with_topics(vec![
+                TopicData::default().with_topic_id(topic_id).with_partitions(vec![PartitionData::default()
+                    .with_partition_index(partition)
+                    .with_leader_epoch(proposal.leader_epoch)
+                    .with_partition_epoch(proposal.partition_epoch)
+                    .with_new_isr(proposal.new_isr.iter().map(|b| BrokerId(*b)).collect())
+                    .with_new_isr_with_epochs(
+                        proposal
+                            .new_isr
+                            .iter()
+                            .map(|b| BrokerState::default().with_broker_id(BrokerId(*b)).with_broker_epoch(-1))
+                            .collect(),
+                    )]),
+            ]);
+        super::forward::with_coordinator(&ctx, move |conn, _| {
+            let (_, resp) = conn.call(&req).map_err(|e| e.to_string())?;
+            if resp.error_code != 0 {
+                return Err(format!("error code {}", resp.error_code));
+            }
+            let p = resp
+                .topics
+                .first()
+                .and_then(|t| t.partitions.first())
+                .ok_or_else(|| "empty AlterPartition answer".to_string())?;
+            if p.error_code != 0 {
+                return Err(format!("error code {}", p.error_code));
+            }
+            Ok((p.isr.iter().map(|b| b.0).collect(), p.partition_epoch))
+        })
+        .await
+        .and_then(|r| r)
+    };
+    if let Err(e) = &result {
+        tracing::warn!(partition = %tp, error = %e, "ISR change not committed");
+    }
+    ctx.shard.borrow_mut().isr_result(&tp, result.map_err(|_| ()));
+}
+
+/// One follower partition's fetcher (see the module comment).
+async fn fetcher(ctx: Rc<ShardContext>, start: FetcherStart) {
+    let FetcherStart { tp, leader, leader_epoch } = start;
+    let me = ctx.config.node_id;
+    let mut peer: Option<Peer> = None;
+    let mut truncated = false;
+    let mut last_error = String::new();
+    tracing::debug!(partition = %tp, leader, leader_epoch, "fetcher started");
+    loop {
+        if ctx.stopping.get() || !ctx.shard.borrow().follows(&tp, leader, leader_epoch) {
+            tracing::debug!(partition = %tp, leader, leader_epoch, "fetcher stopped");
+            return;
+        }
+        let step = async {
+            if peer.is_none() {
+                let addr = {
+                    let reg = ctx.registry.read().expect("registry lock");
+                    reg.broker_info(leader).map(|b| format!("{}:{}", b.endpoint.host, b.endpoint.port))
+                };
+                let addr = addr.ok_or_else(|| format!("leader {leader} is not a known broker"))?;
+                peer = Some(Peer::connect(&addr, &format!("spate-replica-{me}")).await?);
+            }
+            let conn = peer.as_mut().expect("connected above");
+            if !truncated {
+                truncated = truncate(&ctx, conn, &tp, leader, leader_epoch).await?;
+                return Ok(());
+            }
+            fetch(&ctx, conn, &tp, leader, leader_epoch).await
+        };
+        match step.await {
+            Ok(()) => last_error.clear(),
+            Err(e) => {
+                if e != last_error {
+                    tracing::warn!(partition = %tp, leader, error = %e, "replica fetch failed; retrying");
+                    last_error = e;
+                }
+                peer = None;
+                glommio::timer::sleep(Duration::from_millis(replica_fetch_backoff_ms)).await;
+            }
+        }
+    }
+}
+
+/// One round of truncation by leader epoch. Returns true when done (our latest epoch
+/// is one the leader has, and we end where it ends in the leader's log).
+async fn truncate(
+    ctx: &ShardContext,
+    conn: &mut Peer,
+    tp: &TopicPartition,
+    leader: i32,
+    leader_epoch: i32,
+) -> Result<bool, String> {
+    let state = ctx.shard.borrow().replica_state(tp).ok_or("partition gone")?;
+    let Some(epoch) = state.latest_epoch else {
+        // No epochs (nothing written here with one): only the high watermark is proven.
+        ctx.shard
+            .borrow_mut()
+            .replica_truncate(tp, leader, leader_epoch, state.high_watermark.min(state.log_end_offset))
+            .map_err(|e| e.to_string())?;
+        return Ok(true);
+    };
+    let req = OffsetForLeaderEpochRequest::default().with_replica_id(BrokerId(ctx.config.node_id)).with_topics(vec![
+        OffsetForLeaderTopic::default().with_topic(TopicName(crate::client::sb(&tp.topic))).with_partitions(vec![
+            OffsetForLeaderPartition::default()
+                .with_partition(tp.partition)
+                .with_current_leader_epoch(leader_epoch)
+                .with_leader_epoch(epoch),
+        ]),
+    ]);
+    let resp = conn.call(3, &req, Duration::from_millis(replica_request_timeout_ms)).await?;
+    let p = resp.topics.first().and_then(|t| t.partitions.first()).ok_or("empty OffsetForLeaderEpoch answer")?;
+    if p.error_code != 0 {
+        return Err(format!("OffsetForLeaderEpoch answered error code {}", p.error_code));
+    }
+    let offset = {
+        let shard = ctx.shard.borrow();
+        truncation_offset(
+            state.log_end_offset,
+            state.high_watermark,
+            Some(epoch),
+            (p.leader_epoch, p.end_offset),
+            |e| shard.local_epoch_end(tp, e),
+        )
+    };
+    ctx.shard.borrow_mut().replica_truncate(tp, leader, leader_epoch, offset).map_err(|e| e.to_string())?;
+    // KIP-279: when the leader answered an earlier epoch, ask again with our new latest.
+    let done = p.leader_epoch == epoch || offset >= state.log_end_offset || p.leader_epoch < 0;
+    Ok(done)
+}
+
+async fn fetch(
+    ctx: &ShardContext,
+    conn: &mut Peer,
+    tp: &TopicPartition,
+    leader: i32,
+    leader_epoch: i32,
+) -> Result<(), String> {
+    let state = ctx.shard.borrow().replica_state(tp).ok_or("partition gone")?;
+    let req = FetchRequest::default()
+        .with_replica_id(BrokerId(ctx.config.node_id))
+        .with_max_wait_ms(replica_fetch_wait_ms)
+        .with_min_bytes(1)
+        .with_max_bytes(replica_fetch_bytes_max)
+        .with_session_epoch(-1)
+        .with_topics(vec![FetchTopic::default().with_topic(TopicName(crate::client::sb(&tp.topic))).with_partitions(
+            vec![FetchPartition::default()
+                .with_partition(tp.partition)
+                .with_current_leader_epoch(leader_epoch)
+                .with_fetch_offset(state.log_end_offset)
+                .with_log_start_offset(state.log_start_offset)
+                .with_partition_max_bytes(replica_fetch_bytes_max)],
+        )]);
+    let resp = conn.call(12, &req, Duration::from_millis(replica_request_timeout_ms)).await?;
+    let p = resp.responses.first().and_then(|t| t.partitions.first()).ok_or("empty Fetch answer")?;
+    match p.error_code {
+        error_code::NONE => {
+            let records = p.records.clone().unwrap_or_default();
+            ctx.shard
+                .borrow_mut()
+                .replica_append(tp, leader, leader_epoch, &records, p.high_watermark, now_ms())
+                .map_err(|e| format!("append: {e}"))?;
+            Ok(())
+        }
+        error_code::OFFSET_OUT_OF_RANGE => {
+            tracing::warn!(partition = %tp, fetch_offset = state.log_end_offset, leader_log_start = p.log_start_offset, "fetch offset out of the leader's range: starting over");
+            ctx.shard.borrow_mut().replica_reset(tp, leader, leader_epoch).map_err(|e| e.to_string())
+        }
+        code => Err(format!("Fetch answered error code {code}")),
+    }
+}

@@ -1,0 +1,352 @@
+//! Replicas on their owner shard: the role of each hosted partition (leader, follower or
+//! neither) as the registry says, the leader's high watermark and ISR bookkeeping
+//! (`replication::LeaderState`), acks=all waiters, and the operations a follower's
+//! fetcher (a task on this same shard) performs on its log.
+
+use crate::coordinator::registry::Hosting;
+use crate::model::{Offset, TopicPartition};
+use crate::protocol::error_code;
+use crate::replication::{IsrProposal, LeaderState};
+
+use super::{Partition, PartitionError, Shard};
+
+pub enum Role {
+    Leader(LeaderState),
+    Follower {
+        leader: i32,
+        leader_epoch: i32,
+    },
+    /// Offline (no leader), or not known yet.
+    None,
+}
+
+/// A follower partition whose fetcher must (re)start: its leader or epoch changed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FetcherStart {
+    pub tp: TopicPartition,
+    pub leader: i32,
+    pub leader_epoch: i32,
+}
+
+/// What a fetcher needs to know about its follower log.
+#[derive(Debug, Clone, Copy)]
+pub struct ReplicaState {
+    pub log_end_offset: i64,
+    pub high_watermark: i64,
+    pub log_start_offset: i64,
+    pub latest_epoch: Option<i32>,
+}
+
+/// The leader state of `p`, checked against a request's `current_leader_epoch` (-1: no
+/// check) as KIP-320 says.
+pub fn leader_of<'a>(
+    p: &'a mut Partition,
+    tp: &TopicPartition,
+    current_leader_epoch: i32,
+) -> Result<&'a mut LeaderState, PartitionError> {
+    let Role::Leader(l) = &mut p.role else {
+        return Err(PartitionError::NotLeader(tp.clone()));
+    };
+    let current = l.leader_epoch();
+    if current_leader_epoch >= 0 && current_leader_epoch < current {
+        return Err(PartitionError::FencedLeaderEpoch { tp: tp.clone(), request: current_leader_epoch, current });
+    }
+    if current_leader_epoch > current {
+        return Err(PartitionError::UnknownLeaderEpoch { tp: tp.clone(), request: current_leader_epoch, current });
+    }
+    Ok(l)
+}
+
+/// What consumers may read up to: the leader's high watermark, or what a follower was
+/// told.
+pub fn high_watermark(p: &Partition) -> Offset {
+    match &p.role {
+        Role::Leader(l) => Offset(l.high_watermark()),
+        _ => Offset(p.follower_hw.min(p.log.written_end_offset().0)),
+    }
+}
+
+/// After the leader's log grew: recompute the high watermark, release what it covers.
+pub fn advance_hw(p: &mut Partition) {
+    let written = p.log.written_end_offset().0;
+    if let Role::Leader(l) = &mut p.role {
+        l.update_high_watermark(written);
+        release_hw_waiters(p);
+    }
+}
+
+/// Answer the acks=all produces the high watermark now covers, and wake consumers.
+pub fn release_hw_waiters(p: &mut Partition) {
+    let Role::Leader(l) = &p.role else { return };
+    let hw = Offset(l.high_watermark());
+    let enough = l.isr().len() >= p.min_insync;
+    let waiters = std::mem::take(&mut p.hw_waiters);
+    for (last, w) in waiters {
+        if last < hw {
+            let _ = w.send(if enough { Ok(()) } else { Err(error_code::NOT_ENOUGH_REPLICAS_AFTER_APPEND) });
+        } else {
+            p.hw_waiters.push((last, w));
+        }
+    }
+    for w in p.data_waiters.drain(..) {
+        let _ = w.send(());
+    }
+}
+
+fn fail_hw_waiters(p: &mut Partition, code: i16) {
+    for (_, w) in p.hw_waiters.drain(..) {
+        let _ = w.send(Err(code));
+    }
+}
+
+impl Shard {
+    pub fn set_replica_lag_time_max_ms(&mut self, ms: i64) {
+        self.replica_lag_time_max_ms = ms;
+    }
+
+    pub(super) fn min_insync_of(&self, meta: &crate::coordinator::registry::TopicMeta) -> usize {
+        let key = "min.insync.replicas";
+        meta.configs
+            .overrides
+            .get(key)
+            .or_else(|| self.broker_topic_defaults.get(key))
+            .and_then(|v| v.trim().parse::<usize>().ok())
+            .unwrap_or(1)
+            .max(1)
+    }
+
+    /// Act on registry changes (a cheap atomic load when there are none): open every
+    /// partition this shard hosts, set each one's role (leader, follower, offline),
+    /// apply config changes, and remove partitions whose topic is gone.
+    pub fn sync_registry(&mut self) {
+        let generation = self.registry_generation.load(std::sync::atomic::Ordering::Acquire);
+        if generation == self.seen_generation {
+            return;
+        }
+        self.seen_generation = generation;
+        let now_ms = crate::server::now_ms();
+        let (gone, hosted) = {
+            let reg = self.registry.read().expect("registry lock");
+            let gone: Vec<TopicPartition> = self
+                .partitions
+                .keys()
+                .filter(|tp| reg.has_metadata() && reg.hosting(&tp.topic, tp.partition) == Hosting::Unknown)
+                .cloned()
+                .collect();
+            let mut hosted = Vec::new();
+            for (name, meta) in reg.topics() {
+                for p in 0..meta.partitions {
+                    let tp = TopicPartition::new(name.as_str(), p);
+                    if self.owns(&tp) && reg.hosting(name, p) != Hosting::Elsewhere {
+                        hosted.push((
+                            tp,
+                            meta.configs.log_config(&self.broker_topic_defaults),
+                            self.min_insync_of(meta),
+                        ));
+                    }
+                }
+            }
+            (gone, hosted)
+        };
+        for tp in gone {
+            tracing::info!(shard = self.id.0, partition = %tp, "topic deleted: removing the partition");
+            if let Err(e) = self.execute(super::PartitionOp::DeletePartition { tp: tp.clone() }) {
+                tracing::error!(partition = %tp, error = %e, "cannot remove the partition of a deleted topic");
+            }
+        }
+        for (tp, config, min_insync) in hosted {
+            match self.partition_mut(&tp, now_ms) {
+                Ok(p) => {
+                    p.log.set_config(config);
+                    p.min_insync = min_insync;
+                }
+                Err(e) => {
+                    tracing::error!(partition = %tp, error = %e, "cannot open a hosted partition");
+                    continue;
+                }
+            }
+            self.refresh_role(&tp, now_ms);
+        }
+    }
+
+    /// Set `tp`'s role from the registry's partition state.
+    pub(super) fn refresh_role(&mut self, tp: &TopicPartition, now_ms: i64) {
+        let state = {
+            let reg = self.registry.read().expect("registry lock");
+            reg.partition(&tp.topic, tp.partition).map(|(replicas, s)| (replicas.to_vec(), s.clone()))
+        };
+        let (me, lag_ms) = (self.local_broker, self.replica_lag_time_max_ms);
+        let Some(p) = self.partitions.get_mut(tp) else { return };
+        let Some((replicas, state)) = state else {
+            p.role = Role::None;
+            fail_hw_waiters(p, error_code::NOT_LEADER_OR_FOLLOWER);
+            return;
+        };
+        let written = p.log.written_end_offset().0;
+        if state.leader == me {
+            if let Role::Leader(l) = &mut p.role {
+                if l.leader_epoch() == state.leader_epoch {
+                    if l.on_isr_committed(state.isr.clone(), state.partition_epoch, written).is_some() {
+                        release_hw_waiters(p);
+                    }
+                    return;
+                }
+            }
+            // This broker leads a new epoch: it starts at the current log end (Kafka's
+            // makeLeader), with the high watermark it knew.
+            if let Err(e) = p.log.assign_leader_epoch(state.leader_epoch) {
+                tracing::error!(partition = %tp, error = %e, "cannot record the new leader epoch");
+            }
+            let hw = high_watermark(p).0.max(p.log.log_start_offset().0);
+            p.role = Role::Leader(LeaderState::new(
+                me,
+                state.leader_epoch,
+                replicas,
+                state.isr.clone(),
+                state.partition_epoch,
+                written,
+                hw,
+                now_ms,
+                lag_ms,
+            ));
+            release_hw_waiters(p);
+            tracing::info!(partition = %tp, leader_epoch = state.leader_epoch, isr = ?state.isr, "leading");
+        } else if state.leader >= 0 {
+            if matches!(p.role, Role::Follower { leader, leader_epoch } if leader == state.leader && leader_epoch == state.leader_epoch)
+            {
+                return;
+            }
+            if let Role::Leader(l) = &p.role {
+                p.follower_hw = l.high_watermark();
+            }
+            fail_hw_waiters(p, error_code::NOT_LEADER_OR_FOLLOWER);
+            p.role = Role::Follower { leader: state.leader, leader_epoch: state.leader_epoch };
+            self.fetcher_starts.push(FetcherStart {
+                tp: tp.clone(),
+                leader: state.leader,
+                leader_epoch: state.leader_epoch,
+            });
+            tracing::info!(partition = %tp, leader = state.leader, leader_epoch = state.leader_epoch, "following");
+        } else {
+            if let Role::Leader(l) = &p.role {
+                p.follower_hw = l.high_watermark();
+            }
+            fail_hw_waiters(p, error_code::NOT_LEADER_OR_FOLLOWER);
+            p.role = Role::None;
+        }
+    }
+
+    /// Follower partitions whose fetcher must start (the runtime spawns them).
+    pub fn take_fetcher_starts(&mut self) -> Vec<FetcherStart> {
+        std::mem::take(&mut self.fetcher_starts)
+    }
+
+    /// Whether `tp` is still followed from `leader` in `leader_epoch` (a fetcher stops
+    /// when not).
+    pub fn follows(&self, tp: &TopicPartition, leader: i32, leader_epoch: i32) -> bool {
+        self.partitions.get(tp).is_some_and(
+            |p| matches!(p.role, Role::Follower { leader: l, leader_epoch: e } if l == leader && e == leader_epoch),
+        )
+    }
+
+    pub fn replica_state(&self, tp: &TopicPartition) -> Option<ReplicaState> {
+        let p = self.partitions.get(tp)?;
+        Some(ReplicaState {
+            log_end_offset: p.log.log_end_offset().0,
+            high_watermark: high_watermark(p).0,
+            log_start_offset: p.log.log_start_offset().0,
+            latest_epoch: p.log.latest_epoch(),
+        })
+    }
+
+    /// This log's own end offset for `epoch` (KIP-279 truncation).
+    pub fn local_epoch_end(&self, tp: &TopicPartition, epoch: i32) -> i64 {
+        self.partitions.get(tp).map(|p| p.log.end_offset_for_epoch(epoch).1).unwrap_or(-1)
+    }
+
+    /// A follower truncates to `offset` (by leader epoch, before fetching from a new
+    /// leader).
+    pub fn replica_truncate(
+        &mut self,
+        tp: &TopicPartition,
+        leader: i32,
+        leader_epoch: i32,
+        offset: i64,
+    ) -> Result<(), PartitionError> {
+        if !self.follows(tp, leader, leader_epoch) {
+            return Err(PartitionError::NotLeader(tp.clone()));
+        }
+        let p = self.partitions.get_mut(tp).expect("follows");
+        if offset < p.log.log_end_offset().0 {
+            tracing::info!(partition = %tp, from = p.log.log_end_offset().0, to = offset, "truncating by leader epoch");
+            p.log.truncate_to(Offset(offset))?;
+        }
+        p.follower_hw = p.follower_hw.min(offset);
+        Ok(())
+    }
+
+    /// A follower appends what it fetched (offsets as the leader assigned them) and learns
+    /// the leader's high watermark. Returns the new log end offset.
+    pub fn replica_append(
+        &mut self,
+        tp: &TopicPartition,
+        leader: i32,
+        leader_epoch: i32,
+        records: &[u8],
+        leader_hw: i64,
+        now_ms: i64,
+    ) -> Result<i64, PartitionError> {
+        if !self.follows(tp, leader, leader_epoch) {
+            return Err(PartitionError::NotLeader(tp.clone()));
+        }
+        let p = self.partitions.get_mut(tp).expect("follows");
+        if !records.is_empty() {
+            p.log.append_replicated(records, now_ms)?;
+        }
+        let leo = p.log.log_end_offset().0;
+        p.follower_hw = leader_hw.min(leo).max(p.follower_hw.min(leo));
+        Ok(leo)
+    }
+
+    /// A fetch from the leader said our offset is out of its range: start over at the
+    /// leader's log start (everything here is either below it or diverged).
+    pub fn replica_reset(&mut self, tp: &TopicPartition, leader: i32, leader_epoch: i32) -> Result<(), PartitionError> {
+        if !self.follows(tp, leader, leader_epoch) {
+            return Err(PartitionError::NotLeader(tp.clone()));
+        }
+        let p = self.partitions.get_mut(tp).expect("follows");
+        let start = p.log.log_start_offset();
+        p.log.truncate_to(start).map_err(PartitionError::Log)?;
+        p.follower_hw = start.0;
+        Ok(())
+    }
+
+    /// ISR changes due on the partitions this shard leads (sent to the coordinator).
+    pub fn isr_proposals(&mut self, now_ms: i64) -> Vec<(TopicPartition, IsrProposal)> {
+        let mut out = Vec::new();
+        for (tp, p) in self.partitions.iter_mut() {
+            if let Role::Leader(l) = &mut p.role {
+                if let Some(proposal) = l.isr_change(now_ms) {
+                    out.push((tp.clone(), proposal));
+                }
+            }
+        }
+        out
+    }
+
+    /// The coordinator's answer to an ISR change: the committed ISR, or a refusal.
+    pub fn isr_result(&mut self, tp: &TopicPartition, result: Result<(Vec<i32>, i32), ()>) {
+        let Some(p) = self.partitions.get_mut(tp) else { return };
+        let written = p.log.written_end_offset().0;
+        let Role::Leader(l) = &mut p.role else { return };
+        match result {
+            Ok((isr, partition_epoch)) => {
+                tracing::info!(partition = %tp, isr = ?isr, "ISR committed");
+                if l.on_isr_committed(isr, partition_epoch, written).is_some() {
+                    release_hw_waiters(p);
+                }
+            }
+            Err(()) => l.on_isr_change_failed(),
+        }
+    }
+}
