@@ -113,6 +113,9 @@ struct ServeArgs {
     /// replica.lag.time.max.ms: followers not caught up this long leave the ISR [default: 30000]
     #[arg(long)]
     replica_lag_time_max_ms: Option<i64>,
+    /// How often leadership goes back to preferred replicas; 0: never [default: 300000]
+    #[arg(long)]
+    leader_imbalance_check_interval_ms: Option<u64>,
 }
 
 fn load_config(args: ServeArgs) -> Result<BrokerConfig, String> {
@@ -188,6 +191,9 @@ fn load_config(args: ServeArgs) -> Result<BrokerConfig, String> {
     }
     if let Some(v) = args.replica_lag_time_max_ms {
         config.replica_lag_time_max_ms = v;
+    }
+    if let Some(v) = args.leader_imbalance_check_interval_ms {
+        config.leader_imbalance_check_interval_ms = v;
     }
     if let Some(v) = args.fsync {
         config.fsync = v;

@@ -250,7 +250,12 @@ impl std::fmt::Display for TpName<'_> {
 /// Run one seed; `Err` describes the first broken invariant and the trace before it.
 fn run_seed(seed: u64) -> Result<(), String> {
     let mut rng = Rng(seed);
-    let config = ControllerConfig { broker_session_timeout_ms: SESSION_TIMEOUT_MS, unclean_leader_election: false };
+    let config = ControllerConfig {
+        broker_session_timeout_ms: SESSION_TIMEOUT_MS,
+        unclean_leader_election: false,
+        // Preferred leaders come back now and then during the runs too.
+        preferred_leader_check_interval_ms: 7_000,
+    };
     let racks = rng.chance(50);
     let mut c = Controller::new(config.clone());
     let mut store = Store::default();

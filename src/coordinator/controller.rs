@@ -41,11 +41,21 @@ pub struct ControllerConfig {
     pub broker_session_timeout_ms: u64,
     /// Broker-level `unclean.leader.election.enable`; a topic config overrides it.
     pub unclean_leader_election: bool,
+    /// How often `tick` gives leadership back to preferred replicas (Kafka's
+    /// auto.leader.rebalance.enable with leader.imbalance.check.interval.seconds); 0: never.
+    pub preferred_leader_check_interval_ms: u64,
 }
+
+/// Kafka's leader.imbalance.check.interval.seconds default.
+pub const PREFERRED_LEADER_CHECK_INTERVAL_MS_DEFAULT: u64 = 300_000;
 
 impl Default for ControllerConfig {
     fn default() -> Self {
-        Self { broker_session_timeout_ms: BROKER_SESSION_TIMEOUT_MS_DEFAULT, unclean_leader_election: false }
+        Self {
+            broker_session_timeout_ms: BROKER_SESSION_TIMEOUT_MS_DEFAULT,
+            unclean_leader_election: false,
+            preferred_leader_check_interval_ms: PREFERRED_LEADER_CHECK_INTERVAL_MS_DEFAULT,
+        }
     }
 }
 
@@ -342,6 +352,8 @@ pub struct Controller {
     topics: BTreeMap<String, TopicInfo>,
     /// The last registration epoch handed out.
     registration_epoch_last: i64,
+    /// When `tick` last ran the preferred leader election.
+    preferred_checked_ms: u64,
 }
 
 impl Controller {
@@ -352,6 +364,7 @@ impl Controller {
             brokers: BTreeMap::new(),
             topics: BTreeMap::new(),
             registration_epoch_last: 0,
+            preferred_checked_ms: 0,
         }
     }
 
@@ -379,6 +392,7 @@ impl Controller {
             brokers: snapshot.brokers.into_iter().map(|b| (b.id, b)).collect(),
             topics: snapshot.topics.into_iter().map(|t| (t.name.clone(), t)).collect(),
             registration_epoch_last,
+            preferred_checked_ms: 0,
         }
     }
 
@@ -571,6 +585,13 @@ impl Controller {
         let mut changes = Vec::new();
         for id in expired {
             self.fence(id, &mut changes);
+        }
+        let interval = self.config.preferred_leader_check_interval_ms;
+        if interval > 0 && now_ms.saturating_sub(self.preferred_checked_ms) >= interval {
+            if self.preferred_checked_ms > 0 {
+                changes.extend(self.elect_preferred_leaders());
+            }
+            self.preferred_checked_ms = now_ms;
         }
         self.debug_check();
         changes

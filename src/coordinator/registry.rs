@@ -155,6 +155,8 @@ pub struct Registry {
     snapshot_cache: Option<PathBuf>,
     /// A mirror's coordinator link is registered and heartbeating.
     link_up: bool,
+    /// Shutting down, the coordinator link has done its controlled shutdown.
+    left_cluster: bool,
     controller: Controller,
     /// +1 on every change seen here (either role); shards compare it without the lock to
     /// notice leadership, config and topic changes.
@@ -358,6 +360,7 @@ impl Registry {
             incarnations,
             snapshot_cache: None,
             link_up: false,
+            left_cluster: false,
             controller,
             generation: Arc::new(AtomicU64::new(1)),
             broker,
@@ -393,6 +396,7 @@ impl Registry {
             incarnations: BTreeMap::new(),
             snapshot_cache: cache.clone(),
             link_up: false,
+            left_cluster: false,
             controller: Controller::new(ControllerConfig::default()),
             generation: Arc::new(AtomicU64::new(1)),
             broker,
@@ -458,6 +462,17 @@ impl Registry {
             Role::Active { .. } => Some(self.broker.id),
             Role::Mirror { controller_id, .. } => *controller_id,
         }
+    }
+
+    /// Shutting down: the coordinator link finished its controlled shutdown.
+    pub fn set_left_cluster(&mut self) {
+        self.left_cluster = true;
+    }
+
+    /// Whether a shutting-down broker may stop serving: its leaderships moved (or it has
+    /// no coordinator link to wait for).
+    pub fn left_cluster(&self) -> bool {
+        self.left_cluster || self.is_active()
     }
 
     /// The coordinator link tells whether it is registered with the active coordinator.

@@ -95,6 +95,11 @@ impl Link {
     }
 
     fn run(self) {
+        self.run_until_shutdown();
+        self.registry.write().unwrap_or_else(|p| p.into_inner()).set_left_cluster();
+    }
+
+    fn run_until_shutdown(&self) {
         let incarnation = uuid::Uuid::new_v4();
         let mut zk: Option<ZkStore> = None;
         let mut last_error = String::new();
@@ -229,6 +234,9 @@ impl Link {
                         .with_want_shut_down(stopping);
                 let (_, resp) = conn.call(&req)?;
                 if stopping {
+                    // Learn where our leaderships went, so that clients still talking to
+                    // us are told NOT_LEADER_OR_FOLLOWER and move on.
+                    let _ = pull_snapshot(&self.registry, conn, self.broker.id, Duration::ZERO);
                     tracing::info!(done = resp.should_shut_down, "controlled shutdown: left the cluster");
                     return Ok(());
                 }

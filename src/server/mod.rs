@@ -33,6 +33,8 @@ use crate::shard::Shard;
 use context::ShardContext;
 pub use context::ShardMessage;
 
+/// How long a shutdown waits for the coordinator to move leaderships away.
+const controlled_shutdown_wait_ms: u64 = 10_000;
 /// How long a clean shutdown waits for in-flight requests.
 const shutdown_grace_ms: u64 = 10_000;
 /// How often group timers (session expiry, rebalance completion) are checked.
@@ -128,6 +130,7 @@ fn local_broker(config: &BrokerConfig, nr_shards: usize) -> crate::coordinator::
 fn controller_config(config: &BrokerConfig) -> crate::coordinator::controller::ControllerConfig {
     crate::coordinator::controller::ControllerConfig {
         broker_session_timeout_ms: config.broker_session_timeout_ms,
+        preferred_leader_check_interval_ms: config.leader_imbalance_check_interval_ms,
         ..Default::default()
     }
 }
@@ -414,6 +417,13 @@ async fn run_shard(
 
     while !shutdown.load(Ordering::SeqCst) {
         glommio::timer::sleep(Duration::from_millis(50)).await;
+    }
+    // Controlled shutdown: serve until the coordinator has moved this broker's
+    // leaderships away (the coordinator link asks for it), so clients only ever see a
+    // NOT_LEADER_OR_FOLLOWER they recover from.
+    let deadline = std::time::Instant::now() + Duration::from_millis(controlled_shutdown_wait_ms);
+    while !ctx.registry.read().expect("registry lock").left_cluster() && std::time::Instant::now() < deadline {
+        glommio::timer::sleep(Duration::from_millis(20)).await;
     }
     accept.cancel().await;
     ctx.stopping.set(true);

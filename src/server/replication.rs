@@ -15,7 +15,9 @@ use std::time::{Duration, Instant};
 use kafka_protocol::messages::alter_partition_request::{BrokerState, PartitionData, TopicData};
 use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
 use kafka_protocol::messages::offset_for_leader_epoch_request::{OffsetForLeaderPartition, OffsetForLeaderTopic};
-use kafka_protocol::messages::{AlterPartitionRequest, BrokerId, FetchRequest, OffsetForLeaderEpochRequest, TopicName};
+use kafka_protocol::messages::{
+    AlterPartitionRequest, ApiKey, BrokerId, FetchRequest, OffsetForLeaderEpochRequest, TopicName,
+};
 
 use crate::model::TopicPartition;
 use crate::protocol::error_code;
@@ -82,22 +84,26 @@ async fn alter_isr(ctx: Rc<ShardContext>, tp: TopicPartition, proposal: IsrPropo
             return;
         };
         let partition = tp.partition;
-        let req =
-            AlterPartitionRequest::default().with_broker_id(BrokerId(me)).with_broker_epoch(-1).with_topics(vec![
-                TopicData::default().with_topic_id(topic_id).with_partitions(vec![PartitionData::default()
-                    .with_partition_index(partition)
-                    .with_leader_epoch(proposal.leader_epoch)
-                    .with_partition_epoch(proposal.partition_epoch)
-                    .with_new_isr(proposal.new_isr.iter().map(|b| BrokerId(*b)).collect())
-                    .with_new_isr_with_epochs(
-                        proposal
-                            .new_isr
-                            .iter()
-                            .map(|b| BrokerState::default().with_broker_id(BrokerId(*b)).with_broker_epoch(-1))
-                            .collect(),
-                    )]),
-            ]);
         super::forward::with_coordinator(&ctx, move |conn, _| {
+            // v3 carries the ISR with broker epochs, v2 as plain ids.
+            let version = conn.version(ApiKey::AlterPartition).map_err(|e| e.to_string())?;
+            let mut data = PartitionData::default()
+                .with_partition_index(partition)
+                .with_leader_epoch(proposal.leader_epoch)
+                .with_partition_epoch(proposal.partition_epoch);
+            if version >= 3 {
+                data.new_isr_with_epochs = proposal
+                    .new_isr
+                    .iter()
+                    .map(|b| BrokerState::default().with_broker_id(BrokerId(*b)).with_broker_epoch(-1))
+                    .collect();
+            } else {
+                data.new_isr = proposal.new_isr.iter().map(|b| BrokerId(*b)).collect();
+            }
+            let req = AlterPartitionRequest::default()
+                .with_broker_id(BrokerId(me))
+                .with_broker_epoch(-1)
+                .with_topics(vec![TopicData::default().with_topic_id(topic_id).with_partitions(vec![data])]);
             let (_, resp) = conn.call(&req).map_err(|e| e.to_string())?;
             if resp.error_code != 0 {
                 return Err(format!("error code {}", resp.error_code));

@@ -92,9 +92,9 @@ def wait_for_topic_gone(bootstrap, topic, timeout=20):
     raise AssertionError(f"topic {topic!r} still in metadata {timeout}s after deletion")
 
 
-def create_topic(bootstrap, name, partitions=1, config=None, timeout=20, wait=True):
+def create_topic(bootstrap, name, partitions=1, config=None, timeout=20, wait=True, replication_factor=1):
     a = admin(bootstrap)
-    fs = a.create_topics([NewTopic(name, num_partitions=partitions, replication_factor=1,
+    fs = a.create_topics([NewTopic(name, num_partitions=partitions, replication_factor=replication_factor,
                                    config=config or {})],
                          request_timeout=timeout, operation_timeout=timeout)
     fs[name].result(timeout)  # raises KafkaException on error

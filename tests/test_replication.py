@@ -1,0 +1,240 @@
+"""ISR replication across three real brokers (embedded coordinator).
+
+- every replica of a replication-factor-3 topic holds the same bytes as its leader;
+- acks=all with min.insync.replicas=2: a confluent-kafka producer under load while the
+  partition leaders are killed with SIGKILL and restarted, and while one broker is cut
+  off (frozen with SIGSTOP: no heartbeats, no fetches, then back with a stale view);
+  afterwards every acknowledged message is read back, in order within its partition;
+- too few in-sync replicas: acks=all is refused with NOT_ENOUGH_REPLICAS, acks=1 works;
+- a restarted replica catches up and rejoins the ISR; leaders are elected only from it.
+"""
+
+import hashlib
+import os
+import signal
+import subprocess
+import threading
+import time
+
+import pytest
+from confluent_kafka import Producer
+
+from helpers.clients import admin, cf_consume, create_topic
+from test_cluster import HEARTBEAT_MS, SESSION_MS, cluster_args, wait_brokers
+
+LAG_MS = 3000
+SPATE = os.environ.get("SPATE_BIN", os.path.join(os.path.dirname(__file__), "..", "target", "release", "spate"))
+
+
+def start_cluster(broker_factory):
+    extra = ["--replica-lag-time-max-ms", str(LAG_MS)]
+    b1 = broker_factory(*cluster_args(1), *extra, name="b1", cores=1)
+    brokers = {1: b1}
+    for i in (2, 3):
+        brokers[i] = broker_factory(*cluster_args(i), *extra, "--coordinator", b1.bootstrap, name=f"b{i}", cores=1)
+    wait_brokers(b1.bootstrap, {b.port for b in brokers.values()})
+    return brokers
+
+
+def partition_states(bootstrap, topic):
+    """{partition: (leader, replicas, isr)} from Metadata."""
+    md = admin(bootstrap).list_topics(topic, timeout=10)
+    return {p: (t.leader, list(t.replicas), sorted(t.isrs)) for p, t in md.topics[topic].partitions.items()}
+
+
+def wait_states(bootstrap, topic, predicate, timeout=30, what="condition"):
+    deadline = time.monotonic() + timeout
+    last = None
+    while time.monotonic() < deadline:
+        try:
+            last = partition_states(bootstrap, topic)
+            if predicate(last):
+                return last
+        except Exception as e:  # noqa: BLE001 - metadata may be briefly unavailable
+            last = e
+        time.sleep(0.2)
+    raise AssertionError(f"{what} not reached within {timeout}s: {last}")
+
+
+def full_isr(states):
+    return all(l >= 0 and isr == sorted(r) for l, r, isr in states.values())
+
+
+def log_digests(broker, topic, partition):
+    d = broker.data_dir / f"{topic}-{partition}"
+    h = hashlib.sha256()
+    for f in sorted(d.glob("*.log")):
+        h.update(f.name.encode())
+        h.update(f.read_bytes())
+    return h.hexdigest()
+
+
+def wait_identical_replicas(brokers, topic, partitions, timeout=30):
+    deadline = time.monotonic() + timeout
+    while True:
+        digests = {p: {i: log_digests(b, topic, p) for i, b in brokers.items()} for p in range(partitions)}
+        if all(len(set(d.values())) == 1 for d in digests.values()):
+            return
+        if time.monotonic() > deadline:
+            raise AssertionError(f"replicas differ: {digests}")
+        time.sleep(0.3)
+
+
+class LoadProducer:
+    """acks=all, one request in flight per connection (so retries keep the order),
+    explicit partitions; records what was acknowledged and when."""
+
+    def __init__(self, bootstrap, topic, partitions):
+        self.topic, self.partitions = topic, partitions
+        self.p = Producer({"bootstrap.servers": bootstrap, "acks": "all", "enable.idempotence": False,
+                           "max.in.flight.requests.per.connection": 1, "linger.ms": 2,
+                           "message.timeout.ms": 120000, "retry.backoff.ms": 100,
+                           "topic.metadata.refresh.interval.ms": 1000})
+        self.acked = []  # (partition, offset, seq, wall time)
+        self.failed = []
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self.run, daemon=True)
+
+    def run(self):
+        seq = 0
+        while not self.stop.is_set():
+            part = seq % self.partitions
+
+            def cb(err, msg, seq=seq):
+                if err is not None:
+                    self.failed.append((seq, err.str()))
+                else:
+                    self.acked.append((msg.partition(), msg.offset(), seq, time.monotonic()))
+
+            try:
+                self.p.produce(self.topic, value=str(seq).encode(), partition=part, on_delivery=cb)
+                seq += 1
+            except BufferError:
+                pass
+            self.p.poll(0.001 if seq % 50 else 0.01)
+        self.p.flush(120)
+
+    def start(self):
+        self.thread.start()
+
+    def finish(self):
+        self.stop.set()
+        self.thread.join(180)
+
+    def acks_for(self, partition):
+        return [a for a in self.acked if a[0] == partition]
+
+
+def check_everything_acked_is_there(bootstrap, topic, partitions, acked):
+    got = cf_consume(bootstrap, topic, partitions, timeout=120)
+    by_pos = {(r.partition, r.offset): int(r.value) for recs in got.values() for r in recs}
+    lost = [(p, o, s) for p, o, s, _ in acked if by_pos.get((p, o)) != s]
+    assert not lost, f"{len(lost)} acknowledged messages lost or changed, e.g. {lost[:5]}"
+    for p in range(partitions):
+        seqs = [s for (pp, o, s, _) in sorted(acked) if pp == p]
+        assert seqs == sorted(seqs), f"partition {p}: acknowledged messages out of order"
+    return sum(len(v) for v in got.values())
+
+
+def failover_gap(acked, partitions, t_kill):
+    """Longest pause in acknowledgements across `t_kill`, over `partitions`."""
+    worst = 0.0
+    for p in partitions:
+        times = sorted(t for pp, _, _, t in acked if pp == p)
+        before = [t for t in times if t <= t_kill]
+        after = [t for t in times if t > t_kill]
+        if before and after:
+            worst = max(worst, after[0] - before[-1])
+    return worst
+
+
+def test_replicas_hold_the_leaders_bytes(broker_factory):
+    brokers = start_cluster(broker_factory)
+    b1 = brokers[1]
+    create_topic(b1.bootstrap, "copies", 3, config={"min.insync.replicas": "2"}, replication_factor=3)
+    states = partition_states(b1.bootstrap, "copies")
+    assert all(sorted(r) == [1, 2, 3] and isr == [1, 2, 3] for _, r, isr in states.values()), states
+    assert sorted(l for l, _, _ in states.values()) == [1, 2, 3], "leaders spread"
+    prod = LoadProducer(brokers[2].bootstrap, "copies", 3)
+    prod.start()
+    time.sleep(3)
+    prod.finish()
+    assert not prod.failed, prod.failed[:3]
+    assert len(prod.acked) > 1000
+    wait_identical_replicas(brokers, "copies", 3)
+    n = check_everything_acked_is_there(brokers[3].bootstrap, "copies", 3, prod.acked)
+    assert n == len(prod.acked)
+    # Every replica's leader-epoch checkpoint starts at epoch 0, offset 0 (Kafka's format).
+    for b in brokers.values():
+        lines = (b.data_dir / "copies-0" / "leader-epoch-checkpoint").read_text().split("\n")
+        assert lines[0] == "0" and lines[2] == "0 0", lines
+
+
+def test_not_enough_replicas_refuses_acks_all(broker_factory):
+    brokers = start_cluster(broker_factory)
+    b1 = brokers[1]
+    create_topic(b1.bootstrap, "few", 1, config={"min.insync.replicas": "2"}, replication_factor=3)
+    for i in (2, 3):
+        brokers[i].kill()
+    wait_states(b1.bootstrap, "few", lambda s: s[0][2] == [1], timeout=SESSION_MS / 1000 + 10, what="ISR [1]")
+    r = subprocess.run([SPATE, "produce", "few", "--bootstrap", b1.bootstrap, "--acks", "all"],
+                       input=b"x\n", capture_output=True, timeout=60)
+    assert r.returncode == 1 and b"NOT_ENOUGH_REPLICAS" in r.stderr, r
+    r = subprocess.run([SPATE, "produce", "few", "--bootstrap", b1.bootstrap, "--acks", "1"],
+                       input=b"y\n", capture_output=True, timeout=60)
+    assert r.returncode == 0, r
+    # The replicas come back, catch up, and rejoin the ISR.
+    for i in (2, 3):
+        brokers[i].restart()
+    wait_states(b1.bootstrap, "few", full_isr, timeout=30, what="full ISR")
+    r = subprocess.run([SPATE, "produce", "few", "--bootstrap", b1.bootstrap, "--acks", "all"],
+                       input=b"z\n", capture_output=True, timeout=60)
+    assert r.returncode == 0, r
+    wait_identical_replicas(brokers, "few", 1)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(420)
+def test_acks_all_survives_leader_kills_and_a_cut_off_broker(broker_factory):
+    brokers = start_cluster(broker_factory)
+    b1 = brokers[1]
+    topic, parts = "durable", 3
+    create_topic(b1.bootstrap, topic, parts, config={"min.insync.replicas": "2"}, replication_factor=3)
+    prod = LoadProducer(brokers[1].bootstrap + "," + brokers[2].bootstrap + "," + brokers[3].bootstrap, topic, parts)
+    prod.start()
+    time.sleep(2)
+    gaps = []
+    # Kill the leader of partition 0 (never broker 1, which runs the coordinator),
+    # three times, restarting it each time.
+    for round_ in range(3):
+        states = wait_states(b1.bootstrap, topic, full_isr, timeout=60, what="full ISR")
+        victim = next((l for l, _, _ in states.values() if l != 1), None)
+        if victim is None:
+            victim = 2 if round_ % 2 == 0 else 3
+        led = [p for p, (l, _, _) in states.items() if l == victim]
+        t_kill = time.monotonic()
+        brokers[victim].kill()
+        wait_states(b1.bootstrap, topic, lambda s: all(s[p][0] not in (victim, -1) for p in led),
+                    timeout=SESSION_MS / 1000 + 15, what=f"leaders moved off broker {victim}")
+        time.sleep(2)
+        gaps.append(failover_gap(prod.acked, led, t_kill))
+        brokers[victim].restart()
+    # Cut one broker off: frozen (no heartbeats, no fetches), then back.
+    states = wait_states(b1.bootstrap, topic, full_isr, timeout=60, what="full ISR")
+    frozen = 3
+    os.kill(brokers[frozen].pid, signal.SIGSTOP)
+    try:
+        wait_states(b1.bootstrap, topic, lambda s: all(frozen not in isr for _, _, isr in s.values()),
+                    timeout=SESSION_MS / 1000 + 15, what="frozen broker out of the ISR")
+        time.sleep(2)
+    finally:
+        os.kill(brokers[frozen].pid, signal.SIGCONT)
+    wait_states(b1.bootstrap, topic, full_isr, timeout=60, what="full ISR after the cut-off broker returned")
+    time.sleep(2)
+    prod.finish()
+    assert len(prod.acked) > 1000, len(prod.acked)
+    n = check_everything_acked_is_there(b1.bootstrap, topic, parts, prod.acked)
+    wait_identical_replicas(brokers, topic, parts)
+    print(f"acks=all under 3 leader kills and a frozen broker: {len(prod.acked)} acknowledged, "
+          f"{len(prod.failed)} failed, {n} read back, lost 0; failover gaps (s): "
+          f"{', '.join(f'{g:.1f}' for g in gaps)} (broker.session.timeout.ms={SESSION_MS})")
