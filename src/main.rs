@@ -116,6 +116,9 @@ struct ServeArgs {
     /// How often leadership goes back to preferred replicas; 0: never [default: 300000]
     #[arg(long)]
     leader_imbalance_check_interval_ms: Option<u64>,
+    /// unclean.leader.election.enable: elect leaders outside the ISR (data loss) [default: false]
+    #[arg(long)]
+    unclean_leader_election_enable: Option<bool>,
 }
 
 fn load_config(args: ServeArgs) -> Result<BrokerConfig, String> {
@@ -191,6 +194,9 @@ fn load_config(args: ServeArgs) -> Result<BrokerConfig, String> {
     }
     if let Some(v) = args.replica_lag_time_max_ms {
         config.replica_lag_time_max_ms = v;
+    }
+    if let Some(v) = args.unclean_leader_election_enable {
+        config.unclean_leader_election_enable = v;
     }
     if let Some(v) = args.leader_imbalance_check_interval_ms {
         config.leader_imbalance_check_interval_ms = v;

@@ -270,3 +270,43 @@ def test_rolling_restart_with_sigterm_fails_no_produce(broker_factory):
     check_everything_acked_is_there(b1.bootstrap, topic, parts, prod.acked)
     print(f"rolling restart (SIGTERM) under acks=all: {len(prod.acked)} acknowledged, 0 failed, 0 lost; "
           f"longest pause in acks on the moved partitions (s): {', '.join(f'{g * 1000:.0f} ms' for g in gaps)}")
+
+
+def test_leaders_come_only_from_the_isr_unless_unclean_election_is_enabled(broker_factory):
+    brokers = start_cluster(broker_factory)
+    b1 = brokers[1]
+    brokers[4] = broker_factory(*cluster_args(4), "--replica-lag-time-max-ms", str(LAG_MS), "--coordinator",
+                                b1.bootstrap, name="b4", cores=1)
+    wait_brokers(b1.bootstrap, {b.port for b in brokers.values()})
+    create_topic(b1.bootstrap, "isr-only", 12, replication_factor=2)
+    states = partition_states(b1.bootstrap, "isr-only")
+    # A partition whose two replicas are not broker 1 (it runs the coordinator).
+    p, (leader, replicas, _) = next((p, s) for p, s in sorted(states.items()) if 1 not in s[1])
+    other = next(r for r in replicas if r != leader)
+    # The follower dies: out of the ISR; the leader takes writes it never sees.
+    brokers[other].kill()
+    wait_states(b1.bootstrap, "isr-only", lambda s: s[p][2] == [leader], timeout=SESSION_MS / 1000 + 10,
+                what="ISR shrunk to the leader")
+    r = subprocess.run([SPATE, "produce", "isr-only", "--bootstrap", b1.bootstrap, "--partition", str(p),
+                        "--acks", "1"], input=b"only-on-the-leader\n", capture_output=True, timeout=60)
+    assert r.returncode == 0, r
+    # The leader dies too: the last ISR member is kept, the partition is offline, and the
+    # out-of-sync replica coming back does not lead it (no unclean election by default).
+    brokers[leader].kill()
+    wait_states(b1.bootstrap, "isr-only", lambda s: s[p][0] == -1, timeout=SESSION_MS / 1000 + 10, what="offline")
+    brokers[other].restart()
+    wait_brokers(b1.bootstrap, {brokers[i].port for i in brokers if i != leader})
+    time.sleep(3)
+    assert partition_states(b1.bootstrap, "isr-only")[p][0] == -1, "an out-of-sync replica was elected"
+    # With unclean.leader.election.enable=true on the topic, it is (data loss accepted).
+    a = admin(b1.bootstrap)
+    from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource
+    entry = ConfigEntry("unclean.leader.election.enable", "true",
+                        incremental_operation=AlterConfigOpType.SET)
+    fs = a.incremental_alter_configs([ConfigResource("topic", "isr-only", incremental_configs=[entry])])
+    for f in fs.values():
+        f.result(20)
+    brokers[other].kill()
+    brokers[other].restart()
+    wait_states(b1.bootstrap, "isr-only", lambda s: s[p][0] == other, timeout=SESSION_MS / 1000 + 15,
+                what="unclean leader elected")

@@ -76,6 +76,9 @@ pub struct BrokerConfig {
     /// leader.imbalance.check.interval.ms: how often leadership goes back to preferred
     /// replicas (auto.leader.rebalance.enable); 0 disables it.
     pub leader_imbalance_check_interval_ms: u64,
+    /// unclean.leader.election.enable (broker-wide; a topic config overrides it): elect a
+    /// leader outside the ISR, losing data, rather than leave a partition offline.
+    pub unclean_leader_election_enable: bool,
 }
 
 impl Default for BrokerConfig {
@@ -105,6 +108,7 @@ impl Default for BrokerConfig {
             default_replication_factor: 1,
             replica_lag_time_max_ms: 30_000,
             leader_imbalance_check_interval_ms: 300_000,
+            unclean_leader_election_enable: false,
         }
     }
 }

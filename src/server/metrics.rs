@@ -246,11 +246,12 @@ impl Metrics {
         }
         let mut leo: BTreeMap<(String, i32), i64> = BTreeMap::new();
         let _ = writeln!(out, "# HELP spate_partition_log_end_offset Next offset to be written.\n# TYPE spate_partition_log_end_offset gauge");
-        let mut offline = 0;
+        let (mut offline, mut under_replicated) = (0, 0);
         for st in &statuses {
             for p in &st.partitions {
                 leo.insert((p.tp.topic.clone(), p.tp.partition), p.log_end_offset);
                 offline += p.offline as u64;
+                under_replicated += p.under_replicated as u64;
                 let _ = writeln!(
                     out,
                     "spate_partition_log_end_offset{{topic=\"{}\",partition=\"{}\"}} {}",
@@ -269,8 +270,19 @@ impl Metrics {
             }
         }
         let _ = writeln!(out, "# HELP spate_offline_partitions Partitions whose log is offline (failed write or fsync).\n# TYPE spate_offline_partitions gauge\nspate_offline_partitions {offline}");
-        // A single node has replication factor 1: nothing can be under-replicated.
-        let _ = writeln!(out, "# HELP spate_under_replicated_partitions Partitions with fewer in-sync replicas than replicas.\n# TYPE spate_under_replicated_partitions gauge\nspate_under_replicated_partitions 0");
+        let _ = writeln!(out, "# HELP spate_under_replicated_partitions Partitions led here with fewer in-sync replicas than replicas.\n# TYPE spate_under_replicated_partitions gauge\nspate_under_replicated_partitions {under_replicated}");
+        let _ = writeln!(out, "# HELP spate_partition_high_watermark High watermark of the partitions led here.\n# TYPE spate_partition_high_watermark gauge");
+        for st in &statuses {
+            for p in &st.partitions {
+                if let Some(hw) = p.high_watermark {
+                    let _ = writeln!(
+                        out,
+                        "spate_partition_high_watermark{{topic=\"{}\",partition=\"{}\"}} {hw}",
+                        p.tp.topic, p.tp.partition
+                    );
+                }
+            }
+        }
         let _ = writeln!(out, "# HELP spate_group_rebalances_total Rebalances (join phases) completed.\n# TYPE spate_group_rebalances_total counter");
         for (i, st) in statuses.iter().enumerate() {
             let _ = writeln!(out, "spate_group_rebalances_total{{shard=\"{i}\"}} {}", st.rebalances);

@@ -131,7 +131,7 @@ fn controller_config(config: &BrokerConfig) -> crate::coordinator::controller::C
     crate::coordinator::controller::ControllerConfig {
         broker_session_timeout_ms: config.broker_session_timeout_ms,
         preferred_leader_check_interval_ms: config.leader_imbalance_check_interval_ms,
-        ..Default::default()
+        unclean_leader_election: config.unclean_leader_election_enable,
     }
 }
 

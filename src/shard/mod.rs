@@ -90,7 +90,7 @@ pub enum PartitionOp {
         now_ms: i64,
     },
     /// ListOffsets: -2 earliest, -1 latest, else by timestamp.
-    ListOffset { tp: TopicPartition, timestamp_ms: i64 },
+    ListOffset { tp: TopicPartition, timestamp_ms: i64, current_leader_epoch: i32 },
     /// Wake me when what I may read passes `offset` (the log end for a follower, the
     /// high watermark for a consumer).
     WaitForData { tp: TopicPartition, offset: Offset, replica: bool },
@@ -132,6 +132,10 @@ pub struct PartitionStatus {
     pub log_end_offset: i64,
     pub size_bytes: u64,
     pub offline: bool,
+    /// Led here, with fewer in-sync replicas than replicas.
+    pub under_replicated: bool,
+    /// Led here: the high watermark.
+    pub high_watermark: Option<i64>,
 }
 
 #[derive(Debug)]
@@ -406,7 +410,7 @@ impl Shard {
             PartitionOp::Produce { tp, now_ms, .. } => Some((tp, *now_ms, -1)),
             PartitionOp::Fetch { tp, current_leader_epoch, .. }
             | PartitionOp::EpochEndOffset { tp, current_leader_epoch, .. } => Some((tp, 0, *current_leader_epoch)),
-            PartitionOp::ListOffset { tp, .. } => Some((tp, 0, -1)),
+            PartitionOp::ListOffset { tp, current_leader_epoch, .. } => Some((tp, 0, *current_leader_epoch)),
             _ => None,
         };
         if let Some((tp, now_ms, epoch)) = led {
@@ -511,7 +515,7 @@ impl Shard {
                     records,
                 }))
             }
-            PartitionOp::ListOffset { tp, timestamp_ms } => {
+            PartitionOp::ListOffset { tp, timestamp_ms, .. } => {
                 let p = self.partition_mut(&tp, 0)?;
                 let (offset, timestamp_ms) = match timestamp_ms {
                     -2 => (p.log.log_start_offset(), -1),
@@ -645,6 +649,11 @@ impl Shard {
                 log_end_offset: p.log.log_end_offset().0,
                 size_bytes: p.log.size_bytes(),
                 offline: p.log.offline_reason().is_some(),
+                under_replicated: matches!(&p.role, replica::Role::Leader(l) if l.isr().len() < l.replicas().len()),
+                high_watermark: match &p.role {
+                    replica::Role::Leader(l) => Some(l.high_watermark()),
+                    _ => None,
+                },
             })
             .collect();
         partitions.sort_by(|a, b| a.tp.cmp(&b.tp));

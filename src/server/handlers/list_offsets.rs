@@ -19,6 +19,7 @@ pub async fn handle(ctx: &ShardContext, frame: &RequestFrame) -> Result<Bytes, P
             ctx.call(PartitionOp::ListOffset {
                 tp: TopicPartition::new(t.name.as_str(), p.partition_index),
                 timestamp_ms: p.timestamp,
+                current_leader_epoch: p.current_leader_epoch,
             })
         });
         let replies = futures::future::join_all(calls).await;
