@@ -64,7 +64,7 @@ def broker_factory(request, tmp_path):
     brokers = []
     request.node._spate_brokers = brokers
 
-    def start(*extra_args, name=None, cores=None, data_dir=None, port=None):
+    def start(*extra_args, name=None, cores=None, data_dir=None, port=None, host="127.0.0.1", wrap=()):
         name = name or f"b{len(brokers)}"
         b = Broker(
             name=name,
@@ -73,6 +73,8 @@ def broker_factory(request, tmp_path):
             cores=cores,
             data_dir=data_dir,
             port=port,
+            host=host,
+            wrap=wrap,
         )
         brokers.append(b)
         b.start()

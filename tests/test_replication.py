@@ -136,15 +136,15 @@ def check_everything_acked_is_there(bootstrap, topic, partitions, acked):
     return sum(len(v) for v in got.values())
 
 
-def failover_gap(acked, partitions, t_kill):
-    """Longest pause in acknowledgements across `t_kill`, over `partitions`."""
+def failover_gap(acked, partitions, t_fault, window_s=60):
+    """Longest pause between consecutive acknowledgements on `partitions` that ends after
+    `t_fault` (within `window_s`): how long producing to them stalled."""
     worst = 0.0
     for p in partitions:
         times = sorted(t for pp, _, _, t in acked if pp == p)
-        before = [t for t in times if t <= t_kill]
-        after = [t for t in times if t > t_kill]
-        if before and after:
-            worst = max(worst, after[0] - before[-1])
+        for a, b in zip(times, times[1:]):
+            if t_fault < b <= t_fault + window_s:
+                worst = max(worst, b - a)
     return worst
 
 
@@ -310,3 +310,118 @@ def test_leaders_come_only_from_the_isr_unless_unclean_election_is_enabled(broke
     brokers[other].restart()
     wait_states(b1.bootstrap, "isr-only", lambda s: s[p][0] == other, timeout=SESSION_MS / 1000 + 15,
                 what="unclean leader elected")
+
+
+# ---- a broker cut off by the network (Linux network namespaces, iproute2) ----
+
+class Netns:
+    """Brokers in their own network namespaces on one bridge; the test (and its clients)
+    sit in the root namespace on the bridge too. `cut(n)` blackholes, inside broker n's
+    namespace, the routes to every other broker: n still runs and still talks to
+    clients, but not to its peers or the coordinator."""
+
+    def __init__(self):
+        tag = os.getpid() % 10000
+        self.bridge = f"spbr{tag}"
+        self.tag = tag
+        self.names = {}
+        self.subnet = "10.77.0"
+        self._ip("link", "add", self.bridge, "type", "bridge")
+        self._ip("addr", "add", f"{self.subnet}.254/24", "dev", self.bridge)
+        self._ip("link", "set", self.bridge, "up")
+
+    @staticmethod
+    def _ip(*args, ns=None):
+        cmd = (["ip", "netns", "exec", ns, "ip"] if ns else ["ip"]) + list(args)
+        r = subprocess.run(cmd, capture_output=True, text=True)
+        if r.returncode != 0:
+            raise RuntimeError(f"{' '.join(cmd)}: {r.stderr.strip()}")
+
+    def addr(self, n):
+        return f"{self.subnet}.{n}"
+
+    def add(self, n):
+        ns, host_if = f"spns{self.tag}-{n}", f"spv{self.tag}{n}"
+        self._ip("netns", "add", ns)
+        self.names[n] = ns
+        self._ip("link", "add", host_if, "type", "veth", "peer", "name", "eth0", "netns", ns)
+        self._ip("link", "set", host_if, "master", self.bridge)
+        self._ip("link", "set", host_if, "up")
+        self._ip("addr", "add", f"{self.addr(n)}/24", "dev", "eth0", ns=ns)
+        self._ip("link", "set", "eth0", "up", ns=ns)
+        self._ip("link", "set", "lo", "up", ns=ns)
+        return ["ip", "netns", "exec", ns]
+
+    def cut(self, n):
+        for other in self.names:
+            if other != n:
+                self._ip("route", "add", "blackhole", f"{self.addr(other)}/32", ns=self.names[n])
+
+    def heal(self, n):
+        for other in self.names:
+            if other != n:
+                self._ip("route", "del", "blackhole", f"{self.addr(other)}/32", ns=self.names[n])
+
+    def close(self):
+        for ns in self.names.values():
+            subprocess.run(["ip", "netns", "del", ns], capture_output=True)
+        subprocess.run(["ip", "link", "del", self.bridge], capture_output=True)
+
+
+@pytest.fixture
+def netns():
+    if os.geteuid() != 0:
+        pytest.skip("network namespaces need root")
+    try:
+        net = Netns()
+    except (RuntimeError, FileNotFoundError) as e:
+        pytest.skip(f"cannot create network namespaces here: {e}")
+    try:
+        yield net
+    finally:
+        net.close()
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_acks_all_survives_a_leader_cut_off_from_its_peers(broker_factory, netns):
+    extra = ["--replica-lag-time-max-ms", str(LAG_MS)]
+    brokers = {}
+    for n in (1, 2, 3):
+        wrap = netns.add(n)
+        args = cluster_args(n) + extra
+        if n > 1:
+            args += ["--coordinator", f"{netns.addr(1)}:9092"]
+        brokers[n] = broker_factory(*args, name=f"b{n}", cores=1, host=netns.addr(n), port=9092, wrap=wrap)
+    b1 = brokers[1]
+    wait_brokers(b1.bootstrap, {9092})  # every broker listens on 9092 of its own address
+    md = admin(b1.bootstrap).list_topics(timeout=10)
+    assert sorted(md.brokers) == [1, 2, 3], md.brokers
+    topic, parts = "partitioned", 3
+    create_topic(b1.bootstrap, topic, parts, config={"min.insync.replicas": "2"}, replication_factor=3)
+    states = wait_states(b1.bootstrap, topic, full_isr, timeout=30, what="full ISR")
+    victim = next(l for l, _, _ in states.values() if l != 1)
+    led = [p for p, (l, _, _) in states.items() if l == victim]
+    prod = LoadProducer(",".join(b.bootstrap for b in brokers.values()), topic, parts)
+    prod.start()
+    time.sleep(2)
+    # Cut the victim off its peers while it leads: it keeps running and clients still
+    # reach it, but its followers cannot fetch and it cannot reach the coordinator.
+    t_cut = time.monotonic()
+    netns.cut(victim)
+    try:
+        wait_states(b1.bootstrap, topic, lambda s: all(s[p][0] not in (victim, -1) for p in led),
+                    timeout=SESSION_MS / 1000 + 20, what=f"leaders moved off the cut-off broker {victim}")
+        time.sleep(3)  # the producer keeps going against the new leaders (and the stale one)
+    finally:
+        netns.heal(victim)
+    wait_states(b1.bootstrap, topic, full_isr, timeout=60, what="full ISR after healing")
+    time.sleep(2)
+    prod.finish()
+    assert len(prod.acked) > 1000, len(prod.acked)
+    n = check_everything_acked_is_there(b1.bootstrap, topic, parts, prod.acked)
+    wait_identical_replicas(brokers, topic, parts)
+    gap = failover_gap(prod.acked, led, t_cut)
+    print(f"leader cut off from its peers under acks=all: {len(prod.acked)} acknowledged, "
+          f"{len(prod.failed)} failed, {n} read back, lost 0; longest pause in acks {gap:.1f}s "
+          f"(broker.session.timeout.ms={SESSION_MS})")

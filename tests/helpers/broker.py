@@ -36,14 +36,17 @@ class BrokerDied(RuntimeError):
 class Broker:
     """One broker process.  Its data dir and port survive restart()."""
 
-    def __init__(self, name, workdir, extra_args=(), cores=None, data_dir=None, port=None):
+    def __init__(self, name, workdir, extra_args=(), cores=None, data_dir=None, port=None, host="127.0.0.1",
+                 wrap=()):
         self.name = name
         self.workdir = Path(workdir)
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.data_dir = Path(data_dir) if data_dir else self.workdir / "data"
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self.log_path = self.workdir / "broker.log"
-        self.host = "127.0.0.1"
+        self.host = host
+        # A command prefix (e.g. `ip netns exec NS`) the broker runs under.
+        self.wrap = list(wrap)
         self.port = port or free_port()
         self.extra_args = list(extra_args)
         self.cores = cores
@@ -75,12 +78,12 @@ class Broker:
         if self.cores is not None:
             cmd += ["--cores", str(self.cores)]
         cmd += self.extra_args
-        return cmd
+        return self.wrap + cmd
 
     # -- lifecycle --------------------------------------------------------------
     def start(self, timeout=READY_TIMEOUT):
         assert not self.alive(), "broker already running"
-        binary = self.command()[0]
+        binary = self.command()[len(self.wrap)]
         if not os.path.exists(binary):
             raise FileNotFoundError(f"broker binary {binary} not found (cargo build --release?)")
         env = dict(os.environ)
