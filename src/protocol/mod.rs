@@ -208,6 +208,8 @@ pub mod error_code {
     pub const FENCED_LEADER_EPOCH: i16 = 74;
     pub const UNKNOWN_LEADER_EPOCH: i16 = 76;
     pub const INELIGIBLE_REPLICA: i16 = 107;
+    pub const FETCH_SESSION_ID_NOT_FOUND: i16 = 70;
+    pub const INVALID_FETCH_SESSION_EPOCH: i16 = 71;
     pub const INVALID_UPDATE_VERSION: i16 = 108;
     pub const STALE_BROKER_EPOCH: i16 = 77;
     pub const BROKER_ID_NOT_REGISTERED: i16 = 102;

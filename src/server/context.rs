@@ -45,6 +45,8 @@ pub struct ShardContext {
     /// Client-error log lines in the current second, and how many were suppressed.
     client_error_log: Cell<(std::time::Instant, u32, u64)>,
     io_notify: RefCell<Option<oneshot::Sender<()>>>,
+    /// Incremental fetch sessions (KIP-227) made on this shard's connections.
+    pub fetch_sessions: RefCell<super::fetch_sessions::FetchSessions>,
 }
 
 impl ShardContext {
@@ -73,6 +75,7 @@ impl ShardContext {
             flush_notify: RefCell::new(None),
             client_error_log: Cell::new((std::time::Instant::now(), 0, 0)),
             io_notify: RefCell::new(None),
+            fetch_sessions: RefCell::new(super::fetch_sessions::FetchSessions::new(id.0)),
         }
     }
 

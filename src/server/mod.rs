@@ -9,6 +9,7 @@
 
 mod connection;
 mod context;
+mod fetch_sessions;
 mod forward;
 mod handlers;
 mod link;

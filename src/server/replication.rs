@@ -132,6 +132,7 @@ async fn fetcher(ctx: Rc<ShardContext>, start: FetcherStart) {
     let FetcherStart { tp, leader, leader_epoch } = start;
     let me = ctx.config.node_id;
     let mut peer: Option<Peer> = None;
+    let mut session = FollowerSession::default();
     let mut truncated = false;
     let mut last_error = String::new();
     tracing::debug!(partition = %tp, leader, leader_epoch, "fetcher started");
@@ -142,6 +143,7 @@ async fn fetcher(ctx: Rc<ShardContext>, start: FetcherStart) {
         }
         let step = async {
             if peer.is_none() {
+                session = FollowerSession::default();
                 let addr = {
                     let reg = ctx.registry.read().expect("registry lock");
                     reg.broker_info(leader).map(|b| format!("{}:{}", b.endpoint.host, b.endpoint.port))
@@ -154,7 +156,7 @@ async fn fetcher(ctx: Rc<ShardContext>, start: FetcherStart) {
                 truncated = truncate(&ctx, conn, &tp, leader, leader_epoch).await?;
                 return Ok(());
             }
-            fetch(&ctx, conn, &tp, leader, leader_epoch).await
+            fetch(&ctx, conn, &mut session, &tp, leader, leader_epoch).await
         };
         match step.await {
             Ok(()) => last_error.clear(),
@@ -217,30 +219,62 @@ async fn truncate(
     Ok(done)
 }
 
+/// A follower's incremental fetch session with its leader (KIP-227): after the first
+/// full request, the partition is named only when its fetch position moved, and the
+/// leader answers with it only when something is new.
+#[derive(Debug, Default)]
+struct FollowerSession {
+    id: i32,
+    next_epoch: i32,
+    /// (fetch offset, log start offset) last sent.
+    sent: Option<(i64, i64)>,
+}
+
 async fn fetch(
     ctx: &ShardContext,
     conn: &mut Peer,
+    session: &mut FollowerSession,
     tp: &TopicPartition,
     leader: i32,
     leader_epoch: i32,
 ) -> Result<(), String> {
     let state = ctx.shard.borrow().replica_state(tp).ok_or("partition gone")?;
-    let req = FetchRequest::default()
+    let position = (state.log_end_offset, state.log_start_offset);
+    let mut req = FetchRequest::default()
         .with_replica_id(BrokerId(ctx.config.node_id))
         .with_max_wait_ms(replica_fetch_wait_ms)
         .with_min_bytes(1)
         .with_max_bytes(replica_fetch_bytes_max)
-        .with_session_epoch(-1)
-        .with_topics(vec![FetchTopic::default().with_topic(TopicName(crate::client::sb(&tp.topic))).with_partitions(
-            vec![FetchPartition::default()
-                .with_partition(tp.partition)
-                .with_current_leader_epoch(leader_epoch)
-                .with_fetch_offset(state.log_end_offset)
-                .with_log_start_offset(state.log_start_offset)
-                .with_partition_max_bytes(replica_fetch_bytes_max)],
-        )]);
+        .with_session_id(session.id)
+        .with_session_epoch(if session.id == 0 { 0 } else { session.next_epoch });
+    if session.id == 0 || session.sent != Some(position) {
+        req.topics =
+            vec![FetchTopic::default().with_topic(TopicName(crate::client::sb(&tp.topic))).with_partitions(vec![
+                FetchPartition::default()
+                    .with_partition(tp.partition)
+                    .with_current_leader_epoch(leader_epoch)
+                    .with_fetch_offset(state.log_end_offset)
+                    .with_log_start_offset(state.log_start_offset)
+                    .with_partition_max_bytes(replica_fetch_bytes_max),
+            ])];
+    }
     let resp = conn.call(12, &req, Duration::from_millis(replica_request_timeout_ms)).await?;
-    let p = resp.responses.first().and_then(|t| t.partitions.first()).ok_or("empty Fetch answer")?;
+    if resp.error_code != 0 {
+        // FETCH_SESSION_ID_NOT_FOUND, INVALID_FETCH_SESSION_EPOCH: start a new session.
+        *session = FollowerSession::default();
+        return Err(format!("Fetch answered error code {} (fetch session reset)", resp.error_code));
+    }
+    if session.id == 0 {
+        session.id = resp.session_id;
+        session.next_epoch = 1;
+    } else {
+        session.next_epoch = if session.next_epoch == i32::MAX { 1 } else { session.next_epoch + 1 };
+    }
+    session.sent = (session.id != 0).then_some(position);
+    let Some(p) = resp.responses.iter().flat_map(|t| t.partitions.iter()).find(|p| p.partition_index == tp.partition)
+    else {
+        return Ok(()); // nothing new in the session
+    };
     match p.error_code {
         error_code::NONE => {
             let records = p.records.clone().unwrap_or_default();

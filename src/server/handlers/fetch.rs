@@ -1,8 +1,10 @@
 //! Fetch: whole record batches from each requested partition, below the high watermark,
 //! within the response and partition byte limits (the first batch is returned even if
 //! larger, KIP-74). Long-polls until `min_bytes` are there or `max_wait_ms` passes, then
-//! returns what there is. No fetch sessions yet: session id 0 tells clients to send
-//! full requests.
+//! returns what there is. Incremental fetch sessions (KIP-227) in `fetch_sessions.rs`:
+//! a session's answers list only partitions with something new. Followers (replica id
+//! >= 0) read up to the log end and report their position; consumers read below the
+//! high watermark.
 
 use std::time::{Duration, Instant};
 
@@ -18,6 +20,7 @@ use crate::protocol::{decode_body, ProtocolError, RequestFrame};
 use crate::shard::{FetchRecords, PartitionOp, PartitionReply};
 
 use super::super::context::ShardContext;
+use super::super::fetch_sessions;
 use super::super::now_ms;
 use super::{partition_error_code, respond};
 
@@ -29,6 +32,13 @@ pub async fn handle(ctx: &ShardContext, frame: &RequestFrame) -> Result<Response
     if req.topics.iter().any(|t| t.topic.as_str() == CLUSTER_METADATA_TOPIC) {
         return super::cluster_metadata::handle(ctx, frame, req).await.map(Response::from);
     }
+    let (req, mode) = match ctx.fetch_sessions.borrow_mut().prepare(&req, frame.api_version) {
+        Ok(prepared) => prepared,
+        Err(code) => {
+            let body = FetchResponse::default().with_error_code(code).with_session_id(0);
+            return respond(ApiKey::Fetch, frame, &body).map(Response::from);
+        }
+    };
     let started = Instant::now();
     let deadline = started + Duration::from_millis(req.max_wait_ms.clamp(0, fetch_wait_ms_max) as u64);
     let response_bytes_max = if req.max_bytes <= 0 {
@@ -46,7 +56,14 @@ pub async fn handle(ctx: &ShardContext, frame: &RequestFrame) -> Result<Response
                     ctx.metrics.add_topic_bytes(ctx.id, t.topic.as_str(), 0, bytes);
                 }
             }
-            let encoded = respond(ApiKey::Fetch, frame, &FetchResponse::default().with_responses(topics))?;
+            let mut topics = topics;
+            ctx.fetch_sessions.borrow_mut().finish(mode, &mut topics);
+            let session_id = match mode {
+                fetch_sessions::Mode::Session { id, .. } => id,
+                fetch_sessions::Mode::Sessionless => 0,
+            };
+            let body = FetchResponse::default().with_responses(topics).with_session_id(session_id);
+            let encoded = respond(ApiKey::Fetch, frame, &body)?;
             let flexible = frame.api_version >= 12;
             return splice_file_ranges(encoded, flexible, ranges);
         }
