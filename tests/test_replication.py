@@ -26,8 +26,8 @@ LAG_MS = 3000
 SPATE = os.environ.get("SPATE_BIN", os.path.join(os.path.dirname(__file__), "..", "target", "release", "spate"))
 
 
-def start_cluster(broker_factory):
-    extra = ["--replica-lag-time-max-ms", str(LAG_MS)]
+def start_cluster(broker_factory, *more):
+    extra = ["--replica-lag-time-max-ms", str(LAG_MS), *more]
     b1 = broker_factory(*cluster_args(1), *extra, name="b1", cores=1)
     brokers = {1: b1}
     for i in (2, 3):
@@ -243,8 +243,9 @@ def test_acks_all_survives_leader_kills_and_a_cut_off_broker(broker_factory):
 @pytest.mark.slow
 def test_rolling_restart_with_sigterm_fails_no_produce(broker_factory):
     """Controlled shutdown: SIGTERM moves leadership away before the broker exits, so a
-    rolling restart under acks=all load costs no failed or lost message."""
-    brokers = start_cluster(broker_factory)
+    rolling restart under acks=all load costs no failed or lost message; afterwards the
+    preferred leaders (first replicas) get their leadership back."""
+    brokers = start_cluster(broker_factory, "--leader-imbalance-check-interval-ms", "2000")
     b1 = brokers[1]
     topic, parts = "rolling", 3
     create_topic(b1.bootstrap, topic, parts, config={"min.insync.replicas": "2"}, replication_factor=3)
@@ -264,6 +265,10 @@ def test_rolling_restart_with_sigterm_fails_no_produce(broker_factory):
         gaps.append(failover_gap(prod.acked, led, t_stop))
         brokers[victim].restart()
     wait_states(b1.bootstrap, topic, full_isr, timeout=60, what="full ISR")
+    # Leadership went to the brokers that stayed up; the periodic preferred-leader
+    # election gives it back to each partition's first replica.
+    wait_states(b1.bootstrap, topic, lambda s: all(l == r[0] for l, r, _ in s.values()), timeout=30,
+                what="preferred leaders back")
     time.sleep(1)
     prod.finish()
     assert not prod.failed, prod.failed[:5]
