@@ -200,16 +200,6 @@ fn kafka_cluster_id() -> String {
     layout::kafka_uuid_string(uuid::Uuid::new_v4())
 }
 
-/// Write `data` to `path` through a temporary file and a rename, fsynced.
-fn write_atomically(path: &Path, data: &[u8]) -> std::io::Result<()> {
-    use std::io::Write;
-    let tmp = path.with_extension("tmp");
-    let mut f = std::fs::File::create(&tmp)?;
-    f.write_all(data)?;
-    f.sync_data()?;
-    std::fs::rename(&tmp, path)
-}
-
 fn corrupt(path: &str, error: impl std::fmt::Display) -> RegistryError {
     RegistryError::Corrupt { path: path.to_string(), error: error.to_string() }
 }
@@ -533,7 +523,7 @@ impl Registry {
         let snapshot: ClusterSnapshot = serde_json::from_slice(json).map_err(|e| format!("bad snapshot: {e}"))?;
         if write_cache {
             if let Some(path) = &cache {
-                if let Err(e) = write_atomically(path, json) {
+                if let Err(e) = crate::model::write_file_atomically(path, json) {
                     tracing::warn!(path = %path.display(), error = %e, "cannot cache the cluster snapshot");
                 }
             }

@@ -13,7 +13,6 @@
 //! memory only (they die with the process, as a ZooKeeper session's would).
 
 use std::collections::BTreeMap;
-use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
@@ -205,14 +204,7 @@ impl LocalStore {
                 .collect(),
         };
         let body = serde_json::to_vec(&file).map_err(|e| StoreError::Corrupt(e.to_string()))?;
-        let tmp = self.path.with_extension("json.tmp");
-        let mut f = std::fs::File::create(&tmp)?;
-        f.write_all(&body)?;
-        f.sync_all()?;
-        std::fs::rename(&tmp, &self.path)?;
-        if let Some(dir) = self.path.parent() {
-            std::fs::File::open(dir)?.sync_all()?;
-        }
+        crate::model::write_file_atomically(&self.path, &body)?;
         Ok(())
     }
 

@@ -17,7 +17,6 @@
 //! <epoch> <offset>  N lines, epochs and start offsets strictly increasing
 //! ```
 
-use std::io::Write;
 use std::path::Path;
 
 /// Kafka's UNDEFINED_EPOCH / UNDEFINED_EPOCH_OFFSET.
@@ -178,12 +177,7 @@ impl LeaderEpochCache {
 
     /// Write the checkpoint atomically and durably (temp file, fsync, rename, fsync dir).
     pub fn save(&self, dir: &Path) -> std::io::Result<()> {
-        let tmp = dir.join(format!("{CHECKPOINT_FILE}.tmp"));
-        let mut f = std::fs::File::create(&tmp)?;
-        f.write_all(self.encode().as_bytes())?;
-        f.sync_all()?;
-        std::fs::rename(&tmp, dir.join(CHECKPOINT_FILE))?;
-        std::fs::File::open(dir)?.sync_all()
+        crate::model::write_file_atomically(&dir.join(CHECKPOINT_FILE), self.encode().as_bytes())
     }
 }
 

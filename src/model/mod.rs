@@ -74,3 +74,21 @@ pub mod limits {
     /// Bytes one Fetch response may carry when the client asks for more.
     pub const fetch_response_bytes_max: usize = 64 * 1024 * 1024;
 }
+
+/// Replace `path` with `data` so that a crash leaves the old or the new contents, never
+/// a mix: a temporary file beside it, fsynced, renamed over it, then the directory
+/// fsynced. For small metadata files (checkpoints, snapshots, the embedded store).
+pub fn write_file_atomically(path: &std::path::Path, data: &[u8]) -> std::io::Result<()> {
+    use std::io::Write;
+    let mut tmp = path.as_os_str().to_owned();
+    tmp.push(".tmp");
+    let tmp = std::path::PathBuf::from(tmp);
+    let mut f = std::fs::File::create(&tmp)?;
+    f.write_all(data)?;
+    f.sync_all()?;
+    std::fs::rename(&tmp, path)?;
+    match path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        Some(dir) => std::fs::File::open(dir)?.sync_all(),
+        None => Ok(()),
+    }
+}

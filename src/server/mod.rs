@@ -377,6 +377,17 @@ async fn run_shard(
                     last_retention = std::time::Instant::now();
                 }
                 ctx.shard.borrow_mut().tick(now_ms(), retention);
+                // High watermarks survive restarts (Kafka's replication-offset-checkpoint):
+                // written off the data core, atomically, when any moved.
+                let checkpoint = ctx.shard.borrow_mut().hw_checkpoint_due();
+                if let Some((path, text)) = checkpoint {
+                    let written = glommio::executor()
+                        .spawn_blocking(move || crate::model::write_file_atomically(&path, text.as_bytes()))
+                        .await;
+                    if let Err(e) = written {
+                        tracing::warn!(shard = ctx.id.0, error = %e, "cannot checkpoint high watermarks");
+                    }
+                }
                 if ctx.id.0 == 0 {
                     // The controller's heartbeat and fencing tick (a store write only when
                     // something changed).

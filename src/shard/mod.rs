@@ -240,6 +240,10 @@ pub struct Shard {
     replica_lag_time_max_ms: i64,
     /// Follower partitions that need a fetcher (taken by the runtime).
     fetcher_starts: Vec<replica::FetcherStart>,
+    /// High watermarks read at start from the checkpoint files, and what this shard
+    /// last wrote to its own.
+    hw_at_start: HashMap<TopicPartition, i64>,
+    hw_checkpointed: Vec<(TopicPartition, i64)>,
 }
 
 impl Shard {
@@ -262,6 +266,8 @@ impl Shard {
             local_broker,
             replica_lag_time_max_ms: crate::replication::REPLICA_LAG_TIME_MAX_MS_DEFAULT,
             fetcher_starts: Vec::new(),
+            hw_at_start: replica::load_hw_checkpoints(&data_dir),
+            hw_checkpointed: Vec::new(),
             id,
             nr_shards,
             data_dir,
@@ -383,12 +389,14 @@ impl Shard {
                 }
             };
             let log = PartitionLog::open(&self.data_dir.join(tp.dir_name()), config, now_ms)?;
+            // The high watermark this broker knew before it stopped (never above the log).
+            let follower_hw = self.hw_at_start.get(tp).copied().unwrap_or(0).min(log.log_end_offset().0);
             self.partitions.insert(
                 tp.clone(),
                 Partition {
                     log,
                     role: replica::Role::None,
-                    follower_hw: 0,
+                    follower_hw,
                     min_insync,
                     hw_waiters: Vec::new(),
                     data_waiters: Vec::new(),

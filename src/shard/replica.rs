@@ -350,3 +350,85 @@ impl Shard {
         }
     }
 }
+
+/// Kafka's `replication-offset-checkpoint` file, one per shard here (a shard owns its
+/// partitions; several files are merged at start, so `--cores` may change between
+/// runs): version 0, a count, then `topic partition high_watermark` lines.
+pub const HW_CHECKPOINT_PREFIX: &str = "replication-offset-checkpoint";
+
+pub fn encode_hw_checkpoint(entries: &[(TopicPartition, i64)]) -> String {
+    let mut out = format!("0\n{}\n", entries.len());
+    for (tp, hw) in entries {
+        out.push_str(&format!("{} {} {}\n", tp.topic, tp.partition, hw));
+    }
+    out
+}
+
+/// Read every checkpoint file in `data_dir` (unreadable lines are skipped with a
+/// warning: a lost high watermark only delays consumers until followers report).
+pub fn load_hw_checkpoints(data_dir: &std::path::Path) -> std::collections::HashMap<TopicPartition, i64> {
+    let mut out = std::collections::HashMap::new();
+    let Ok(entries) = std::fs::read_dir(data_dir) else { return out };
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let Some(name) = name.to_str() else { continue };
+        if !name.starts_with(HW_CHECKPOINT_PREFIX) || name.ends_with(".tmp") {
+            continue;
+        }
+        let Ok(text) = std::fs::read_to_string(entry.path()) else { continue };
+        let mut lines = text.lines();
+        if lines.next() != Some("0") {
+            tracing::warn!(file = name, "unknown high-watermark checkpoint version: ignored");
+            continue;
+        }
+        let _count = lines.next();
+        for line in lines {
+            let mut parts = line.rsplitn(3, ' ');
+            let (Some(hw), Some(p), Some(topic)) = (parts.next(), parts.next(), parts.next()) else { continue };
+            if let (Ok(hw), Ok(p)) = (hw.parse::<i64>(), p.parse::<i32>()) {
+                let e = out.entry(TopicPartition::new(topic, p)).or_insert(hw);
+                *e = (*e).max(hw);
+            }
+        }
+    }
+    out
+}
+
+impl Shard {
+    /// The high watermarks to checkpoint, when any changed since the last call: the
+    /// file to write and its contents (the caller writes it off the data core).
+    pub fn hw_checkpoint_due(&mut self) -> Option<(std::path::PathBuf, String)> {
+        let mut entries: Vec<(TopicPartition, i64)> =
+            self.partitions.iter().map(|(tp, p)| (tp.clone(), high_watermark(p).0)).collect();
+        entries.sort();
+        if entries == self.hw_checkpointed {
+            return None;
+        }
+        let text = encode_hw_checkpoint(&entries);
+        self.hw_checkpointed = entries;
+        Some((self.data_dir.join(format!("{HW_CHECKPOINT_PREFIX}.shard-{}", self.id.0)), text))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hw_checkpoints_round_trip_and_merge() {
+        let dir = tempfile::tempdir().unwrap();
+        let a = vec![(TopicPartition::new("my topic-x", 0), 10), (TopicPartition::new("t", 3), 7)];
+        std::fs::write(dir.path().join(format!("{HW_CHECKPOINT_PREFIX}.shard-0")), encode_hw_checkpoint(&a)).unwrap();
+        std::fs::write(
+            dir.path().join(format!("{HW_CHECKPOINT_PREFIX}.shard-1")),
+            encode_hw_checkpoint(&[(TopicPartition::new("t", 3), 9)]),
+        )
+        .unwrap();
+        std::fs::write(dir.path().join(format!("{HW_CHECKPOINT_PREFIX}.shard-2")), "7\n1\nt 0 5\n").unwrap();
+        let m = load_hw_checkpoints(dir.path());
+        assert_eq!(m.get(&TopicPartition::new("my topic-x", 0)), Some(&10));
+        assert_eq!(m.get(&TopicPartition::new("t", 3)), Some(&9), "the highest of the files wins");
+        assert_eq!(m.get(&TopicPartition::new("t", 0)), None, "an unknown version is ignored");
+        assert_eq!(encode_hw_checkpoint(&a), "0\n2\nmy topic-x 0 10\nt 3 7\n");
+    }
+}
