@@ -6,12 +6,21 @@
 //! Leader side (`LeaderState`), after Kafka's `Partition` / `Replica`:
 //! - each follower's log end offset is its last fetch offset; it is *caught up* at a
 //!   fetch that reached the leader's log end offset as it was at the previous fetch;
-//! - high watermark = min(log end offset) over the ISR, the leader included; it never
-//!   moves backwards;
+//! - high watermark = min(log end offset) over the *maximal* ISR, the leader included; it
+//!   never moves backwards. The maximal ISR (Kafka's `maximalIsr`, KIP-497) is the
+//!   committed ISR plus every replica that an ISR change in flight, or one whose fate is
+//!   unknown (a lost answer), may have added: the coordinator may already count such a
+//!   replica in the ISR and elect it, so it must hold everything below the high watermark;
 //! - a follower not caught up for `replica_lag_time_max_ms` leaves the ISR; a replica
 //!   whose log end offset reached the high watermark and the start of this leader's
 //!   epoch joins it. Both only through the coordinator (AlterPartition): one change in
-//!   flight at a time, and the high watermark is computed over the committed ISR.
+//!   flight at a time. A replica possibly added stays in the maximal ISR until a committed
+//!   state newer than the proposal's partition epoch (or the coordinator's explicit
+//!   refusal, `on_isr_change_refused`) settles it. A replica that left the ISR forgets its
+//!   log end offset: it rejoins on a fetch made after it left, not on one from before a
+//!   restart that lost its unsynced suffix (the coordinator takes a restarted broker out
+//!   of every ISR). A follower that restarts while outside the ISR is not detected here:
+//!   that needs broker epochs in Fetch and AlterPartition (Kafka's KIP-903).
 //!
 //! Follower side (`truncation_offset`): truncation by leader epoch (KIP-101, KIP-279),
 //! never by high watermark.
@@ -57,6 +66,10 @@ pub struct LeaderState {
     /// The log end offset when this leader epoch began.
     epoch_start_offset: i64,
     pending: Option<IsrProposal>,
+    /// Replicas that a proposal at the current partition epoch may have added to the
+    /// coordinator's ISR although we were told it failed (its answer may have been lost):
+    /// part of the maximal ISR until a newer committed state shows the truth.
+    maybe_added: Vec<i32>,
     replica_lag_time_max_ms: i64,
 }
 
@@ -103,6 +116,7 @@ impl LeaderState {
             high_watermark: high_watermark.min(leo).max(0),
             epoch_start_offset: leo,
             pending: None,
+            maybe_added: Vec::new(),
             replica_lag_time_max_ms,
         };
         s.update_high_watermark(leo);
@@ -146,12 +160,20 @@ impl LeaderState {
         self.followers.contains_key(&broker)
     }
 
-    /// Recompute the high watermark (after a local append, or any change). Returns the
-    /// new value if it moved forward; it never moves back.
+    /// Whether `replica` is in the maximal ISR: committed, proposed by the change in
+    /// flight, or possibly added by one whose answer we did not get.
+    fn in_maximal_isr(&self, replica: i32) -> bool {
+        self.isr.contains(&replica)
+            || self.pending.as_ref().is_some_and(|p| p.new_isr.contains(&replica))
+            || self.maybe_added.contains(&replica)
+    }
+
+    /// Recompute the high watermark (after a local append, or any change) over the
+    /// maximal ISR. Returns the new value if it moved forward; it never moves back.
     pub fn update_high_watermark(&mut self, leader_leo: i64) -> Option<i64> {
         let mut hw = leader_leo;
-        for r in &self.isr {
-            if *r == self.local_id {
+        for r in &self.replicas {
+            if *r == self.local_id || !self.in_maximal_isr(*r) {
                 continue;
             }
             hw = hw.min(self.followers.get(r).map(|f| f.leo).unwrap_or(-1));
@@ -202,19 +224,61 @@ impl LeaderState {
 
     /// The coordinator committed an ISR (its answer to our AlterPartition, or a snapshot).
     /// Returns the new high watermark if it moved (a shrink can let it advance).
+    ///
+    /// A state newer than our partition epoch settles every proposal made at an older one
+    /// (the coordinator refuses a proposal whose partition epoch is not its own). The same
+    /// epoch again (a snapshot sent for another reason) settles nothing: a proposal in
+    /// flight may still be applied, so it keeps counting for the high watermark.
     pub fn on_isr_committed(&mut self, isr: Vec<i32>, partition_epoch: i32, leader_leo: i64) -> Option<i64> {
         if partition_epoch < self.partition_epoch {
             return None; // older than what we have
         }
+        if partition_epoch > self.partition_epoch {
+            // A replica that left the ISR (the coordinator takes a restarted broker out)
+            // must show again, by fetching, that it caught up: the log end offset we have
+            // for it may be from before it lost its unsynced suffix.
+            let left: Vec<i32> =
+                self.replicas.iter().copied().filter(|r| self.in_maximal_isr(*r) && !isr.contains(r)).collect();
+            for r in left {
+                if let Some(f) = self.followers.get_mut(&r) {
+                    f.leo = -1;
+                    f.leader_leo_at_last_fetch = -1;
+                }
+            }
+            self.pending = None;
+            self.maybe_added.clear();
+        } else if self.pending.as_ref().is_some_and(|p| same_members(&p.new_isr, &isr)) {
+            self.pending = None;
+        }
         self.isr = isr;
         self.partition_epoch = partition_epoch;
-        self.pending = None;
         self.update_high_watermark(leader_leo)
     }
 
-    /// The AlterPartition failed (or was refused): propose again later.
+    /// The AlterPartition failed without a word from the coordinator (a timeout, a lost
+    /// connection): propose again later. The coordinator may have applied it, so the
+    /// replicas it added stay in the maximal ISR until a newer committed state arrives.
     pub fn on_isr_change_failed(&mut self) {
-        self.pending = None;
+        if let Some(p) = self.pending.take() {
+            if p.partition_epoch == self.partition_epoch {
+                for r in p.new_isr {
+                    if !self.isr.contains(&r) && !self.maybe_added.contains(&r) {
+                        self.maybe_added.push(r);
+                    }
+                }
+            }
+        }
+    }
+
+    /// The coordinator answered `proposal` with an error: it did not apply it (Kafka's
+    /// INELIGIBLE_REPLICA, INVALID_UPDATE_VERSION, FENCED_LEADER_EPOCH...). If it is still
+    /// the change in flight, propose again later; what it would have added leaves the
+    /// maximal ISR (unless an earlier proposal whose fate is unknown may have added it).
+    /// An answer to an older proposal changes nothing.
+    pub fn on_isr_change_refused(&mut self, proposal: &IsrProposal) {
+        if self.pending.as_ref() == Some(proposal) {
+            self.pending = None;
+        }
     }
 
     pub fn pending_change(&self) -> Option<&IsrProposal> {
@@ -225,6 +289,11 @@ impl LeaderState {
     pub fn follower_leo(&self, replica: i32) -> Option<i64> {
         self.followers.get(&replica).map(|f| f.leo)
     }
+}
+
+/// Whether two ISRs hold the same replicas (the coordinator keeps its own order).
+fn same_members(a: &[i32], b: &[i32]) -> bool {
+    a.len() == b.len() && a.iter().all(|r| b.contains(r))
 }
 
 /// Where a follower truncates before fetching from a new leader (KIP-101 / KIP-279).
@@ -308,6 +377,84 @@ mod tests {
         assert_eq!((p.new_isr, p.partition_epoch), (vec![1, 2, 3], 11));
         l.on_isr_change_failed();
         assert!(l.isr_change(32_000).is_some(), "proposed again after a failure");
+    }
+
+    #[test]
+    fn an_isr_expansion_in_flight_counts_for_the_high_watermark() {
+        // Found by tests/replication_sim.rs: the high watermark went past a joining
+        // replica's log end while its expansion was in flight; the coordinator committed
+        // it, then elected that replica (preferred election, or the leader died), and
+        // acknowledged records were gone.
+        let mut l = leader(vec![1, 2], 100, 0);
+        l.on_follower_fetch(2, 100, 100, 10);
+        l.on_follower_fetch(3, 100, 100, 10);
+        assert_eq!(l.high_watermark(), 100);
+        let p = l.isr_change(20).expect("3 caught up");
+        assert_eq!(p.new_isr, vec![1, 2, 3]);
+        // The leader appends; 2 follows, 3 has not fetched yet.
+        assert_eq!(l.update_high_watermark(120), None);
+        assert_eq!(l.on_follower_fetch(2, 120, 120, 30), None, "3, maybe in the ISR already, is at 100");
+        assert_eq!(l.high_watermark(), 100);
+        // A snapshot of the same partition epoch (sent for another reason) settles nothing.
+        assert_eq!(l.on_isr_committed(vec![1, 2], 10, 120), None);
+        assert_eq!(l.pending_change(), Some(&p));
+        assert_eq!(l.on_isr_committed(vec![1, 2, 3], 11, 120), None);
+        assert_eq!(l.pending_change(), None);
+        assert_eq!(l.on_follower_fetch(3, 120, 120, 40), Some(120));
+    }
+
+    #[test]
+    fn an_expansion_without_an_answer_counts_until_a_newer_state_settles_it() {
+        // Found by tests/replication_sim.rs: the answer to an applied expansion was lost
+        // (the leader was cut off from the coordinator), the leader took the timeout for a
+        // refusal and let the high watermark pass the new member's log end.
+        let mut l = leader(vec![1, 2], 100, 0);
+        l.on_follower_fetch(2, 100, 100, 10);
+        l.on_follower_fetch(3, 100, 100, 10);
+        l.isr_change(20).expect("3 caught up");
+        l.on_isr_change_failed();
+        l.update_high_watermark(120);
+        assert_eq!(l.on_follower_fetch(2, 120, 120, 30), None, "3 may be in the ISR");
+        assert!(l.isr_change(40).is_some(), "proposed again");
+        l.on_isr_change_failed();
+        assert_eq!(l.on_isr_committed(vec![1, 2], 10, 120), None, "same partition epoch: still unknown");
+        // A newer state without 3: the proposal was not applied and cannot be any more.
+        assert_eq!(l.on_isr_committed(vec![1, 2], 11, 120), Some(120));
+    }
+
+    #[test]
+    fn a_refused_expansion_stops_counting_but_a_stale_refusal_changes_nothing() {
+        let mut l = leader(vec![1, 2], 100, 0);
+        l.on_follower_fetch(2, 100, 100, 10);
+        l.on_follower_fetch(3, 100, 100, 10);
+        let p = l.isr_change(20).expect("3 caught up");
+        let older = IsrProposal { partition_epoch: 9, ..p.clone() };
+        l.on_isr_change_refused(&older);
+        assert_eq!(l.pending_change(), Some(&p), "the answer to another proposal");
+        l.update_high_watermark(120);
+        assert_eq!(l.on_follower_fetch(2, 120, 120, 30), None);
+        l.on_isr_change_refused(&p);
+        assert_eq!(l.pending_change(), None);
+        assert_eq!(l.update_high_watermark(120), Some(120), "3 is not in the ISR");
+    }
+
+    #[test]
+    fn a_replica_that_left_the_isr_rejoins_only_after_fetching_again() {
+        // Found by tests/replication_sim.rs: 3 crashed and lost its unsynced suffix; the
+        // coordinator took its old incarnation out of the ISR; once it registered again,
+        // the leader put it back on the fetch offset it remembered from before the crash,
+        // the leader died and 3 was elected without acknowledged records.
+        let mut l = leader(vec![1, 2, 3], 100, 0);
+        l.on_follower_fetch(2, 100, 100, 10);
+        l.on_follower_fetch(3, 100, 100, 10);
+        assert_eq!(l.high_watermark(), 100);
+        assert_eq!(l.on_isr_committed(vec![1, 2], 11, 100), None);
+        assert_eq!(l.follower_leo(3), Some(-1));
+        assert_eq!(l.isr_change(20), None, "3 has not fetched since it left");
+        l.on_follower_fetch(3, 0, 100, 30);
+        assert_eq!(l.isr_change(40), None, "its log is empty now");
+        l.on_follower_fetch(3, 100, 100, 50);
+        assert_eq!(l.isr_change(60).map(|p| p.new_isr), Some(vec![1, 2, 3]));
     }
 
     #[test]

@@ -1,0 +1,2063 @@
+//! Seeded deterministic simulation of ISR replication, on one thread with no I/O: the real
+//! controller (`spate::coordinator::controller::Controller`), three brokers whose
+//! partitions (RF=3, min.insync.replicas=2) use the real `replication::LeaderState`
+//! (leaders) and `replication::truncation_offset` (followers), and an acks=all producer,
+//! all talking through a seeded network that delays, reorders, loses and duplicates
+//! messages. Brokers crash (losing the unsynced suffix of their logs), restart as a new
+//! incarnation, and are cut off from everyone or from the controller alone; the
+//! controller fences brokers that stop heartbeating, moves leaders within the ISR and
+//! elects preferred leaders; brokers act on snapshots of its state that may arrive late
+//! or not at all.
+//!
+//! The broker wiring mirrors `src/shard/replica.rs` and `src/server/replication.rs`:
+//! roles from the controller's partition state (a new leader records its epoch at its log
+//! end and starts from the high watermark it knew; spate keeps no high watermark across a
+//! restart), a follower's fetcher runs OffsetForLeaderEpoch rounds (KIP-101, KIP-279)
+//! then fetches from its log end, one request at a time, the leader checks the request's
+//! leader epoch (KIP-320) and records follower fetch offsets, acks=all is answered once
+//! the high watermark passes the batch, leaders send ISR changes as AlterPartition. As
+//! shipped, any AlterPartition error or timeout goes to `on_isr_change_failed`; half the
+//! seeds instead report the controller's refusals to `on_isr_change_refused`.
+//!
+//! Logs are records (leader epoch, id) with a synced prefix; brokers sync every
+//! `flush_interval_ms`. The leader epoch cache is a model of Kafka's
+//! `LeaderEpochFileCache` (`assign`, `endOffsetFor`, and `UnifiedLog.truncateTo`, which
+//! cuts the cache even when no record goes), checked against the records after every
+//! change; spate's `LeaderEpochCache` is fed alongside as spate feeds it, and can answer
+//! instead (`SPATE_SIM_SPATE_EPOCH_CACHE=1`, and `sim_seeds_with_spate_epoch_cache`).
+//!
+//! Fault model (the one under which Kafka promises that an acks=all record survives):
+//! at most one broker crashed or cut off at a time; a fault ends when the broker is
+//! reachable again (after a crash: once the controller processed its new registration,
+//! which takes the old incarnation out of every ISR). A crash loses the unsynced suffix
+//! unless the broker is the last ISR member of a partition (then it is a process crash
+//! that keeps the page cache: losing that data would be a second failure). Registrations
+//! and heartbeats are not lost at random, so that only a faulty broker gets fenced.
+//! Messages to or from a crashed broker die with it (its connections are reset). A
+//! restarted broker acts on no snapshot older than its registration (as in Kafka; spate
+//! acts on its cached snapshot: `SPATE_SIM_CACHED_SNAPSHOT=1`, and
+//! `sim_seeds_with_cached_snapshot`).
+//!
+//! Invariants, checked after every step:
+//! 1. no two brokers act as leader of a partition in the same leader epoch;
+//! 2. leader epochs only grow: on the controller and in every broker's role;
+//! 3. the committed log (every record that was below some replica's high watermark, at
+//!    its offset) never changes; every acknowledged record is in it; the current leader
+//!    (per the controller, acting in the controller's epoch) holds all of it;
+//! 4. log matching: every replica's log below its high watermark is the committed log;
+//! 5. high watermark <= log end offset everywhere; a leader's high watermark never moves
+//!    back within its epoch (one incarnation leads an epoch, unless a restarted broker
+//!    acts on its cached snapshot);
+//! 6. a follower's truncation never removes a committed record it holds.
+//!
+//! Then a settle phase (no faults, no loss) checks liveness: records are acknowledged
+//! again, every ISR fills up and every replica ends with its leader's log.
+//!
+//! Simplified away: log start offsets and retention, segments, idempotent producers,
+//! consumers, controller failover (`controller_sim.rs` covers it), partition
+//! reassignment, broker epochs in Fetch (KIP-903, which spate does not send either).
+//!
+//! `sim_seeds` runs `SEEDS_DEFAULT` seeds of `STEPS_PER_SEED` steps on the available
+//! cores. A failure prints its seed and the last events; replay it with
+//! `SPATE_SIM_SEED=<seed> cargo test --release --test replication_sim sim_seeds --
+//! --nocapture`. `SPATE_SIM_SEEDS=<n>` runs seeds 0..n. The scripted tests at the end
+//! replay KIP-101 and KIP-279 and a bug the simulation found, on a fixed schedule. The
+//! two ignored tests are known spate bugs outside this file's reach; they fail until
+//! those are fixed (`cargo test --release --test replication_sim -- --ignored`).
+
+use std::cmp::Ordering;
+use std::collections::{BTreeMap, BinaryHeap, VecDeque};
+use std::rc::Rc;
+
+use spate::coordinator::controller::{Change, Controller, ControllerConfig, Endpoint, PartitionState, NO_LEADER};
+use spate::log::leader_epoch::LeaderEpochCache;
+use spate::replication::{truncation_offset, IsrProposal, LeaderState, UNDEFINED_EPOCH, UNDEFINED_OFFSET};
+use uuid::Uuid;
+
+// ---- Knobs ----
+
+const BROKER_IDS: [i32; 3] = [1, 2, 3];
+const TOPIC: &str = "t";
+const MIN_INSYNC_REPLICAS: usize = 2;
+const SESSION_TIMEOUT_MS: u64 = 2_000;
+const HEARTBEAT_INTERVAL_MS: u64 = 200;
+const REPLICA_LAG_TIME_MAX_MS: i64 = 1_500;
+const ISR_CHECK_INTERVAL_MS: u64 = 250;
+/// The controller pushes its state on every change and at least this often.
+const SNAPSHOT_INTERVAL_MS: u64 = 1_000;
+const RETRY_BACKOFF_MS: u64 = 50;
+/// A follower's pause after an empty fetch (stands for the fetch long-poll).
+const FETCH_IDLE_MS: u64 = 20;
+const PRODUCE_INFLIGHT_MAX: usize = 6;
+const PRODUCE_RECORDS_MAX: u64 = 3;
+const PRODUCE_TIMEOUT_MS: u64 = 1_500;
+const MESSAGES_IN_FLIGHT_MAX: usize = 100_000;
+const STEPS_PER_SEED: usize = 20_000;
+const SETTLE_PRODUCE_MS: u64 = 4_000;
+/// The replicas converge within this once faults and production stop.
+const SETTLE_QUIET_MS_MAX: u64 = 60_000;
+const SETTLE_STEP_MS: u64 = 10;
+const FAULT_MS_MAX: u64 = 4_000;
+const QUIET_MS_MAX: u64 = 1_500;
+const BURST_MS_MAX: u64 = 2_000;
+const SILENCE_MS_MAX: u64 = 4_000;
+const TRACE_EVENTS_MAX: usize = 80;
+/// Seeds `sim_seeds` runs: about 5 s on two cores in release; debug builds are some
+/// twelve times slower and run a tenth.
+const SEEDS_DEFAULT: u64 = if cfg!(debug_assertions) { 100 } else { 1_000 };
+const SIM_THREADS_MAX: usize = 8;
+
+/// SplitMix64 (as in controller_sim.rs): small, seedable, good enough to drive a simulation.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n.max(1)
+    }
+    fn chance(&mut self, percent: u64) -> bool {
+        self.below(100) < percent
+    }
+    fn per_mille(&mut self, n: u64) -> bool {
+        self.below(1000) < n
+    }
+}
+
+/// How a follower truncates before fetching from a new leader. The simulation runs
+/// spate's rule; the other two are the rules Kafka had before KIP-101 and KIP-279, for
+/// the scripted scenarios to show what they would break.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Rule {
+    /// OffsetForLeaderEpoch rounds with `truncation_offset`, as `server/replication.rs`.
+    Epoch,
+    /// Before KIP-101: truncate to the high watermark.
+    HighWatermark,
+    /// KIP-101 without KIP-279: one round, to the leader's end offset for our latest epoch.
+    Kip101Only,
+}
+
+/// One seed's draw of the tunable behaviour.
+#[derive(Debug, Clone)]
+struct Knobs {
+    partitions: usize,
+    /// Crashes may lose the unsynced suffix of a log.
+    lossy: bool,
+    delay_max_ms: u64,
+    loss_pct: u64,
+    dup_pct: u64,
+    produce_pct: u64,
+    fault_per_mille: u64,
+    preferred_per_mille: u64,
+    /// How often a broker syncs its logs (Kafka's log.flush.interval.ms); 0: every step.
+    flush_interval_ms: u64,
+    /// The client alternates bursts and silences (an idle partition's high watermark
+    /// stays where its replicas left it).
+    bursty: bool,
+    step_ms_max: u64,
+    /// Records per fetch answer (stands for replica.fetch.max.bytes).
+    fetch_records_max: usize,
+    /// Replica requests (OffsetForLeaderEpoch, Fetch, AlterPartition) time out after
+    /// this, answered or not.
+    request_timeout_ms: u64,
+    rule: Rule,
+    /// Answer OffsetForLeaderEpoch from spate's `LeaderEpochCache` as spate feeds it,
+    /// instead of the Kafka model.
+    spate_epoch_cache: bool,
+    /// Leaders tell a refused AlterPartition (`on_isr_change_refused`) from one that got
+    /// no answer; the network then does not duplicate AlterPartition (one TCP request).
+    refusals: bool,
+    /// A restarted broker acts on the last snapshot it saw before registering (spate's
+    /// cached snapshot) instead of waiting for one that knows its new incarnation.
+    cached_snapshot: bool,
+}
+
+impl Knobs {
+    fn random(rng: &mut Rng) -> Self {
+        Self {
+            partitions: 1 + rng.below(3) as usize,
+            lossy: rng.chance(70),
+            delay_max_ms: 1 + rng.below(40),
+            loss_pct: rng.below(10),
+            dup_pct: rng.below(4),
+            produce_pct: 15 + rng.below(50),
+            fault_per_mille: 5 + rng.below(25),
+            preferred_per_mille: rng.below(15),
+            flush_interval_ms: 20 + rng.below(3_000),
+            bursty: rng.chance(50),
+            step_ms_max: 2 + rng.below(8),
+            fetch_records_max: 1 + rng.below(32) as usize,
+            request_timeout_ms: 40 + rng.below(300),
+            rule: Rule::Epoch,
+            spate_epoch_cache: false,
+            refusals: rng.chance(50),
+            cached_snapshot: false,
+        }
+    }
+
+    /// For scripted scenarios: 1 ms steps and hops, nothing random.
+    fn scripted(rule: Rule) -> Self {
+        Self {
+            partitions: 1,
+            lossy: false,
+            delay_max_ms: 1,
+            loss_pct: 0,
+            dup_pct: 0,
+            produce_pct: 0,
+            fault_per_mille: 0,
+            preferred_per_mille: 0,
+            flush_interval_ms: 0,
+            bursty: false,
+            step_ms_max: 1,
+            fetch_records_max: 32,
+            request_timeout_ms: 300,
+            rule,
+            spate_epoch_cache: false,
+            refusals: false,
+            cached_snapshot: false,
+        }
+    }
+}
+
+// ---- Logs ----
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Record {
+    leader_epoch: i32,
+    /// Unique per produced record.
+    id: u64,
+}
+
+/// A replica's log: records, how much of it is synced, its leader epoch cache.
+#[derive(Default)]
+struct Log {
+    records: Vec<Record>,
+    /// The prefix that survives a lossy crash.
+    synced: usize,
+    /// (epoch, start offset), both strictly increasing: Kafka's LeaderEpochFileCache,
+    /// fed from every appended record (`assign`), by a new leader at its log end, and cut
+    /// at every truncation point, even one at or past the log end (Kafka's
+    /// `UnifiedLog.truncateTo`: a new leader's entry with no record behind it goes).
+    epochs: Vec<(i32, i64)>,
+    /// Spate's cache, fed as `PartitionLog` and `Shard::replica_truncate` feed it.
+    spate: LeaderEpochCache,
+    /// Answer from spate's cache instead of the model (`Knobs::spate_epoch_cache`).
+    use_spate: bool,
+    /// The prefix known to equal the committed log (kept by the checker).
+    matches_committed: usize,
+}
+
+impl Log {
+    fn leo(&self) -> i64 {
+        self.records.len() as i64
+    }
+
+    fn latest_epoch(&self) -> Option<i32> {
+        if self.use_spate {
+            self.spate.latest_epoch()
+        } else {
+            self.epochs.last().map(|e| e.0)
+        }
+    }
+
+    /// Kafka's `LeaderEpochFileCache.assign`: needed unless `epoch` is the latest and
+    /// starts no earlier; entries it contradicts are removed first.
+    fn assign(&mut self, epoch: i32, start: i64) {
+        let needed = self.epochs.last().is_none_or(|&(e, s)| epoch != e || start < s);
+        if needed {
+            while self.epochs.last().is_some_and(|&(e, s)| e >= epoch || s >= start) {
+                self.epochs.pop();
+            }
+            self.epochs.push((epoch, start));
+        }
+    }
+
+    fn append(&mut self, record: Record) -> Result<(), String> {
+        if let Some(last) = self.records.last() {
+            if record.leader_epoch < last.leader_epoch {
+                return Err(format!("append of epoch {} after epoch {}", record.leader_epoch, last.leader_epoch));
+            }
+        }
+        let offset = self.leo();
+        self.records.push(record);
+        self.assign(record.leader_epoch, offset);
+        self.spate.assign_if_newer(record.leader_epoch, offset);
+        self.check_cache()
+    }
+
+    /// A new leader records that its epoch starts at its log end (Kafka's makeLeader,
+    /// spate's `assign_leader_epoch`).
+    fn assign_leader_epoch(&mut self, epoch: i32) -> Result<(), String> {
+        if self.epochs.last().is_none_or(|&(l, _)| epoch > l) {
+            self.assign(epoch, self.leo());
+        }
+        self.spate.assign_if_newer(epoch, self.leo());
+        self.check_cache()
+    }
+
+    /// A follower's truncation. At or past the log end no record goes, but the model's
+    /// cache is cut there (Kafka); spate's is left alone (`Shard::replica_truncate`).
+    fn truncate(&mut self, len: i64) -> Result<(), String> {
+        let len = len.max(0);
+        if len >= self.leo() {
+            let leo = self.leo();
+            self.epochs.retain(|&(_, s)| s < leo);
+            return self.check_cache();
+        }
+        self.cut(len as usize)
+    }
+
+    /// A restart: the log as recovered (all of it, or its synced prefix), with the cache
+    /// cut to it (an entry at the log end with no record behind it does not survive).
+    fn recover(&mut self, lossy: bool) -> Result<(), String> {
+        let len = if lossy { self.synced } else { self.records.len() };
+        self.cut(len)
+    }
+
+    fn cut(&mut self, len: usize) -> Result<(), String> {
+        self.records.truncate(len);
+        self.synced = self.synced.min(len);
+        self.matches_committed = self.matches_committed.min(len);
+        self.epochs.retain(|&(_, s)| s < len as i64);
+        self.spate.truncate_from_end(len as i64);
+        self.check_cache()
+    }
+
+    /// OffsetForLeaderEpoch, answered by the model (or spate's cache).
+    fn end_offset_for(&self, requested: i32) -> (i32, i64) {
+        if self.use_spate {
+            self.spate.end_offset_for(requested, self.leo())
+        } else {
+            let answer = end_offset_for(&self.epochs, requested, self.leo());
+            // Spate's `end_offset_for` on the same entries answers the same.
+            let mut spate = LeaderEpochCache::default();
+            for &(epoch, start) in &self.epochs {
+                spate.assign(epoch, start);
+            }
+            assert_eq!(spate.end_offset_for(requested, self.leo()), answer, "{:?} asked {requested}", self.epochs);
+            answer
+        }
+    }
+
+    /// The model describes the log: every epoch present in the records starts where the
+    /// cache says, and nothing else is cached but a new leader's epoch at the log end.
+    fn check_cache(&self) -> Result<(), String> {
+        if self.use_spate {
+            return Ok(());
+        }
+        let mut derived: Vec<(i32, i64)> = Vec::new();
+        for (i, r) in self.records.iter().enumerate() {
+            if derived.last().is_none_or(|d| d.0 != r.leader_epoch) {
+                derived.push((r.leader_epoch, i as i64));
+            }
+        }
+        let covered: Vec<(i32, i64)> = self.epochs.iter().copied().filter(|e| e.1 < self.leo()).collect();
+        if covered != derived || self.epochs.len() > derived.len() + 1 {
+            return Err(format!("epoch cache {:?} does not describe the log's epochs {derived:?}", self.epochs));
+        }
+        Ok(())
+    }
+}
+
+/// Kafka's `LeaderEpochFileCache.endOffsetFor`: the largest epoch <= `requested` and
+/// where it ended (the start of the next higher epoch, the log end for the latest);
+/// (-1, -1) when unknown; for an epoch older than all, itself and the first start.
+fn end_offset_for(epochs: &[(i32, i64)], requested: i32, leo: i64) -> (i32, i64) {
+    let undefined = (UNDEFINED_EPOCH, UNDEFINED_OFFSET);
+    if requested == UNDEFINED_EPOCH {
+        return undefined;
+    }
+    let Some(&(latest, _)) = epochs.last() else { return undefined };
+    if latest == requested {
+        return (requested, leo);
+    }
+    let Some(&(_, higher_start)) = epochs.iter().find(|e| e.0 > requested) else { return undefined };
+    match epochs.iter().rev().find(|e| e.0 <= requested) {
+        Some(&(floor, _)) => (floor, higher_start),
+        None => (requested, higher_start),
+    }
+}
+
+// ---- Messages ----
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Node {
+    Controller,
+    Broker(i32),
+    Client,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Refusal {
+    NotLeader,
+    FencedLeaderEpoch,
+    UnknownLeaderEpoch,
+    OffsetOutOfRange,
+    NotEnoughReplicas,
+    NotEnoughReplicasAfterAppend,
+}
+
+/// The controller's state as brokers and the client see it.
+#[derive(Debug)]
+struct Snapshot {
+    seq: u64,
+    registration_epochs: BTreeMap<i32, i64>,
+    assignment: Vec<Vec<i32>>,
+    partitions: Vec<PartitionState>,
+}
+
+#[derive(Debug, Clone)]
+struct Fetched {
+    base_offset: i64,
+    records: Vec<Record>,
+    high_watermark: i64,
+}
+
+#[derive(Debug, Clone)]
+enum Body {
+    Register { incarnation: u32 },
+    Registered { incarnation: u32, registration_epoch: i64 },
+    Heartbeat { registration_epoch: i64 },
+    Snapshot(Rc<Snapshot>),
+    AlterPartition { req: u64, partition: usize, leader_epoch: i32, partition_epoch: i32, new_isr: Vec<i32> },
+    AlterPartitionAnswer { req: u64, result: Result<(Vec<i32>, i32), String> },
+    EpochQuery { req: u64, partition: usize, current_leader_epoch: i32, leader_epoch: i32 },
+    EpochAnswer { req: u64, partition: usize, result: Result<(i32, i64), Refusal> },
+    Fetch { req: u64, partition: usize, current_leader_epoch: i32, fetch_offset: i64 },
+    FetchAnswer { req: u64, partition: usize, result: Result<Fetched, Refusal> },
+    Produce { req: u64, partition: usize, ids: Vec<u64> },
+    ProduceAnswer { req: u64, result: Result<(i64, i32), Refusal> },
+}
+
+struct Msg {
+    at_ms: u64,
+    seq: u64,
+    from: Node,
+    to: Node,
+    body: Body,
+}
+
+// Earliest first in a max-heap.
+impl Ord for Msg {
+    fn cmp(&self, other: &Self) -> Ordering {
+        (other.at_ms, other.seq).cmp(&(self.at_ms, self.seq))
+    }
+}
+impl PartialOrd for Msg {
+    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+impl PartialEq for Msg {
+    fn eq(&self, other: &Self) -> bool {
+        (self.at_ms, self.seq) == (other.at_ms, other.seq)
+    }
+}
+impl Eq for Msg {}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Cut {
+    /// The broker reaches no one.
+    All,
+    /// The broker reaches the other brokers and the client, not the controller.
+    Controller,
+}
+
+#[derive(Default)]
+struct Net {
+    queue: BinaryHeap<Msg>,
+    seq: u64,
+    isolated: Option<(i32, Cut)>,
+}
+
+impl Net {
+    fn cut(&self, from: Node, to: Node) -> bool {
+        let Some((b, cut)) = self.isolated else { return false };
+        let touches = from == Node::Broker(b) || to == Node::Broker(b);
+        touches && (cut == Cut::All || from == Node::Controller || to == Node::Controller)
+    }
+}
+
+/// A filter a scripted scenario sets: true drops the message.
+type Filter = Box<dyn FnMut(Node, Node, &Body) -> bool>;
+
+// ---- Brokers ----
+
+struct Fetcher {
+    leader: i32,
+    leader_epoch: i32,
+    truncated: bool,
+    /// (request, sent at) of the one request in flight.
+    inflight: Option<(u64, u64)>,
+    /// The epoch the OffsetForLeaderEpoch in flight asks about.
+    asked_epoch: i32,
+    next_ms: u64,
+}
+
+enum Role {
+    None,
+    Leader(LeaderState),
+    Follower(Fetcher),
+}
+
+struct Waiter {
+    last_offset: i64,
+    req: u64,
+    base_offset: i64,
+    leader_epoch: i32,
+}
+
+struct Replica {
+    log: Log,
+    follower_hw: i64,
+    role: Role,
+    waiters: Vec<Waiter>,
+}
+
+impl Replica {
+    fn new(use_spate_cache: bool) -> Self {
+        let log = Log { use_spate: use_spate_cache, ..Log::default() };
+        Self { log, follower_hw: 0, role: Role::None, waiters: Vec::new() }
+    }
+
+    /// `replica::high_watermark`.
+    fn high_watermark(&self) -> i64 {
+        match &self.role {
+            Role::Leader(l) => l.high_watermark(),
+            _ => self.follower_hw.min(self.log.leo()),
+        }
+    }
+
+    fn role_epoch(&self) -> Option<i32> {
+        match &self.role {
+            Role::Leader(l) => Some(l.leader_epoch()),
+            Role::Follower(f) => Some(f.leader_epoch),
+            Role::None => None,
+        }
+    }
+
+    /// `replica::release_hw_waiters`: answer the acks=all produces the high watermark covers.
+    fn release(&mut self, me: i32, out: &mut Vec<(Node, Node, Body)>) {
+        let Role::Leader(l) = &self.role else { return };
+        let hw = l.high_watermark();
+        let enough = l.isr().len() >= MIN_INSYNC_REPLICAS;
+        self.waiters.retain(|w| {
+            if w.last_offset >= hw {
+                return true;
+            }
+            let result =
+                if enough { Ok((w.base_offset, w.leader_epoch)) } else { Err(Refusal::NotEnoughReplicasAfterAppend) };
+            out.push((Node::Broker(me), Node::Client, Body::ProduceAnswer { req: w.req, result }));
+            false
+        });
+    }
+
+    fn fail_waiters(&mut self, me: i32, out: &mut Vec<(Node, Node, Body)>) {
+        for w in self.waiters.drain(..) {
+            out.push((
+                Node::Broker(me),
+                Node::Client,
+                Body::ProduceAnswer { req: w.req, result: Err(Refusal::NotLeader) },
+            ));
+        }
+    }
+}
+
+/// `replica::leader_of`: the leader state, checked against a request's current leader
+/// epoch (KIP-320).
+fn leader_of(role: &mut Role, current_leader_epoch: i32) -> Result<&mut LeaderState, Refusal> {
+    let Role::Leader(l) = role else { return Err(Refusal::NotLeader) };
+    if current_leader_epoch >= 0 && current_leader_epoch < l.leader_epoch() {
+        return Err(Refusal::FencedLeaderEpoch);
+    }
+    if current_leader_epoch > l.leader_epoch() {
+        return Err(Refusal::UnknownLeaderEpoch);
+    }
+    Ok(l)
+}
+
+struct Broker {
+    id: i32,
+    up: bool,
+    incarnation: u32,
+    registration_epoch: Option<i64>,
+    snapshot_seq: u64,
+    next_heartbeat_ms: u64,
+    next_isr_check_ms: u64,
+    next_flush_ms: u64,
+    replicas: Vec<Replica>,
+    /// AlterPartition requests in flight: request -> (partition, proposal, sent at).
+    alters: BTreeMap<u64, (usize, IsrProposal, u64)>,
+    /// The last snapshot applied, kept across restarts (`cluster-snapshot.json`).
+    cached_snapshot: Option<Rc<Snapshot>>,
+}
+
+impl Broker {
+    fn new(id: i32, partitions: usize, use_spate_cache: bool) -> Self {
+        Self {
+            id,
+            up: true,
+            incarnation: 1,
+            registration_epoch: None,
+            snapshot_seq: 0,
+            next_heartbeat_ms: 0,
+            next_isr_check_ms: 0,
+            next_flush_ms: 0,
+            replicas: (0..partitions).map(|_| Replica::new(use_spate_cache)).collect(),
+            alters: BTreeMap::new(),
+            cached_snapshot: None,
+        }
+    }
+}
+
+struct Client {
+    snapshot_seq: u64,
+    leaders: Vec<i32>,
+    /// request -> (partition, record ids, sent at)
+    inflight: BTreeMap<u64, (usize, Vec<u64>, u64)>,
+    next_id: u64,
+    acked: u64,
+    /// Bursty traffic: producing until, then silent until.
+    burst_until_ms: u64,
+    silent_until_ms: u64,
+}
+
+enum Fault {
+    Crash { broker: i32, restart_ms: u64, restarted: bool },
+    Isolate { until_ms: u64 },
+}
+
+/// What the checker remembers between steps.
+#[derive(Default)]
+struct History {
+    /// Per partition: every record that was ever below some replica's high watermark.
+    committed: Vec<Vec<Record>>,
+    /// (partition, leader epoch) -> the broker that acted as its leader.
+    leaders: BTreeMap<(usize, i32), i32>,
+    /// (broker, partition) -> the highest leader epoch it acted on.
+    role_epochs: BTreeMap<(i32, usize), i32>,
+    /// (broker, incarnation, partition, leader epoch) -> its high watermark as leader.
+    leader_hws: BTreeMap<(i32, u32, usize, i32), i64>,
+    /// Per partition: the controller's (leader epoch, partition epoch).
+    controller_epochs: Vec<(i32, i32)>,
+    acked: Vec<(usize, i64, Record)>,
+    /// How often things happened, for the summary of a replayed seed.
+    counts: BTreeMap<&'static str, u64>,
+}
+
+struct Sim {
+    knobs: Knobs,
+    rng: Rng,
+    now_ms: u64,
+    controller: Controller,
+    /// The incarnation whose registration the controller processed, per broker.
+    registered: BTreeMap<i32, u32>,
+    snapshot_seq: u64,
+    next_snapshot_ms: u64,
+    brokers: Vec<Broker>,
+    client: Client,
+    net: Net,
+    out: Vec<(Node, Node, Body)>,
+    filter: Option<Filter>,
+    fault: Option<Fault>,
+    quiet_until_ms: u64,
+    next_req: u64,
+    trace: VecDeque<String>,
+    hist: History,
+    violations: Vec<String>,
+}
+
+fn index(id: i32) -> usize {
+    BROKER_IDS.iter().position(|b| *b == id).expect("a known broker")
+}
+
+impl Sim {
+    fn new(mut rng: Rng, knobs: Knobs, assignment: Vec<Vec<i32>>) -> Self {
+        assert_eq!(assignment.len(), knobs.partitions);
+        let config = ControllerConfig {
+            broker_session_timeout_ms: SESSION_TIMEOUT_MS,
+            unclean_leader_election: false,
+            ..ControllerConfig::default()
+        };
+        let mut controller = Controller::new(config);
+        controller.becomes_active(1).expect("first controller epoch");
+        let mut brokers = Vec::new();
+        let mut registered = BTreeMap::new();
+        for &id in &BROKER_IDS {
+            controller.register_broker(id, Endpoint::new("sim", 9000 + id as u16), None, 1, 0).expect("register");
+            let mut b = Broker::new(id, knobs.partitions, knobs.spate_epoch_cache);
+            b.registration_epoch = controller.broker_epoch(id);
+            b.next_heartbeat_ms = rng.below(HEARTBEAT_INTERVAL_MS);
+            b.next_isr_check_ms = rng.below(ISR_CHECK_INTERVAL_MS);
+            brokers.push(b);
+            registered.insert(id, 1);
+        }
+        let configs = BTreeMap::from([("min.insync.replicas".to_string(), MIN_INSYNC_REPLICAS.to_string())]);
+        controller.create_topic_with_assignment(TOPIC, Uuid::from_u128(1), assignment, configs).expect("topic");
+        let partitions = knobs.partitions;
+        let mut sim = Self {
+            knobs,
+            rng,
+            now_ms: 0,
+            controller,
+            registered,
+            snapshot_seq: 0,
+            next_snapshot_ms: SNAPSHOT_INTERVAL_MS,
+            brokers,
+            client: Client {
+                snapshot_seq: 0,
+                leaders: vec![NO_LEADER; partitions],
+                inflight: BTreeMap::new(),
+                next_id: 1,
+                acked: 0,
+                burst_until_ms: 0,
+                silent_until_ms: 0,
+            },
+            net: Net::default(),
+            out: Vec::new(),
+            filter: None,
+            fault: None,
+            quiet_until_ms: 1_000,
+            next_req: 0,
+            trace: VecDeque::new(),
+            hist: History {
+                committed: vec![Vec::new(); partitions],
+                controller_epochs: vec![(0, 0); partitions],
+                ..History::default()
+            },
+            violations: Vec::new(),
+        };
+        sim.broadcast();
+        sim.flush();
+        sim
+    }
+
+    fn count(&mut self, what: &'static str) {
+        *self.hist.counts.entry(what).or_default() += 1;
+    }
+
+    fn note(&mut self, event: String) {
+        if self.trace.len() == TRACE_EVENTS_MAX {
+            self.trace.pop_front();
+        }
+        self.trace.push_back(format!("@{} {event}", self.now_ms));
+    }
+
+    fn violation(&mut self, v: String) {
+        self.note(format!("VIOLATION {v}"));
+        self.violations.push(v);
+    }
+
+    fn req(&mut self) -> u64 {
+        self.next_req += 1;
+        self.next_req
+    }
+
+    fn send(&mut self, from: Node, to: Node, body: Body) {
+        self.out.push((from, to, body));
+    }
+
+    /// Hand what was sent to the network: cut links, the scenario's filter, loss,
+    /// duplication, delay.
+    fn flush(&mut self) {
+        let out = std::mem::take(&mut self.out);
+        for (from, to, body) in out {
+            if self.net.cut(from, to) {
+                continue;
+            }
+            if let Some(f) = self.filter.as_mut() {
+                if f(from, to, &body) {
+                    continue;
+                }
+            }
+            let session = matches!(body, Body::Register { .. } | Body::Registered { .. } | Body::Heartbeat { .. });
+            if !session && self.rng.chance(self.knobs.loss_pct) {
+                continue;
+            }
+            let once = self.knobs.refusals && matches!(body, Body::AlterPartition { .. });
+            let copies = if self.rng.chance(self.knobs.dup_pct) && !once { 2 } else { 1 };
+            for _ in 0..copies {
+                let at_ms = self.now_ms + 1 + self.rng.below(self.knobs.delay_max_ms);
+                self.net.seq += 1;
+                self.net.queue.push(Msg { at_ms, seq: self.net.seq, from, to, body: body.clone() });
+            }
+        }
+        assert!(self.net.queue.len() <= MESSAGES_IN_FLIGHT_MAX, "network queue past its limit");
+    }
+
+    /// Run `f` on broker `i`, taken out of the sim so that `f` can use the rest of it.
+    fn with_broker<R>(&mut self, i: usize, f: impl FnOnce(&mut Self, &mut Broker) -> R) -> R {
+        let id = self.brokers[i].id;
+        let mut b = std::mem::replace(&mut self.brokers[i], Broker::new(id, 0, false));
+        let r = f(self, &mut b);
+        self.brokers[i] = b;
+        r
+    }
+
+    // ---- The clock ----
+
+    fn step(&mut self, dt_ms: u64) -> Result<(), String> {
+        self.now_ms += dt_ms;
+        self.deliver_due();
+        self.faults();
+        self.flush();
+        self.controller_timers();
+        for i in 0..self.brokers.len() {
+            if self.brokers[i].up {
+                self.with_broker(i, |sim, b| sim.broker_timers(b));
+            }
+        }
+        self.client_timers();
+        self.flush();
+        self.check()
+    }
+
+    fn deliver_due(&mut self) {
+        while self.net.queue.peek().is_some_and(|m| m.at_ms <= self.now_ms) {
+            let m = self.net.queue.pop().expect("peeked");
+            if self.net.cut(m.from, m.to) {
+                continue;
+            }
+            match m.to {
+                Node::Controller => self.controller_receive(m.from, m.body),
+                Node::Client => self.client_receive(m.body),
+                Node::Broker(id) => {
+                    let i = index(id);
+                    if self.brokers[i].up {
+                        self.with_broker(i, |sim, b| sim.broker_receive(b, m.from, m.body));
+                    }
+                }
+            }
+        }
+        self.flush();
+    }
+
+    // ---- Faults ----
+
+    fn faults(&mut self) {
+        match self.fault {
+            None => {
+                if self.now_ms >= self.quiet_until_ms && self.rng.per_mille(self.knobs.fault_per_mille) {
+                    self.start_fault();
+                }
+            }
+            Some(Fault::Crash { broker, restart_ms, restarted: false }) if self.now_ms >= restart_ms => {
+                self.restart(broker);
+                self.fault = Some(Fault::Crash { broker, restart_ms, restarted: true });
+            }
+            Some(Fault::Crash { broker, restarted: true, .. }) => {
+                // Over once the controller has the new incarnation (and so took the old
+                // one out of every ISR).
+                if self.registered[&broker] == self.brokers[index(broker)].incarnation {
+                    self.heal();
+                }
+            }
+            Some(Fault::Isolate { until_ms }) if self.now_ms >= until_ms => {
+                self.net.isolated = None;
+                self.heal();
+            }
+            Some(_) => {}
+        }
+    }
+
+    fn start_fault(&mut self) {
+        let id = BROKER_IDS[self.rng.below(BROKER_IDS.len() as u64) as usize];
+        let until_ms = self.now_ms + 200 + self.rng.below(FAULT_MS_MAX);
+        match self.rng.below(3) {
+            0 => {
+                // Losing unsynced data is only survivable when another ISR member has it.
+                let last_isr_member =
+                    self.controller.topic(TOPIC).expect("topic").partitions.iter().any(|s| s.isr == [id]);
+                let lossy = self.knobs.lossy && !last_isr_member && self.rng.chance(70);
+                self.count(if lossy { "lossy crashes" } else { "crashes" });
+                self.crash(id, lossy);
+                self.fault = Some(Fault::Crash { broker: id, restart_ms: until_ms, restarted: false });
+            }
+            n => {
+                let cut = if n == 1 { Cut::All } else { Cut::Controller };
+                self.count(if n == 1 { "cut off" } else { "cut from controller" });
+                self.note(format!("FAULT b{id} cut off ({cut:?}) until {until_ms}"));
+                self.net.isolated = Some((id, cut));
+                self.fault = Some(Fault::Isolate { until_ms });
+            }
+        }
+    }
+
+    fn heal(&mut self) {
+        self.note("fault over".to_string());
+        self.fault = None;
+        self.quiet_until_ms = self.now_ms + self.rng.below(QUIET_MS_MAX);
+    }
+
+    /// The broker dies: its state goes, its log keeps what it synced (or everything),
+    /// its connections (messages in flight) die with it.
+    fn crash(&mut self, id: i32, lossy: bool) {
+        let b = &mut self.brokers[index(id)];
+        assert!(b.up, "crash of a broker already down");
+        b.up = false;
+        b.alters.clear();
+        let mut errors = Vec::new();
+        for r in &mut b.replicas {
+            if let Err(e) = r.log.recover(lossy) {
+                errors.push(e);
+            }
+            r.role = Role::None;
+            r.waiters.clear();
+            // Spate keeps no high watermark checkpoint: a restarted replica starts at 0.
+            r.follower_hw = 0;
+        }
+        let lens: Vec<i64> = b.replicas.iter().map(|r| r.log.leo()).collect();
+        self.note(format!("FAULT b{id} crashes (lossy: {lossy}); logs recover to {lens:?}"));
+        for e in errors {
+            self.violation(format!("b{id} recovery: {e}"));
+        }
+        self.net.queue.retain(|m| m.from != Node::Broker(id) && m.to != Node::Broker(id));
+        self.out.retain(|m| m.0 != Node::Broker(id) && m.1 != Node::Broker(id));
+    }
+
+    /// A new incarnation starts; it registers before it acts on any metadata.
+    fn restart(&mut self, id: i32) {
+        let now = self.now_ms;
+        let b = &mut self.brokers[index(id)];
+        assert!(!b.up, "restart of a running broker");
+        b.up = true;
+        b.incarnation += 1;
+        b.registration_epoch = None;
+        b.snapshot_seq = 0;
+        b.next_heartbeat_ms = now;
+        b.next_isr_check_ms = now;
+        let incarnation = b.incarnation;
+        self.note(format!("b{id} restarts as incarnation {incarnation}"));
+        if self.knobs.cached_snapshot {
+            // Spate's mirror registry installs `cluster-snapshot.json` at startup and the
+            // shards act on it before the coordinator link has registered.
+            if let Some(s) = self.brokers[index(id)].cached_snapshot.clone() {
+                self.note(format!("b{id} acts on its cached snapshot {}", s.seq));
+                self.with_broker(index(id), |sim, b| {
+                    for p in 0..b.replicas.len() {
+                        sim.refresh_role(b, p, &s.assignment[p], &s.partitions[p]);
+                    }
+                });
+            }
+        }
+    }
+
+    // ---- Controller ----
+
+    fn snapshot(&mut self) -> Rc<Snapshot> {
+        self.snapshot_seq += 1;
+        let t = self.controller.topic(TOPIC).expect("topic");
+        Rc::new(Snapshot {
+            seq: self.snapshot_seq,
+            registration_epochs: self.controller.brokers().map(|b| (b.id, b.registration_epoch)).collect(),
+            assignment: t.assignment.clone(),
+            partitions: t.partitions.clone(),
+        })
+    }
+
+    fn broadcast(&mut self) {
+        let s = self.snapshot();
+        for id in BROKER_IDS {
+            self.send(Node::Controller, Node::Broker(id), Body::Snapshot(s.clone()));
+        }
+        self.send(Node::Controller, Node::Client, Body::Snapshot(s));
+    }
+
+    fn controller_changed(&mut self, changes: Vec<Change>) {
+        if changes.is_empty() {
+            return;
+        }
+        for ch in &changes {
+            match ch {
+                Change::PartitionChanged { partition, state, .. } => self.note(format!(
+                    "controller: p{partition} leader {} epoch {} isr {:?} partition epoch {}",
+                    state.leader, state.leader_epoch, state.isr, state.partition_epoch
+                )),
+                Change::BrokerFenced { id } => self.note(format!("controller: b{id} fenced")),
+                Change::BrokerUnfenced { id } => self.note(format!("controller: b{id} unfenced")),
+                Change::BrokerRegistered { broker } => {
+                    self.note(format!("controller: b{} registered, epoch {}", broker.id, broker.registration_epoch))
+                }
+                _ => {}
+            }
+        }
+        self.broadcast();
+    }
+
+    fn controller_receive(&mut self, from: Node, body: Body) {
+        let Node::Broker(b) = from else { return };
+        let now = self.now_ms;
+        match body {
+            Body::Register { incarnation } => {
+                if self.registered[&b] != incarnation {
+                    assert!(incarnation > self.registered[&b], "registration from an old incarnation");
+                    let changes = self
+                        .controller
+                        .register_broker(b, Endpoint::new("sim", 9000 + b as u16), None, 1, now)
+                        .expect("register");
+                    self.registered.insert(b, incarnation);
+                    self.controller_changed(changes);
+                }
+                let registration_epoch = self.controller.broker_epoch(b).expect("registered");
+                self.send(Node::Controller, from, Body::Registered { incarnation, registration_epoch });
+            }
+            Body::Heartbeat { registration_epoch } => {
+                if self.controller.broker_epoch(b) == Some(registration_epoch) {
+                    let changes = self.controller.heartbeat(b, now).expect("heartbeat of a registered broker");
+                    self.controller_changed(changes);
+                }
+            }
+            Body::AlterPartition { req, partition, leader_epoch, partition_epoch, new_isr } => {
+                let result = self.controller.alter_partition(
+                    TOPIC,
+                    partition as i32,
+                    b,
+                    leader_epoch,
+                    partition_epoch,
+                    &new_isr,
+                );
+                let answer = match result {
+                    Ok(changes) => {
+                        let s = self.controller.partition_state(TOPIC, partition as i32).expect("partition");
+                        let answer = Ok((s.isr.clone(), s.partition_epoch));
+                        self.controller_changed(changes);
+                        answer
+                    }
+                    Err(e) => Err(e.to_string()),
+                };
+                self.send(Node::Controller, from, Body::AlterPartitionAnswer { req, result: answer });
+            }
+            other => panic!("controller got {other:?}"),
+        }
+    }
+
+    fn controller_timers(&mut self) {
+        let changes = self.controller.tick(self.now_ms);
+        self.controller_changed(changes);
+        if self.rng.per_mille(self.knobs.preferred_per_mille) {
+            self.count("preferred elections");
+            let changes = self.controller.elect_preferred_leaders();
+            self.controller_changed(changes);
+        }
+        if self.now_ms >= self.next_snapshot_ms {
+            self.next_snapshot_ms = self.now_ms + SNAPSHOT_INTERVAL_MS;
+            self.broadcast();
+        }
+    }
+
+    // ---- Brokers ----
+
+    fn broker_receive(&mut self, b: &mut Broker, from: Node, body: Body) {
+        match body {
+            Body::Registered { incarnation, registration_epoch } => {
+                if incarnation == b.incarnation && b.registration_epoch.is_none() {
+                    b.registration_epoch = Some(registration_epoch);
+                }
+            }
+            Body::Snapshot(s) => self.apply_snapshot(b, &s),
+            Body::AlterPartitionAnswer { req, result } => {
+                if let Some((p, proposal, _)) = b.alters.remove(&req) {
+                    self.isr_result(b, p, &proposal, result.map_err(Some));
+                }
+            }
+            Body::EpochQuery { req, partition, current_leader_epoch, leader_epoch } => {
+                let r = &mut b.replicas[partition];
+                let result = leader_of(&mut r.role, current_leader_epoch).map(|_| r.log.end_offset_for(leader_epoch));
+                self.send(Node::Broker(b.id), from, Body::EpochAnswer { req, partition, result });
+            }
+            Body::EpochAnswer { req, partition, result } => self.on_epoch_answer(b, partition, req, result),
+            Body::Fetch { req, partition, current_leader_epoch, fetch_offset } => {
+                self.on_fetch(b, from, req, partition, current_leader_epoch, fetch_offset)
+            }
+            Body::FetchAnswer { req, partition, result } => self.on_fetch_answer(b, partition, req, result),
+            Body::Produce { req, partition, ids } => self.on_produce(b, req, partition, ids),
+            other => panic!("broker {} got {other:?}", b.id),
+        }
+    }
+
+    /// Only snapshots taken after this incarnation registered count (a restarted broker
+    /// acts on no metadata older than its registration), newest first.
+    fn apply_snapshot(&mut self, b: &mut Broker, s: &Snapshot) {
+        let Some(mine) = b.registration_epoch else { return };
+        if s.seq <= b.snapshot_seq || s.registration_epochs.get(&b.id) != Some(&mine) {
+            return;
+        }
+        b.snapshot_seq = s.seq;
+        b.cached_snapshot = Some(Rc::new(Snapshot {
+            seq: s.seq,
+            registration_epochs: s.registration_epochs.clone(),
+            assignment: s.assignment.clone(),
+            partitions: s.partitions.clone(),
+        }));
+        for p in 0..b.replicas.len() {
+            self.refresh_role(b, p, &s.assignment[p], &s.partitions[p]);
+        }
+    }
+
+    /// `Shard::refresh_role`.
+    fn refresh_role(&mut self, b: &mut Broker, p: usize, replicas: &[i32], state: &PartitionState) {
+        let (me, now) = (b.id, self.now_ms);
+        let r = &mut b.replicas[p];
+        let leo = r.log.leo();
+        if state.leader == me {
+            if let Role::Leader(l) = &mut r.role {
+                if l.leader_epoch() == state.leader_epoch {
+                    if l.on_isr_committed(state.isr.clone(), state.partition_epoch, leo).is_some() {
+                        r.release(me, &mut self.out);
+                    }
+                    return;
+                }
+            }
+            if let Err(e) = r.log.assign_leader_epoch(state.leader_epoch) {
+                self.violation(format!("b{me} p{p}: {e}"));
+            }
+            let hw = r.high_watermark().max(0);
+            r.role = Role::Leader(LeaderState::new(
+                me,
+                state.leader_epoch,
+                replicas.to_vec(),
+                state.isr.clone(),
+                state.partition_epoch,
+                leo,
+                hw,
+                now as i64,
+                REPLICA_LAG_TIME_MAX_MS,
+            ));
+            r.release(me, &mut self.out);
+            self.note(format!(
+                "b{me} p{p} leads epoch {} (isr {:?}, leo {leo}, hw {hw})",
+                state.leader_epoch, state.isr
+            ));
+        } else if state.leader != NO_LEADER {
+            if matches!(&r.role, Role::Follower(f) if f.leader == state.leader && f.leader_epoch == state.leader_epoch)
+            {
+                return;
+            }
+            if let Role::Leader(l) = &r.role {
+                r.follower_hw = l.high_watermark();
+            }
+            r.fail_waiters(me, &mut self.out);
+            r.role = Role::Follower(Fetcher {
+                leader: state.leader,
+                leader_epoch: state.leader_epoch,
+                truncated: false,
+                inflight: None,
+                asked_epoch: UNDEFINED_EPOCH,
+                next_ms: now,
+            });
+            self.note(format!("b{me} p{p} follows b{} in epoch {}", state.leader, state.leader_epoch));
+        } else {
+            if let Role::Leader(l) = &r.role {
+                r.follower_hw = l.high_watermark();
+            }
+            r.fail_waiters(me, &mut self.out);
+            if !matches!(r.role, Role::None) {
+                self.note(format!("b{me} p{p}: offline"));
+            }
+            r.role = Role::None;
+        }
+    }
+
+    fn broker_timers(&mut self, b: &mut Broker) {
+        let now = self.now_ms;
+        if now >= b.next_heartbeat_ms {
+            b.next_heartbeat_ms = now + HEARTBEAT_INTERVAL_MS;
+            let body = match b.registration_epoch {
+                Some(registration_epoch) => Body::Heartbeat { registration_epoch },
+                None => Body::Register { incarnation: b.incarnation },
+            };
+            self.send(Node::Broker(b.id), Node::Controller, body);
+        }
+        if now >= b.next_flush_ms {
+            b.next_flush_ms = now + self.knobs.flush_interval_ms;
+            for r in &mut b.replicas {
+                r.log.synced = r.log.records.len();
+            }
+        }
+        // AlterPartition timeouts: `isr_result(Err)`, as the shard is told.
+        let timeout_ms = self.knobs.request_timeout_ms;
+        let expired: Vec<u64> =
+            b.alters.iter().filter(|(_, (_, _, sent))| now >= sent + timeout_ms).map(|(r, _)| *r).collect();
+        for req in expired {
+            let (p, proposal, _) = b.alters.remove(&req).expect("listed");
+            self.isr_result(b, p, &proposal, Err(None));
+        }
+        if now >= b.next_isr_check_ms {
+            b.next_isr_check_ms = now + ISR_CHECK_INTERVAL_MS;
+            for p in 0..b.replicas.len() {
+                let Role::Leader(l) = &mut b.replicas[p].role else { continue };
+                let Some(proposal) = l.isr_change(now as i64) else { continue };
+                let req = self.req();
+                self.note(format!(
+                    "b{} p{p} proposes isr {:?} (leader epoch {}, partition epoch {})",
+                    b.id, proposal.new_isr, proposal.leader_epoch, proposal.partition_epoch
+                ));
+                let body = Body::AlterPartition {
+                    req,
+                    partition: p,
+                    leader_epoch: proposal.leader_epoch,
+                    partition_epoch: proposal.partition_epoch,
+                    new_isr: proposal.new_isr.clone(),
+                };
+                b.alters.insert(req, (p, proposal, now));
+                self.send(Node::Broker(b.id), Node::Controller, body);
+            }
+        }
+        for p in 0..b.replicas.len() {
+            self.fetcher_step(b, p);
+        }
+    }
+
+    /// `Shard::isr_result`; `Err(None)`: no answer (timeout), `Err(Some(_))`: the
+    /// controller refused. As shipped, both go to `on_isr_change_failed`; with
+    /// `knobs.refusals` a refusal goes to `on_isr_change_refused`.
+    fn isr_result(
+        &mut self,
+        b: &mut Broker,
+        p: usize,
+        proposal: &IsrProposal,
+        result: Result<(Vec<i32>, i32), Option<String>>,
+    ) {
+        let refusals = self.knobs.refusals;
+        let me = b.id;
+        let r = &mut b.replicas[p];
+        let leo = r.log.leo();
+        let Role::Leader(l) = &mut r.role else { return };
+        match result {
+            Ok((isr, partition_epoch)) => {
+                self.note(format!("b{me} p{p}: isr {isr:?} committed at partition epoch {partition_epoch}"));
+                self.count("isr changes");
+                if l.on_isr_committed(isr, partition_epoch, leo).is_some() {
+                    r.release(me, &mut self.out);
+                }
+            }
+            Err(Some(e)) if refusals => {
+                self.note(format!("b{me} p{p}: isr change refused: {e}"));
+                self.count("isr change refusals");
+                l.on_isr_change_refused(proposal);
+            }
+            Err(e) => {
+                self.note(format!("b{me} p{p}: isr change failed: {}", e.as_deref().unwrap_or("timed out")));
+                self.count("isr change failures");
+                l.on_isr_change_failed();
+            }
+        }
+    }
+
+    /// One turn of a follower's fetcher (`server::replication::fetcher`): one request at
+    /// a time; truncation rounds first, then fetches from the log end.
+    fn fetcher_step(&mut self, b: &mut Broker, p: usize) {
+        let now = self.now_ms;
+        let me = b.id;
+        let rule = self.knobs.rule;
+        let r = &mut b.replicas[p];
+        let hw = r.high_watermark();
+        let (leo, latest) = (r.log.leo(), r.log.latest_epoch());
+        let Role::Follower(f) = &mut r.role else { return };
+        if let Some((_, sent)) = f.inflight {
+            if now >= sent + self.knobs.request_timeout_ms {
+                f.inflight = None;
+                f.next_ms = now + RETRY_BACKOFF_MS;
+            }
+            return;
+        }
+        if now < f.next_ms {
+            return;
+        }
+        let (leader, current_leader_epoch) = (f.leader, f.leader_epoch);
+        if !f.truncated {
+            let latest = match (rule, latest) {
+                (Rule::Epoch | Rule::Kip101Only, Some(e)) => e,
+                // No epochs (or the pre-KIP-101 rule): only the high watermark is proven.
+                _ => {
+                    f.truncated = true;
+                    self.truncate_follower(me, p, r, hw.min(leo));
+                    return;
+                }
+            };
+            let req = self.req();
+            f.inflight = Some((req, now));
+            f.asked_epoch = latest;
+            let body = Body::EpochQuery { req, partition: p, current_leader_epoch, leader_epoch: latest };
+            self.send(Node::Broker(me), Node::Broker(leader), body);
+        } else {
+            let req = self.req();
+            f.inflight = Some((req, now));
+            let body = Body::Fetch { req, partition: p, current_leader_epoch, fetch_offset: leo };
+            self.send(Node::Broker(me), Node::Broker(leader), body);
+        }
+    }
+
+    /// `Shard::replica_truncate`, checking that no committed record it holds goes.
+    fn truncate_follower(&mut self, me: i32, p: usize, r: &mut Replica, offset: i64) {
+        let leo = r.log.leo();
+        if offset < leo {
+            let committed = &self.hist.committed[p];
+            let common = r.log.records.iter().zip(committed).take_while(|(a, b)| a == b).count() as i64;
+            self.note(format!("b{me} p{p} truncates {leo} -> {offset}"));
+            self.count("truncations");
+            if offset < common {
+                self.violation(format!(
+                    "b{me} p{p} truncated to {offset}, dropping committed records up to {common} ({:?})",
+                    &r.log.records[offset as usize..common as usize]
+                ));
+            }
+        }
+        if let Err(e) = r.log.truncate(offset) {
+            self.violation(format!("b{me} p{p}: {e}"));
+        }
+        r.follower_hw = r.follower_hw.min(offset);
+    }
+
+    /// The fetcher's `truncate`: one OffsetForLeaderEpoch round.
+    fn on_epoch_answer(&mut self, b: &mut Broker, p: usize, req: u64, result: Result<(i32, i64), Refusal>) {
+        let (me, now, rule) = (b.id, self.now_ms, self.knobs.rule);
+        let r = &mut b.replicas[p];
+        let Role::Follower(f) = &mut r.role else { return };
+        if f.inflight.map(|(q, _)| q) != Some(req) {
+            return;
+        }
+        f.inflight = None;
+        let (answer_epoch, answer_end) = match result {
+            Ok(answer) => answer,
+            Err(_) => {
+                f.next_ms = now + RETRY_BACKOFF_MS;
+                return;
+            }
+        };
+        let epoch = f.asked_epoch;
+        let (leo, hw) = (r.log.leo(), r.high_watermark());
+        let offset = match rule {
+            Rule::Epoch => {
+                truncation_offset(leo, hw, Some(epoch), (answer_epoch, answer_end), |e| r.log.end_offset_for(e).1)
+            }
+            Rule::Kip101Only if answer_epoch == UNDEFINED_EPOCH || answer_end == UNDEFINED_OFFSET => hw.min(leo),
+            Rule::Kip101Only => answer_end.min(leo),
+            Rule::HighWatermark => unreachable!("no OffsetForLeaderEpoch before KIP-101"),
+        };
+        let done = rule != Rule::Epoch || answer_epoch == epoch || offset >= leo || answer_epoch < 0;
+        if answer_epoch >= 0 && answer_epoch < epoch {
+            self.count("older epoch answers");
+        }
+        self.note(format!(
+            "b{me} p{p} asked epoch {epoch}: leader has ({answer_epoch}, {answer_end}); truncate to {offset}{}",
+            if done { "" } else { ", ask again" }
+        ));
+        self.truncate_follower(me, p, r, offset);
+        if let Role::Follower(f) = &mut r.role {
+            f.truncated = done;
+            f.next_ms = now;
+        }
+    }
+
+    /// The leader's side of a follower fetch (`PartitionOp::Fetch` with a replica id).
+    fn on_fetch(&mut self, b: &mut Broker, from: Node, req: u64, p: usize, current_leader_epoch: i32, offset: i64) {
+        let Node::Broker(follower) = from else { return };
+        let (me, now) = (b.id, self.now_ms);
+        let r = &mut b.replicas[p];
+        let leo = r.log.leo();
+        let mut moved = false;
+        let result = match leader_of(&mut r.role, current_leader_epoch) {
+            Err(e) => Err(e),
+            Ok(l) if !l.is_replica(follower) => Err(Refusal::NotLeader),
+            Ok(l) => {
+                moved = l.on_follower_fetch(follower, offset, leo, now as i64).is_some();
+                let high_watermark = l.high_watermark();
+                if offset < 0 || offset > leo {
+                    Err(Refusal::OffsetOutOfRange)
+                } else {
+                    let end = (offset as usize + self.knobs.fetch_records_max).min(leo as usize);
+                    let records = r.log.records[offset as usize..end].to_vec();
+                    Ok(Fetched { base_offset: offset, records, high_watermark })
+                }
+            }
+        };
+        if moved {
+            r.release(me, &mut self.out);
+        }
+        self.send(Node::Broker(me), from, Body::FetchAnswer { req, partition: p, result });
+    }
+
+    /// The fetcher's `fetch`: append what came, learn the leader's high watermark.
+    fn on_fetch_answer(&mut self, b: &mut Broker, p: usize, req: u64, result: Result<Fetched, Refusal>) {
+        let (me, now) = (b.id, self.now_ms);
+        let r = &mut b.replicas[p];
+        let Role::Follower(f) = &mut r.role else { return };
+        if f.inflight.map(|(q, _)| q) != Some(req) {
+            return;
+        }
+        f.inflight = None;
+        match result {
+            Err(Refusal::OffsetOutOfRange) => {
+                // `replica_reset`: start over at the leader's log start.
+                self.note(format!("b{me} p{p}: fetch offset out of range, starting over"));
+                self.truncate_follower(me, p, r, 0);
+                r.follower_hw = 0;
+            }
+            Err(_) => f.next_ms = now + RETRY_BACKOFF_MS,
+            Ok(fetched) => {
+                f.next_ms = if fetched.records.is_empty() { now + FETCH_IDLE_MS } else { now };
+                if fetched.base_offset != r.log.leo() {
+                    self.violation(format!(
+                        "b{me} p{p}: fetched records at {} onto a log ending at {}",
+                        fetched.base_offset,
+                        r.log.leo()
+                    ));
+                    return;
+                }
+                for record in fetched.records {
+                    if let Err(e) = r.log.append(record) {
+                        self.violation(format!("b{me} p{p} follower append: {e}"));
+                        return;
+                    }
+                }
+                let leo = r.log.leo();
+                r.follower_hw = fetched.high_watermark.min(leo).max(r.follower_hw.min(leo));
+            }
+        }
+    }
+
+    /// `PartitionOp::Produce` with acks=all.
+    fn on_produce(&mut self, b: &mut Broker, req: u64, p: usize, ids: Vec<u64>) {
+        let me = b.id;
+        let r = &mut b.replicas[p];
+        let leader_epoch = match &r.role {
+            Role::Leader(l) if l.isr().len() < MIN_INSYNC_REPLICAS => Err(Refusal::NotEnoughReplicas),
+            Role::Leader(l) => Ok(l.leader_epoch()),
+            _ => Err(Refusal::NotLeader),
+        };
+        let leader_epoch = match leader_epoch {
+            Ok(e) => e,
+            Err(e) => {
+                self.send(Node::Broker(me), Node::Client, Body::ProduceAnswer { req, result: Err(e) });
+                return;
+            }
+        };
+        let base_offset = r.log.leo();
+        for &id in &ids {
+            if let Err(e) = r.log.append(Record { leader_epoch, id }) {
+                self.violation(format!("b{me} p{p} leader append: {e}"));
+                return;
+            }
+        }
+        let leo = r.log.leo();
+        r.waiters.push(Waiter { last_offset: leo - 1, req, base_offset, leader_epoch });
+        if let Role::Leader(l) = &mut r.role {
+            l.update_high_watermark(leo);
+        }
+        r.release(me, &mut self.out);
+        self.note(format!("b{me} p{p} appends {ids:?} at {base_offset} in epoch {leader_epoch}"));
+    }
+
+    // ---- Client ----
+
+    fn client_receive(&mut self, body: Body) {
+        match body {
+            Body::Snapshot(s) => {
+                if s.seq > self.client.snapshot_seq {
+                    self.client.snapshot_seq = s.seq;
+                    self.client.leaders = s.partitions.iter().map(|st| st.leader).collect();
+                }
+            }
+            Body::ProduceAnswer { req, result } => {
+                let Some((p, ids, _)) = self.client.inflight.remove(&req) else { return };
+                if let Ok((base_offset, leader_epoch)) = result {
+                    for (i, &id) in ids.iter().enumerate() {
+                        self.acked(p, base_offset + i as i64, Record { leader_epoch, id });
+                    }
+                }
+            }
+            other => panic!("client got {other:?}"),
+        }
+    }
+
+    fn acked(&mut self, p: usize, offset: i64, record: Record) {
+        self.client.acked += 1;
+        self.hist.acked.push((p, offset, record));
+        let committed = self.hist.committed[p].get(offset as usize).copied();
+        if committed != Some(record) {
+            self.violation(format!("p{p}: acked {record:?} at {offset} but the committed log has {committed:?} there"));
+        }
+    }
+
+    fn client_timers(&mut self) {
+        let now = self.now_ms;
+        self.client.inflight.retain(|_, (_, _, sent)| now < *sent + PRODUCE_TIMEOUT_MS);
+        // A burst, then a silence; then the next burst.
+        if self.knobs.bursty && now >= self.client.silent_until_ms {
+            self.client.burst_until_ms = now + 100 + self.rng.below(BURST_MS_MAX);
+            self.client.silent_until_ms = self.client.burst_until_ms + 100 + self.rng.below(SILENCE_MS_MAX);
+        }
+        let silent = self.knobs.bursty && now >= self.client.burst_until_ms;
+        if !silent && self.rng.chance(self.knobs.produce_pct) {
+            let p = self.rng.below(self.knobs.partitions as u64) as usize;
+            let n = 1 + self.rng.below(PRODUCE_RECORDS_MAX);
+            self.produce(p, n as usize);
+        }
+    }
+
+    /// The client sends `n` new records to whom it believes leads `p`.
+    fn produce(&mut self, p: usize, n: usize) -> Vec<u64> {
+        let leader = self.client.leaders[p];
+        if leader == NO_LEADER || self.client.inflight.len() >= PRODUCE_INFLIGHT_MAX {
+            return Vec::new();
+        }
+        let ids: Vec<u64> = (0..n as u64).map(|i| self.client.next_id + i).collect();
+        self.client.next_id += n as u64;
+        let req = self.req();
+        self.client.inflight.insert(req, (p, ids.clone(), self.now_ms));
+        self.send(Node::Client, Node::Broker(leader), Body::Produce { req, partition: p, ids: ids.clone() });
+        ids
+    }
+
+    // ---- Invariants ----
+
+    fn check(&mut self) -> Result<(), String> {
+        if let Some(v) = self.violations.first() {
+            return Err(v.clone());
+        }
+        self.controller.check_invariants()?;
+        let t = self.controller.topic(TOPIC).expect("topic");
+        for (p, s) in t.partitions.iter().enumerate() {
+            let (le, pe) = self.hist.controller_epochs[p];
+            if s.leader_epoch < le || s.partition_epoch < pe {
+                return Err(format!(
+                    "p{p}: controller epochs went back ({le}, {pe}) -> ({}, {})",
+                    s.leader_epoch, s.partition_epoch
+                ));
+            }
+            self.hist.controller_epochs[p] = (s.leader_epoch, s.partition_epoch);
+        }
+        for b in self.brokers.iter().filter(|b| b.up) {
+            for (p, r) in b.replicas.iter().enumerate() {
+                let (hw, leo) = (r.high_watermark(), r.log.leo());
+                if hw > leo || hw < 0 {
+                    return Err(format!("b{} p{p}: high watermark {hw} outside [0, log end {leo}]", b.id));
+                }
+                if let Some(e) = r.role_epoch() {
+                    let seen = self.hist.role_epochs.entry((b.id, p)).or_insert(e);
+                    if e < *seen {
+                        return Err(format!("b{} p{p}: acts in leader epoch {e} after {}", b.id, *seen));
+                    }
+                    *seen = e;
+                }
+                if let Role::Leader(l) = &r.role {
+                    let e = l.leader_epoch();
+                    let leader = *self.hist.leaders.entry((p, e)).or_insert(b.id);
+                    if leader != b.id {
+                        return Err(format!("p{p}: b{leader} and b{} both lead epoch {e}", b.id));
+                    }
+                    let last = self.hist.leader_hws.entry((b.id, b.incarnation, p, e)).or_insert(hw);
+                    if hw < *last {
+                        return Err(format!("b{} p{p}: leader high watermark went back {} -> {hw}", b.id, *last));
+                    }
+                    *last = hw;
+                }
+                let committed = &mut self.hist.committed[p];
+                if hw as usize > committed.len() {
+                    committed.extend_from_slice(&r.log.records[committed.len()..hw as usize]);
+                }
+            }
+        }
+        for b in self.brokers.iter_mut().filter(|b| b.up) {
+            for (p, r) in b.replicas.iter_mut().enumerate() {
+                let committed = &self.hist.committed[p];
+                let hw = r.high_watermark() as usize;
+                let log = &mut r.log;
+                let upto = log.records.len().min(committed.len());
+                while log.matches_committed < upto
+                    && log.records[log.matches_committed] == committed[log.matches_committed]
+                {
+                    log.matches_committed += 1;
+                }
+                let at = log.matches_committed;
+                if hw > at {
+                    return Err(format!(
+                        "b{} p{p}: below its high watermark {hw}, offset {at} holds {:?}, committed {:?}",
+                        b.id, log.records[at], committed[at]
+                    ));
+                }
+                if let Role::Leader(l) = &r.role {
+                    let s = &t.partitions[p];
+                    if s.leader == b.id && s.leader_epoch == l.leader_epoch() && at < committed.len() {
+                        return Err(format!(
+                            "b{} p{p}, leader in epoch {}, lacks committed offset {at} ({:?}); it has {:?}",
+                            b.id,
+                            s.leader_epoch,
+                            committed[at],
+                            log.records.get(at)
+                        ));
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// After the faults: no faults, no loss; records get acknowledged again, every ISR
+    /// fills up and every replica ends up with its leader's log.
+    fn settle(&mut self) -> Result<(), String> {
+        self.note("SETTLE".to_string());
+        self.knobs.fault_per_mille = 0;
+        self.knobs.preferred_per_mille = 0;
+        self.knobs.bursty = false;
+        self.knobs.loss_pct = 0;
+        self.knobs.dup_pct = 0;
+        self.knobs.produce_pct = self.knobs.produce_pct.max(10);
+        if let Some(Fault::Crash { broker, restarted: false, .. }) = self.fault {
+            self.fault = Some(Fault::Crash { broker, restart_ms: self.now_ms, restarted: false });
+        }
+        if let Some(Fault::Isolate { .. }) = self.fault {
+            self.fault = Some(Fault::Isolate { until_ms: self.now_ms });
+        }
+        let acked = self.client.acked;
+        for _ in 0..SETTLE_PRODUCE_MS / SETTLE_STEP_MS {
+            self.step(SETTLE_STEP_MS)?;
+        }
+        if self.client.acked == acked {
+            return Err("liveness: nothing was acknowledged after the faults ended".to_string());
+        }
+        self.knobs.produce_pct = 0;
+        for _ in 0..SETTLE_QUIET_MS_MAX / SETTLE_STEP_MS {
+            if self.converged().is_ok() {
+                return Ok(());
+            }
+            self.step(SETTLE_STEP_MS)?;
+        }
+        self.converged()
+    }
+
+    /// Every partition has a leader and a full ISR, every replica holds the leader's log
+    /// and knows it committed.
+    fn converged(&self) -> Result<(), String> {
+        for p in 0..self.knobs.partitions {
+            let s = self.controller.partition_state(TOPIC, p as i32).expect("partition");
+            let recovered = s.leader != NO_LEADER && s.isr.len() == BROKER_IDS.len() && {
+                let leader = &self.brokers[index(s.leader)].replicas[p].log.records;
+                self.brokers.iter().all(|b| {
+                    let r = &b.replicas[p];
+                    b.up && r.log.records == *leader && r.high_watermark() == r.log.leo()
+                })
+            };
+            if !recovered {
+                return Err(format!("liveness: p{p} did not recover: {}", self.describe(p)));
+            }
+        }
+        Ok(())
+    }
+
+    /// Every replica of `p`, for failure reports.
+    fn describe(&self, p: usize) -> String {
+        let mut out = format!("p{p} on the controller: {:?}", self.controller.partition_state(TOPIC, p as i32));
+        for b in &self.brokers {
+            let r = &b.replicas[p];
+            let role = match &r.role {
+                Role::Leader(l) => format!(
+                    "leader epoch {} isr {:?} pending {:?} follower leos {:?}",
+                    l.leader_epoch(),
+                    l.isr(),
+                    l.pending_change(),
+                    BROKER_IDS.iter().map(|id| l.follower_leo(*id)).collect::<Vec<_>>()
+                ),
+                Role::Follower(f) => format!(
+                    "follows b{} epoch {} truncated {} inflight {:?} next {}",
+                    f.leader, f.leader_epoch, f.truncated, f.inflight, f.next_ms
+                ),
+                Role::None => "no role".to_string(),
+            };
+            out.push_str(&format!(
+                "\n  b{} up {} registration {:?} snapshot {}: leo {} hw {}, {role}",
+                b.id,
+                b.up,
+                b.registration_epoch,
+                b.snapshot_seq,
+                r.log.leo(),
+                r.high_watermark()
+            ));
+        }
+        out
+    }
+
+    fn report(&self, e: &str) -> String {
+        let events: Vec<&str> = self.trace.iter().map(|s| s.as_str()).collect();
+        format!("@{} ms: {e}\nknobs: {:?}\nlast events:\n  {}", self.now_ms, self.knobs, events.join("\n  "))
+    }
+}
+
+// ---- Random runs ----
+
+/// Spate behaviours the model replaces with Kafka's, to run the seeds with (each one a
+/// known bug, see `sim_seeds_with_spate_epoch_cache` and `sim_seeds_with_cached_snapshot`).
+#[derive(Debug, Clone, Copy, Default)]
+struct AsSpate {
+    epoch_cache: bool,
+    cached_snapshot: bool,
+}
+
+impl AsSpate {
+    /// `SPATE_SIM_SPATE_EPOCH_CACHE=1`, `SPATE_SIM_CACHED_SNAPSHOT=1`.
+    fn from_env() -> Self {
+        Self {
+            epoch_cache: std::env::var("SPATE_SIM_SPATE_EPOCH_CACHE").is_ok(),
+            cached_snapshot: std::env::var("SPATE_SIM_CACHED_SNAPSHOT").is_ok(),
+        }
+    }
+}
+
+/// One seed: knobs and assignment drawn from it, `STEPS_PER_SEED` random steps, then the
+/// settle phase.
+fn run_seed(seed: u64, as_spate: AsSpate) -> Result<Summary, String> {
+    let mut rng = Rng(seed);
+    let knobs = Knobs {
+        spate_epoch_cache: as_spate.epoch_cache,
+        cached_snapshot: as_spate.cached_snapshot,
+        ..Knobs::random(&mut rng)
+    };
+    let assignment: Vec<Vec<i32>> = (0..knobs.partitions)
+        .map(|_| {
+            let mut replicas = BROKER_IDS.to_vec();
+            for i in (1..replicas.len()).rev() {
+                replicas.swap(i, rng.below(i as u64 + 1) as usize);
+            }
+            replicas
+        })
+        .collect();
+    let mut sim = Sim::new(rng, knobs, assignment);
+    for step in 0..STEPS_PER_SEED {
+        let dt = 1 + sim.rng.below(sim.knobs.step_ms_max);
+        sim.step(dt).map_err(|e| sim.report(&format!("step {step}: {e}")))?;
+    }
+    sim.settle().map_err(|e| sim.report(&e))?;
+    Ok(Summary {
+        simulated_ms: sim.now_ms,
+        committed: sim.hist.committed.iter().map(|c| c.len()).collect(),
+        acked: sim.client.acked,
+        leader_epochs: sim.hist.leaders.len(),
+        counts: sim.hist.counts,
+    })
+}
+
+/// What a passing seed did (printed when one seed is replayed).
+#[derive(Debug)]
+#[allow(dead_code)] // read through Debug
+struct Summary {
+    simulated_ms: u64,
+    committed: Vec<usize>,
+    acked: u64,
+    leader_epochs: usize,
+    counts: BTreeMap<&'static str, u64>,
+}
+
+/// Run `seeds` on up to `SIM_THREADS_MAX` threads (each simulation is single-threaded
+/// and deterministic); the lowest failing seed, with its report.
+fn run_seeds(seeds: &[u64], as_spate: AsSpate) -> Option<(u64, String)> {
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get()).clamp(1, SIM_THREADS_MAX);
+    let failures = std::sync::Mutex::new(Vec::new());
+    std::thread::scope(|scope| {
+        for t in 0..threads {
+            let failures = &failures;
+            scope.spawn(move || {
+                for &seed in seeds.iter().skip(t).step_by(threads) {
+                    if failures.lock().expect("lock").iter().any(|(s, _)| *s < seed) {
+                        return;
+                    }
+                    let failure = match std::panic::catch_unwind(|| run_seed(seed, as_spate)) {
+                        Ok(Ok(summary)) => {
+                            if seeds.len() == 1 {
+                                println!("seed {seed} passed: {summary:?}");
+                            }
+                            continue;
+                        }
+                        Ok(Err(e)) => e,
+                        Err(_) => "panicked (see its message above)".to_string(),
+                    };
+                    failures.lock().expect("lock").push((seed, failure));
+                }
+            });
+        }
+    });
+    failures.into_inner().expect("lock").into_iter().min_by_key(|(s, _)| *s)
+}
+
+/// `SPATE_SIM_SEED=<seed>` replays one seed; `SPATE_SIM_SEEDS=<n>` runs seeds 0..n; see
+/// `AsSpate` for the other variables.
+#[test]
+fn sim_seeds() {
+    let seeds: Vec<u64> = match std::env::var("SPATE_SIM_SEED") {
+        Ok(s) => vec![s.parse().expect("SPATE_SIM_SEED is a u64")],
+        Err(_) => {
+            let n: u64 = std::env::var("SPATE_SIM_SEEDS").ok().and_then(|s| s.parse().ok()).unwrap_or(SEEDS_DEFAULT);
+            (0..n).collect()
+        }
+    };
+    let as_spate = AsSpate::from_env();
+    if let Some((seed, e)) = run_seeds(&seeds, as_spate) {
+        panic!("replication simulation failed ({as_spate:?}); replay with SPATE_SIM_SEED={seed}\n{e}");
+    }
+}
+
+/// Known bug, outside this test's reach (`src/log/mod.rs`, `src/shard/replica.rs`): a
+/// broker that led an epoch without appending keeps the entry "epoch E starts at my log
+/// end" when it then follows a new leader and its truncation offset is not below its log
+/// end (`PartitionLog::truncate_to` returns early and `Shard::replica_truncate` does not
+/// call it; Kafka's `UnifiedLog.truncateTo` always cuts the epoch cache there). It then
+/// appends older-epoch records past that entry; when it leads again, it answers
+/// OffsetForLeaderEpoch for the older epoch with the stale start, and an ISR follower
+/// truncates committed records. The model above cuts the cache as Kafka does; this runs
+/// the random seeds with spate's cache instead and fails until spate is fixed.
+#[test]
+#[ignore = "known bug: spate keeps a stale leader-epoch entry (see the comment)"]
+fn sim_seeds_with_spate_epoch_cache() {
+    let seeds: Vec<u64> = (0..SEEDS_DEFAULT).collect();
+    if let Some((seed, e)) = run_seeds(&seeds, AsSpate { epoch_cache: true, ..AsSpate::default() }) {
+        panic!("with spate's epoch cache; replay with SPATE_SIM_SPATE_EPOCH_CACHE=1 SPATE_SIM_SEED={seed}\n{e}");
+    }
+}
+
+/// Known bug, outside this test's reach (`src/coordinator/registry.rs`,
+/// `src/shard/replica.rs`, `src/server/link.rs`): a broker that restarts installs its
+/// cached `cluster-snapshot.json` and its shards take the roles it names before the
+/// coordinator link has registered the new incarnation. A leader that crashed, lost its
+/// unsynced suffix and came back within the session timeout leads its old epoch again
+/// without records that were committed (followers that fetch past its log end are then
+/// told OFFSET_OUT_OF_RANGE, and `Shard::replica_reset` empties them). Kafka's brokers act
+/// on no partition state before their registration (which fences the old incarnation).
+/// The model waits for a snapshot that knows the new incarnation; this runs the random
+/// seeds with spate's behaviour instead and fails until spate is fixed.
+#[test]
+#[ignore = "known bug: a restarted broker leads from its cached snapshot (see the comment)"]
+fn sim_seeds_with_cached_snapshot() {
+    let seeds: Vec<u64> = (0..SEEDS_DEFAULT).collect();
+    if let Some((seed, e)) = run_seeds(&seeds, AsSpate { cached_snapshot: true, ..AsSpate::default() }) {
+        panic!("with the cached snapshot; replay with SPATE_SIM_CACHED_SNAPSHOT=1 SPATE_SIM_SEED={seed}\n{e}");
+    }
+}
+
+// ---- Scripted scenarios ----
+//
+// The same actors on a fixed schedule: one partition replicated on [1, 2, 3] (broker 1
+// leads first), 1 ms hops, nothing lost but what a scenario's filter drops, invariants
+// checked every millisecond.
+
+const P0: usize = 0;
+
+impl Sim {
+    fn scripted(rule: Rule) -> Self {
+        Self::new(Rng(1), Knobs::scripted(rule), vec![BROKER_IDS.to_vec()])
+    }
+
+    fn run_ms(&mut self, ms: u64) -> Result<(), String> {
+        for _ in 0..ms {
+            self.step(1).map_err(|e| self.report(&e))?;
+        }
+        Ok(())
+    }
+
+    fn run_until(&mut self, what: &str, ms_max: u64, done: impl Fn(&Sim) -> bool) -> Result<(), String> {
+        for _ in 0..ms_max {
+            if done(self) {
+                return Ok(());
+            }
+            self.step(1).map_err(|e| self.report(&e))?;
+        }
+        Err(self.report(&format!("gave up waiting for {what}")))
+    }
+
+    fn set_filter(&mut self, f: impl FnMut(Node, Node, &Body) -> bool + 'static) {
+        self.filter = Some(Box::new(f));
+    }
+
+    fn ids(&self, id: i32) -> Vec<(i32, u64)> {
+        self.brokers[index(id)].replicas[P0].log.records.iter().map(|r| (r.leader_epoch, r.id)).collect()
+    }
+
+    fn leads(&self, id: i32, epoch: i32) -> bool {
+        let b = &self.brokers[index(id)];
+        b.up && matches!(&b.replicas[P0].role, Role::Leader(l) if l.leader_epoch() == epoch)
+    }
+
+    fn truncated_as_follower(&self, id: i32, epoch: i32) -> bool {
+        matches!(&self.brokers[index(id)].replicas[P0].role, Role::Follower(f) if f.leader_epoch == epoch && f.truncated)
+    }
+
+    fn is_acked(&self, id: u64) -> bool {
+        self.hist.acked.iter().any(|(_, _, r)| r.id == id)
+    }
+
+    fn is_registered(&self, id: i32) -> bool {
+        let b = &self.brokers[index(id)];
+        b.up && b.registration_epoch.is_some() && self.registered[&id] == b.incarnation
+    }
+
+    fn isr(&self) -> Vec<i32> {
+        self.controller.partition_state(TOPIC, P0 as i32).expect("partition").isr.clone()
+    }
+
+    /// All three replicas hold `want`, and nothing else, after the faults end.
+    fn converged_to(&mut self, want: &[(i32, u64)]) -> Result<(), String> {
+        self.filter = None;
+        self.run_ms(6_000)?;
+        for id in BROKER_IDS {
+            let got: Vec<u64> = self.ids(id).iter().map(|r| r.1).collect();
+            let want: Vec<u64> = want.iter().map(|r| r.1).collect();
+            if got != want {
+                return Err(self.report(&format!("b{id} ends with records {got:?}, expected {want:?}")));
+            }
+        }
+        if self.isr().len() != BROKER_IDS.len() {
+            return Err(self.report(&format!("the isr stays {:?}", self.isr())));
+        }
+        Ok(())
+    }
+}
+
+fn is_fetch_from(body: &Body, from: Node, who: &[i32]) -> bool {
+    matches!(body, Body::Fetch { .. }) && who.iter().any(|id| from == Node::Broker(*id))
+}
+
+/// KIP-101, scenario 1 (a follower's high watermark lags the leader's): 1 leads, m1 and
+/// m2 reach everyone, 1's high watermark passes m2 and m2 is acknowledged, but the fetch
+/// answers that would tell 2 and 3 are lost (their high watermark stays 1). 1 dies; 2
+/// leads; 3 truncates before following it, and does not fetch again. 1 comes back (out of
+/// the ISR); 2 dies; 3 leads. Truncating to the high watermark drops m2 on 3 there, and 3
+/// goes on to lead without it; truncating by leader epoch keeps it.
+fn kip101_scenario(rule: Rule) -> Result<Sim, String> {
+    let mut sim = Sim::scripted(rule);
+    sim.run_ms(300)?;
+    let m1 = sim.produce(P0, 1)[0];
+    sim.run_until("m1 acked", 500, |s| s.is_acked(m1))?;
+    sim.set_filter(|_, to, body| {
+        matches!(body, Body::FetchAnswer { result: Ok(f), .. } if f.high_watermark >= 2) && to != Node::Broker(1)
+    });
+    let m2 = sim.produce(P0, 1)[0];
+    sim.run_until("m2 acked", 500, |s| s.is_acked(m2))?;
+    for id in [2, 3] {
+        let r = &sim.brokers[index(id)].replicas[P0];
+        assert_eq!((r.log.leo(), r.high_watermark()), (2, 1), "b{id} has m2 but not the high watermark that covers it");
+    }
+    // What a follower that truncates to its high watermark keeps: m1 only.
+    assert_eq!(truncation_offset(2, 1, None, (UNDEFINED_EPOCH, UNDEFINED_OFFSET), |_| 2), 1);
+
+    sim.set_filter(|from, _, body| is_fetch_from(body, from, &[1, 3]));
+    sim.crash(1, false);
+    sim.run_until("2 leads epoch 1", 3_000, |s| s.leads(2, 1))?;
+    sim.run_until("3 truncated", 500, |s| s.truncated_as_follower(3, 1))?;
+    sim.restart(1);
+    sim.run_until("1 registered", 500, |s| s.is_registered(1))?;
+    sim.crash(2, false);
+    sim.run_until("3 leads epoch 2", 3_000, |s| s.leads(3, 2))?;
+    sim.restart(2);
+    sim.converged_to(&[(0, m1), (0, m2)])?;
+    Ok(sim)
+}
+
+#[test]
+fn kip101_truncation_by_leader_epoch_keeps_an_acknowledged_record() {
+    let sim = kip101_scenario(Rule::Epoch).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(sim.ids(3)[1].1, sim.hist.acked[1].2.id);
+}
+
+#[test]
+fn kip101_truncation_to_the_high_watermark_loses_it() {
+    let e = kip101_scenario(Rule::HighWatermark).err().expect("truncating to the high watermark must break");
+    assert!(e.contains("b3 p0 truncated to 1, dropping committed records"), "{e}");
+}
+
+/// KIP-279 (the leader answers an older epoch than asked): 1 leads epoch 0; m1 reaches
+/// everyone, m2 only 3 (2 does not fetch). 1 dies; 2 leads epoch 1 and appends m3 at
+/// offset 1; 3 never hears of epoch 1. 1 comes back (kept out of the ISR); 2 dies before
+/// 3 fetched from it; 3 leads epoch 2 with m2 at offset 1. 2 comes back with epoch 1,
+/// which 3 never had: 3 answers epoch 0 ending at 2. One round (KIP-101 alone) keeps m3
+/// where the leader has m2; a second round with the follower's own end of epoch 0 (1)
+/// drops it.
+fn kip279_scenario(rule: Rule) -> Result<Sim, String> {
+    let mut sim = Sim::scripted(rule);
+    sim.run_ms(300)?;
+    let m1 = sim.produce(P0, 1)[0];
+    sim.run_until("m1 acked", 500, |s| s.is_acked(m1))?;
+    sim.set_filter(|from, _, body| is_fetch_from(body, from, &[2]));
+    let m2 = sim.produce(P0, 1)[0];
+    sim.run_until("m2 on 3", 500, |s| s.ids(3).len() == 2)?;
+
+    sim.set_filter(|from, to, body| {
+        is_fetch_from(body, from, &[2]) || (matches!(body, Body::Snapshot(_)) && to == Node::Broker(3))
+    });
+    sim.crash(1, false);
+    sim.run_until("2 leads epoch 1", 3_000, |s| s.leads(2, 1) && s.client.leaders[P0] == 2)?;
+    let m3 = sim.produce(P0, 1)[0];
+    sim.run_until("m3 on 2", 100, |s| s.ids(2).len() == 2)?;
+    sim.set_filter(|from, to, body| {
+        (matches!(body, Body::Snapshot(_)) && to == Node::Broker(3))
+            || (matches!(body, Body::Fetch { .. } | Body::EpochQuery { .. }) && from == Node::Broker(1))
+    });
+    sim.restart(1);
+    sim.run_until("1 registered", 500, |s| s.is_registered(1))?;
+    sim.crash(2, false);
+    sim.set_filter(|from, _, body| {
+        matches!(body, Body::Fetch { .. } | Body::EpochQuery { .. }) && from == Node::Broker(1)
+    });
+    sim.run_until("3 leads epoch 2", 3_000, |s| s.leads(3, 2))?;
+    assert_eq!(sim.ids(3), vec![(0, m1), (0, m2)]);
+    assert_eq!(sim.ids(2), vec![(0, m1), (1, m3)], "2 diverged from 3 at offset 1, in an epoch 3 never had");
+    sim.restart(2);
+    sim.converged_to(&[(0, m1), (0, m2)])?;
+    assert!(sim.hist.counts.contains_key("older epoch answers"), "the leader answered an older epoch than asked");
+    Ok(sim)
+}
+
+#[test]
+fn kip279_truncation_converges_where_the_leader_has_an_older_epoch() {
+    kip279_scenario(Rule::Epoch).unwrap_or_else(|e| panic!("{e}"));
+}
+
+#[test]
+fn kip279_one_round_of_kip101_leaves_the_logs_diverged() {
+    let e = kip279_scenario(Rule::Kip101Only).err().expect("a single round must leave 2 diverged");
+    assert!(e.contains("b2 p0: below its high watermark"), "{e}");
+}
+
+/// A follower that crashed and lost its unsynced suffix comes back as a new incarnation;
+/// the controller took it out of the ISR, but its leader still remembers the fetch offset
+/// of its previous life. Before it fetches again it must not rejoin the ISR on that
+/// offset (KIP-903): else, once the leader dies, the controller may elect a replica that
+/// lacks acknowledged records.
+fn restarted_follower_scenario() -> Result<Sim, String> {
+    let mut sim = Sim::scripted(Rule::Epoch);
+    sim.run_ms(300)?;
+    // Nothing is synced from now on: 2's copy of what follows is in its page cache only.
+    sim.knobs.flush_interval_ms = u64::MAX / 2;
+    for b in &mut sim.brokers {
+        b.next_flush_ms = u64::MAX / 2;
+    }
+    let ids = sim.produce(P0, 3);
+    sim.run_until("records acked", 500, |s| ids.iter().all(|id| s.is_acked(*id)))?;
+    sim.crash(2, true);
+    assert!(sim.ids(2).is_empty(), "2 lost what it had not synced");
+    sim.run_until("2 out of the isr", 3_000, |s| s.isr() == [1, 3])?;
+    sim.run_ms(300)?;
+    // 2's new incarnation is slow to fetch.
+    sim.set_filter(|from, _, body| {
+        matches!(body, Body::Fetch { .. } | Body::EpochQuery { .. }) && from == Node::Broker(2)
+    });
+    sim.restart(2);
+    sim.run_until("2 registered", 500, |s| s.is_registered(2))?;
+    if sim.run_until("2 back in the isr", 1_000, |s| s.isr().contains(&2)).is_ok() {
+        // 2 is in the ISR with an empty log. 1 dies; 2, first in the assignment, leads.
+        sim.crash(1, false);
+        sim.run_until("a new leader", 3_000, |s| s.leads(2, 1) || s.leads(3, 1))?;
+        return Err(sim.report("2 rejoined the isr on the fetch offset of its previous incarnation"));
+    }
+    let acked: Vec<(i32, u64)> = ids.iter().map(|id| (0, *id)).collect();
+    sim.converged_to(&acked)?;
+    Ok(sim)
+}
+
+#[test]
+fn a_restarted_follower_rejoins_the_isr_only_after_fetching() {
+    restarted_follower_scenario().unwrap_or_else(|e| panic!("{e}"));
+}
