@@ -157,6 +157,9 @@ pub struct Registry {
     link_up: bool,
     /// Shutting down, the coordinator link has done its controlled shutdown.
     left_cluster: bool,
+    /// A mirror has registered with the coordinator since this process started (and
+    /// holds a snapshot taken after that).
+    registered: bool,
     controller: Controller,
     /// +1 on every change seen here (either role); shards compare it without the lock to
     /// notice leadership, config and topic changes.
@@ -299,13 +302,23 @@ impl Registry {
         };
         let mut controller = Controller::new(config);
         let mut changes = controller.becomes_active(epoch)?;
-        changes.extend(controller.register_broker(
-            broker.id,
-            broker.endpoint.clone(),
-            broker.rack.clone(),
-            broker.shards,
-            now_ms,
-        )?);
+        // A process start (not a takeover): this broker's previous incarnation may have
+        // lost its unsynced suffix, so it must not keep leading with the epochs it had.
+        // It counts as its old self until the topics are loaded, then registers anew,
+        // which fences the old incarnation first (leaderships go to other in-sync
+        // replicas, or come back to it with a new epoch where it was the last one).
+        let fresh_start = known.is_none();
+        if fresh_start {
+            controller.restore_broker(broker.id, broker.endpoint.clone(), broker.rack.clone(), broker.shards, now_ms);
+        } else {
+            changes.extend(controller.register_broker(
+                broker.id,
+                broker.endpoint.clone(),
+                broker.rack.clone(),
+                broker.shards,
+                now_ms,
+            )?);
+        }
         let mut incarnations = BTreeMap::new();
         for (b, incarnation) in known.unwrap_or_default() {
             controller.restore_broker(b.id, b.endpoint.clone(), b.rack.clone(), b.shards, now_ms);
@@ -342,6 +355,15 @@ impl Registry {
             let topic_id = doc.topic_id.unwrap_or_else(uuid::Uuid::new_v4);
             controller.restore_topic(TopicInfo { name, topic_id, assignment: doc.assignment, configs, partitions })?;
         }
+        if fresh_start {
+            changes.extend(controller.register_broker(
+                broker.id,
+                broker.endpoint.clone(),
+                broker.rack.clone(),
+                broker.shards,
+                now_ms,
+            )?);
+        }
         changes.extend(controller.reconcile());
 
         let mut registry = Self {
@@ -351,6 +373,7 @@ impl Registry {
             snapshot_cache: None,
             link_up: false,
             left_cluster: false,
+            registered: true,
             controller,
             generation: Arc::new(AtomicU64::new(1)),
             broker,
@@ -387,6 +410,7 @@ impl Registry {
             snapshot_cache: cache.clone(),
             link_up: false,
             left_cluster: false,
+            registered: false,
             controller: Controller::new(ControllerConfig::default()),
             generation: Arc::new(AtomicU64::new(1)),
             broker,
@@ -452,6 +476,23 @@ impl Registry {
             Role::Active { .. } => Some(self.broker.id),
             Role::Mirror { controller_id, .. } => *controller_id,
         }
+    }
+
+    /// The coordinator link registered this process and pulled a snapshot after that.
+    pub fn set_registered(&mut self) {
+        if !self.registered {
+            self.registered = true;
+            self.generation.fetch_add(1, Ordering::AcqRel);
+        }
+    }
+
+    /// Whether this broker may lead or follow a partition with `replication_factor`
+    /// replicas on what it knows. A restarted mirror starts from its cached snapshot,
+    /// which may name it leader of an epoch whose records it lost (an unclean stop):
+    /// replicated partitions wait until the coordinator has seen this process (and fenced
+    /// its previous incarnation). Single-replica partitions have nobody to diverge from.
+    pub fn may_take_roles(&self, replication_factor: usize) -> bool {
+        self.is_active() || self.registered || replication_factor <= 1
     }
 
     /// Shutting down: the coordinator link finished its controlled shutdown.

@@ -1005,6 +1005,13 @@ impl PartitionLog {
         assert!(self.pending_writes.is_empty(), "truncate with appends still being written");
         let offset = offset.0;
         if offset >= self.log_end_offset().0 {
+            // No record goes, but an epoch recorded as starting at the log end (a leader
+            // that appended nothing) does: a follower appends the new leader's batches
+            // there, maybe of older epochs (found by tests/replication_sim.rs).
+            let end = self.log_end_offset().0;
+            if self.leader_epochs.truncate_from_end(offset.min(end)) {
+                self.save_leader_epochs("truncate: leader-epoch-checkpoint", end)?;
+            }
             return Ok(());
         }
         let interval = self.config.index_interval_bytes;

@@ -204,6 +204,10 @@ impl Link {
         }
         let epoch = resp.broker_epoch;
         tracing::info!(coordinator = %addr, broker_epoch = epoch, "registered with the active coordinator");
+        // The coordinator has seen this process: once we hold a snapshot taken after that,
+        // replicated partitions may take their roles (see Registry::may_take_roles).
+        pull_snapshot(&self.registry, &mut conn, self.broker.id, Duration::ZERO)?;
+        self.registry.write().unwrap_or_else(|p| p.into_inner()).set_registered();
         let result = self.registered(&mut conn, elected, epoch);
         self.registry.write().unwrap_or_else(|p| p.into_inner()).set_link_up(false);
         result

@@ -19,10 +19,11 @@ use kafka_protocol::messages::{
     AlterPartitionRequest, ApiKey, BrokerId, FetchRequest, OffsetForLeaderEpochRequest, TopicName,
 };
 
+use crate::coordinator::registry::RegistryError;
 use crate::model::TopicPartition;
 use crate::protocol::error_code;
 use crate::replication::{truncation_offset, IsrProposal};
-use crate::shard::FetcherStart;
+use crate::shard::{FetcherStart, IsrOutcome};
 
 use super::context::ShardContext;
 use super::now_ms;
@@ -71,12 +72,18 @@ async fn alter_isr(ctx: Rc<ShardContext>, tp: TopicPartition, proposal: IsrPropo
     let me = ctx.config.node_id;
     tracing::info!(partition = %tp, isr = ?proposal.new_isr, "proposing an ISR change");
     let active = ctx.registry.read().expect("registry lock").is_active();
-    let result: Result<(Vec<i32>, i32), String> = if active {
+    let sent = proposal.clone();
+    // Err((outcome, why)): Refused when the coordinator answered no, Unknown when there
+    // was no answer (the change may have been committed).
+    let result: Result<(Vec<i32>, i32), (IsrOutcome, String)> = if active {
         let (topic, p) = (tp.topic.clone(), tp.partition);
         ctx.registry_write(move |reg| {
             reg.alter_partition(&topic, p, me, proposal.leader_epoch, proposal.partition_epoch, &proposal.new_isr)
                 .map(|s| (s.isr, s.partition_epoch))
-                .map_err(|e| e.to_string())
+                .map_err(|e| match e {
+                    RegistryError::Store(_) | RegistryError::Corrupt { .. } => (IsrOutcome::Unknown, e.to_string()),
+                    _ => (IsrOutcome::Refused, e.to_string()),
+                })
         })
         .await
     } else {
@@ -86,7 +93,8 @@ async fn alter_isr(ctx: Rc<ShardContext>, tp: TopicPartition, proposal: IsrPropo
         let partition = tp.partition;
         super::forward::with_coordinator(&ctx, move |conn, _| {
             // v3 carries the ISR with broker epochs, v2 as plain ids.
-            let version = conn.version(ApiKey::AlterPartition).map_err(|e| e.to_string())?;
+            let unknown = |e: crate::client::Error| (IsrOutcome::Unknown, e.to_string());
+            let version = conn.version(ApiKey::AlterPartition).map_err(unknown)?;
             let mut data = PartitionData::default()
                 .with_partition_index(partition)
                 .with_leader_epoch(proposal.leader_epoch)
@@ -104,27 +112,32 @@ async fn alter_isr(ctx: Rc<ShardContext>, tp: TopicPartition, proposal: IsrPropo
                 .with_broker_id(BrokerId(me))
                 .with_broker_epoch(-1)
                 .with_topics(vec![TopicData::default().with_topic_id(topic_id).with_partitions(vec![data])]);
-            let (_, resp) = conn.call(&req).map_err(|e| e.to_string())?;
+            let (_, resp) = conn.call(&req).map_err(unknown)?;
+            let refused = |code: i16| (IsrOutcome::Refused, format!("error code {code}"));
             if resp.error_code != 0 {
-                return Err(format!("error code {}", resp.error_code));
+                return Err(refused(resp.error_code));
             }
             let p = resp
                 .topics
                 .first()
                 .and_then(|t| t.partitions.first())
-                .ok_or_else(|| "empty AlterPartition answer".to_string())?;
+                .ok_or_else(|| (IsrOutcome::Unknown, "empty AlterPartition answer".to_string()))?;
             if p.error_code != 0 {
-                return Err(format!("error code {}", p.error_code));
+                return Err(refused(p.error_code));
             }
             Ok((p.isr.iter().map(|b| b.0).collect(), p.partition_epoch))
         })
         .await
-        .and_then(|r| r)
+        .unwrap_or_else(|e| Err((IsrOutcome::Unknown, e)))
     };
-    if let Err(e) = &result {
-        tracing::warn!(partition = %tp, error = %e, "ISR change not committed");
-    }
-    ctx.shard.borrow_mut().isr_result(&tp, result.map_err(|_| ()));
+    let outcome = match result {
+        Ok((isr, partition_epoch)) => IsrOutcome::Committed(isr, partition_epoch),
+        Err((outcome, why)) => {
+            tracing::warn!(partition = %tp, error = %why, refused = (outcome == IsrOutcome::Refused), "ISR change not committed");
+            outcome
+        }
+    };
+    ctx.shard.borrow_mut().isr_result(&tp, &sent, outcome);
 }
 
 /// One follower partition's fetcher (see the module comment).
@@ -156,7 +169,11 @@ async fn fetcher(ctx: Rc<ShardContext>, start: FetcherStart) {
                 truncated = truncate(&ctx, conn, &tp, leader, leader_epoch).await?;
                 return Ok(());
             }
-            fetch(&ctx, conn, &mut session, &tp, leader, leader_epoch).await
+            if fetch(&ctx, conn, &mut session, &tp, leader, leader_epoch).await? == FetchOutcome::Retruncate {
+                truncated = false;
+                glommio::timer::sleep(Duration::from_millis(replica_fetch_backoff_ms)).await;
+            }
+            Ok(())
         };
         match step.await {
             Ok(()) => last_error.clear(),
@@ -219,6 +236,13 @@ async fn truncate(
     Ok(done)
 }
 
+#[derive(Debug, PartialEq, Eq)]
+enum FetchOutcome {
+    Fetched,
+    /// The leader does not have our fetch offset: truncate by epoch again.
+    Retruncate,
+}
+
 /// A follower's incremental fetch session with its leader (KIP-227): after the first
 /// full request, the partition is named only when its fetch position moved, and the
 /// leader answers with it only when something is new.
@@ -237,7 +261,7 @@ async fn fetch(
     tp: &TopicPartition,
     leader: i32,
     leader_epoch: i32,
-) -> Result<(), String> {
+) -> Result<FetchOutcome, String> {
     let state = ctx.shard.borrow().replica_state(tp).ok_or("partition gone")?;
     let position = (state.log_end_offset, state.log_start_offset);
     let mut req = FetchRequest::default()
@@ -273,7 +297,7 @@ async fn fetch(
     session.sent = (session.id != 0).then_some(position);
     let Some(p) = resp.responses.iter().flat_map(|t| t.partitions.iter()).find(|p| p.partition_index == tp.partition)
     else {
-        return Ok(()); // nothing new in the session
+        return Ok(FetchOutcome::Fetched); // nothing new in the session
     };
     match p.error_code {
         error_code::NONE => {
@@ -282,11 +306,14 @@ async fn fetch(
                 .borrow_mut()
                 .replica_append(tp, leader, leader_epoch, &records, p.high_watermark, now_ms())
                 .map_err(|e| format!("append: {e}"))?;
-            Ok(())
+            Ok(FetchOutcome::Fetched)
         }
         error_code::OFFSET_OUT_OF_RANGE => {
-            tracing::warn!(partition = %tp, fetch_offset = state.log_end_offset, leader_log_start = p.log_start_offset, "fetch offset out of the leader's range: starting over");
-            ctx.shard.borrow_mut().replica_reset(tp, leader, leader_epoch).map_err(|e| e.to_string())
+            // Our log end is not in the leader's log: truncate by epoch again (never
+            // throw away what may be committed; starting over below the leader's log start
+            // after retention is not handled yet).
+            tracing::warn!(partition = %tp, fetch_offset = state.log_end_offset, "fetch offset out of the leader's range: truncating by epoch again");
+            Ok(FetchOutcome::Retruncate)
         }
         code => Err(format!("Fetch answered error code {code}")),
     }

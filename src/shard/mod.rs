@@ -23,7 +23,7 @@ mod replica;
 pub use append_ring::AppendRing;
 use append_ring::StagedWrite;
 pub use groups::{group_partition, GroupOp, GroupReply, OffsetList};
-pub use replica::{FetcherStart, ReplicaState};
+pub use replica::{FetcherStart, IsrOutcome, ReplicaState};
 
 use crate::coordinator::registry::{Hosting, Registry};
 use crate::group::{GroupConfig, GroupCoordinator};

@@ -28,6 +28,16 @@ pub struct FetcherStart {
     pub leader_epoch: i32,
 }
 
+/// How an AlterPartition ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum IsrOutcome {
+    Committed(Vec<i32>, i32),
+    /// The coordinator answered with an error.
+    Refused,
+    /// No answer (unreachable, timed out): it may have committed.
+    Unknown,
+}
+
 /// What a fetcher needs to know about its follower log.
 #[derive(Debug, Clone, Copy)]
 pub struct ReplicaState {
@@ -173,7 +183,9 @@ impl Shard {
     pub(super) fn refresh_role(&mut self, tp: &TopicPartition, now_ms: i64) {
         let state = {
             let reg = self.registry.read().expect("registry lock");
-            reg.partition(&tp.topic, tp.partition).map(|(replicas, s)| (replicas.to_vec(), s.clone()))
+            reg.partition(&tp.topic, tp.partition)
+                .filter(|(replicas, _)| reg.may_take_roles(replicas.len()))
+                .map(|(replicas, s)| (replicas.to_vec(), s.clone()))
         };
         let (me, lag_ms) = (self.local_broker, self.replica_lag_time_max_ms);
         let Some(p) = self.partitions.get_mut(tp) else { return };
@@ -279,8 +291,9 @@ impl Shard {
         let p = self.partitions.get_mut(tp).expect("follows");
         if offset < p.log.log_end_offset().0 {
             tracing::info!(partition = %tp, from = p.log.log_end_offset().0, to = offset, "truncating by leader epoch");
-            p.log.truncate_to(Offset(offset))?;
         }
+        // Always: even with no record to drop, epochs starting at the cut must go.
+        p.log.truncate_to(Offset(offset))?;
         p.follower_hw = p.follower_hw.min(offset);
         Ok(())
     }
@@ -308,19 +321,6 @@ impl Shard {
         Ok(leo)
     }
 
-    /// A fetch from the leader said our offset is out of its range: start over at the
-    /// leader's log start (everything here is either below it or diverged).
-    pub fn replica_reset(&mut self, tp: &TopicPartition, leader: i32, leader_epoch: i32) -> Result<(), PartitionError> {
-        if !self.follows(tp, leader, leader_epoch) {
-            return Err(PartitionError::NotLeader(tp.clone()));
-        }
-        let p = self.partitions.get_mut(tp).expect("follows");
-        let start = p.log.log_start_offset();
-        p.log.truncate_to(start).map_err(PartitionError::Log)?;
-        p.follower_hw = start.0;
-        Ok(())
-    }
-
     /// ISR changes due on the partitions this shard leads (sent to the coordinator).
     pub fn isr_proposals(&mut self, now_ms: i64) -> Vec<(TopicPartition, IsrProposal)> {
         let mut out = Vec::new();
@@ -334,19 +334,22 @@ impl Shard {
         out
     }
 
-    /// The coordinator's answer to an ISR change: the committed ISR, or a refusal.
-    pub fn isr_result(&mut self, tp: &TopicPartition, result: Result<(Vec<i32>, i32), ()>) {
+    /// The coordinator's answer to an ISR change: the committed ISR, a refusal (it
+    /// answered with an error: the proposal certainly did not commit), or no answer (it
+    /// may have committed: the proposed members keep counting for the HW).
+    pub fn isr_result(&mut self, tp: &TopicPartition, proposal: &IsrProposal, result: IsrOutcome) {
         let Some(p) = self.partitions.get_mut(tp) else { return };
         let written = p.log.written_end_offset().0;
         let Role::Leader(l) = &mut p.role else { return };
         match result {
-            Ok((isr, partition_epoch)) => {
+            IsrOutcome::Committed(isr, partition_epoch) => {
                 tracing::info!(partition = %tp, isr = ?isr, "ISR committed");
                 if l.on_isr_committed(isr, partition_epoch, written).is_some() {
                     release_hw_waiters(p);
                 }
             }
-            Err(()) => l.on_isr_change_failed(),
+            IsrOutcome::Refused => l.on_isr_change_refused(proposal),
+            IsrOutcome::Unknown => l.on_isr_change_failed(),
         }
     }
 }
