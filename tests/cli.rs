@@ -347,3 +347,54 @@ fn fetch_sessions_answer_only_what_changed() {
     assert_eq!(fetch(&mut conn, id, 9, vec![]).error_code, 71, "INVALID_FETCH_SESSION_EPOCH");
     assert_eq!(fetch(&mut conn, id + 12345, 1, vec![]).error_code, 70, "FETCH_SESSION_ID_NOT_FOUND");
 }
+
+/// KIP-320: requests carrying a leader epoch newer than the partition's are answered
+/// UNKNOWN_LEADER_EPOCH (Fetch, ListOffsets, OffsetForLeaderEpoch); OffsetForLeaderEpoch
+/// answers the current epoch with the log end, an unknown older one with UNDEFINED.
+#[test]
+fn leader_epochs_are_checked_and_answered() {
+    use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
+    use kafka_protocol::messages::list_offsets_request::{ListOffsetsPartition, ListOffsetsTopic};
+    use kafka_protocol::messages::offset_for_leader_epoch_request::{OffsetForLeaderPartition, OffsetForLeaderTopic};
+    use kafka_protocol::messages::{
+        BrokerId, FetchRequest, ListOffsetsRequest, OffsetForLeaderEpochRequest, TopicName,
+    };
+    let b = start_broker();
+    ok(&b, &["topic", "create", "epochs", "--partitions", "1"], None);
+    ok(&b, &["produce", "epochs"], Some("a\nb\nc\n"));
+    let mut conn = spate::client::Connection::open(&b.bootstrap, Duration::from_secs(10), "epoch-test").unwrap();
+    let name = || TopicName(spate::client::sb("epochs"));
+    let epoch_end = |conn: &mut spate::client::Connection, current: i32, asked: i32| {
+        let req = OffsetForLeaderEpochRequest::default().with_replica_id(BrokerId(-1)).with_topics(vec![
+            OffsetForLeaderTopic::default().with_topic(name()).with_partitions(vec![
+                OffsetForLeaderPartition::default()
+                    .with_partition(0)
+                    .with_current_leader_epoch(current)
+                    .with_leader_epoch(asked),
+            ]),
+        ]);
+        let p = conn.call(&req).unwrap().1.topics[0].partitions[0].clone();
+        (p.error_code, p.leader_epoch, p.end_offset)
+    };
+    // The topic's first leader epoch is 0 and holds every record: it ends at the log end.
+    assert_eq!(epoch_end(&mut conn, -1, 0), (0, 0, 3));
+    assert_eq!(epoch_end(&mut conn, 0, 0), (0, 0, 3));
+    assert_eq!(epoch_end(&mut conn, 7, 0).0, 76, "UNKNOWN_LEADER_EPOCH");
+    let fetch = FetchRequest::default().with_replica_id(BrokerId(-1)).with_max_bytes(1 << 20).with_topics(vec![
+        FetchTopic::default().with_topic(name()).with_partitions(vec![FetchPartition::default()
+            .with_partition(0)
+            .with_current_leader_epoch(7)
+            .with_partition_max_bytes(1 << 20)]),
+    ]);
+    assert_eq!(conn.call(&fetch).unwrap().1.responses[0].partitions[0].error_code, 76, "Fetch: UNKNOWN_LEADER_EPOCH");
+    let list =
+        ListOffsetsRequest::default().with_replica_id(BrokerId(-1)).with_topics(vec![ListOffsetsTopic::default()
+            .with_name(name())
+            .with_partitions(vec![ListOffsetsPartition::default()
+                .with_partition_index(0)
+                .with_current_leader_epoch(7)
+                .with_timestamp(-1)])]);
+    let (version, resp) = conn.call(&list).unwrap();
+    assert!(version >= 4, "current_leader_epoch needs ListOffsets v4+");
+    assert_eq!(resp.topics[0].partitions[0].error_code, 76, "ListOffsets: UNKNOWN_LEADER_EPOCH");
+}

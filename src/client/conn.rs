@@ -22,6 +22,7 @@ const version_caps: &[(ApiKey, i16)] = &[
     (ApiKey::Produce, 9),
     (ApiKey::Fetch, 12),
     (ApiKey::AlterPartition, 3),
+    (ApiKey::OffsetForLeaderEpoch, 4),
     (ApiKey::ListOffsets, 7),
     (ApiKey::Metadata, 12),
     (ApiKey::CreateTopics, 7),

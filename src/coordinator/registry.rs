@@ -189,15 +189,6 @@ pub fn validate_topic_name(name: &str) -> Result<(), RegistryError> {
     Ok(())
 }
 
-/// splitmix64: replica placement only needs a spread, not secrecy.
-fn splitmix64(state: &mut u64) -> u64 {
-    *state = state.wrapping_add(0x9e37_79b9_7f4a_7c15);
-    let mut z = *state;
-    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    z ^ (z >> 31)
-}
-
 /// A new cluster id as Kafka makes them: 16 random bytes, base64url without padding.
 fn kafka_cluster_id() -> String {
     layout::kafka_uuid_string(uuid::Uuid::new_v4())
@@ -826,7 +817,7 @@ impl Registry {
             partitions,
             replication_factor,
             configs.overrides.clone(),
-            &mut || splitmix64(&mut seed),
+            &mut || crate::model::splitmix64(&mut seed),
         )?;
         self.placement_seed = seed;
         if let Err(e) = self.persist(&changes) {
@@ -846,7 +837,8 @@ impl Registry {
     pub fn create_partitions(&mut self, name: &str, new_total: i32) -> Result<TopicMeta, RegistryError> {
         self.store()?;
         let mut seed = self.placement_seed;
-        let changes = self.controller.create_partitions(name, new_total, &mut || splitmix64(&mut seed))?;
+        let changes =
+            self.controller.create_partitions(name, new_total, &mut || crate::model::splitmix64(&mut seed))?;
         self.placement_seed = seed;
         self.persist(&changes)?;
         self.refresh_cache();

@@ -92,3 +92,13 @@ pub fn write_file_atomically(path: &std::path::Path, data: &[u8]) -> std::io::Re
         None => Ok(()),
     }
 }
+
+/// SplitMix64: small and seedable. For spreads (replica placement) and seeded
+/// simulations, never for secrets.
+pub fn splitmix64(state: &mut u64) -> u64 {
+    *state = state.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    let mut z = *state;
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}
