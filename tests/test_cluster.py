@@ -19,10 +19,11 @@ import time
 
 import pytest
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, TopicPartition
-from kazoo.client import KazooClient
 
 from helpers.clients import admin, cf_consume, cf_produce, create_topic, kcat
 from helpers.wire import connect, frame, recv_frame, request_header_v1
+from test_zookeeper import read_json as zk_json
+from test_zookeeper import zk_client
 
 # Short timeouts keep the fencing and failover tests quick.
 SESSION_MS = 3000
@@ -75,18 +76,24 @@ def leaders(bootstrap, topic):
     return {p.id: p.leader for p in t.partitions.values()}
 
 
-def wait_leaders(bootstrap, topic, predicate, timeout=20):
+def wait_for(read, predicate, timeout, what):
+    """Poll `read()` until `predicate` holds of its value; metadata may be briefly
+    unavailable meanwhile (errors count as not yet)."""
     deadline = time.monotonic() + timeout
     last = None
     while time.monotonic() < deadline:
         try:
-            last = leaders(bootstrap, topic)
+            last = read()
             if predicate(last):
                 return last
-        except (KafkaException, KeyError, AssertionError) as e:
+        except Exception as e:  # noqa: BLE001 - metadata may be briefly unavailable
             last = e
         time.sleep(0.2)
-    raise AssertionError(f"leaders of {topic} from {bootstrap} never matched: last {last}")
+    raise AssertionError(f"{what} not reached within {timeout}s: last {last}")
+
+
+def wait_leaders(bootstrap, topic, predicate, timeout=20):
+    return wait_for(lambda: leaders(bootstrap, topic), predicate, timeout, f"leaders of {topic} from {bootstrap}")
 
 
 def records_for(topic, n, partitions=None):
@@ -145,16 +152,21 @@ def _string(s):
     return struct.pack(">h", len(b)) + b
 
 
+def raw_call(broker, api_key, version, correlation_id, body):
+    """One request to `broker` itself (no client routing); returns the response frame."""
+    s = connect(broker.port)
+    try:
+        s.sendall(frame(request_header_v1(api_key, version, correlation_id) + body))
+        return recv_frame(s)
+    finally:
+        s.close()
+
+
 def list_offsets_error(broker, topic, partition):
     """ListOffsets v1 (latest) sent to `broker` itself; returns the partition's error code."""
     body = struct.pack(">i", -1) + struct.pack(">i", 1) + _string(topic) + struct.pack(">i", 1) \
         + struct.pack(">iq", partition, -1)
-    s = connect(broker.port)
-    try:
-        s.sendall(frame(request_header_v1(2, 1, 7) + body))
-        resp = recv_frame(s)
-    finally:
-        s.close()
+    resp = raw_call(broker, 2, 1, 7, body)
     corr, n_topics = struct.unpack(">ii", resp[:8])
     assert (corr, n_topics) == (7, 1)
     (name_len,) = struct.unpack(">h", resp[8:10])
@@ -167,12 +179,7 @@ def list_offsets_error(broker, topic, partition):
 def heartbeat_error(broker, group):
     """Heartbeat v0 for `group` sent to `broker` itself; returns the error code."""
     body = _string(group) + struct.pack(">i", 1) + _string("member-1")
-    s = connect(broker.port)
-    try:
-        s.sendall(frame(request_header_v1(12, 0, 9) + body))
-        resp = recv_frame(s)
-    finally:
-        s.close()
+    resp = raw_call(broker, 12, 0, 9, body)
     corr, err = struct.unpack(">ih", resp[:6])
     assert corr == 9
     return err
@@ -307,17 +314,6 @@ def test_broker_cut_off_from_the_coordinator_keeps_serving(broker_factory):
 
 
 # ---- ZooKeeper ----
-
-def zk_client(hosts):
-    zk = KazooClient(hosts=hosts, timeout=10)
-    zk.start(timeout=15)
-    return zk
-
-
-def zk_json(zk, path):
-    data, _ = zk.get(path)
-    return json.loads(data.decode())
-
 
 @pytest.mark.slow
 def test_zookeeper_cluster_and_coordinator_failover(broker_factory, zookeeper):

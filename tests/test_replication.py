@@ -20,7 +20,7 @@ import pytest
 from confluent_kafka import Producer
 
 from helpers.clients import admin, cf_consume, create_topic
-from test_cluster import HEARTBEAT_MS, SESSION_MS, cluster_args, wait_brokers
+from test_cluster import SESSION_MS, cluster_args, wait_brokers, wait_for
 
 LAG_MS = 3000
 SPATE = os.environ.get("SPATE_BIN", os.path.join(os.path.dirname(__file__), "..", "target", "release", "spate"))
@@ -43,17 +43,7 @@ def partition_states(bootstrap, topic):
 
 
 def wait_states(bootstrap, topic, predicate, timeout=30, what="condition"):
-    deadline = time.monotonic() + timeout
-    last = None
-    while time.monotonic() < deadline:
-        try:
-            last = partition_states(bootstrap, topic)
-            if predicate(last):
-                return last
-        except Exception as e:  # noqa: BLE001 - metadata may be briefly unavailable
-            last = e
-        time.sleep(0.2)
-    raise AssertionError(f"{what} not reached within {timeout}s: {last}")
+    return wait_for(lambda: partition_states(bootstrap, topic), predicate, timeout, what)
 
 
 def full_isr(states):
@@ -134,6 +124,16 @@ def check_everything_acked_is_there(bootstrap, topic, partitions, acked):
         seqs = [s for (pp, o, s, _) in sorted(acked) if pp == p]
         assert seqs == sorted(seqs), f"partition {p}: acknowledged messages out of order"
     return sum(len(v) for v in got.values())
+
+
+def finish_and_verify(prod, brokers, topic, parts):
+    """Stop producing, then: every acknowledged message is read back in order, and every
+    replica holds the same bytes. Returns how many records were read."""
+    prod.finish()
+    assert len(prod.acked) > 1000, len(prod.acked)
+    n = check_everything_acked_is_there(brokers[1].bootstrap, topic, parts, prod.acked)
+    wait_identical_replicas(brokers, topic, parts)
+    return n
 
 
 def failover_gap(acked, partitions, t_fault, window_s=60):
@@ -231,10 +231,7 @@ def test_acks_all_survives_leader_kills_and_a_cut_off_broker(broker_factory):
         os.kill(brokers[frozen].pid, signal.SIGCONT)
     wait_states(b1.bootstrap, topic, full_isr, timeout=60, what="full ISR after the cut-off broker returned")
     time.sleep(2)
-    prod.finish()
-    assert len(prod.acked) > 1000, len(prod.acked)
-    n = check_everything_acked_is_there(b1.bootstrap, topic, parts, prod.acked)
-    wait_identical_replicas(brokers, topic, parts)
+    n = finish_and_verify(prod, brokers, topic, parts)
     print(f"acks=all under 3 leader kills and a frozen broker: {len(prod.acked)} acknowledged, "
           f"{len(prod.failed)} failed, {n} read back, lost 0; failover gaps (s): "
           f"{', '.join(f'{g:.1f}' for g in gaps)} (broker.session.timeout.ms={SESSION_MS})")
@@ -422,10 +419,7 @@ def test_acks_all_survives_a_leader_cut_off_from_its_peers(broker_factory, netns
         netns.heal(victim)
     wait_states(b1.bootstrap, topic, full_isr, timeout=60, what="full ISR after healing")
     time.sleep(2)
-    prod.finish()
-    assert len(prod.acked) > 1000, len(prod.acked)
-    n = check_everything_acked_is_there(b1.bootstrap, topic, parts, prod.acked)
-    wait_identical_replicas(brokers, topic, parts)
+    n = finish_and_verify(prod, brokers, topic, parts)
     gap = failover_gap(prod.acked, led, t_cut)
     print(f"leader cut off from its peers under acks=all: {len(prod.acked)} acknowledged, "
           f"{len(prod.failed)} failed, {n} read back, lost 0; longest pause in acks {gap:.1f}s "

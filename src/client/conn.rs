@@ -7,8 +7,8 @@ use std::net::{TcpStream, ToSocketAddrs};
 use std::time::Duration;
 
 use bytes::{BufMut, Bytes, BytesMut};
-use kafka_protocol::messages::{ApiKey, ApiVersionsRequest, ApiVersionsResponse, RequestHeader, ResponseHeader};
-use kafka_protocol::protocol::{Decodable, Encodable, HeaderVersion, Request, StrBytes};
+use kafka_protocol::messages::{ApiKey, ApiVersionsRequest, ApiVersionsResponse, ResponseHeader};
+use kafka_protocol::protocol::{Decodable, HeaderVersion, Request};
 
 use super::Error;
 
@@ -152,19 +152,8 @@ impl Connection {
     fn write_request<R: Request>(&mut self, version: i16, req: &R) -> Result<i32, Error> {
         let correlation_id = self.next_correlation_id;
         self.next_correlation_id = self.next_correlation_id.wrapping_add(1);
-        let header = RequestHeader::default()
-            .with_request_api_key(R::KEY)
-            .with_request_api_version(version)
-            .with_correlation_id(correlation_id)
-            .with_client_id(Some(StrBytes::from_string(self.client_id.clone())));
-        let header_version = R::header_version(version);
-        let encode_err = |e: anyhow::Error| Error::Protocol(format!("encoding API {} v{version}: {e}", R::KEY));
-        let len =
-            header.compute_size(header_version).map_err(encode_err)? + req.compute_size(version).map_err(encode_err)?;
-        let mut buf = BytesMut::with_capacity(4 + len);
-        buf.put_i32(len as i32);
-        header.encode(&mut buf, header_version).map_err(encode_err)?;
-        req.encode(&mut buf, version).map_err(encode_err)?;
+        let buf = crate::protocol::encode_request(version, correlation_id, &self.client_id, req)
+            .map_err(|e| Error::Protocol(format!("encoding API {} v{version}: {e}", R::KEY)))?;
         self.stream.write_all(&buf).map_err(|e| self.io_error(e))?;
         Ok(correlation_id)
     }

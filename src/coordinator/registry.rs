@@ -295,20 +295,11 @@ impl Registry {
         let mut changes = controller.becomes_active(epoch)?;
         // A process start (not a takeover): this broker's previous incarnation may have
         // lost its unsynced suffix, so it must not keep leading with the epochs it had.
-        // It counts as its old self until the topics are loaded, then registers anew,
-        // which fences the old incarnation first (leaderships go to other in-sync
+        // It counts as its old self until the topics are loaded; its registration below
+        // then fences the old incarnation first (leaderships go to other in-sync
         // replicas, or come back to it with a new epoch where it was the last one).
-        let fresh_start = known.is_none();
-        if fresh_start {
+        if known.is_none() {
             controller.restore_broker(broker.id, broker.endpoint.clone(), broker.rack.clone(), broker.shards, now_ms);
-        } else {
-            changes.extend(controller.register_broker(
-                broker.id,
-                broker.endpoint.clone(),
-                broker.rack.clone(),
-                broker.shards,
-                now_ms,
-            )?);
         }
         let mut incarnations = BTreeMap::new();
         for (b, incarnation) in known.unwrap_or_default() {
@@ -346,15 +337,13 @@ impl Registry {
             let topic_id = doc.topic_id.unwrap_or_else(uuid::Uuid::new_v4);
             controller.restore_topic(TopicInfo { name, topic_id, assignment: doc.assignment, configs, partitions })?;
         }
-        if fresh_start {
-            changes.extend(controller.register_broker(
-                broker.id,
-                broker.endpoint.clone(),
-                broker.rack.clone(),
-                broker.shards,
-                now_ms,
-            )?);
-        }
+        changes.extend(controller.register_broker(
+            broker.id,
+            broker.endpoint.clone(),
+            broker.rack.clone(),
+            broker.shards,
+            now_ms,
+        )?);
         changes.extend(controller.reconcile());
 
         let mut registry = Self {

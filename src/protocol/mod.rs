@@ -148,6 +148,28 @@ pub fn encode_response<T: Encodable>(
     Ok(buf.freeze())
 }
 
+/// Encode a whole request frame (length, header by the API's rules, body): what both
+/// clients (the blocking one and the brokers' glommio peer) send.
+pub fn encode_request<R: kafka_protocol::protocol::Request>(
+    version: i16,
+    correlation_id: i32,
+    client_id: &str,
+    req: &R,
+) -> anyhow::Result<BytesMut> {
+    let header = kafka_protocol::messages::RequestHeader::default()
+        .with_request_api_key(R::KEY)
+        .with_request_api_version(version)
+        .with_correlation_id(correlation_id)
+        .with_client_id(Some(kafka_protocol::protocol::StrBytes::from_string(client_id.to_string())));
+    let header_version = R::header_version(version);
+    let size = header.compute_size(header_version)? + req.compute_size(version)?;
+    let mut buf = BytesMut::with_capacity(4 + size);
+    buf.put_i32(size as i32);
+    header.encode(&mut buf, header_version)?;
+    req.encode(&mut buf, version)?;
+    Ok(buf)
+}
+
 /// A record for `RecordBatchEncoder` as a plain (non-idempotent, non-transactional)
 /// producer writes it: CreateTime, no producer id, `offset_delta` within its batch.
 pub fn plain_record(

@@ -4,16 +4,19 @@
 
 use std::time::Duration;
 
-use bytes::{Buf, BufMut, Bytes, BytesMut};
+use bytes::{Buf, Bytes};
 use futures_lite::{AsyncReadExt, AsyncWriteExt};
 use glommio::net::TcpStream;
-use kafka_protocol::messages::{RequestHeader, ResponseHeader};
-use kafka_protocol::protocol::{Decodable, Encodable, HeaderVersion, Request, StrBytes};
+use kafka_protocol::messages::ResponseHeader;
+use kafka_protocol::protocol::{Decodable, HeaderVersion, Request};
 
 use crate::model::limits;
 
-/// Connecting, and each request, may take this long.
+/// Connecting may take this long.
 const peer_connect_timeout_ms: u64 = 3_000;
+/// The largest answer a peer may send: a full fetch response plus headroom for its
+/// headers and per-partition fields.
+const peer_response_bytes_max: usize = limits::fetch_response_bytes_max + 1024 * 1024;
 
 pub struct Peer {
     stream: TcpStream,
@@ -35,18 +38,8 @@ impl Peer {
     pub async fn call<R: Request>(&mut self, version: i16, req: &R, timeout: Duration) -> Result<R::Response, String> {
         let correlation_id = self.next_correlation_id;
         self.next_correlation_id = self.next_correlation_id.wrapping_add(1);
-        let header = RequestHeader::default()
-            .with_request_api_key(R::KEY)
-            .with_request_api_version(version)
-            .with_correlation_id(correlation_id)
-            .with_client_id(Some(StrBytes::from_string(self.client_id.clone())));
-        let header_version = R::header_version(version);
-        let encode = |e: anyhow::Error| format!("encoding API {} v{version}: {e}", R::KEY);
-        let size = header.compute_size(header_version).map_err(encode)? + req.compute_size(version).map_err(encode)?;
-        let mut buf = BytesMut::with_capacity(4 + size);
-        buf.put_i32(size as i32);
-        header.encode(&mut buf, header_version).map_err(encode)?;
-        req.encode(&mut buf, version).map_err(encode)?;
+        let buf = crate::protocol::encode_request(version, correlation_id, &self.client_id, req)
+            .map_err(|e| format!("encoding API {} v{version}: {e}", R::KEY))?;
         let addr = self.addr.clone();
         let io = |e: std::io::Error| format!("{addr}: {e}");
         let exchange = async {
@@ -54,7 +47,7 @@ impl Peer {
             let mut len = [0u8; 4];
             self.stream.read_exact(&mut len).await?;
             let len = i32::from_be_bytes(len);
-            if len < 4 || len as usize > limits::fetch_response_bytes_max + 1024 * 1024 {
+            if len < 4 || len as usize > peer_response_bytes_max {
                 return Err(std::io::Error::new(std::io::ErrorKind::InvalidData, format!("response length {len}")));
             }
             let mut frame = vec![0u8; len as usize];

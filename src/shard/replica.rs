@@ -71,7 +71,11 @@ pub fn leader_of<'a>(
 /// told.
 pub fn high_watermark(p: &Partition) -> Offset {
     match &p.role {
-        Role::Leader(l) => Offset(l.high_watermark()),
+        Role::Leader(l) => {
+            let hw = l.high_watermark();
+            assert!(hw <= p.log.written_end_offset().0, "high watermark {hw} above the leader's log end");
+            Offset(hw)
+        }
         _ => Offset(p.follower_hw.min(p.log.written_end_offset().0)),
     }
 }
