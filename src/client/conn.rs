@@ -171,7 +171,7 @@ impl Connection {
                 self.addr, resp_header.correlation_id
             )));
         }
-        R::Response::decode(&mut frame, version).map_err(decode_err)
+        crate::protocol::decode_response_body::<R::Response>(R::KEY, version, &mut frame).map_err(decode_err)
     }
 
     /// Send a request frame encoded elsewhere (length prefix included) and return the

@@ -71,8 +71,11 @@ fn decode_assignment(mut buf: Bytes) -> Vec<(String, Vec<i32>)> {
     if buf.len() < 2 {
         return Vec::new();
     }
-    let version = buf.get_i16();
-    match ConsumerProtocolAssignment::decode(&mut buf, version.clamp(0, 3)) {
+    let version = buf.get_i16().clamp(0, 3);
+    if crate::protocol::shape::check_embedded(&crate::protocol::shape::CONSUMER_PROTOCOL_ASSIGNMENT, version, &buf).is_err() {
+        return Vec::new();
+    }
+    match ConsumerProtocolAssignment::decode(&mut buf, version) {
         Ok(a) => a.assigned_partitions.into_iter().map(|tp| (tp.topic.to_string(), tp.partitions)).collect(),
         Err(_) => Vec::new(),
     }
@@ -95,8 +98,12 @@ fn decode_subscription(mut buf: Bytes) -> Vec<String> {
     if buf.len() < 2 {
         return Vec::new();
     }
-    let version = buf.get_i16();
-    match ConsumerProtocolSubscription::decode(&mut buf, version.clamp(0, 3)) {
+    let version = buf.get_i16().clamp(0, 3);
+    if crate::protocol::shape::check_embedded(&crate::protocol::shape::CONSUMER_PROTOCOL_SUBSCRIPTION, version, &buf).is_err()
+    {
+        return Vec::new();
+    }
+    match ConsumerProtocolSubscription::decode(&mut buf, version) {
         Ok(s) => s.topics.into_iter().map(|t| t.to_string()).collect(),
         Err(_) => Vec::new(),
     }

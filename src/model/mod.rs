@@ -71,6 +71,13 @@ pub mod limits {
     pub const topic_name_bytes_max: usize = 249;
     /// A cross-shard channel's capacity.
     pub const shard_channel_depth_max: usize = 1024;
+    /// Array elements one request may hold, all arrays together (Kafka has no such
+    /// limit; frames are already capped by `request_frame_bytes_max`). Bounds the memory
+    /// a decoded request takes, whatever its shape: ~64 bytes a decoded element.
+    pub const request_array_elements_max: u64 = 256 * 1024;
+    /// Array elements one response from a peer may hold (a Metadata answer for 100,000
+    /// partitions of RF 3 holds ~700,000).
+    pub const response_array_elements_max: u64 = 8 * 1024 * 1024;
     /// Bytes one Fetch response may carry when the client asks for more.
     pub const fetch_response_bytes_max: usize = 64 * 1024 * 1024;
 }

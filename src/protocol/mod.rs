@@ -4,6 +4,8 @@
 //! A frame is an i32 big-endian length followed by that many bytes. The length is
 //! checked against `socket.request.max.bytes` before anything is allocated.
 
+pub mod shape;
+mod shapes;
 pub mod zero_copy;
 
 use bytes::{BufMut, Bytes, BytesMut};
@@ -124,9 +126,19 @@ pub fn decode_frame(mut frame: Bytes) -> Result<RequestFrame, ProtocolError> {
     })
 }
 
+/// Decode a request body. Its shape is checked first (`shape.rs`): the codec allocates
+/// for array counts it reads, so only bodies whose every length fits the frame reach it.
 pub fn decode_body<T: Decodable>(frame: &RequestFrame) -> Result<T, ProtocolError> {
+    shape::check_request(frame.api_key, frame.api_version, &frame.body)
+        .map_err(|e| ProtocolError::BadBody(e.to_string()))?;
     let mut body = frame.body.clone();
     T::decode(&mut body, frame.api_version).map_err(|e| ProtocolError::BadBody(e.to_string()))
+}
+
+/// Decode a response body from a peer (after its header), its shape checked first.
+pub fn decode_response_body<T: Decodable>(api_key: i16, version: i16, body: &mut Bytes) -> anyhow::Result<T> {
+    shape::check_response(api_key, version, body)?;
+    T::decode(body, version)
 }
 
 /// Encode a whole response frame: length, header (v0 or v1 by the API's rules), body.

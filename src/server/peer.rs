@@ -63,7 +63,7 @@ impl Peer {
         if resp_header.correlation_id != correlation_id {
             return Err(io(std::io::Error::other("correlation id mismatch")));
         }
-        let resp = R::Response::decode(&mut frame, version).map_err(decode)?;
+        let resp = crate::protocol::decode_response_body::<R::Response>(R::KEY, version, &mut frame).map_err(decode)?;
         if frame.has_remaining() {
             tracing::debug!(api = R::KEY, left = frame.remaining(), "answer has trailing bytes");
         }

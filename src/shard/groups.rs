@@ -129,7 +129,12 @@ fn subscription_names(metadata: &[u8], topic: &str) -> bool {
     }
     let version = i16::from_be_bytes([buf[0], buf[1]]);
     let _ = bytes::Buf::get_i16(&mut buf);
-    ConsumerProtocolSubscription::decode(&mut buf, version.clamp(0, 3))
+    let version = version.clamp(0, 3);
+    let shape = &crate::protocol::shape::CONSUMER_PROTOCOL_SUBSCRIPTION;
+    if crate::protocol::shape::check_embedded(shape, version, &buf).is_err() {
+        return false;
+    }
+    ConsumerProtocolSubscription::decode(&mut buf, version)
         .map(|s| s.topics.iter().any(|t| t.as_str() == topic))
         .unwrap_or(false)
 }
