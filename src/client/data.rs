@@ -135,6 +135,16 @@ impl Client {
             };
             if let Some(records) = &p.records {
                 for mut batch in split_batches(records.clone()) {
+                    // Uncompressed batches are walked before the codec sees them (it
+                    // reserves memory for the header counts it reads); compressed ones
+                    // are inflated by the codec first and cannot be checked beforehand.
+                    if batch.len() >= crate::log::batch::HEADER_BYTES {
+                        let h = crate::log::batch::BatchHeader::parse(&batch);
+                        if h.compression() == 0 {
+                            crate::log::batch::check_records(&batch, &h)
+                                .map_err(|e| Error::Protocol(format!("{}: bad record batch: {e}", context())))?;
+                        }
+                    }
                     let set = RecordBatchDecoder::decode(&mut batch)
                         .map_err(|e| Error::Protocol(format!("{}: bad record batch: {e}", context())))?;
                     out.records.extend(set.records.into_iter().filter(|r| !r.control && r.offset >= offset));

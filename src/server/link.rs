@@ -297,6 +297,7 @@ fn pull_snapshot(
     let Some(mut records) = p.records.clone().filter(|r| !r.is_empty()) else {
         return Ok(false);
     };
+    crate::log::batch::check_batches_records(&records).map_err(|e| LinkError::Other(format!("snapshot batch: {e}")))?;
     let set = RecordBatchDecoder::decode(&mut records).map_err(|e| LinkError::Other(format!("snapshot batch: {e}")))?;
     let value: Bytes = set
         .records

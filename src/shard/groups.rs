@@ -290,6 +290,10 @@ impl Shard {
                     offset = Offset(offset.0 + 1);
                     continue;
                 }
+                if let Err(e) = crate::log::batch::check_batches_records(&bytes) {
+                    tracing::error!(partition = %tp, %offset, error = %e, "malformed offsets batch; stopping load");
+                    break;
+                }
                 let mut buf = Bytes::from(bytes);
                 let sets = match RecordBatchDecoder::decode_all(&mut buf) {
                     Ok(s) => s,
