@@ -119,6 +119,9 @@ struct ServeArgs {
     /// unclean.leader.election.enable: elect leaders outside the ISR (data loss) [default: false]
     #[arg(long)]
     unclean_leader_election_enable: Option<bool>,
+    /// max.broker.partitions: partition replicas one broker may host [default: open-files limit / 4]
+    #[arg(long)]
+    max_broker_partitions: Option<usize>,
 }
 
 fn load_config(args: ServeArgs) -> Result<BrokerConfig, String> {
@@ -197,6 +200,9 @@ fn load_config(args: ServeArgs) -> Result<BrokerConfig, String> {
     }
     if let Some(v) = args.unclean_leader_election_enable {
         config.unclean_leader_election_enable = v;
+    }
+    if let Some(v) = args.max_broker_partitions {
+        config.max_broker_partitions = Some(v);
     }
     if let Some(v) = args.leader_imbalance_check_interval_ms {
         config.leader_imbalance_check_interval_ms = v;

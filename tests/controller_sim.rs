@@ -251,6 +251,7 @@ fn run_seed(seed: u64) -> Result<(), String> {
         unclean_leader_election: false,
         // Preferred leaders come back now and then during the runs too.
         preferred_leader_check_interval_ms: 7_000,
+        ..ControllerConfig::default()
     };
     let racks = rng.chance(50);
     let mut c = Controller::new(config.clone());
@@ -778,4 +779,26 @@ fn create_partitions_continues_the_assignment() {
     let ch = c.delete_topic("t").unwrap();
     assert!(matches!(&ch[..], [Change::TopicDeleted { partition_count: 5, .. }]));
     assert!(c.topic("t").is_none() && c.partition_state("t", 0).is_none());
+}
+
+/// One CreateTopics for 65,535 partitions (a mutated request did this) once made a
+/// single broker open tens of thousands of partition logs and run out of file
+/// descriptors; max.broker.partitions refuses it, and CreatePartitions alike, while
+/// what fits is still created.
+#[test]
+fn broker_partitions_max_refuses_what_a_broker_cannot_host() {
+    let mut c = Controller::new(ControllerConfig { broker_partitions_max: 10, ..ControllerConfig::default() });
+    c.becomes_active(1).unwrap();
+    for id in [1, 2] {
+        c.register_broker(id, Endpoint::new("127.0.0.1", 9090 + id as u16), None, 4, 0).unwrap();
+    }
+    // RF 2 over 2 brokers: 10 partitions put 10 replicas on each, the most allowed.
+    c.create_topic("fits", Uuid::from_u128(1), 10, 2, BTreeMap::new(), &mut zero()).unwrap();
+    let err = c.create_topic("big", Uuid::from_u128(2), 65_535, 1, BTreeMap::new(), &mut zero()).unwrap_err();
+    assert!(matches!(err, ControllerError::BrokerPartitionsExceeded { max: 10, .. }), "{err}");
+    assert!(c.topic("big").is_none(), "nothing of a refused topic is kept");
+    assert!(matches!(c.create_partitions("fits", 11, &mut zero()), Err(ControllerError::BrokerPartitionsExceeded { .. })));
+    assert_eq!(c.topic("fits").unwrap().partitions.len(), 10);
+    c.delete_topic("fits").unwrap();
+    c.create_topic("again", Uuid::from_u128(3), 10, 2, BTreeMap::new(), &mut zero()).unwrap();
 }

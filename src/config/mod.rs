@@ -79,6 +79,11 @@ pub struct BrokerConfig {
     /// unclean.leader.election.enable (broker-wide; a topic config overrides it): elect a
     /// leader outside the ISR, losing data, rather than leave a partition offline.
     pub unclean_leader_election_enable: bool,
+    /// max.broker.partitions (KIP-578's name): the most partition replicas one broker
+    /// hosts; CreateTopics / CreatePartitions / auto-creation beyond it are refused
+    /// (POLICY_VIOLATION). None: a quarter of the open-files limit (each replica keeps a
+    /// directory and at least one segment open), so files for connections remain.
+    pub max_broker_partitions: Option<usize>,
 }
 
 impl Default for BrokerConfig {
@@ -109,6 +114,7 @@ impl Default for BrokerConfig {
             replica_lag_time_max_ms: 30_000,
             leader_imbalance_check_interval_ms: 300_000,
             unclean_leader_election_enable: false,
+            max_broker_partitions: None,
         }
     }
 }

@@ -44,7 +44,14 @@ pub struct ControllerConfig {
     /// How often `tick` gives leadership back to preferred replicas (Kafka's
     /// auto.leader.rebalance.enable with leader.imbalance.check.interval.seconds); 0: never.
     pub preferred_leader_check_interval_ms: u64,
+    /// The most partition replicas one broker may host (`max.broker.partitions`, as
+    /// KIP-578 names it): each costs open files and memory, and one CreateTopics for
+    /// 65,535 partitions must not exhaust a broker's file descriptors.
+    pub broker_partitions_max: usize,
 }
+
+/// `max.broker.partitions` when nothing else is known.
+pub const BROKER_PARTITIONS_MAX_DEFAULT: usize = 10_000;
 
 /// Kafka's leader.imbalance.check.interval.seconds default.
 pub const PREFERRED_LEADER_CHECK_INTERVAL_MS_DEFAULT: u64 = 300_000;
@@ -55,6 +62,7 @@ impl Default for ControllerConfig {
             broker_session_timeout_ms: BROKER_SESSION_TIMEOUT_MS_DEFAULT,
             unclean_leader_election: false,
             preferred_leader_check_interval_ms: PREFERRED_LEADER_CHECK_INTERVAL_MS_DEFAULT,
+            broker_partitions_max: BROKER_PARTITIONS_MAX_DEFAULT,
         }
     }
 }
@@ -194,6 +202,8 @@ pub enum ControllerError {
     UnknownTopicOrPartition { topic: String, partition: i32 },
     #[error("invalid partition count {0}")]
     InvalidPartitions(i32),
+    #[error("broker {broker} would host {replicas} partition replicas, above max.broker.partitions ({max})")]
+    BrokerPartitionsExceeded { broker: i32, replicas: usize, max: usize },
     #[error("invalid replica assignment: {0}")]
     InvalidReplicaAssignment(String),
     #[error("broker {0} is not registered")]
@@ -636,6 +646,7 @@ impl Controller {
         let start_index = (rng() % live.len() as u64) as usize;
         let shift = (rng() % live.len() as u64) as usize;
         let assignment = assign_replicas(&live, partitions, replication_factor, 0, start_index, shift)?;
+        self.check_broker_partitions(&assignment)?;
         Ok(self.insert_topic(name, topic_id, assignment, configs))
     }
 
@@ -653,6 +664,7 @@ impl Controller {
             return Err(ControllerError::InvalidPartitions(assignment.len() as i32));
         }
         self.check_assignment(&assignment, assignment[0].len())?;
+        self.check_broker_partitions(&assignment)?;
         Ok(self.insert_topic(name, topic_id, assignment, configs))
     }
 
@@ -663,6 +675,21 @@ impl Controller {
         let t = self.topics.get_mut(name).ok_or_else(|| ControllerError::UnknownTopic(name.to_string()))?;
         t.configs = configs;
         Ok(())
+    }
+
+    /// Refuse `added` replicas if any broker would then host more than
+    /// `broker_partitions_max`.
+    fn check_broker_partitions(&self, added: &[Vec<i32>]) -> Result<(), ControllerError> {
+        let mut count: BTreeMap<i32, usize> = BTreeMap::new();
+        for replica in self.topics.values().flat_map(|t| t.assignment.iter().flatten()).chain(added.iter().flatten()) {
+            *count.entry(*replica).or_default() += 1;
+        }
+        match count.into_iter().find(|(_, n)| *n > self.config.broker_partitions_max) {
+            Some((broker, replicas)) => {
+                Err(ControllerError::BrokerPartitionsExceeded { broker, replicas, max: self.config.broker_partitions_max })
+            }
+            None => Ok(()),
+        }
     }
 
     pub fn delete_topic(&mut self, name: &str) -> Result<Vec<Change>, ControllerError> {
@@ -698,6 +725,7 @@ impl Controller {
             None => (rng() % live.len() as u64) as usize,
         };
         let added = assign_replicas(&live, new_total - current, rf, current, start_index, start_index)?;
+        self.check_broker_partitions(&added)?;
         let epoch = self.controller_epoch;
         let t = self.topics.get_mut(name).expect("checked above");
         let mut changes = Vec::new();

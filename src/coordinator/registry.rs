@@ -715,48 +715,9 @@ impl Registry {
         *count += 1;
         self.generation.fetch_add(1, Ordering::AcqRel);
         let s = store.as_ref();
-        for c in changes {
-            match c {
-                Change::ControllerEpoch { epoch } => {
-                    s.put(paths::CONTROLLER_EPOCH, &layout::encode_controller_epoch(*epoch))?
-                }
-                Change::BrokerRegistered { broker } => {
-                    let doc = layout::BrokerDoc {
-                        endpoint: broker.endpoint.clone(),
-                        rack: broker.rack.clone(),
-                        timestamp_ms: broker.last_heartbeat_ms,
-                    };
-                    let path = paths::broker(broker.id);
-                    match s.delete(&path, None) {
-                        Ok(()) | Err(StoreError::NoNode(_)) => {}
-                        Err(e) => return Err(e.into()),
-                    }
-                    s.create_all(&path, &layout::encode_broker(&doc), CreateMode::Ephemeral)?;
-                }
-                Change::BrokerFenced { id } => {
-                    tracing::warn!(broker = id, "broker fenced: no heartbeat within broker.session.timeout.ms")
-                }
-                Change::BrokerUnfenced { id } => tracing::info!(broker = id, "broker unfenced: heartbeating again"),
-                Change::BrokerUnregistered { id } => match s.delete(&paths::broker(*id), None) {
-                    Ok(()) | Err(StoreError::NoNode(_)) => {}
-                    Err(e) => return Err(e.into()),
-                },
-                Change::TopicCreated { name, topic_id, assignment, configs } => {
-                    s.put(&paths::topic_config(name), &layout::encode_topic_config(configs))?;
-                    s.put(&paths::topic(name), &layout::encode_topic(*topic_id, assignment))?;
-                }
-                Change::PartitionsCreated { topic, topic_id, assignment, .. } => {
-                    s.put(&paths::topic(topic), &layout::encode_topic(*topic_id, assignment))?;
-                }
-                Change::TopicDeleted { name, .. } => {
-                    s.delete_all(&paths::topic(name))?;
-                    s.delete_all(&paths::topic_config(name))?;
-                }
-                Change::PartitionChanged { topic, partition, state } => {
-                    s.put(&paths::partition_state(topic, *partition), &layout::encode_partition_state(state))?;
-                }
-            }
-        }
+        // One durable step for the whole decision (a topic's N partition states are N
+        // writes; the embedded store then writes its file once, not N times).
+        s.batch(&mut || write_changes(s, changes))?;
         Ok(())
     }
 
@@ -892,6 +853,54 @@ impl Registry {
             let _ = store.delete(paths::CONTROLLER, None);
         }
     }
+}
+
+
+/// The store writes for `changes`, in the order Kafka's controller makes them.
+fn write_changes(s: &dyn MetaStore, changes: &[Change]) -> Result<(), StoreError> {
+    for c in changes {
+        match c {
+            Change::ControllerEpoch { epoch } => {
+                s.put(paths::CONTROLLER_EPOCH, &layout::encode_controller_epoch(*epoch))?
+            }
+            Change::BrokerRegistered { broker } => {
+                let doc = layout::BrokerDoc {
+                    endpoint: broker.endpoint.clone(),
+                    rack: broker.rack.clone(),
+                    timestamp_ms: broker.last_heartbeat_ms,
+                };
+                let path = paths::broker(broker.id);
+                match s.delete(&path, None) {
+                    Ok(()) | Err(StoreError::NoNode(_)) => {}
+                    Err(e) => return Err(e.into()),
+                }
+                s.create_all(&path, &layout::encode_broker(&doc), CreateMode::Ephemeral)?;
+            }
+            Change::BrokerFenced { id } => {
+                tracing::warn!(broker = id, "broker fenced: no heartbeat within broker.session.timeout.ms")
+            }
+            Change::BrokerUnfenced { id } => tracing::info!(broker = id, "broker unfenced: heartbeating again"),
+            Change::BrokerUnregistered { id } => match s.delete(&paths::broker(*id), None) {
+                Ok(()) | Err(StoreError::NoNode(_)) => {}
+                Err(e) => return Err(e.into()),
+            },
+            Change::TopicCreated { name, topic_id, assignment, configs } => {
+                s.put(&paths::topic_config(name), &layout::encode_topic_config(configs))?;
+                s.put(&paths::topic(name), &layout::encode_topic(*topic_id, assignment))?;
+            }
+            Change::PartitionsCreated { topic, topic_id, assignment, .. } => {
+                s.put(&paths::topic(topic), &layout::encode_topic(*topic_id, assignment))?;
+            }
+            Change::TopicDeleted { name, .. } => {
+                s.delete_all(&paths::topic(name))?;
+                s.delete_all(&paths::topic_config(name))?;
+            }
+            Change::PartitionChanged { topic, partition, state } => {
+                s.put(&paths::partition_state(topic, *partition), &layout::encode_partition_state(state))?;
+            }
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]

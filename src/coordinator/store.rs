@@ -68,6 +68,14 @@ pub trait MetaStore: Send + Sync {
         true
     }
 
+    /// Run the writes `writes` makes as one durable step where the store can: the
+    /// embedded store writes its file once at the end instead of once a write (a topic
+    /// of N partitions is N + 2 writes), and on failure forgets them all. ZooKeeper
+    /// applies them one by one, as they come.
+    fn batch(&self, writes: &mut dyn FnMut() -> Result<(), StoreError>) -> Result<(), StoreError> {
+        writes()
+    }
+
     /// Create the missing ancestors of `path` (empty persistent nodes), then `path`.
     fn create_all(&self, path: &str, data: &[u8], mode: CreateMode) -> Result<(), StoreError> {
         check_path(path)?;
@@ -153,16 +161,19 @@ struct LocalFile {
     nodes: BTreeMap<String, StoredNode>,
 }
 
+#[derive(Clone)]
 struct LocalNode {
     node: Node,
     ephemeral: bool,
 }
 
 /// The embedded store: the whole tree in memory, persistent nodes written through to
-/// one file atomically on every change.
+/// one file atomically on every change (or once per `batch`).
 pub struct LocalStore {
     path: PathBuf,
     nodes: Mutex<BTreeMap<String, LocalNode>>,
+    /// Inside `batch`: writes change memory only; the file is written when it ends.
+    batching: std::sync::atomic::AtomicBool,
 }
 
 impl LocalStore {
@@ -191,10 +202,13 @@ impl LocalStore {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
             Err(e) => return Err(e.into()),
         }
-        Ok(Self { path, nodes: Mutex::new(nodes) })
+        Ok(Self { path, nodes: Mutex::new(nodes), batching: std::sync::atomic::AtomicBool::new(false) })
     }
 
     fn persist(&self, nodes: &BTreeMap<String, LocalNode>) -> Result<(), StoreError> {
+        if self.batching.load(std::sync::atomic::Ordering::Acquire) {
+            return Ok(());
+        }
         let file = LocalFile {
             version: LOCAL_STORE_VERSION,
             nodes: nodes
@@ -219,6 +233,20 @@ fn has_children(nodes: &BTreeMap<String, LocalNode>, path: &str) -> bool {
 }
 
 impl MetaStore for LocalStore {
+    fn batch(&self, writes: &mut dyn FnMut() -> Result<(), StoreError>) -> Result<(), StoreError> {
+        use std::sync::atomic::Ordering;
+        let before = self.lock().clone();
+        assert!(!self.batching.swap(true, Ordering::AcqRel), "LocalStore batches do not nest");
+        let written = writes();
+        self.batching.store(false, Ordering::Release);
+        let mut nodes = self.lock();
+        let result = written.and_then(|()| self.persist(&nodes));
+        if result.is_err() {
+            *nodes = before; // memory stays what the file holds
+        }
+        result
+    }
+
     fn get(&self, path: &str) -> Result<Option<Node>, StoreError> {
         check_path(path)?;
         Ok(self.lock().get(path).map(|n| n.node.clone()))
@@ -380,6 +408,30 @@ mod tests {
         assert_eq!(s.get("/brokers/topics/orders").unwrap().unwrap().data, b"{\"version\":3}");
         assert!(s.get("/brokers/ids/1").unwrap().is_none(), "ephemeral nodes die with the process");
         assert_eq!(s.children("/brokers").unwrap(), vec!["ids".to_string(), "topics".to_string()]);
+    }
+
+    #[test]
+    fn local_store_batch_is_one_step() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = LocalStore::open(dir.path()).unwrap();
+        s.batch(&mut || {
+            for p in 0..3 {
+                s.put(&format!("/brokers/topics/t/partitions/{p}/state"), b"{}")?;
+            }
+            Ok(())
+        })
+        .unwrap();
+        // A failing batch leaves neither memory nor file changed.
+        let failed = s.batch(&mut || {
+            s.put("/brokers/topics/u", b"{}")?;
+            s.create("/brokers/topics/t", b"", CreateMode::Persistent) // exists
+        });
+        assert!(matches!(failed, Err(StoreError::NodeExists(_))));
+        assert!(s.get("/brokers/topics/u").unwrap().is_none());
+        drop(s);
+        let s = LocalStore::open(dir.path()).unwrap();
+        assert_eq!(s.children("/brokers/topics/t/partitions").unwrap().len(), 3);
+        assert!(s.get("/brokers/topics/u").unwrap().is_none());
     }
 
     #[test]

@@ -230,6 +230,7 @@ pub mod error_code {
     pub const INVALID_REPLICATION_FACTOR: i16 = 38;
     pub const INVALID_REQUEST: i16 = 42;
     pub const INVALID_CONFIG: i16 = 40;
+    pub const POLICY_VIOLATION: i16 = 44;
     pub const KAFKA_STORAGE_ERROR: i16 = 56;
     pub const INVALID_RECORD: i16 = 87;
     pub const INVALID_TIMESTAMP: i16 = 32;

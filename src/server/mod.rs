@@ -133,7 +133,27 @@ fn controller_config(config: &BrokerConfig) -> crate::coordinator::controller::C
         broker_session_timeout_ms: config.broker_session_timeout_ms,
         preferred_leader_check_interval_ms: config.leader_imbalance_check_interval_ms,
         unclean_leader_election: config.unclean_leader_election_enable,
+        broker_partitions_max: config.max_broker_partitions.unwrap_or_else(|| open_files_limit() as usize / 4),
     }
+}
+
+/// The open-files limit, raised first from its soft value to the hard one (a broker
+/// holds a directory and segment files per partition, and a socket per connection).
+fn open_files_limit() -> u64 {
+    let mut lim = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    // SAFETY: getrlimit / setrlimit read and write one struct rlimit.
+    unsafe {
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) != 0 {
+            return 1024;
+        }
+        if lim.rlim_cur < lim.rlim_max {
+            let raised = libc::rlimit { rlim_cur: lim.rlim_max, rlim_max: lim.rlim_max };
+            if libc::setrlimit(libc::RLIMIT_NOFILE, &raised) == 0 {
+                lim.rlim_cur = lim.rlim_max;
+            }
+        }
+    }
+    lim.rlim_cur
 }
 
 /// Open the registry the flags ask for: the active coordinator on the embedded store

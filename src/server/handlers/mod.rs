@@ -33,6 +33,7 @@ use bytes::Bytes;
 use kafka_protocol::messages::ApiKey;
 use kafka_protocol::protocol::Encodable;
 
+use crate::coordinator::controller::ControllerError;
 use crate::coordinator::registry::RegistryError;
 use crate::group::GroupError;
 use crate::log::LogError;
@@ -133,6 +134,7 @@ fn registry_error_code(e: &RegistryError) -> i16 {
         RegistryError::NotController(_) | RegistryError::ControllerTaken(_) => error_code::NOT_CONTROLLER,
         RegistryError::StaleBrokerEpoch { .. } => error_code::STALE_BROKER_EPOCH,
         RegistryError::UnknownBroker(_) => error_code::BROKER_ID_NOT_REGISTERED,
+        RegistryError::Controller(ControllerError::BrokerPartitionsExceeded { .. }) => error_code::POLICY_VIOLATION,
         RegistryError::Controller(_) | RegistryError::Store(_) | RegistryError::Corrupt { .. } => {
             error_code::UNKNOWN_SERVER_ERROR
         }
