@@ -73,6 +73,14 @@ pub mod limits {
     pub const shard_channel_depth_max: usize = 1024;
     /// Bytes one Fetch response may carry when the client asks for more.
     pub const fetch_response_bytes_max: usize = 64 * 1024 * 1024;
+    /// iovecs one writev may carry: Linux's IOV_MAX (UIO_MAXIOV); more is EINVAL.
+    pub const writev_iovecs_max: usize = 1024;
+    /// Bytes one writev may carry: Linux's MAX_RW_COUNT (INT_MAX rounded down to a
+    /// 4 KiB page); the kernel writes no more in one call.
+    pub const writev_bytes_max: usize = 0x7fff_f000;
+    /// How long startup waits for a listener no process owns (a killed broker's socket,
+    /// still being torn down) to leave the listen port before it gives up.
+    pub const lingering_listener_wait_ms: u64 = 10_000;
 }
 
 /// Replace `path` with `data` so that a crash leaves the old or the new contents, never

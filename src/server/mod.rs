@@ -269,10 +269,6 @@ fn lock_data_dir(data_dir: &std::path::Path) -> anyhow::Result<std::fs::File> {
     Ok(file)
 }
 
-/// How long startup waits for a listener without an owning process on the listen port
-/// to go away: the socket of a broker killed with SIGKILL outlives it briefly, while
-/// the kernel tears down the process's io_uring that holds it.
-const lingering_listener_wait_ms: u64 = 10_000;
 /// How often startup probes the listen port while it waits.
 const lingering_listener_probe_interval_ms: u64 = 50;
 
@@ -285,6 +281,7 @@ const lingering_listener_probe_interval_ms: u64 = 50;
 /// broker, not an error. A second broker on the same data directory never gets here:
 /// the data directory lock stops it first.
 fn check_listen_address(listen: &str) -> anyhow::Result<()> {
+    use crate::model::limits::lingering_listener_wait_ms;
     use std::net::ToSocketAddrs;
     let addr = listen
         .to_socket_addrs()

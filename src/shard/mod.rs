@@ -20,8 +20,7 @@ use futures::channel::oneshot;
 mod append_ring;
 mod groups;
 mod replica;
-pub use append_ring::AppendRing;
-use append_ring::StagedWrite;
+pub use append_ring::{AppendRing, Completed, StagedWrite};
 pub use groups::{group_partition, GroupOp, GroupReply, OffsetList};
 pub use replica::{FetcherStart, IsrOutcome, ReplicaState};
 
@@ -309,10 +308,8 @@ impl Shard {
     fn complete_writes(&mut self, done: Vec<append_ring::Completed>) {
         for c in done {
             let Some(p) = self.partitions.get_mut(&c.tp) else { continue }; // deleted meanwhile
+            // The log says once that it went offline; every failed write answers its ack.
             let outcome = p.log.write_done(c.write_id, c.result).map_err(|e| e.to_string());
-            if let Err(e) = &outcome {
-                tracing::error!(partition = %c.tp, error = %e, "append write failed: partition is offline");
-            }
             if let Some(i) = p.write_waiters.iter().position(|(id, _)| *id == c.write_id) {
                 let (_, w) = p.write_waiters.swap_remove(i);
                 let _ = w.send(outcome);
@@ -584,6 +581,9 @@ impl Shard {
     pub fn tick(&mut self, now_ms: i64, run_retention: bool) {
         self.sync_registry();
         for (tp, p) in self.partitions.iter_mut() {
+            if p.log.offline_reason().is_some() {
+                continue; // said once when it went offline; nothing to roll, retain or flush
+            }
             if let Err(e) = p.log.maybe_roll(now_ms) {
                 tracing::error!(partition = %tp, error = %e, "segment roll failed");
             }
@@ -632,10 +632,8 @@ impl Shard {
             let Some(p) = self.partitions.get_mut(&tp) else {
                 continue;
             };
+            // A failed fsync takes the log offline, which it logs once.
             let outcome = p.log.mark_flushed(upto, result).map_err(|e| e.to_string());
-            if let Err(e) = &outcome {
-                tracing::error!(partition = %tp, error = %e, "fsync failed: partition is offline");
-            }
             let waiters = std::mem::take(&mut p.durable_waiters);
             for (offset, w) in waiters {
                 if outcome.is_err() || offset <= upto {
