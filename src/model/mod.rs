@@ -78,6 +78,8 @@ pub mod limits {
     /// Bytes one writev may carry: Linux's MAX_RW_COUNT (INT_MAX rounded down to a
     /// 4 KiB page); the kernel writes no more in one call.
     pub const writev_bytes_max: usize = 0x7fff_f000;
+    /// Partitions named in one summary log line (the rest are counted).
+    pub const log_line_partitions_max: usize = 8;
     /// How long startup waits for a listener no process owns (a killed broker's socket,
     /// still being torn down) to leave the listen port before it gives up.
     pub const lingering_listener_wait_ms: u64 = 10_000;

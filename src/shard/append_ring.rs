@@ -267,7 +267,11 @@ impl AppendRing {
             let result = if res < 0 {
                 Err(std::io::Error::from_raw_os_error(-res))
             } else if (res as usize) < chunk.total_bytes {
-                tracing::warn!(written = res, total = chunk.total_bytes, "short append write; finishing it synchronously");
+                tracing::warn!(
+                    written = res,
+                    total = chunk.total_bytes,
+                    "short append write; finishing it synchronously"
+                );
                 write_parts_sync(&chunk.file, chunk.position, &chunk.parts, res as usize)
             } else {
                 Ok(())

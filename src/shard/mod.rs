@@ -239,6 +239,8 @@ pub struct Shard {
     replica_lag_time_max_ms: i64,
     /// Follower partitions that need a fetcher (taken by the runtime).
     fetcher_starts: Vec<replica::FetcherStart>,
+    /// Roles taken since the last summary line (`log_roles_taken`).
+    roles_taken: replica::RolesTaken,
     /// High watermarks read at start from the checkpoint files, and what this shard
     /// last wrote to its own.
     hw_at_start: HashMap<TopicPartition, i64>,
@@ -265,6 +267,7 @@ impl Shard {
             local_broker,
             replica_lag_time_max_ms: crate::replication::REPLICA_LAG_TIME_MAX_MS_DEFAULT,
             fetcher_starts: Vec::new(),
+            roles_taken: replica::RolesTaken::default(),
             hw_at_start: replica::load_hw_checkpoints(&data_dir),
             hw_checkpointed: Vec::new(),
             id,
@@ -308,7 +311,7 @@ impl Shard {
     fn complete_writes(&mut self, done: Vec<append_ring::Completed>) {
         for c in done {
             let Some(p) = self.partitions.get_mut(&c.tp) else { continue }; // deleted meanwhile
-            // The log says once that it went offline; every failed write answers its ack.
+                                                                            // The log says once that it went offline; every failed write answers its ack.
             let outcome = p.log.write_done(c.write_id, c.result).map_err(|e| e.to_string());
             if let Some(i) = p.write_waiters.iter().position(|(id, _)| *id == c.write_id) {
                 let (_, w) = p.write_waiters.swap_remove(i);
@@ -350,6 +353,7 @@ impl Shard {
             }
         }
         owned.sort();
+        let mut opened = 0usize;
         for tp in owned {
             let (registered, known) = {
                 let reg = self.registry.read().expect("registry lock");
@@ -357,7 +361,10 @@ impl Shard {
             };
             if registered {
                 match self.partition_mut(&tp, now_ms) {
-                    Ok(_) => tracing::info!(shard = self.id.0, partition = %tp, "opened partition"),
+                    Ok(_) => {
+                        opened += 1;
+                        tracing::debug!(shard = self.id.0, partition = %tp, "opened partition");
+                    }
                     Err(e) => {
                         tracing::error!(shard = self.id.0, partition = %tp, error = %e, "cannot open partition")
                     }
@@ -369,6 +376,8 @@ impl Shard {
                 tracing::info!(shard = self.id.0, partition = %tp, "partition kept until cluster metadata arrives");
             }
         }
+        tracing::info!(shard = self.id.0, partitions = opened, "opened the partitions on disk");
+        self.log_roles_taken();
         Ok(())
     }
 
