@@ -119,6 +119,18 @@ struct ServeArgs {
     /// unclean.leader.election.enable: elect leaders outside the ISR (data loss) [default: false]
     #[arg(long)]
     unclean_leader_election_enable: Option<bool>,
+    /// max.connections: connections the broker holds; more are closed [default: 10000]
+    #[arg(long)]
+    max_connections: Option<usize>,
+    /// max.connections.per.ip: connections from one client IP; more are closed [default: 1000]
+    #[arg(long)]
+    max_connections_per_ip: Option<usize>,
+    /// connections.max.idle.ms: close connections silent this long [default: 600000]
+    #[arg(long)]
+    connections_max_idle_ms: Option<u64>,
+    /// queued.max.request.bytes: bytes requests being read or handled may hold [default: 536870912]
+    #[arg(long)]
+    queued_max_request_bytes: Option<usize>,
 }
 
 fn load_config(args: ServeArgs) -> Result<BrokerConfig, String> {
@@ -203,6 +215,18 @@ fn load_config(args: ServeArgs) -> Result<BrokerConfig, String> {
     }
     if let Some(v) = args.fsync {
         config.fsync = v;
+    }
+    if let Some(v) = args.max_connections {
+        config.max_connections = v;
+    }
+    if let Some(v) = args.max_connections_per_ip {
+        config.max_connections_per_ip = v;
+    }
+    if let Some(v) = args.connections_max_idle_ms {
+        config.connections_max_idle_ms = v;
+    }
+    if let Some(v) = args.queued_max_request_bytes {
+        config.queued_max_request_bytes = v;
     }
     config.validate()?;
     Ok(config)

@@ -7,6 +7,7 @@
 //! finish (bounded by `shutdown_grace_ms`), close their logs (flush + clean-shutdown
 //! marker) and exit. A second signal exits the process at once.
 
+mod admission;
 mod connection;
 mod context;
 mod fetch_sessions;
@@ -84,22 +85,44 @@ pub fn run(config: BrokerConfig) -> anyhow::Result<()> {
         "spate starting"
     );
 
+    let admission = admission::Admission::new(
+        config.max_connections,
+        config.max_connections_per_ip,
+        config.queued_max_request_bytes,
+    );
     let config = Arc::new(config);
     let mesh: MeshBuilder<ShardMessage, _> =
         MeshBuilder::full(nr_shards, crate::model::limits::shard_channel_depth_max);
     let mut handles = Vec::new();
     for shard in 0..nr_shards {
         let placement = if nr_shards <= cores.len() { Placement::Fixed(cores[shard]) } else { Placement::Unbound };
-        let (config, registry, shutdown, mesh, metrics, cluster_id) =
-            (config.clone(), registry.clone(), shutdown.clone(), mesh.clone(), metrics.clone(), cluster_id.clone());
+        let (config, registry, shutdown, mesh, metrics, cluster_id, admission) = (
+            config.clone(),
+            registry.clone(),
+            shutdown.clone(),
+            mesh.clone(),
+            metrics.clone(),
+            cluster_id.clone(),
+            admission.clone(),
+        );
         let handle = LocalExecutorBuilder::new(placement)
             .name(&format!("spate-shard-{shard}"))
             // No O_DIRECT buffers are used; a small pool keeps non-root users inside
             // the default 8 MiB memlock limit.
             .io_memory(shard_io_memory_bytes)
             .spawn(move || async move {
-                if let Err(e) =
-                    run_shard(ShardId(shard), nr_shards, config, registry, shutdown, mesh, metrics, cluster_id).await
+                if let Err(e) = run_shard(
+                    ShardId(shard),
+                    nr_shards,
+                    config,
+                    registry,
+                    shutdown,
+                    mesh,
+                    metrics,
+                    cluster_id,
+                    admission,
+                )
+                .await
                 {
                     tracing::error!(shard, error = %e, "shard failed");
                     std::process::exit(1);
@@ -398,6 +421,7 @@ async fn run_shard(
     mesh: MeshBuilder<ShardMessage, glommio::channels::channel_mesh::Full>,
     metrics: Arc<metrics::Metrics>,
     cluster_id: String,
+    admission: Arc<admission::Admission>,
 ) -> anyhow::Result<()> {
     let (senders, receivers) = mesh.join().await.map_err(|_| anyhow::anyhow!("channel mesh join failed"))?;
     let mut shard = Shard::new(
@@ -418,7 +442,17 @@ async fn run_shard(
     }
     shard.open_existing(now_ms())?;
     shard.load_groups(now_ms());
-    let ctx = Rc::new(ShardContext::new(id, nr_shards, config.clone(), registry, shard, senders, metrics, cluster_id));
+    let ctx = Rc::new(ShardContext::new(
+        id,
+        nr_shards,
+        config.clone(),
+        registry,
+        shard,
+        senders,
+        metrics,
+        cluster_id,
+        admission,
+    ));
 
     // Serve partition work sent by other shards.
     let mut receivers = receivers;
@@ -514,8 +548,26 @@ async fn run_shard(
             loop {
                 match listener.accept().await {
                     Ok(stream) => {
-                        let ctx = ctx.clone();
-                        glommio::spawn_local(async move { connection::serve(ctx, stream).await }).detach();
+                        // max.connections / max.connections.per.ip: over a cap, the
+                        // connection is closed at once (dropped).
+                        let Ok(peer) = stream.peer_addr() else { continue };
+                        match ctx.admission.admit(peer.ip()) {
+                            Ok(permit) => {
+                                let ctx = ctx.clone();
+                                glommio::spawn_local(async move { connection::serve(ctx, stream, permit).await })
+                                    .detach();
+                            }
+                            Err(refusal) => {
+                                ctx.metrics.shard(ctx.id).connections_refused.fetch_add(1, Ordering::Relaxed);
+                                if ctx.client_error_log_allowed() {
+                                    let cap = match refusal {
+                                        admission::Refusal::Total => "max.connections",
+                                        admission::Refusal::PerIp => "max.connections.per.ip",
+                                    };
+                                    tracing::warn!(%peer, cap, "refusing a connection: {cap} reached");
+                                }
+                            }
+                        }
                     }
                     Err(e) => {
                         tracing::warn!(error = %e, "accept failed");
