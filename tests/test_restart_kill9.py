@@ -134,3 +134,21 @@ def test_data_dir_lock_is_released_by_kill9(broker_factory, tmp_path):
         assert [m.value for m in got[0]] == [b"x"]
     finally:
         second.kill()
+
+
+def test_second_broker_on_a_port_a_live_broker_serves_refuses_at_once(broker, tmp_path):
+    """Another data directory, the same port: the port's listener has a live owner, so
+    the second broker refuses at once (no wait meant for a killed broker's socket)."""
+    binary = os.environ.get("SPATE_BIN", broker.command()[0])
+    second = [binary, "serve", "--data-dir", str(tmp_path / "other"),
+              "--listen", broker.bootstrap, "--advertise", broker.bootstrap]
+    started = time.monotonic()
+    r = subprocess.run(second, capture_output=True, timeout=30, env={**os.environ, "NO_COLOR": "1"})
+    took = time.monotonic() - started
+    out = (r.stdout + r.stderr).decode(errors="replace")
+    assert r.returncode != 0, out
+    assert f"pid {broker.pid}" in out and "already listening" in out, out
+    assert took < 5, f"took {took:.1f}s to refuse"
+    assert broker.alive()
+    create_topic(broker.bootstrap, "still", 1)
+    cf_produce(broker.bootstrap, "still", [{"value": b"x"}])
