@@ -132,8 +132,8 @@ impl AppendRing {
     /// A ring whose writev calls carry at most `iovecs_max` iovecs and `bytes_max` bytes
     /// (tests use small values to exercise the splitting).
     pub fn with_writev_limits(iovecs_max: usize, bytes_max: usize) -> std::io::Result<Self> {
-        assert!(iovecs_max >= 1 && iovecs_max <= limits::writev_iovecs_max);
-        assert!(bytes_max >= 1 && bytes_max <= limits::writev_bytes_max);
+        assert!((1..=limits::writev_iovecs_max).contains(&iovecs_max));
+        assert!((1..=limits::writev_bytes_max).contains(&bytes_max));
         Ok(Self {
             ring: IoUring::new(ring_entries)?,
             staged: Vec::new(),
