@@ -97,57 +97,66 @@ def rss_mib(broker):
     return broker.rss_bytes() / MiB
 
 
+def open_frames(port, n, frame_bytes, send):
+    """`n` connections that each declare a `frame_bytes` frame and send `send` bytes of
+    it (as far as the broker reads), then stall."""
+    payload = b"\x00" * send
+    conns = []
+
+    def push(s):
+        s.settimeout(3)
+        try:
+            s.sendall(payload)
+        except OSError:
+            pass  # the broker stopped reading: our send buffer is full
+
+    pushers = []
+    for _ in range(n):
+        s = wire.connect(port, timeout=5)
+        s.sendall(struct.pack(">i", frame_bytes))
+        conns.append(s)
+        t = threading.Thread(target=push, args=(s,), daemon=True)
+        t.start()
+        pushers.append(t)
+    for t in pushers:
+        t.join(30)
+    time.sleep(0.5)  # let the broker read what there is to read
+    return conns
+
+
 def test_declared_and_trickled_frames_hold_no_more_than_the_request_byte_cap(broker_factory):
     cap_mib = 128
     broker = broker_factory("--queued-max-request-bytes", str(cap_mib * MiB))
     assert_serves(broker, "before")
     base = rss_mib(broker)
-    frame_bytes = 100_000_000  # declared by every attacker: under socket.request.max.bytes
     conns = []
     try:
-        # 1. Forty connections declare a 100 MB frame and send 4 bytes of it.
-        for _ in range(40):
-            s = wire.connect(broker.port, timeout=5)
-            s.sendall(struct.pack(">i", frame_bytes) + b"\x00\x12\x00\x00")
-            conns.append(s)
-        time.sleep(1)  # let the broker read what there is to read
-        declared = rss_mib(broker)
-        print(f"RSS before {base:.0f} MiB, 40 x 100 MB declared + 4 bytes sent: {declared:.0f} MiB")
-        assert declared - base < 64, f"declared frames pinned {declared - base:.0f} MiB"
-
-        # 2. One frame trickled a byte at a time.
+        # 1. Forty connections declare a 100 MB frame (under socket.request.max.bytes)
+        # and send 4 bytes of it; one more trickles a frame a byte at a time.
+        conns += open_frames(broker.port, 40, 100_000_000, 4)
         trickle = wire.connect(broker.port, timeout=5)
-        trickle.sendall(struct.pack(">i", frame_bytes))
+        trickle.sendall(struct.pack(">i", 100_000_000))
         for _ in range(5):
             trickle.sendall(b"\x00")
             time.sleep(0.2)
         conns.append(trickle)
+        declared = rss_mib(broker)
+        print(f"RSS before {base:.0f} MiB; 40 x 100 MB declared + 4 bytes sent, one trickled: {declared:.0f} MiB")
+        assert declared - base < 64, f"declared frames pinned {declared - base:.0f} MiB"
+        # Small requests still find budget.
+        assert_serves(broker, "during-declared")
+        for s in conns:
+            s.close()
+        conns = []
 
-        # 3. Forty connections send 16 MB each of their 100 MB frame (640 MB offered):
-        # the broker holds at most the cap and stops reading the rest.
-        payload = b"\x00" * (16 * MiB)
-
-        def push(s):
-            s.settimeout(3)
-            try:
-                s.sendall(payload)
-            except OSError:
-                pass  # the broker stopped reading: our send buffer is full
-
-        pushers = []
-        for _ in range(40):
-            s = wire.connect(broker.port, timeout=5)
-            s.sendall(struct.pack(">i", frame_bytes) + b"\x00\x12\x00\x00")
-            conns.append(s)
-            t = threading.Thread(target=push, args=(s,), daemon=True)
-            t.start()
-            pushers.append(t)
-        for t in pushers:
-            t.join(30)
-        time.sleep(0.5)
+        # 2. Forty connections send 16 MB each of a 20 MB frame (640 MB offered): the
+        # broker reads as many frames as the cap covers and no more.
+        conns += open_frames(broker.port, 40, 20_000_000, 16 * MiB)
         loaded = rss_mib(broker)
-        print(f"RSS with 40 x 16 MB of 100 MB frames sent: {loaded:.0f} MiB (cap {cap_mib} MiB)")
+        print(f"RSS with 40 x 16 MB of 20 MB frames sent: {loaded:.0f} MiB (cap {cap_mib} MiB)")
         assert loaded - base < cap_mib + 64, f"{loaded - base:.0f} MiB held, cap is {cap_mib} MiB"
+        assert loaded - base > 32, "the broker read none of the frames the cap covers"
+        assert_serves(broker, "during-loaded")
         assert broker.alive()
     finally:
         for s in conns:

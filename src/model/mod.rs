@@ -87,7 +87,8 @@ pub mod limits {
     /// this long, with no request of its own in flight, is closed.
     pub const connection_idle_ms_max_default: u64 = 600_000;
     /// `queued.max.request.bytes` default: bytes all requests being read or handled may
-    /// hold (Kafka: unbounded). A frame declared longer is refused.
+    /// reserve (Kafka: unbounded); a frame reserves its declared length before its body
+    /// is read. A frame declared longer is refused.
     pub const queued_request_bytes_max_default: usize = 512 * 1024 * 1024;
     /// Bytes a request frame's buffer starts with; a longer frame's buffer doubles as
     /// its bytes arrive, so a frame declared long but sent slowly (or never) holds

@@ -113,8 +113,7 @@ impl Drop for ConnectionPermit {
     }
 }
 
-/// Bytes of the request budget a request holds; given back on drop. Reservations of
-/// one request merge (`absorb`).
+/// Bytes of the request budget a request holds; given back on drop.
 pub struct ByteReservation {
     admission: Arc<Admission>,
     bytes: usize,
@@ -123,11 +122,6 @@ pub struct ByteReservation {
 impl ByteReservation {
     pub fn bytes(&self) -> usize {
         self.bytes
-    }
-
-    /// Hold `other`'s bytes too (one reservation per request, grown as it is read).
-    pub fn absorb(&mut self, mut other: ByteReservation) {
-        self.bytes += std::mem::take(&mut other.bytes);
     }
 }
 
@@ -161,12 +155,14 @@ mod tests {
         assert_eq!(a.usage().0, 0);
         assert!(a.per_ip.lock().unwrap().is_empty());
 
-        let mut r = a.try_reserve(60).unwrap();
+        let r = a.try_reserve(60).unwrap();
         assert!(a.try_reserve(41).is_none());
-        r.absorb(a.try_reserve(40).unwrap());
-        assert_eq!((r.bytes(), a.usage().1), (100, 100));
+        let r2 = a.try_reserve(40).unwrap();
+        assert_eq!((r.bytes() + r2.bytes(), a.usage().1), (100, 100));
         assert!(a.try_reserve(1).is_none());
         drop(r);
+        assert_eq!(a.usage().1, 40);
+        drop(r2);
         assert_eq!(a.usage().1, 0);
         assert!(a.try_reserve(usize::MAX).is_none());
     }

@@ -5,12 +5,16 @@
 //! or one whose header does not decode, closes the connection with a log line and a
 //! counter; it never stalls other connections or panics the shard.
 //!
-//! Memory: a frame's buffer starts at `frame_read_initial_bytes_max` at most and
-//! doubles as bytes arrive, each growth taken from the broker-wide request byte budget
-//! (`queued.max.request.bytes`, `Admission`); the request holds its bytes until its
-//! handler is done. While the budget is used up the connection stops reading. A
-//! connection that sends nothing for `connections.max.idle.ms` with no request of its
-//! own in flight (or waits that long for budget) is closed.
+//! Memory: before a frame's body is read, its declared length is reserved from the
+//! broker-wide request byte budget (`queued.max.request.bytes`, `Admission`), as
+//! Kafka's memory pool does; while the budget cannot cover it the connection stops
+//! reading. A reserved frame can always be read to its end, so large requests never
+//! wait on one another's partial frames. The request holds its reservation until its
+//! handler is done. The buffer itself starts at `frame_read_initial_bytes_max` at most
+//! and doubles as bytes arrive, so a frame declared long and sent slowly (or never)
+//! holds about what arrived. A connection that sends nothing for
+//! `connections.max.idle.ms` with no request of its own in flight (or waits that long
+//! for budget) is closed.
 
 use std::cell::Cell;
 use std::os::fd::AsRawFd;
@@ -96,24 +100,20 @@ async fn reserve(ctx: &ShardContext, bytes: usize) -> Result<ByteReservation, Re
     }
 }
 
-/// Read a frame body of `len` bytes: the buffer grows (doubling) as bytes arrive, each
-/// growth reserved from the request byte budget first. Returns the frame and the
-/// reservation that covers it.
+/// Read a frame body of `len` bytes, once the request byte budget covers it: the
+/// buffer grows (doubling) as bytes arrive. Returns the frame and its reservation.
 async fn read_frame<R: AsyncRead + Unpin>(
     ctx: &ShardContext,
     reader: &mut R,
     len: usize,
     pending: &Cell<usize>,
 ) -> Result<(Bytes, ByteReservation), ReadEnd> {
-    let initial = len.min(limits::frame_read_initial_bytes_max);
-    let mut reservation = reserve(ctx, initial).await?;
-    // Zeroed allocations of this size are fresh pages: untouched, they cost no memory.
-    let mut buf = vec![0u8; initial];
+    let reservation = reserve(ctx, len).await?;
+    let mut buf = vec![0u8; len.min(limits::frame_read_initial_bytes_max)];
     let mut filled = 0;
     while filled < len {
         if filled == buf.len() {
             let grown = len.min(buf.len().saturating_mul(2));
-            reservation.absorb(reserve(ctx, grown - buf.len()).await?);
             let mut bigger = vec![0u8; grown];
             bigger[..filled].copy_from_slice(&buf[..filled]);
             buf = bigger;
@@ -124,7 +124,7 @@ async fn read_frame<R: AsyncRead + Unpin>(
         }
     }
     assert_eq!(buf.len(), len);
-    assert!(reservation.bytes() >= len, "a frame is covered by its reservation");
+    assert_eq!(reservation.bytes(), len, "a frame is covered by its reservation");
     Ok((Bytes::from(buf), reservation))
 }
 
