@@ -122,6 +122,18 @@ struct ServeArgs {
     /// max.broker.partitions: partition replicas one broker may host [default: open-files limit / 4]
     #[arg(long)]
     max_broker_partitions: Option<usize>,
+    /// max.connections: connections the broker holds; more are closed [default: 10000]
+    #[arg(long)]
+    max_connections: Option<usize>,
+    /// max.connections.per.ip: connections from one client IP; more are closed [default: 1000]
+    #[arg(long)]
+    max_connections_per_ip: Option<usize>,
+    /// connections.max.idle.ms: close connections silent this long [default: 600000]
+    #[arg(long)]
+    connections_max_idle_ms: Option<u64>,
+    /// queued.max.request.bytes: bytes requests being read or handled may hold [default: 536870912]
+    #[arg(long)]
+    queued_max_request_bytes: Option<usize>,
 }
 
 fn load_config(args: ServeArgs) -> Result<BrokerConfig, String> {
@@ -209,6 +221,18 @@ fn load_config(args: ServeArgs) -> Result<BrokerConfig, String> {
     }
     if let Some(v) = args.fsync {
         config.fsync = v;
+    }
+    if let Some(v) = args.max_connections {
+        config.max_connections = v;
+    }
+    if let Some(v) = args.max_connections_per_ip {
+        config.max_connections_per_ip = v;
+    }
+    if let Some(v) = args.connections_max_idle_ms {
+        config.connections_max_idle_ms = v;
+    }
+    if let Some(v) = args.queued_max_request_bytes {
+        config.queued_max_request_bytes = v;
     }
     config.validate()?;
     Ok(config)

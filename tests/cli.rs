@@ -33,6 +33,10 @@ fn free_port() -> u16 {
 }
 
 fn start_broker() -> Broker {
+    start_broker_with(&[])
+}
+
+fn start_broker_with(extra_args: &[&str]) -> Broker {
     // Ports from free_port() can be taken by another test's broker before ours binds
     // them (tests run in parallel); a broker that finds its port taken exits at once, so
     // a start is good only if the port answers and our process is still alive after.
@@ -43,7 +47,9 @@ fn start_broker() -> Broker {
         let metrics = format!("127.0.0.1:{metrics_port}");
         let child = Command::new(spate)
             .args(["serve", "--cores", "1", "--group-initial-rebalance-delay-ms", "0", "--listen", &bootstrap])
-            .args(["--metrics-listen", &metrics, "--data-dir"])
+            .args(["--metrics-listen", &metrics])
+            .args(extra_args)
+            .arg("--data-dir")
             .arg(dir.path())
             .stdout(Stdio::null())
             .stderr(Stdio::null())
@@ -194,6 +200,41 @@ fn produce_then_consume() {
     }
 }
 
+/// Record batches in a segment file: (base offset, records) each.
+fn segment_batches(path: &std::path::Path) -> Vec<(i64, i32)> {
+    let bytes = std::fs::read(path).unwrap();
+    let mut out = Vec::new();
+    let mut pos = 0;
+    while pos + 61 <= bytes.len() {
+        let base = i64::from_be_bytes(bytes[pos..pos + 8].try_into().unwrap());
+        let len = i32::from_be_bytes(bytes[pos + 8..pos + 12].try_into().unwrap()) as usize;
+        let count = i32::from_be_bytes(bytes[pos + 57..pos + 61].try_into().unwrap());
+        out.push((base, count));
+        pos += 12 + len;
+    }
+    assert_eq!(pos, bytes.len(), "whole batches");
+    out
+}
+
+/// `spate produce` to a topic that does not exist creates it (auto-creation is on, as
+/// Kafka's console producer asks for it), and sends each partition's lines as one
+/// batch per request: 2,500 lines are 3 batches (1,000 lines a batch at most), where
+/// they used to be 2,500 one-record batches (one writev iovec pair each).
+#[test]
+fn produce_creates_the_topic_and_sends_one_batch_per_request() {
+    let b = start_broker();
+    let input: String = (0..2_500).map(|i| format!("line {i}\n")).collect();
+    ok(&b, &["produce", "fresh"], Some(&input));
+    let d = json(&b, &["topic", "describe", "fresh"]);
+    assert_eq!(d["partitions"].as_array().unwrap().len(), 1, "auto-created with num.partitions = 1");
+    let out = ok(&b, &["consume", "fresh", "--from-beginning", "--max-messages", "2500", "--format", "%o %v\\n"], None);
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(lines.len(), 2_500);
+    assert_eq!((lines[0], lines[2_499]), ("0 line 0", "2499 line 2499"));
+    let segment = b._dir.path().join("fresh-0").join("00000000000000000000.log");
+    assert_eq!(segment_batches(&segment), vec![(0, 1_000), (1_000, 1_000), (2_000, 500)]);
+}
+
 #[test]
 fn group_consume_list_describe_with_lag() {
     let b = start_broker();
@@ -281,8 +322,13 @@ fn bad_input_gives_one_line_errors() {
     assert_one_line_error(&run(&b, &["topic", "list", "--no-such-flag"], None), 2);
     // Bad key=value.
     assert_one_line_error(&run(&b, &["topic", "create", "t", "--config", "novalue"], None), 2);
-    // Unknown topic: the broker's error, exit 1.
-    assert_one_line_error(&run(&b, &["produce", "missing"], Some("x\n")), 1);
+    // Unknown topic on a broker that does not auto-create topics: the broker's error,
+    // exit 1. (With auto-creation on, `spate produce` creates it: see
+    // produce_creates_the_topic_and_sends_one_batch_per_request.)
+    let no_auto = start_broker_with(&["--auto-create-topics", "false"]);
+    let out = run(&no_auto, &["produce", "missing"], Some("x\n"));
+    assert_one_line_error(&out, 1);
+    assert!(String::from_utf8_lossy(&out.stderr).contains("UNKNOWN_TOPIC_OR_PARTITION"));
     // Unreachable broker: exit 3.
     let port = free_port();
     let out =

@@ -11,8 +11,8 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use spate::coordinator::controller::{
-    assign_replicas, Change, Controller, ControllerConfig, ControllerError, Endpoint, PlacementBroker, TopicInfo,
-    NO_LEADER, UNCLEAN_LEADER_ELECTION_CONFIG,
+    assign_replicas, Change, Controller, ControllerConfig, ControllerError, Endpoint, FenceReason, PlacementBroker,
+    TopicInfo, NO_LEADER, UNCLEAN_LEADER_ELECTION_CONFIG,
 };
 use spate::coordinator::layout;
 use uuid::Uuid;
@@ -637,7 +637,7 @@ fn fencing_moves_leadership_to_an_isr_member() {
     heartbeat_all_but(&mut c, &[1], 5_000);
     assert!(c.tick(9_000).is_empty(), "nobody is late yet");
     let changes = c.tick(9_001);
-    assert!(changes.contains(&Change::BrokerFenced { id: 1 }));
+    assert!(changes.contains(&Change::BrokerFenced { id: 1, reason: FenceReason::SessionExpired }));
     let s = c.partition_state("t", 0).unwrap();
     assert_eq!((s.leader, s.leader_epoch, s.isr.clone(), s.partition_epoch), (2, 1, vec![2, 3], 1));
     assert!(changes.iter().any(|ch| matches!(ch, Change::PartitionChanged { state, .. } if state == s)));
@@ -712,6 +712,23 @@ fn controlled_shutdown_moves_leadership_first() {
     }
     assert!(c.broker(2).is_none());
     assert_eq!(c.heartbeat(2, 1), Err(ControllerError::UnknownBroker(2)));
+}
+
+/// Fencing says why: only a missed heartbeat is a session expiry (the broker logs it as
+/// a warning); a restart's re-registration and a controlled shutdown are not (a clean
+/// single-node start and stop used to warn "no heartbeat" about itself).
+#[test]
+fn fencing_says_why() {
+    let mut c = cluster(&[1, 2], false);
+    let changes = c.register_broker(1, Endpoint::new("127.0.0.1", 9091), None, 4, 1_000).unwrap();
+    assert!(changes.contains(&Change::BrokerFenced { id: 1, reason: FenceReason::Reregistered }), "{changes:?}");
+    let changes = c.unregister_broker(1).unwrap();
+    assert!(changes.contains(&Change::BrokerFenced { id: 1, reason: FenceReason::ControlledShutdown }), "{changes:?}");
+    let changes = c.tick(1_000_000);
+    assert_eq!(
+        changes.iter().filter(|ch| matches!(ch, Change::BrokerFenced { .. })).collect::<Vec<_>>(),
+        vec![&Change::BrokerFenced { id: 2, reason: FenceReason::SessionExpired }]
+    );
 }
 
 #[test]

@@ -974,7 +974,7 @@ impl Sim {
                     "controller: p{partition} leader {} epoch {} isr {:?} partition epoch {}",
                     state.leader, state.leader_epoch, state.isr, state.partition_epoch
                 )),
-                Change::BrokerFenced { id } => self.note(format!("controller: b{id} fenced")),
+                Change::BrokerFenced { id, .. } => self.note(format!("controller: b{id} fenced")),
                 Change::BrokerUnfenced { id } => self.note(format!("controller: b{id} unfenced")),
                 Change::BrokerRegistered { broker } => {
                     self.note(format!("controller: b{} registered, epoch {}", broker.id, broker.registration_epoch))

@@ -1,4 +1,8 @@
-//! `spate produce TOPIC`: one message per stdin line.
+//! `spate produce TOPIC`: one message per stdin line. Lines are gathered per partition
+//! and sent as one record batch per request (as Kafka's producers do), up to
+//! `batch_records_max` lines or `batch_bytes_max` bytes. A topic that does not exist is
+//! created if the broker auto-creates topics (Metadata `allow_auto_topic_creation`, as
+//! Kafka's console producer asks).
 
 use std::io::BufRead;
 
@@ -61,7 +65,7 @@ pub fn run(args: ProduceArgs) -> Result<(), Error> {
         CompressionArg::Zstd => Compression::Zstd,
     };
     let mut client = args.conn.connect()?;
-    let info = client.describe_topic(&args.topic)?;
+    let info = client.describe_topic_auto_create(&args.topic)?;
     let nr_partitions = info.partitions.len() as i32;
     if nr_partitions == 0 {
         return Err(Error::broker(format!("topic '{}'", args.topic), 5, None));

@@ -40,8 +40,8 @@ pub struct FetchedPartition {
 }
 
 impl Client {
-    /// Produce `records` as one batch to one partition; returns the base offset
-    /// (-1 with acks=0, where the broker does not answer).
+    /// Produce `records` as one batch to one partition (one request); returns the base
+    /// offset (-1 with acks=0, where the broker does not answer).
     pub fn produce(
         &mut self,
         topic: &str,
@@ -54,14 +54,20 @@ impl Client {
             .iter()
             .enumerate()
             .map(|(i, r)| {
-                crate::protocol::plain_record(
+                let mut record = crate::protocol::plain_record(
                     i as i64,
                     -1,
                     r.timestamp_ms,
                     r.key.clone(),
                     r.value.clone(),
                     r.headers.iter().map(|(k, v)| (StrBytes::from_string(k.clone()), v.clone())).collect(),
-                )
+                );
+                // The encoder starts a new batch wherever `offset - sequence` changes (so a
+                // fixed NO_SEQUENCE made one batch per record); a sequence that follows the
+                // offset delta from NO_SEQUENCE keeps every record in one batch, whose
+                // baseSequence is still -1 (no idempotence).
+                record.sequence = kafka_protocol::records::NO_SEQUENCE.wrapping_add(i as i32);
+                record
             })
             .collect();
         let mut buf = BytesMut::new();

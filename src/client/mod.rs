@@ -350,8 +350,19 @@ impl Client {
 
     /// One topic's partitions; an unknown topic is an error.
     pub fn describe_topic(&mut self, name: &str) -> Result<TopicInfo, Error> {
+        self.topic_partitions(name, false)
+    }
+
+    /// One topic's partitions, asking the broker to create the topic if it does not
+    /// exist (Metadata `allow_auto_topic_creation`, as Kafka's producers do); still an
+    /// error where the broker has `auto.create.topics.enable` off.
+    pub fn describe_topic_auto_create(&mut self, name: &str) -> Result<TopicInfo, Error> {
+        self.topic_partitions(name, true)
+    }
+
+    fn topic_partitions(&mut self, name: &str, auto_create: bool) -> Result<TopicInfo, Error> {
         self.with_retries(|c| {
-            let resp = c.metadata(Some(&[name.to_string()]), false)?;
+            let resp = c.metadata(Some(&[name.to_string()]), auto_create)?;
             let t = resp
                 .topics
                 .iter()

@@ -84,6 +84,16 @@ pub struct BrokerConfig {
     /// (POLICY_VIOLATION). None: a quarter of the open-files limit (each replica keeps a
     /// directory and at least one segment open), so files for connections remain.
     pub max_broker_partitions: Option<usize>,
+    /// max.connections: connections the broker holds; more are closed at accept.
+    pub max_connections: usize,
+    /// max.connections.per.ip: connections from one client IP; more are closed at accept.
+    pub max_connections_per_ip: usize,
+    /// connections.max.idle.ms: a connection that sends nothing for this long (with no
+    /// request in flight) is closed.
+    pub connections_max_idle_ms: u64,
+    /// queued.max.request.bytes: bytes all requests being read or handled may hold;
+    /// connections stop reading while it is used up, and a longer frame is refused.
+    pub queued_max_request_bytes: usize,
 }
 
 impl Default for BrokerConfig {
@@ -115,6 +125,10 @@ impl Default for BrokerConfig {
             leader_imbalance_check_interval_ms: 300_000,
             unclean_leader_election_enable: false,
             max_broker_partitions: None,
+            max_connections: limits::connections_max_default,
+            max_connections_per_ip: limits::connections_per_ip_max_default,
+            connections_max_idle_ms: limits::connection_idle_ms_max_default,
+            queued_max_request_bytes: limits::queued_request_bytes_max_default,
         }
     }
 }
@@ -152,6 +166,15 @@ impl BrokerConfig {
         if self.broker_heartbeat_interval_ms == 0 || self.broker_heartbeat_interval_ms >= self.broker_session_timeout_ms
         {
             return Err("broker heartbeat interval must be above 0 and below the broker session timeout".into());
+        }
+        if self.max_connections == 0 || self.max_connections_per_ip == 0 {
+            return Err("max-connections and max-connections-per-ip must be at least 1".into());
+        }
+        if self.connections_max_idle_ms == 0 {
+            return Err("connections-max-idle-ms must be at least 1".into());
+        }
+        if self.queued_max_request_bytes < 1024 {
+            return Err("queued-max-request-bytes must be at least 1024".into());
         }
         split_host_port(self.advertised()).ok_or_else(|| format!("bad advertise address {:?}", self.advertised()))?;
         TopicConfig::from_pairs(

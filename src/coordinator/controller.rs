@@ -141,6 +141,18 @@ impl TopicInfo {
     }
 }
 
+/// Why a broker was fenced.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FenceReason {
+    /// No heartbeat within `broker.session.timeout.ms`.
+    SessionExpired,
+    /// The broker registered again (a restart): its previous incarnation is fenced
+    /// before the new one is registered.
+    Reregistered,
+    /// Controlled shutdown: the broker asked to leave.
+    ControlledShutdown,
+}
+
 /// What an event changed; the caller persists it and tells the brokers.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Change {
@@ -152,8 +164,10 @@ pub enum Change {
     BrokerRegistered {
         broker: BrokerInfo,
     },
+    /// A broker lost its leaderships and ISR places, for `reason`.
     BrokerFenced {
         id: i32,
+        reason: FenceReason,
     },
     BrokerUnfenced {
         id: i32,
@@ -556,7 +570,7 @@ impl Controller {
         let mut changes = Vec::new();
         if let Some(old) = self.brokers.get(&id) {
             if !old.fenced {
-                self.fence(id, &mut changes);
+                self.fence(id, FenceReason::Reregistered, &mut changes);
             }
         }
         let broker = self.new_registration(id, endpoint, rack, shards, now_ms);
@@ -594,7 +608,7 @@ impl Controller {
             .collect();
         let mut changes = Vec::new();
         for id in expired {
-            self.fence(id, &mut changes);
+            self.fence(id, FenceReason::SessionExpired, &mut changes);
         }
         let interval = self.config.preferred_leader_check_interval_ms;
         if interval > 0 && now_ms.saturating_sub(self.preferred_checked_ms) >= interval {
@@ -613,7 +627,7 @@ impl Controller {
         let broker = self.brokers.get(&id).ok_or(ControllerError::UnknownBroker(id))?;
         let mut changes = Vec::new();
         if !broker.fenced {
-            self.fence(id, &mut changes);
+            self.fence(id, FenceReason::ControlledShutdown, &mut changes);
         }
         self.brokers.remove(&id);
         changes.push(Change::BrokerUnregistered { id });
@@ -997,11 +1011,11 @@ impl Controller {
     }
 
     /// Mark `id` fenced, then take it out of every ISR and leadership.
-    fn fence(&mut self, id: i32, changes: &mut Vec<Change>) {
+    fn fence(&mut self, id: i32, reason: FenceReason, changes: &mut Vec<Change>) {
         let b = self.brokers.get_mut(&id).expect("fence: broker is registered");
         assert!(!b.fenced, "fence: broker {id} already fenced");
         b.fenced = true;
-        changes.push(Change::BrokerFenced { id });
+        changes.push(Change::BrokerFenced { id, reason });
         self.remove_from_partitions(id, changes);
     }
 

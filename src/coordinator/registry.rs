@@ -28,8 +28,8 @@ use crate::config::TopicConfig;
 use crate::model::limits;
 
 use super::controller::{
-    BrokerInfo, Change, Controller, ControllerConfig, ControllerError, ControllerSnapshot, Endpoint, PartitionState,
-    TopicInfo,
+    BrokerInfo, Change, Controller, ControllerConfig, ControllerError, ControllerSnapshot, Endpoint, FenceReason,
+    PartitionState, TopicInfo,
 };
 use super::layout::{self, paths};
 use super::store::{CreateMode, MetaStore, StoreError};
@@ -876,9 +876,15 @@ fn write_changes(s: &dyn MetaStore, changes: &[Change]) -> Result<(), StoreError
                 }
                 s.create_all(&path, &layout::encode_broker(&doc), CreateMode::Ephemeral)?;
             }
-            Change::BrokerFenced { id } => {
-                tracing::warn!(broker = id, "broker fenced: no heartbeat within broker.session.timeout.ms")
-            }
+            Change::BrokerFenced { id, reason } => match reason {
+                FenceReason::SessionExpired => {
+                    tracing::warn!(broker = id, "broker fenced: no heartbeat within broker.session.timeout.ms")
+                }
+                FenceReason::Reregistered => {
+                    tracing::info!(broker = id, "broker registered again: its previous incarnation is fenced")
+                }
+                FenceReason::ControlledShutdown => tracing::info!(broker = id, "broker fenced: controlled shutdown"),
+            },
             Change::BrokerUnfenced { id } => tracing::info!(broker = id, "broker unfenced: heartbeating again"),
             Change::BrokerUnregistered { id } => match s.delete(&paths::broker(*id), None) {
                 Ok(()) | Err(StoreError::NoNode(_)) => {}

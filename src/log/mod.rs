@@ -405,9 +405,12 @@ impl PartitionLog {
         }
     }
 
-    /// Take the log offline for good; returns the error to hand back.
+    /// Take the log offline for good; returns the error to hand back. Logged once, when
+    /// the log goes offline; later failures only return the first reason.
     fn go_offline(&mut self, reason: String) -> LogError {
-        tracing::error!(dir = %self.dir.display(), %reason, "partition log goes offline");
+        if self.offline.is_none() {
+            tracing::error!(dir = %self.dir.display(), %reason, "partition log goes offline (KAFKA_STORAGE_ERROR until restart)");
+        }
         LogError::Offline(self.offline.get_or_insert(reason).clone())
     }
 

@@ -80,6 +80,32 @@ pub mod limits {
     pub const response_array_elements_max: u64 = 8 * 1024 * 1024;
     /// Bytes one Fetch response may carry when the client asks for more.
     pub const fetch_response_bytes_max: usize = 64 * 1024 * 1024;
+    /// iovecs one writev may carry: Linux's IOV_MAX (UIO_MAXIOV); more is EINVAL.
+    pub const writev_iovecs_max: usize = 1024;
+    /// Bytes one writev may carry: Linux's MAX_RW_COUNT (INT_MAX rounded down to a
+    /// 4 KiB page); the kernel writes no more in one call.
+    pub const writev_bytes_max: usize = 0x7fff_f000;
+    /// `max.connections` default: connections the broker holds (Kafka: unbounded).
+    pub const connections_max_default: usize = 10_000;
+    /// `max.connections.per.ip` default: connections from one client IP (Kafka:
+    /// unbounded; followers open one connection per partition they follow).
+    pub const connections_per_ip_max_default: usize = 1_000;
+    /// `connections.max.idle.ms` default (Kafka's): a connection that sends nothing for
+    /// this long, with no request of its own in flight, is closed.
+    pub const connection_idle_ms_max_default: u64 = 600_000;
+    /// `queued.max.request.bytes` default: bytes all requests being read or handled may
+    /// reserve (Kafka: unbounded); a frame reserves its declared length before its body
+    /// is read. A frame declared longer is refused.
+    pub const queued_request_bytes_max_default: usize = 512 * 1024 * 1024;
+    /// Bytes a request frame's buffer starts with; a longer frame's buffer doubles as
+    /// its bytes arrive, so a frame declared long but sent slowly (or never) holds
+    /// only about what arrived.
+    pub const frame_read_initial_bytes_max: usize = 1024 * 1024;
+    /// Partitions named in one summary log line (the rest are counted).
+    pub const log_line_partitions_max: usize = 8;
+    /// How long startup waits for a listener no process owns (a killed broker's socket,
+    /// still being torn down) to leave the listen port before it gives up.
+    pub const lingering_listener_wait_ms: u64 = 10_000;
 }
 
 /// Replace `path` with `data` so that a crash leaves the old or the new contents, never

@@ -1,16 +1,29 @@
 //! One client connection: read frames, hand each to a handler task, write the answers
 //! back in request order (clients pipeline up to `max.in.flight.requests.per.connection`).
 //!
-//! A frame longer than `socket.request.max.bytes`, or one whose header does not decode,
-//! closes the connection with a log line and a counter; it never stalls other
-//! connections or panics the shard.
+//! A frame longer than `socket.request.max.bytes` (or than `queued.max.request.bytes`),
+//! or one whose header does not decode, closes the connection with a log line and a
+//! counter; it never stalls other connections or panics the shard.
+//!
+//! Memory: before a frame's body is read, its declared length is reserved from the
+//! broker-wide request byte budget (`queued.max.request.bytes`, `Admission`), as
+//! Kafka's memory pool does; while the budget cannot cover it the connection stops
+//! reading. A reserved frame can always be read to its end, so large requests never
+//! wait on one another's partial frames. The request holds its reservation until its
+//! handler is done. The buffer itself starts at `frame_read_initial_bytes_max` at most
+//! and doubles as bytes arrive, so a frame declared long and sent slowly (or never)
+//! holds about what arrived. A connection that sends nothing for
+//! `connections.max.idle.ms` with no request of its own in flight (or waits that long
+//! for budget) is closed.
 
+use std::cell::Cell;
 use std::os::fd::AsRawFd;
 use std::rc::Rc;
 use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
 
-use bytes::BytesMut;
-use futures_lite::{AsyncReadExt, AsyncWriteExt};
+use bytes::Bytes;
+use futures_lite::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use glommio::net::TcpStream;
 use glommio::task::JoinHandle;
 
@@ -18,17 +31,108 @@ use crate::model::limits;
 use crate::protocol::zero_copy::{Response, ResponsePart};
 use crate::protocol::{check_frame_len, decode_frame, ProtocolError};
 
+use super::admission::{ByteReservation, ConnectionPermit};
 use super::context::ShardContext;
 use super::handlers;
+
+/// How often a connection waiting for request byte budget tries again.
+const queued_bytes_retry_interval_ms: u64 = 2;
 
 /// An answer still being computed, or the signal to hang up.
 enum Pending {
     Answer(JoinHandle<Result<Option<Response>, ProtocolError>>),
 }
 
-pub async fn serve(ctx: Rc<ShardContext>, stream: TcpStream) {
+/// Why reading a connection stopped.
+enum ReadEnd {
+    /// EOF, reset or a read error: the client left.
+    Closed,
+    /// Nothing arrived for connections.max.idle.ms with no request in flight, or no
+    /// budget for that long.
+    Idle,
+}
+
+/// Read at least one byte into `buf` (Ok(0): EOF). The socket's read timeout is
+/// connections.max.idle.ms: a timeout while a request of this connection is in flight
+/// (a long poll, a rebalance) is no idleness, so the read goes on.
+async fn read_some<R: AsyncRead + Unpin>(
+    reader: &mut R,
+    buf: &mut [u8],
+    pending: &Cell<usize>,
+) -> Result<usize, ReadEnd> {
+    loop {
+        match reader.read(buf).await {
+            Ok(n) => return Ok(n),
+            Err(e) if e.kind() == std::io::ErrorKind::TimedOut => {
+                if pending.get() == 0 {
+                    return Err(ReadEnd::Idle);
+                }
+            }
+            Err(_) => return Err(ReadEnd::Closed),
+        }
+    }
+}
+
+/// Fill `buf` completely.
+async fn read_full<R: AsyncRead + Unpin>(reader: &mut R, buf: &mut [u8], pending: &Cell<usize>) -> Result<(), ReadEnd> {
+    let mut filled = 0;
+    while filled < buf.len() {
+        match read_some(reader, &mut buf[filled..], pending).await? {
+            0 => return Err(ReadEnd::Closed),
+            n => filled += n,
+        }
+    }
+    Ok(())
+}
+
+/// Take `bytes` of the request byte budget, waiting (not reading) while it is used up;
+/// Idle after connections.max.idle.ms without it.
+async fn reserve(ctx: &ShardContext, bytes: usize) -> Result<ByteReservation, ReadEnd> {
+    let started = Instant::now();
+    loop {
+        if let Some(r) = ctx.admission.try_reserve(bytes) {
+            return Ok(r);
+        }
+        if started.elapsed() >= Duration::from_millis(ctx.config.connections_max_idle_ms) || ctx.stopping.get() {
+            return Err(ReadEnd::Idle);
+        }
+        glommio::timer::sleep(Duration::from_millis(queued_bytes_retry_interval_ms)).await;
+    }
+}
+
+/// Read a frame body of `len` bytes, once the request byte budget covers it: the
+/// buffer grows (doubling) as bytes arrive. Returns the frame and its reservation.
+async fn read_frame<R: AsyncRead + Unpin>(
+    ctx: &ShardContext,
+    reader: &mut R,
+    len: usize,
+    pending: &Cell<usize>,
+) -> Result<(Bytes, ByteReservation), ReadEnd> {
+    let reservation = reserve(ctx, len).await?;
+    let mut buf = vec![0u8; len.min(limits::frame_read_initial_bytes_max)];
+    let mut filled = 0;
+    while filled < len {
+        if filled == buf.len() {
+            let grown = len.min(buf.len().saturating_mul(2));
+            let mut bigger = vec![0u8; grown];
+            bigger[..filled].copy_from_slice(&buf[..filled]);
+            buf = bigger;
+        }
+        match read_some(reader, &mut buf[filled..], pending).await? {
+            0 => return Err(ReadEnd::Closed),
+            n => filled += n,
+        }
+    }
+    assert_eq!(buf.len(), len);
+    assert_eq!(reservation.bytes(), len, "a frame is covered by its reservation");
+    Ok((Bytes::from(buf), reservation))
+}
+
+pub async fn serve(ctx: Rc<ShardContext>, stream: TcpStream, permit: ConnectionPermit) {
+    let _permit = permit; // this connection's place under max.connections, until it ends
     let peer = stream.peer_addr().map(|a| a.to_string()).unwrap_or_else(|_| "?".into());
     let _ = stream.set_nodelay(true);
+    let _ = stream.set_read_timeout(Some(Duration::from_millis(ctx.config.connections_max_idle_ms)));
     let fd = stream.as_raw_fd();
     // Non-blocking, so that sendfile never blocks the core: it sends what the socket
     // buffer takes and says EAGAIN. glommio's io_uring reads and writes are unaffected
@@ -43,14 +147,19 @@ pub async fn serve(ctx: Rc<ShardContext>, stream: TcpStream) {
     tracing::debug!(shard = ctx.id.0, %peer, "connection opened");
     let (mut reader, mut writer) = futures_lite::io::split(stream);
     let (tx, rx) = glommio::channels::local_channel::new_bounded::<Pending>(limits::connection_in_flight_max);
+    // Requests of this connection read and not yet answered.
+    let pending = Rc::new(Cell::new(0usize));
 
     let writer_task = {
         let ctx = ctx.clone();
         let peer = peer.clone();
+        let pending = pending.clone();
         glommio::spawn_local(async move {
             let counters = ctx.metrics.shard(ctx.id);
             while let Some(Pending::Answer(task)) = rx.recv().await {
-                match task.await {
+                let answer = task.await;
+                pending.set(pending.get().saturating_sub(1));
+                match answer {
                     Some(Ok(Some(response))) => {
                         counters.bytes_out.fetch_add(response.len_bytes(), Ordering::Relaxed);
                         if let Err(e) = write_response(&mut writer, fd, response).await {
@@ -81,12 +190,25 @@ pub async fn serve(ctx: Rc<ShardContext>, stream: TcpStream) {
             break;
         }
         let mut len = [0u8; 4];
-        match reader.read_exact(&mut len).await {
+        match read_full(&mut reader, &mut len, &pending).await {
             Ok(()) => {}
-            Err(_) => break, // EOF or reset: the client left
+            Err(ReadEnd::Closed) => break, // EOF or reset: the client left
+            Err(ReadEnd::Idle) => {
+                counters.connections_idle_closed.fetch_add(1, Ordering::Relaxed);
+                tracing::debug!(%peer, "closing idle connection (connections.max.idle.ms)");
+                break;
+            }
         }
-        let len = match check_frame_len(i32::from_be_bytes(len)) {
-            Ok(len) => len,
+        let declared = i32::from_be_bytes(len);
+        let len = match check_frame_len(declared) {
+            Ok(len) if len <= ctx.admission.queued_bytes_max() => len,
+            Ok(len) => {
+                counters.bad_frames.fetch_add(1, Ordering::Relaxed);
+                if ctx.client_error_log_allowed() {
+                    tracing::warn!(%peer, frame_bytes = len, "closing connection: frame longer than queued.max.request.bytes");
+                }
+                break;
+            }
             Err(e) => {
                 counters.bad_frames.fetch_add(1, Ordering::Relaxed);
                 if ctx.client_error_log_allowed() {
@@ -95,15 +217,20 @@ pub async fn serve(ctx: Rc<ShardContext>, stream: TcpStream) {
                 break;
             }
         };
-        let mut frame = BytesMut::zeroed(len);
-        if let Err(e) = reader.read_exact(&mut frame).await {
-            counters.bad_frames.fetch_add(1, Ordering::Relaxed);
-            tracing::debug!(%peer, error = %e, expected_bytes = len, "connection closed inside a frame");
-            break;
-        }
+        let (frame, reservation) = match read_frame(&ctx, &mut reader, len, &pending).await {
+            Ok(read) => read,
+            Err(end) => {
+                counters.bad_frames.fetch_add(1, Ordering::Relaxed);
+                if matches!(end, ReadEnd::Idle) {
+                    counters.connections_idle_closed.fetch_add(1, Ordering::Relaxed);
+                }
+                tracing::debug!(%peer, expected_bytes = len, idle = matches!(end, ReadEnd::Idle), "connection closed inside a frame");
+                break;
+            }
+        };
         counters.bytes_in.fetch_add(4 + len as u64, Ordering::Relaxed);
         counters.requests.fetch_add(1, Ordering::Relaxed);
-        let mut frame = match decode_frame(frame.freeze()) {
+        let mut frame = match decode_frame(frame) {
             Ok(f) => f,
             Err(e) => {
                 counters.bad_frames.fetch_add(1, Ordering::Relaxed);
@@ -115,11 +242,13 @@ pub async fn serve(ctx: Rc<ShardContext>, stream: TcpStream) {
         };
         frame.client_host.clone_from(&client_host);
         ctx.in_flight.set(ctx.in_flight.get() + 1);
+        pending.set(pending.get() + 1);
         let task = {
             let ctx = ctx.clone();
             glommio::spawn_local(async move {
                 let (api_key, started) = (frame.api_key, std::time::Instant::now());
                 let answer = handlers::handle(&ctx, frame).await;
+                drop(reservation); // the request's bytes go back to the budget
                 ctx.metrics.record_request(ctx.id, api_key, started.elapsed());
                 ctx.in_flight.set(ctx.in_flight.get() - 1);
                 answer

@@ -47,6 +47,8 @@ pub struct ShardContext {
     io_notify: RefCell<Option<oneshot::Sender<()>>>,
     /// Incremental fetch sessions (KIP-227) made on this shard's connections.
     pub fetch_sessions: RefCell<super::fetch_sessions::FetchSessions>,
+    /// Connection and request-byte caps, shared by every shard.
+    pub admission: Arc<super::admission::Admission>,
 }
 
 impl ShardContext {
@@ -60,6 +62,7 @@ impl ShardContext {
         senders: Senders<ShardMessage>,
         metrics: Arc<Metrics>,
         cluster_id: String,
+        admission: Arc<super::admission::Admission>,
     ) -> Self {
         Self {
             id,
@@ -76,6 +79,7 @@ impl ShardContext {
             client_error_log: Cell::new((std::time::Instant::now(), 0, 0)),
             io_notify: RefCell::new(None),
             fetch_sessions: RefCell::new(super::fetch_sessions::FetchSessions::new(id.0)),
+            admission,
         }
     }
 

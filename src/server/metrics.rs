@@ -67,6 +67,10 @@ pub struct ShardCounters {
     pub bad_frames: AtomicU64,
     pub bad_requests: AtomicU64,
     pub unsupported_requests: AtomicU64,
+    /// Connections closed at accept (max.connections, max.connections.per.ip), and
+    /// connections closed for silence (connections.max.idle.ms).
+    pub connections_refused: AtomicU64,
+    pub connections_idle_closed: AtomicU64,
     pub bytes_in: AtomicU64,
     pub bytes_out: AtomicU64,
     pub fsyncs: AtomicU64,
@@ -140,6 +144,15 @@ impl Metrics {
         counter(&mut out, "spate_unsupported_requests_total", "Requests of unsupported APIs or versions.", &|s| {
             s.unsupported_requests.load(Ordering::Relaxed)
         });
+        counter(&mut out, "spate_connections_refused_total", "Connections closed at accept: a connection cap.", &|s| {
+            s.connections_refused.load(Ordering::Relaxed)
+        });
+        counter(
+            &mut out,
+            "spate_connections_idle_closed_total",
+            "Connections closed after connections.max.idle.ms.",
+            &|s| s.connections_idle_closed.load(Ordering::Relaxed),
+        );
         counter(&mut out, "spate_bytes_in_total", "Request bytes read.", &|s| s.bytes_in.load(Ordering::Relaxed));
         counter(&mut out, "spate_bytes_out_total", "Response bytes written.", &|s| s.bytes_out.load(Ordering::Relaxed));
         counter(&mut out, "spate_fsyncs_total", "fdatasync calls on partition logs.", &|s| {

@@ -7,6 +7,7 @@
 //! finish (bounded by `shutdown_grace_ms`), close their logs (flush + clean-shutdown
 //! marker) and exit. A second signal exits the process at once.
 
+mod admission;
 mod connection;
 mod context;
 mod fetch_sessions;
@@ -54,6 +55,8 @@ pub fn now_ms() -> i64 {
 /// Start the broker and block until it has shut down.
 pub fn run(config: BrokerConfig) -> anyhow::Result<()> {
     std::fs::create_dir_all(&config.data_dir)?;
+    // Held until the process exits (the kernel drops the lock on any exit, kill -9 too).
+    let _data_dir_lock = lock_data_dir(&config.data_dir)?;
     let cores: Vec<usize> = match core_affinity::get_core_ids() {
         Some(ids) if !ids.is_empty() => ids.into_iter().map(|c| c.id).collect(),
         _ => (0..std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1)).collect(),
@@ -82,22 +85,44 @@ pub fn run(config: BrokerConfig) -> anyhow::Result<()> {
         "spate starting"
     );
 
+    let admission = admission::Admission::new(
+        config.max_connections,
+        config.max_connections_per_ip,
+        config.queued_max_request_bytes,
+    );
     let config = Arc::new(config);
     let mesh: MeshBuilder<ShardMessage, _> =
         MeshBuilder::full(nr_shards, crate::model::limits::shard_channel_depth_max);
     let mut handles = Vec::new();
     for shard in 0..nr_shards {
         let placement = if nr_shards <= cores.len() { Placement::Fixed(cores[shard]) } else { Placement::Unbound };
-        let (config, registry, shutdown, mesh, metrics, cluster_id) =
-            (config.clone(), registry.clone(), shutdown.clone(), mesh.clone(), metrics.clone(), cluster_id.clone());
+        let (config, registry, shutdown, mesh, metrics, cluster_id, admission) = (
+            config.clone(),
+            registry.clone(),
+            shutdown.clone(),
+            mesh.clone(),
+            metrics.clone(),
+            cluster_id.clone(),
+            admission.clone(),
+        );
         let handle = LocalExecutorBuilder::new(placement)
             .name(&format!("spate-shard-{shard}"))
             // No O_DIRECT buffers are used; a small pool keeps non-root users inside
             // the default 8 MiB memlock limit.
             .io_memory(shard_io_memory_bytes)
             .spawn(move || async move {
-                if let Err(e) =
-                    run_shard(ShardId(shard), nr_shards, config, registry, shutdown, mesh, metrics, cluster_id).await
+                if let Err(e) = run_shard(
+                    ShardId(shard),
+                    nr_shards,
+                    config,
+                    registry,
+                    shutdown,
+                    mesh,
+                    metrics,
+                    cluster_id,
+                    admission,
+                )
+                .await
                 {
                     tracing::error!(shard, error = %e, "shard failed");
                     std::process::exit(1);
@@ -259,11 +284,47 @@ fn ensure_offsets_topic(registry: &RwLock<Registry>) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Take Kafka's `.lock` on the data directory: an exclusive `flock`, held for the
+/// process lifetime by the returned file. A second broker on the same directory fails
+/// here with a message naming it. The kernel releases the lock when the process exits,
+/// however it exits, so a restart right after kill -9 finds it free.
+fn lock_data_dir(data_dir: &std::path::Path) -> anyhow::Result<std::fs::File> {
+    use std::os::fd::AsRawFd;
+    let path = data_dir.join(".lock");
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&path)
+        .map_err(|e| anyhow::anyhow!("cannot open the data directory lock {}: {e}", path.display()))?;
+    // SAFETY: flock on a file descriptor we own.
+    if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+        let e = std::io::Error::last_os_error();
+        if e.raw_os_error() == Some(libc::EWOULDBLOCK) {
+            anyhow::bail!(
+                "data directory {} is in use by another process (it holds {}): one broker per data directory",
+                data_dir.display(),
+                path.display()
+            );
+        }
+        anyhow::bail!("cannot lock the data directory {}: {e}", path.display());
+    }
+    Ok(file)
+}
+
+/// How often startup probes the listen port while it waits.
+const lingering_listener_probe_interval_ms: u64 = 50;
+
 /// Fail fast, with a clear message, on an address that does not parse or that another
-/// process already serves. (Shards bind with SO_REUSEPORT, which would otherwise let a
+/// live process serves. (Shards bind with SO_REUSEPORT, which would otherwise let a
 /// second broker of the same user share the port silently; a plain bind is no test,
-/// since sockets of a previous run lingering in TIME_WAIT make it fail.)
+/// since sockets of a previous run lingering in TIME_WAIT make it fail.) A listener that
+/// no process owns (a killed broker's, still being torn down) is waited for, up to
+/// `lingering_listener_wait_ms`: a supervisor restarting a killed broker at once gets a
+/// broker, not an error. A second broker on the same data directory never gets here:
+/// the data directory lock stops it first.
 fn check_listen_address(listen: &str) -> anyhow::Result<()> {
+    use crate::model::limits::lingering_listener_wait_ms;
     use std::net::ToSocketAddrs;
     let addr = listen
         .to_socket_addrs()
@@ -274,10 +335,71 @@ fn check_listen_address(listen: &str) -> anyhow::Result<()> {
     if probe.ip().is_unspecified() {
         probe.set_ip(std::net::Ipv4Addr::LOCALHOST.into());
     }
-    if std::net::TcpStream::connect_timeout(&probe, Duration::from_millis(200)).is_ok() {
-        anyhow::bail!("cannot listen on {listen}: another process is already listening there");
+    let listening = || std::net::TcpStream::connect_timeout(&probe, Duration::from_millis(200)).is_ok();
+    if !listening() {
+        return Ok(());
     }
-    Ok(())
+    let started = std::time::Instant::now();
+    let mut warned = false;
+    loop {
+        if let Some(pid) = listener_owner(addr.port()) {
+            anyhow::bail!("cannot listen on {listen}: another process (pid {pid}) is already listening there");
+        }
+        if !warned {
+            tracing::warn!(
+                %listen, wait_ms_max = lingering_listener_wait_ms,
+                "a listener no process owns holds the port (a killed broker's socket being torn down): waiting for it to go"
+            );
+            warned = true;
+        }
+        if started.elapsed() >= Duration::from_millis(lingering_listener_wait_ms) {
+            anyhow::bail!(
+                "cannot listen on {listen}: the port still accepts connections after {lingering_listener_wait_ms} ms"
+            );
+        }
+        std::thread::sleep(Duration::from_millis(lingering_listener_probe_interval_ms));
+        if !listening() {
+            tracing::info!(%listen, waited_ms = started.elapsed().as_millis() as u64, "the lingering listener is gone");
+            return Ok(());
+        }
+    }
+}
+
+/// The pid of a process holding a listening TCP socket on `port`, when /proc shows one
+/// (sockets in /proc/net/tcp{,6} in state LISTEN, matched by inode against every
+/// process's fds). None when no process owns one, or when /proc does not let us see
+/// it (another user's process without privileges).
+fn listener_owner(port: u16) -> Option<u32> {
+    let mut inodes = std::collections::HashSet::new();
+    for table in ["/proc/net/tcp", "/proc/net/tcp6"] {
+        let Ok(text) = std::fs::read_to_string(table) else { continue };
+        for line in text.lines().skip(1) {
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            // sl local_address rem_address st tx:rx tr:tm retrnsmt uid timeout inode
+            let (Some(local), Some(state), Some(inode)) = (fields.get(1), fields.get(3), fields.get(9)) else {
+                continue;
+            };
+            let local_port = local.rsplit(':').next().and_then(|p| u16::from_str_radix(p, 16).ok());
+            if *state == "0A" && local_port == Some(port) && *inode != "0" {
+                inodes.insert(format!("socket:[{inode}]"));
+            }
+        }
+    }
+    if inodes.is_empty() {
+        return None;
+    }
+    for proc_entry in std::fs::read_dir("/proc").ok()?.flatten() {
+        let Some(pid) = proc_entry.file_name().to_str().and_then(|n| n.parse::<u32>().ok()) else { continue };
+        let Ok(fds) = std::fs::read_dir(proc_entry.path().join("fd")) else { continue };
+        for fd in fds.flatten() {
+            if let Ok(target) = std::fs::read_link(fd.path()) {
+                if target.to_str().is_some_and(|t| inodes.contains(t)) {
+                    return Some(pid);
+                }
+            }
+        }
+    }
+    None
 }
 
 fn cluster_id(data_dir: &std::path::Path) -> anyhow::Result<String> {
@@ -319,6 +441,7 @@ async fn run_shard(
     mesh: MeshBuilder<ShardMessage, glommio::channels::channel_mesh::Full>,
     metrics: Arc<metrics::Metrics>,
     cluster_id: String,
+    admission: Arc<admission::Admission>,
 ) -> anyhow::Result<()> {
     let (senders, receivers) = mesh.join().await.map_err(|_| anyhow::anyhow!("channel mesh join failed"))?;
     let mut shard = Shard::new(
@@ -339,7 +462,17 @@ async fn run_shard(
     }
     shard.open_existing(now_ms())?;
     shard.load_groups(now_ms());
-    let ctx = Rc::new(ShardContext::new(id, nr_shards, config.clone(), registry, shard, senders, metrics, cluster_id));
+    let ctx = Rc::new(ShardContext::new(
+        id,
+        nr_shards,
+        config.clone(),
+        registry,
+        shard,
+        senders,
+        metrics,
+        cluster_id,
+        admission,
+    ));
 
     // Serve partition work sent by other shards.
     let mut receivers = receivers;
@@ -435,8 +568,26 @@ async fn run_shard(
             loop {
                 match listener.accept().await {
                     Ok(stream) => {
-                        let ctx = ctx.clone();
-                        glommio::spawn_local(async move { connection::serve(ctx, stream).await }).detach();
+                        // max.connections / max.connections.per.ip: over a cap, the
+                        // connection is closed at once (dropped).
+                        let Ok(peer) = stream.peer_addr() else { continue };
+                        match ctx.admission.admit(peer.ip()) {
+                            Ok(permit) => {
+                                let ctx = ctx.clone();
+                                glommio::spawn_local(async move { connection::serve(ctx, stream, permit).await })
+                                    .detach();
+                            }
+                            Err(refusal) => {
+                                ctx.metrics.shard(ctx.id).connections_refused.fetch_add(1, Ordering::Relaxed);
+                                if ctx.client_error_log_allowed() {
+                                    let cap = match refusal {
+                                        admission::Refusal::Total => "max.connections",
+                                        admission::Refusal::PerIp => "max.connections.per.ip",
+                                    };
+                                    tracing::warn!(%peer, cap, "refusing a connection: {cap} reached");
+                                }
+                            }
+                        }
                     }
                     Err(e) => {
                         tracing::warn!(error = %e, "accept failed");

@@ -18,12 +18,10 @@ use std::sync::Arc;
 use bytes::Bytes;
 use io_uring::{opcode, types, IoUring};
 
-use crate::model::TopicPartition;
+use crate::model::{limits, TopicPartition};
 
 /// Submission queue entries of the ring.
 const ring_entries: u32 = 256;
-/// iovecs in one writev (Linux's IOV_MAX is 1024).
-const writev_iovecs_max: usize = 512;
 
 /// One append waiting to be written: its pieces go to consecutive file positions
 /// (patched batch headers and the record bytes of the request, not copied).
@@ -39,23 +37,66 @@ impl StagedWrite {
     fn len(&self) -> usize {
         self.parts.iter().map(|p| p.len()).sum()
     }
+}
 
-    /// Write synchronously, skipping the first `skip` bytes (already written).
-    fn write_sync_from(&self, mut skip: usize) -> std::io::Result<()> {
-        let mut position = self.position;
-        for part in &self.parts {
-            let from = skip.min(part.len());
-            skip -= from;
-            self.file.write_all_at(&part[from..], position + from as u64)?;
-            position += part.len() as u64;
-        }
-        Ok(())
+/// Write `parts` to consecutive positions from `position`, skipping the first `skip`
+/// bytes (already written).
+fn write_parts_sync(file: &File, position: u64, parts: &[Bytes], mut skip: usize) -> std::io::Result<()> {
+    let mut position = position;
+    for part in parts {
+        let from = skip.min(part.len());
+        skip -= from;
+        file.write_all_at(&part[from..], position + from as u64)?;
+        position += part.len() as u64;
     }
+    Ok(())
+}
+
+/// Cut a run's pieces into writev calls the kernel accepts: at most `iovecs_max` iovecs
+/// and `bytes_max` bytes each (a piece larger than `bytes_max` is sliced). Returns
+/// (file position, pieces) per call, in file order; empty pieces are dropped.
+fn split_for_writev(position: u64, parts: &[Bytes], iovecs_max: usize, bytes_max: usize) -> Vec<(u64, Vec<Bytes>)> {
+    assert!(iovecs_max > 0 && bytes_max > 0);
+    let mut chunks: Vec<(u64, Vec<Bytes>)> = Vec::new();
+    let (mut at, mut current, mut current_bytes) = (position, Vec::new(), 0usize);
+    let mut chunk_start = position;
+    for part in parts {
+        let mut rest = part.clone();
+        while !rest.is_empty() {
+            if current.len() == iovecs_max || current_bytes == bytes_max {
+                chunks.push((chunk_start, std::mem::take(&mut current)));
+                (chunk_start, current_bytes) = (at, 0);
+            }
+            let take = rest.len().min(bytes_max - current_bytes);
+            let piece = rest.split_to(take);
+            at += piece.len() as u64;
+            current_bytes += piece.len();
+            current.push(piece);
+        }
+    }
+    if !current.is_empty() {
+        chunks.push((chunk_start, current));
+    }
+    for (_, c) in &chunks {
+        assert!(c.len() <= iovecs_max && c.iter().map(|p| p.len()).sum::<usize>() <= bytes_max);
+    }
+    chunks
+}
+
+/// Contiguous appends to one file, written by one or more writev calls (`Chunk`s).
+/// Its appends complete when every chunk did; any chunk's error fails them all.
+struct Run {
+    writes: Vec<StagedWrite>,
+    chunks_left: usize,
+    error: Option<std::io::Error>,
 }
 
 /// A submitted writev: it owns its buffers and iovecs until the kernel is done.
-struct InFlight {
-    writes: Vec<StagedWrite>,
+struct Chunk {
+    run: u64,
+    file: Arc<File>,
+    position: u64,
+    parts: Vec<Bytes>,
     _iovecs: Box<[libc::iovec]>,
     total_bytes: usize,
 }
@@ -70,8 +111,14 @@ pub struct Completed {
 pub struct AppendRing {
     ring: IoUring,
     staged: Vec<StagedWrite>,
-    in_flight: HashMap<u64, InFlight>,
+    runs: HashMap<u64, Run>,
+    in_flight: HashMap<u64, Chunk>,
     next_user_data: u64,
+    next_run: u64,
+    /// The most iovecs and bytes one writev carries (the kernel's IOV_MAX and
+    /// MAX_RW_COUNT; smaller in tests).
+    iovecs_max: usize,
+    bytes_max: usize,
     /// Appends written since start, and the writev calls that carried them.
     pub appends_written: u64,
     pub writes_submitted: u64,
@@ -79,11 +126,23 @@ pub struct AppendRing {
 
 impl AppendRing {
     pub fn new() -> std::io::Result<Self> {
+        Self::with_writev_limits(limits::writev_iovecs_max, limits::writev_bytes_max)
+    }
+
+    /// A ring whose writev calls carry at most `iovecs_max` iovecs and `bytes_max` bytes
+    /// (tests use small values to exercise the splitting).
+    pub fn with_writev_limits(iovecs_max: usize, bytes_max: usize) -> std::io::Result<Self> {
+        assert!((1..=limits::writev_iovecs_max).contains(&iovecs_max));
+        assert!((1..=limits::writev_bytes_max).contains(&bytes_max));
         Ok(Self {
             ring: IoUring::new(ring_entries)?,
             staged: Vec::new(),
+            runs: HashMap::new(),
             in_flight: HashMap::new(),
             next_user_data: 0,
+            next_run: 0,
+            iovecs_max,
+            bytes_max,
             appends_written: 0,
             writes_submitted: 0,
         })
@@ -101,9 +160,10 @@ impl AppendRing {
         !self.in_flight.is_empty()
     }
 
-    /// Submit everything staged, merging contiguous appends to the same file. Writes
-    /// that find the submission queue full are done synchronously (rare: the queue is
-    /// as deep as a burst of appends is long) and reported as completed at once.
+    /// Submit everything staged, merging contiguous appends to the same file, each run
+    /// cut into writev calls within the kernel's limits. Chunks that find the submission
+    /// queue full are written synchronously (rare: the queue is as deep as a burst of
+    /// appends is long); appends finished that way are returned at once.
     pub fn submit(&mut self) -> Vec<Completed> {
         let mut done = Vec::new();
         if self.staged.is_empty() {
@@ -116,8 +176,7 @@ impl AppendRing {
         for w in staged {
             match runs.last_mut() {
                 Some(run)
-                    if run.iter().map(|r| r.parts.len()).sum::<usize>() + w.parts.len() <= writev_iovecs_max
-                        && Arc::ptr_eq(&run[0].file, &w.file)
+                    if Arc::ptr_eq(&run[0].file, &w.file)
                         && run.last().map(|l| l.position + l.len() as u64) == Some(w.position) =>
                 {
                     run.push(w)
@@ -125,34 +184,42 @@ impl AppendRing {
                 _ => runs.push(vec![w]),
             }
         }
-        for run in runs {
-            let iovecs: Box<[libc::iovec]> = run
-                .iter()
-                .flat_map(|w| w.parts.iter())
-                .filter(|p| !p.is_empty())
-                .map(|p| libc::iovec { iov_base: p.as_ptr() as *mut libc::c_void, iov_len: p.len() })
-                .collect();
-            let total_bytes = run.iter().map(|w| w.len()).sum();
-            let user_data = self.next_user_data;
-            self.next_user_data += 1;
-            let sqe = opcode::Writev::new(types::Fd(run[0].file.as_raw_fd()), iovecs.as_ptr(), iovecs.len() as u32)
-                .offset(run[0].position)
-                .build()
-                .user_data(user_data);
-            // SAFETY: the iovecs and the buffers they point to are owned by the InFlight
-            // entry stored below, which lives until this user_data's completion is reaped.
-            let pushed = unsafe { self.ring.submission().push(&sqe) }.is_ok() || {
-                let _ = self.ring.submit();
-                unsafe { self.ring.submission().push(&sqe) }.is_ok()
-            };
-            if pushed {
-                self.writes_submitted += 1;
-                self.in_flight.insert(user_data, InFlight { writes: run, _iovecs: iovecs, total_bytes });
-            } else {
-                for w in run {
-                    let result = w.write_sync_from(0);
-                    self.appends_written += 1;
-                    done.push(Completed { tp: w.tp, write_id: w.write_id, result });
+        for writes in runs {
+            let file = writes[0].file.clone();
+            let parts: Vec<Bytes> = writes.iter().flat_map(|w| w.parts.iter().cloned()).collect();
+            let chunks = split_for_writev(writes[0].position, &parts, self.iovecs_max, self.bytes_max);
+            let run = self.next_run;
+            self.next_run += 1;
+            self.runs.insert(run, Run { writes, chunks_left: chunks.len(), error: None });
+            if chunks.is_empty() {
+                self.finish_chunk(run, Ok(()), &mut done); // nothing but empty pieces
+                continue;
+            }
+            for (position, parts) in chunks {
+                let iovecs: Box<[libc::iovec]> = parts
+                    .iter()
+                    .map(|p| libc::iovec { iov_base: p.as_ptr() as *mut libc::c_void, iov_len: p.len() })
+                    .collect();
+                let total_bytes = parts.iter().map(|p| p.len()).sum();
+                let user_data = self.next_user_data;
+                self.next_user_data += 1;
+                let sqe = opcode::Writev::new(types::Fd(file.as_raw_fd()), iovecs.as_ptr(), iovecs.len() as u32)
+                    .offset(position)
+                    .build()
+                    .user_data(user_data);
+                // SAFETY: the iovecs and the buffers they point to are owned by the Chunk
+                // stored below, which lives until this user_data's completion is reaped.
+                let pushed = unsafe { self.ring.submission().push(&sqe) }.is_ok() || {
+                    let _ = self.ring.submit();
+                    unsafe { self.ring.submission().push(&sqe) }.is_ok()
+                };
+                if pushed {
+                    self.writes_submitted += 1;
+                    let chunk = Chunk { run, file: file.clone(), position, parts, _iovecs: iovecs, total_bytes };
+                    self.in_flight.insert(user_data, chunk);
+                } else {
+                    let result = write_parts_sync(&file, position, &parts, 0);
+                    self.finish_chunk(run, result, &mut done);
                 }
             }
         }
@@ -162,38 +229,54 @@ impl AppendRing {
         done
     }
 
+    /// One chunk of `run` finished with `result`; when it was the last, every append of
+    /// the run is done (with the first error any chunk had).
+    fn finish_chunk(&mut self, run: u64, result: std::io::Result<()>, done: &mut Vec<Completed>) {
+        let Some(r) = self.runs.get_mut(&run) else {
+            tracing::error!(run, "completion for an unknown append run");
+            return;
+        };
+        if let Err(e) = result {
+            r.error.get_or_insert(e);
+        }
+        r.chunks_left = r.chunks_left.saturating_sub(1);
+        if r.chunks_left > 0 {
+            return;
+        }
+        let Some(r) = self.runs.remove(&run) else { return };
+        for w in r.writes {
+            self.appends_written += 1;
+            let result = match &r.error {
+                Some(e) => Err(std::io::Error::new(e.kind(), e.to_string())),
+                None => Ok(()),
+            };
+            done.push(Completed { tp: w.tp, write_id: w.write_id, result });
+        }
+    }
+
     /// Collect finished writes. A short write is finished synchronously (it only
     /// happens near a full disk, where the retry then reports the error).
     pub fn reap(&mut self) -> Vec<Completed> {
         let mut done = Vec::new();
         let cqes: Vec<(u64, i32)> = self.ring.completion().map(|c| (c.user_data(), c.result())).collect();
         for (user_data, res) in cqes {
-            let Some(flight) = self.in_flight.remove(&user_data) else {
+            let Some(chunk) = self.in_flight.remove(&user_data) else {
                 tracing::error!(user_data, "completion for an unknown append write");
                 continue;
             };
-            let mut written = if res < 0 { 0 } else { res as usize };
-            let failure = (res < 0).then(|| std::io::Error::from_raw_os_error(-res));
-            if failure.is_none() && written < flight.total_bytes {
-                tracing::warn!(written, total = flight.total_bytes, "short append write; finishing it synchronously");
-            }
-            for w in flight.writes {
-                self.appends_written += 1;
-                let result = match &failure {
-                    Some(e) => Err(std::io::Error::new(e.kind(), e.to_string())),
-                    None => {
-                        let len = w.len();
-                        let already = written.min(len);
-                        written -= already;
-                        if already < len {
-                            w.write_sync_from(already)
-                        } else {
-                            Ok(())
-                        }
-                    }
-                };
-                done.push(Completed { tp: w.tp, write_id: w.write_id, result });
-            }
+            let result = if res < 0 {
+                Err(std::io::Error::from_raw_os_error(-res))
+            } else if (res as usize) < chunk.total_bytes {
+                tracing::warn!(
+                    written = res,
+                    total = chunk.total_bytes,
+                    "short append write; finishing it synchronously"
+                );
+                write_parts_sync(&chunk.file, chunk.position, &chunk.parts, res as usize)
+            } else {
+                Ok(())
+            };
+            self.finish_chunk(chunk.run, result, &mut done);
         }
         done
     }
@@ -250,5 +333,95 @@ mod tests {
         (&*file).read_to_end(&mut content).unwrap();
         let expected: Vec<u8> = (0..10u8).flat_map(|i| vec![i; 100 + i as usize]).collect();
         assert_eq!(content, expected);
+    }
+
+    fn drain(ring: &mut AppendRing, mut done: Vec<Completed>) -> Vec<Completed> {
+        while ring.has_in_flight() {
+            done.extend(ring.reap());
+        }
+        done
+    }
+
+    /// One append of 1,500 batches (a header and a body each: 3,000 pieces) used to be
+    /// one writev of 3,000 iovecs, which Linux refuses (EINVAL, IOV_MAX is 1024) and
+    /// which took the partition offline. It goes out as several writev calls now.
+    #[test]
+    fn an_append_with_more_pieces_than_iov_max_is_split_and_lands_whole() {
+        let mut ring = AppendRing::new().unwrap();
+        let file = Arc::new(tempfile::tempfile().unwrap());
+        let tp = TopicPartition::new("t", 0);
+        let mut parts = Vec::new();
+        let mut expected = Vec::new();
+        for i in 0..1_500u32 {
+            let header = i.to_be_bytes().repeat(3);
+            let body = vec![(i % 251) as u8; 1 + (i % 7) as usize];
+            expected.extend_from_slice(&header);
+            expected.extend_from_slice(&body);
+            parts.push(Bytes::from(header));
+            parts.push(Bytes::from(body));
+        }
+        assert!(parts.len() > limits::writev_iovecs_max);
+        ring.stage(StagedWrite { tp: tp.clone(), write_id: 7, file: file.clone(), position: 0, parts });
+        let submitted = ring.submit();
+        let done = drain(&mut ring, submitted);
+        assert_eq!(done.len(), 1);
+        assert_eq!(done[0].write_id, 7);
+        assert!(done[0].result.is_ok(), "{:?}", done[0].result.as_ref().err());
+        assert_eq!(ring.writes_submitted, 3, "3,000 iovecs in writev calls of at most 1,024");
+        let mut content = Vec::new();
+        (&*file).read_to_end(&mut content).unwrap();
+        assert_eq!(content, expected);
+    }
+
+    #[test]
+    fn runs_are_split_by_bytes_too_and_complete_once_every_chunk_did() {
+        // Tiny limits: 3 iovecs and 10 bytes a writev.
+        let mut ring = AppendRing::with_writev_limits(3, 10).unwrap();
+        let file = Arc::new(tempfile::tempfile().unwrap());
+        let tp = TopicPartition::new("t", 0);
+        let mut expected = Vec::new();
+        let mut pos = 0u64;
+        for i in 0..20u8 {
+            let parts: Vec<Bytes> =
+                vec![Bytes::from(vec![i; 1 + i as usize % 4]), Bytes::new(), Bytes::from(vec![i ^ 0xff; 25])];
+            for p in &parts {
+                expected.extend_from_slice(p);
+            }
+            let len = parts.iter().map(|p| p.len() as u64).sum::<u64>();
+            ring.stage(StagedWrite { tp: tp.clone(), write_id: i as u64, file: file.clone(), position: pos, parts });
+            pos += len;
+        }
+        let submitted = ring.submit();
+        let done = drain(&mut ring, submitted);
+        let mut ids: Vec<u64> = done.iter().map(|c| c.write_id).collect();
+        ids.sort();
+        assert_eq!(ids, (0..20).collect::<Vec<_>>(), "every append reported exactly once");
+        assert!(done.iter().all(|c| c.result.is_ok()));
+        assert!(ring.writes_submitted >= expected.len() as u64 / 10);
+        assert!(ring.is_idle());
+        let mut content = Vec::new();
+        (&*file).read_to_end(&mut content).unwrap();
+        assert_eq!(content, expected);
+    }
+
+    #[test]
+    fn split_for_writev_keeps_order_positions_and_limits() {
+        let parts: Vec<Bytes> = (0..50u8).map(|i| Bytes::from(vec![i; i as usize])).collect();
+        for (iovecs_max, bytes_max) in [(1, 1), (1, 1000), (4, 7), (1024, 100), (1024, 1 << 20)] {
+            let chunks = split_for_writev(100, &parts, iovecs_max, bytes_max);
+            let mut at = 100u64;
+            let mut joined = Vec::new();
+            for (position, c) in &chunks {
+                assert_eq!(*position, at, "chunks follow each other");
+                assert!(c.len() <= iovecs_max);
+                assert!(c.iter().map(|p| p.len()).sum::<usize>() <= bytes_max);
+                assert!(c.iter().all(|p| !p.is_empty()));
+                for p in c {
+                    joined.extend_from_slice(p);
+                    at += p.len() as u64;
+                }
+            }
+            assert_eq!(joined, parts.concat());
+        }
     }
 }

@@ -20,8 +20,7 @@ use futures::channel::oneshot;
 mod append_ring;
 mod groups;
 mod replica;
-pub use append_ring::AppendRing;
-use append_ring::StagedWrite;
+pub use append_ring::{AppendRing, Completed, StagedWrite};
 pub use groups::{group_partition, GroupOp, GroupReply, OffsetList};
 pub use replica::{FetcherStart, IsrOutcome, ReplicaState};
 
@@ -240,6 +239,8 @@ pub struct Shard {
     replica_lag_time_max_ms: i64,
     /// Follower partitions that need a fetcher (taken by the runtime).
     fetcher_starts: Vec<replica::FetcherStart>,
+    /// Roles taken since the last summary line (`log_roles_taken`).
+    roles_taken: replica::RolesTaken,
     /// High watermarks read at start from the checkpoint files, and what this shard
     /// last wrote to its own.
     hw_at_start: HashMap<TopicPartition, i64>,
@@ -266,6 +267,7 @@ impl Shard {
             local_broker,
             replica_lag_time_max_ms: crate::replication::REPLICA_LAG_TIME_MAX_MS_DEFAULT,
             fetcher_starts: Vec::new(),
+            roles_taken: replica::RolesTaken::default(),
             hw_at_start: replica::load_hw_checkpoints(&data_dir),
             hw_checkpointed: Vec::new(),
             id,
@@ -309,10 +311,8 @@ impl Shard {
     fn complete_writes(&mut self, done: Vec<append_ring::Completed>) {
         for c in done {
             let Some(p) = self.partitions.get_mut(&c.tp) else { continue }; // deleted meanwhile
+                                                                            // The log says once that it went offline; every failed write answers its ack.
             let outcome = p.log.write_done(c.write_id, c.result).map_err(|e| e.to_string());
-            if let Err(e) = &outcome {
-                tracing::error!(partition = %c.tp, error = %e, "append write failed: partition is offline");
-            }
             if let Some(i) = p.write_waiters.iter().position(|(id, _)| *id == c.write_id) {
                 let (_, w) = p.write_waiters.swap_remove(i);
                 let _ = w.send(outcome);
@@ -353,6 +353,7 @@ impl Shard {
             }
         }
         owned.sort();
+        let mut opened = 0usize;
         for tp in owned {
             let (registered, known) = {
                 let reg = self.registry.read().expect("registry lock");
@@ -360,7 +361,10 @@ impl Shard {
             };
             if registered {
                 match self.partition_mut(&tp, now_ms) {
-                    Ok(_) => tracing::info!(shard = self.id.0, partition = %tp, "opened partition"),
+                    Ok(_) => {
+                        opened += 1;
+                        tracing::debug!(shard = self.id.0, partition = %tp, "opened partition");
+                    }
                     Err(e) => {
                         tracing::error!(shard = self.id.0, partition = %tp, error = %e, "cannot open partition")
                     }
@@ -372,6 +376,8 @@ impl Shard {
                 tracing::info!(shard = self.id.0, partition = %tp, "partition kept until cluster metadata arrives");
             }
         }
+        tracing::info!(shard = self.id.0, partitions = opened, "opened the partitions on disk");
+        self.log_roles_taken();
         Ok(())
     }
 
@@ -584,6 +590,9 @@ impl Shard {
     pub fn tick(&mut self, now_ms: i64, run_retention: bool) {
         self.sync_registry();
         for (tp, p) in self.partitions.iter_mut() {
+            if p.log.offline_reason().is_some() {
+                continue; // said once when it went offline; nothing to roll, retain or flush
+            }
             if let Err(e) = p.log.maybe_roll(now_ms) {
                 tracing::error!(partition = %tp, error = %e, "segment roll failed");
             }
@@ -632,10 +641,8 @@ impl Shard {
             let Some(p) = self.partitions.get_mut(&tp) else {
                 continue;
             };
+            // A failed fsync takes the log offline, which it logs once.
             let outcome = p.log.mark_flushed(upto, result).map_err(|e| e.to_string());
-            if let Err(e) = &outcome {
-                tracing::error!(partition = %tp, error = %e, "fsync failed: partition is offline");
-            }
             let waiters = std::mem::take(&mut p.durable_waiters);
             for (offset, w) in waiters {
                 if outcome.is_err() || offset <= upto {

@@ -113,6 +113,28 @@ fn fail_hw_waiters(p: &mut Partition, code: i16) {
     }
 }
 
+/// Roles a shard took since its last summary line: counts, and the first
+/// `limits::log_line_partitions_max` partitions by name ("t-0:leader").
+#[derive(Default)]
+pub struct RolesTaken {
+    pub leading: usize,
+    pub following: usize,
+    pub named: Vec<String>,
+}
+
+impl RolesTaken {
+    fn note(&mut self, tp: &TopicPartition, leading: bool) {
+        if leading {
+            self.leading += 1;
+        } else {
+            self.following += 1;
+        }
+        if self.named.len() < crate::model::limits::log_line_partitions_max {
+            self.named.push(format!("{tp}:{}", if leading { "leader" } else { "follower" }));
+        }
+    }
+}
+
 impl Shard {
     pub fn set_replica_lag_time_max_ms(&mut self, ms: i64) {
         self.replica_lag_time_max_ms = ms;
@@ -133,6 +155,7 @@ impl Shard {
     /// partition this shard hosts, set each one's role (leader, follower, offline),
     /// apply config changes, and remove partitions whose topic is gone.
     pub fn sync_registry(&mut self) {
+        self.log_roles_taken();
         let generation = self.registry_generation.load(std::sync::atomic::Ordering::Acquire);
         if generation == self.seen_generation {
             return;
@@ -181,6 +204,23 @@ impl Shard {
             }
             self.refresh_role(&tp, now_ms);
         }
+        self.log_roles_taken();
+    }
+
+    /// One INFO line for the roles taken since the last one (a start takes one per
+    /// partition: 50 for `__consumer_offsets` alone), naming the first few partitions;
+    /// each partition's own line is DEBUG.
+    pub(super) fn log_roles_taken(&mut self) {
+        let taken = std::mem::take(&mut self.roles_taken);
+        if taken.leading == 0 && taken.following == 0 {
+            return;
+        }
+        tracing::info!(
+            shard = self.id.0, leading = taken.leading, following = taken.following,
+            partitions = %taken.named.join(" "),
+            more = (taken.leading + taken.following).saturating_sub(taken.named.len()),
+            "partition roles taken"
+        );
     }
 
     /// Set `tp`'s role from the registry's partition state.
@@ -226,7 +266,8 @@ impl Shard {
                 lag_ms,
             ));
             release_hw_waiters(p);
-            tracing::info!(partition = %tp, leader_epoch = state.leader_epoch, isr = ?state.isr, "leading");
+            tracing::debug!(partition = %tp, leader_epoch = state.leader_epoch, isr = ?state.isr, "leading");
+            self.roles_taken.note(tp, true);
         } else if state.leader >= 0 {
             if matches!(p.role, Role::Follower { leader, leader_epoch } if leader == state.leader && leader_epoch == state.leader_epoch)
             {
@@ -242,7 +283,8 @@ impl Shard {
                 leader: state.leader,
                 leader_epoch: state.leader_epoch,
             });
-            tracing::info!(partition = %tp, leader = state.leader, leader_epoch = state.leader_epoch, "following");
+            tracing::debug!(partition = %tp, leader = state.leader, leader_epoch = state.leader_epoch, "following");
+            self.roles_taken.note(tp, false);
         } else {
             if let Role::Leader(l) = &p.role {
                 p.follower_hw = l.high_watermark();

@@ -84,3 +84,60 @@ def parse_api_versions_v0(body):
         apis[k] = (lo, hi)
         off += 6
     return corr, err, apis
+
+
+def _varint(n):
+    n = (n << 1) ^ (n >> 63)  # zigzag
+    out = b""
+    while True:
+        b = n & 0x7F
+        n >>= 7
+        if n:
+            out += bytes([b | 0x80])
+        else:
+            return out + bytes([b])
+
+
+def record_batch(values, timestamp_ms=0):
+    """One uncompressed magic-2 record batch (baseOffset 0, no producer id, CreateTime)
+    holding `values` (bytes each) with null keys and no headers."""
+    import crc32c
+
+    body = b""
+    for i, v in enumerate(values):
+        rec = b"\x00" + _varint(0) + _varint(i) + _varint(-1) + _varint(len(v)) + v + _varint(0)
+        body += _varint(len(rec)) + rec
+    after_crc = struct.pack(">hiqqqhii", 0, len(values) - 1, timestamp_ms, timestamp_ms, -1, -1, -1,
+                            len(values)) + body
+    crc = crc32c.crc32c(after_crc)
+    after_len = struct.pack(">ibI", -1, 2, crc) + after_crc
+    return struct.pack(">qi", 0, len(after_len)) + after_len
+
+
+def produce_request_v3(topic, partition, records, acks=1, timeout_ms=30000, correlation_id=1):
+    """A Produce v3 frame carrying `records` (raw record-set bytes) for one partition."""
+    t = topic.encode()
+    body = struct.pack(">hhi", -1, acks, timeout_ms)
+    body += struct.pack(">ih", 1, len(t)) + t
+    body += struct.pack(">iii", 1, partition, len(records)) + records
+    return frame(request_header_v1(0, 3, correlation_id) + body)
+
+
+def parse_produce_response_v3(body):
+    """-> {(topic, partition): (error_code, base_offset)} from a Produce v3 response
+    (after the length prefix)."""
+    off = 4  # correlation id
+    (n_topics,) = struct.unpack(">i", body[off:off + 4])
+    off += 4
+    out = {}
+    for _ in range(n_topics):
+        (tlen,) = struct.unpack(">h", body[off:off + 2])
+        name = body[off + 2:off + 2 + tlen].decode()
+        off += 2 + tlen
+        (n_parts,) = struct.unpack(">i", body[off:off + 4])
+        off += 4
+        for _ in range(n_parts):
+            p, err, base, _append_time = struct.unpack(">ihqq", body[off:off + 22])
+            off += 22
+            out[(name, p)] = (err, base)
+    return out

@@ -1,5 +1,7 @@
 //! OffsetCommit: validated by the group's coordinator, written to `__consumer_offsets`
-//! (and fsynced first under `--fsync always`), then visible to OffsetFetch.
+//! (and fsynced first under `--fsync always`), then visible to OffsetFetch. A partition
+//! of a topic the metadata does not know (or past its partition count) is answered
+//! UNKNOWN_TOPIC_OR_PARTITION and not committed, as Kafka does; the rest go ahead.
 
 use bytes::Bytes;
 use kafka_protocol::messages::offset_commit_response::{OffsetCommitResponsePartition, OffsetCommitResponseTopic};
@@ -16,17 +18,30 @@ use super::{group_error_code, respond};
 
 pub async fn handle(ctx: &ShardContext, frame: &RequestFrame) -> Result<Bytes, ProtocolError> {
     let req: OffsetCommitRequest = decode_body(frame)?;
+    // Per request partition, in order: does the metadata know it?
+    let known: Vec<bool> = {
+        let reg = ctx.registry.read().expect("registry lock");
+        req.topics
+            .iter()
+            .flat_map(|t| {
+                let partitions = reg.get(t.name.as_str()).map(|m| m.partitions).unwrap_or(0);
+                t.partitions.iter().map(move |p| p.partition_index >= 0 && p.partition_index < partitions)
+            })
+            .collect()
+    };
+    let nr_known = known.iter().filter(|k| **k).count();
+    let mut is_known = known.iter().copied();
     let offsets: Vec<OffsetCommit> = req
         .topics
         .iter()
-        .flat_map(|t| {
-            t.partitions.iter().map(move |p| OffsetCommit {
-                topic: t.name.to_string(),
-                partition: p.partition_index,
-                offset: p.committed_offset,
-                leader_epoch: p.committed_leader_epoch,
-                metadata: p.committed_metadata.as_ref().map(|m| m.to_string()).unwrap_or_default(),
-            })
+        .flat_map(|t| t.partitions.iter().map(move |p| (t, p)))
+        .filter(|_| is_known.next().unwrap_or(false))
+        .map(|(t, p)| OffsetCommit {
+            topic: t.name.to_string(),
+            partition: p.partition_index,
+            offset: p.committed_offset,
+            leader_epoch: p.committed_leader_epoch,
+            metadata: p.committed_metadata.as_ref().map(|m| m.to_string()).unwrap_or_default(),
         })
         .collect();
     let op = GroupOp::Commit {
@@ -38,27 +53,32 @@ pub async fn handle(ctx: &ShardContext, frame: &RequestFrame) -> Result<Bytes, P
         now_ms: now_ms(),
         durable: ctx.config.fsync == FsyncMode::Always,
     };
-    // One code for every partition, or one per partition.
-    let codes: Vec<i16> = match ctx.call_group(op, None).await {
-        Some(GroupReply::Commit { results: Ok(results), waits }) => {
-            // Written (io_uring), and fsynced under --fsync always, before the answer.
-            let mut flushed = true;
-            for wait in waits {
-                flushed &= matches!(wait.await, Ok(Ok(())));
+    // One code for every known partition, or one per known partition.
+    let codes: Vec<i16> = if nr_known == 0 {
+        Vec::new() // nothing to commit: the group is not consulted (as Kafka)
+    } else {
+        match ctx.call_group(op, None).await {
+            Some(GroupReply::Commit { results: Ok(results), waits }) => {
+                // Written (io_uring), and fsynced under --fsync always, before the answer.
+                let mut flushed = true;
+                for wait in waits {
+                    flushed &= matches!(wait.await, Ok(Ok(())));
+                }
+                results
+                    .iter()
+                    .map(|r| match r {
+                        _ if !flushed => error_code::COORDINATOR_NOT_AVAILABLE,
+                        Ok(()) => error_code::NONE,
+                        Err(e) => group_error_code(e),
+                    })
+                    .collect()
             }
-            results
-                .iter()
-                .map(|r| match r {
-                    _ if !flushed => error_code::COORDINATOR_NOT_AVAILABLE,
-                    Ok(()) => error_code::NONE,
-                    Err(e) => group_error_code(e),
-                })
-                .collect()
+            Some(GroupReply::Commit { results: Err(Some(e)), .. }) => vec![group_error_code(&e); nr_known],
+            _ => vec![ctx.group_unavailable_code(req.group_id.as_str()); nr_known],
         }
-        Some(GroupReply::Commit { results: Err(Some(e)), .. }) => vec![group_error_code(&e); count(&req)],
-        _ => vec![ctx.group_unavailable_code(req.group_id.as_str()); count(&req)],
     };
     let mut codes = codes.into_iter();
+    let mut known = known.into_iter();
     let topics = req
         .topics
         .iter()
@@ -69,15 +89,14 @@ pub async fn handle(ctx: &ShardContext, frame: &RequestFrame) -> Result<Bytes, P
                     .map(|p| {
                         OffsetCommitResponsePartition::default()
                             .with_partition_index(p.partition_index)
-                            .with_error_code(codes.next().unwrap_or(error_code::UNKNOWN_SERVER_ERROR))
+                            .with_error_code(match known.next() {
+                                Some(true) => codes.next().unwrap_or(error_code::UNKNOWN_SERVER_ERROR),
+                                _ => error_code::UNKNOWN_TOPIC_OR_PARTITION,
+                            })
                     })
                     .collect(),
             )
         })
         .collect();
     respond(ApiKey::OffsetCommit, frame, &OffsetCommitResponse::default().with_topics(topics))
-}
-
-fn count(req: &OffsetCommitRequest) -> usize {
-    req.topics.iter().map(|t| t.partitions.len()).sum()
 }
