@@ -7,6 +7,7 @@
 pub mod client;
 pub mod config;
 pub mod coordinator;
+pub mod fuzzing;
 pub mod group;
 pub mod log;
 pub mod model;

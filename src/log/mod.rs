@@ -1116,7 +1116,7 @@ fn file_mtime_ms(file: &File) -> Option<i64> {
     Some(modified.duration_since(std::time::UNIX_EPOCH).ok()?.as_millis() as i64)
 }
 
-fn checkpoint_text(offset: i64) -> String {
+pub fn checkpoint_text(offset: i64) -> String {
     let body = format!("{FORMAT_VERSION} {offset}");
     format!("{body} {}\n", crc32c::crc32c(body.as_bytes()))
 }

@@ -22,7 +22,7 @@ mod groups;
 mod replica;
 pub use append_ring::{AppendRing, Completed, StagedWrite};
 pub use groups::{group_partition, GroupOp, GroupReply, OffsetList};
-pub use replica::{FetcherStart, IsrOutcome, ReplicaState};
+pub use replica::{load_hw_checkpoints, FetcherStart, IsrOutcome, ReplicaState, HW_CHECKPOINT_PREFIX};
 
 use crate::coordinator::registry::{Hosting, Registry};
 use crate::group::{GroupConfig, GroupCoordinator};

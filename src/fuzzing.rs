@@ -1,0 +1,185 @@
+//! Entry points for the fuzz targets (fuzz/fuzz_targets/*.rs, cargo-fuzz) and for the
+//! corpus replay in `cargo test` (tests/fuzz_corpus.rs): every parser of untrusted
+//! bytes, network or disk, fed arbitrary input the way the broker feeds it.
+//!
+//! Each function must return for any input: no panic, no abort, no allocation beyond
+//! what the input's size can justify (libFuzzer's -malloc_limit_mb catches those).
+
+use std::path::Path;
+
+use bytes::Bytes;
+use kafka_protocol::messages::{ApiKey, RequestKind, ResponseKind, ResponseHeader};
+use kafka_protocol::protocol::Decodable;
+
+use crate::log::batch;
+use crate::protocol::shape;
+
+/// A request frame (without its length prefix) as a connection reads it: header, then
+/// the shape check, then the codec every handler decodes with.
+pub fn request(data: &[u8]) {
+    let Ok(frame) = crate::protocol::decode_frame(Bytes::copy_from_slice(data)) else { return };
+    if frame.header.is_none() {
+        return;
+    }
+    let Ok(key) = ApiKey::try_from(frame.api_key) else { return };
+    if shape::check_request(frame.api_key, frame.api_version, &frame.body).is_ok() {
+        let _ = RequestKind::decode(key, &mut frame.body.clone(), frame.api_version);
+    }
+}
+
+/// A peer's response: i16 api key, i16 version, then the frame without its prefix, as
+/// the brokers' clients (replication fetchers, the coordinator link, the CLI) read it.
+pub fn response(data: &[u8]) {
+    if data.len() < 4 {
+        return;
+    }
+    let Ok(key) = ApiKey::try_from(i16::from_be_bytes([data[0], data[1]])) else { return };
+    let version = i16::from_be_bytes([data[2], data[3]]);
+    if !(key.valid_versions().min..=key.valid_versions().max).contains(&version) {
+        return;
+    }
+    let mut body = Bytes::copy_from_slice(&data[4..]);
+    if ResponseHeader::decode(&mut body, key.response_header_version(version)).is_err() {
+        return;
+    }
+    if shape::check_response(key as i16, version, &body).is_ok() {
+        let _ = ResponseKind::decode(key, &mut body, version);
+    }
+}
+
+/// Record batches as produced or replicated: structure, CRC, producer fields, then the
+/// records walk and the codec (and `__consumer_offsets` keys and values, which the
+/// group coordinator decodes when it loads).
+pub fn record_batch(data: &[u8]) {
+    let mut buf = data;
+    while !buf.is_empty() {
+        let Ok((header, size)) = batch::check_structure(buf, crate::model::limits::message_bytes_max as usize) else {
+            return;
+        };
+        let _ = batch::check_semantics(&header);
+        let _ = batch::find_record_by_timestamp(&buf[..size], &header, 0);
+        if batch::check_records(&buf[..size], &header).is_ok() {
+            if let Ok(set) = kafka_protocol::records::RecordBatchDecoder::decode(&mut Bytes::copy_from_slice(&buf[..size])) {
+                for r in set.records {
+                    if let Some(key) = &r.key {
+                        let _ = crate::group::records::decode(key, r.value.as_ref());
+                    }
+                }
+            }
+        }
+        buf = &buf[size..];
+    }
+}
+
+/// A partition directory after a crash: the bytes become a segment's `.log`, `.index`
+/// and `.timeindex`, with or without a recovery point and the clean-shutdown marker
+/// (which makes the log trust its indexes), then the log is opened and read through.
+/// Layout: flags (1 byte), index length (u16), time-index length (u16), then the index,
+/// the time index and the log.
+pub fn segment_recovery(data: &[u8]) {
+    if data.len() < 5 {
+        return;
+    }
+    let flags = data[0];
+    let rest = &data[5..];
+    let index_len = (u16::from_be_bytes([data[1], data[2]]) as usize).min(rest.len());
+    let time_len = (u16::from_be_bytes([data[3], data[4]]) as usize).min(rest.len() - index_len);
+    let (index, rest) = rest.split_at(index_len);
+    let (time_index, log) = rest.split_at(time_len);
+    let Ok(dir) = scratch_dir("segment") else { return };
+    let p = dir.path().join("fuzz-0");
+    let written = std::fs::create_dir_all(&p)
+        .and_then(|()| std::fs::write(p.join("00000000000000000000.log"), log))
+        .and_then(|()| std::fs::write(p.join("00000000000000000000.index"), index))
+        .and_then(|()| std::fs::write(p.join("00000000000000000000.timeindex"), time_index))
+        .and_then(|()| match flags & 1 {
+            1 => std::fs::write(p.join(crate::log::CLEAN_SHUTDOWN_FILE), b""),
+            _ => Ok(()),
+        })
+        .and_then(|()| match flags & 2 {
+            // A recovery point somewhere in the log (its own format: version, offset, crc).
+            2 => std::fs::write(p.join(crate::log::RECOVERY_POINT_FILE), recovery_point_text(flags as i64 >> 2)),
+            _ => Ok(()),
+        });
+    if written.is_err() {
+        return;
+    }
+    let Ok(log) = crate::log::PartitionLog::open(&p, crate::log::LogConfig::default(), 0) else { return };
+    let mut offset = log.log_start_offset();
+    let end = log.log_end_offset();
+    for _ in 0..1024 {
+        if offset >= end {
+            break;
+        }
+        let Ok(plan) = log.read(offset, 64 * 1024, end, true) else { break };
+        let Ok(bytes) = plan.read_to_vec() else { break };
+        if bytes.len() < batch::HEADER_BYTES {
+            break;
+        }
+        let h = batch::BatchHeader::parse(&bytes);
+        offset = crate::model::Offset(h.last_offset() + 1);
+    }
+    let _ = log.close();
+}
+
+fn recovery_point_text(offset: i64) -> String {
+    crate::log::checkpoint_text(offset)
+}
+
+/// Checkpoint files: the leader-epoch checkpoint (text) and the high-watermark
+/// checkpoint (Kafka's replication-offset-checkpoint), both read at start.
+pub fn checkpoints(data: &[u8]) {
+    if let Ok(text) = std::str::from_utf8(data) {
+        let _ = crate::log::leader_epoch::LeaderEpochCache::decode(text);
+    }
+    let Ok(dir) = scratch_dir("checkpoint") else { return };
+    let file = dir.path().join(format!("{}-0", crate::shard::HW_CHECKPOINT_PREFIX));
+    if std::fs::write(&file, data).is_ok() {
+        let _ = crate::shard::load_hw_checkpoints(dir.path());
+    }
+}
+
+/// The coordinator's documents in Kafka's ZooKeeper layout (JSON), as read from
+/// ZooKeeper or the embedded store, and the embedded store's own file.
+pub fn coordinator_json(data: &[u8]) {
+    use crate::coordinator::layout;
+    let _ = layout::decode_broker(data);
+    let _ = layout::decode_topic(data);
+    let _ = layout::decode_partition_state(data, 0);
+    let _ = layout::decode_topic_config(data);
+    let _ = layout::decode_controller(data);
+    let _ = layout::decode_cluster_id(data);
+    let _ = layout::decode_controller_epoch(data);
+    let Ok(dir) = scratch_dir("store") else { return };
+    let meta = dir.path().join("spate-meta");
+    if std::fs::create_dir_all(&meta).and_then(|()| std::fs::write(meta.join("znodes.json"), data)).is_ok() {
+        let _ = crate::coordinator::store::LocalStore::open(dir.path());
+    }
+}
+
+/// A fresh directory under the system's temporary directory, removed on drop.
+struct Scratch(std::path::PathBuf);
+
+impl Scratch {
+    fn path(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn scratch_dir(kind: &str) -> std::io::Result<Scratch> {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    let dir = std::env::temp_dir().join(format!(
+        "spate-fuzz-{kind}-{}-{}",
+        std::process::id(),
+        NEXT.fetch_add(1, Ordering::Relaxed)
+    ));
+    std::fs::create_dir_all(&dir)?;
+    Ok(Scratch(dir))
+}
