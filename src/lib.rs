@@ -14,3 +14,4 @@ pub mod protocol;
 pub mod replication;
 pub mod server;
 pub mod shard;
+pub mod txn;

@@ -284,6 +284,7 @@ impl TopicConfig {
             },
             flush_messages: long("flush.messages").max(1) as u64,
             flush_ms: long("flush.ms"),
+            producer_id_expiration_ms: limits::producer_id_expiration_ms_default,
         }
     }
 }

@@ -145,6 +145,9 @@ pub const CLUSTER_METADATA_TOPIC: &str = "__cluster_metadata";
 /// The file in the data dir where a mirror keeps its last snapshot.
 pub const SNAPSHOT_CACHE_FILE: &str = "cluster-snapshot.json";
 
+/// Tries to reserve a producer id block when other coordinators keep winning the race.
+const producer_id_block_attempts_max: usize = 10;
+
 pub struct Registry {
     role: Role,
     /// Kafka's cluster id (`/cluster/id`); empty on a mirror without a snapshot.
@@ -169,6 +172,9 @@ pub struct Registry {
     topics: BTreeMap<String, TopicMeta>,
     /// Seeds replica placement (Kafka picks a random start broker).
     placement_seed: u64,
+    /// Producer ids (InitProducerId) from the block this coordinator reserved last;
+    /// empty on a mirror and after a takeover (a fresh block is reserved first).
+    producer_ids: crate::txn::producer_id::ProducerIdAllocator,
 }
 
 /// Kafka's topic name rule: 1..=249 chars of [a-zA-Z0-9._-], not "." or "..".
@@ -359,6 +365,7 @@ impl Registry {
             broker,
             topics: BTreeMap::new(),
             placement_seed: now_ms ^ 0x9e37_79b9_7f4a_7c15,
+            producer_ids: Default::default(),
         };
         registry.persist(&changes)?;
         for name in children_or_empty(registry.store()?, paths::DELETE_TOPICS)? {
@@ -396,6 +403,7 @@ impl Registry {
             broker,
             topics: BTreeMap::new(),
             placement_seed: 0,
+            producer_ids: Default::default(),
         };
         if let Some(path) = cache.as_ref().filter(|p| p.exists()) {
             match std::fs::read(path).map_err(|e| e.to_string()).and_then(|b| registry.install(&b, false)) {
@@ -758,6 +766,52 @@ impl Registry {
             }
         }
         Ok(())
+    }
+
+    /// A new producer id (InitProducerId), on the active coordinator. When the current
+    /// block is used up, the next block is reserved in `/latest_producer_id_block`
+    /// (Kafka's layout), conditionally on the version read, so two coordinators never
+    /// reserve the same block; a lost race reads again.
+    pub fn next_producer_id(&mut self) -> Result<crate::model::ProducerId, RegistryError> {
+        use crate::txn::producer_id::{ProducerIdBlock, LATEST_PRODUCER_ID_BLOCK};
+        if let Some(id) = self.producer_ids.next_id() {
+            return Ok(id);
+        }
+        let broker = self.broker.id;
+        let store = self.store()?;
+        let mut last_error = String::new();
+        for _ in 0..producer_id_block_attempts_max {
+            let current = store.get(LATEST_PRODUCER_ID_BLOCK)?;
+            let previous = match &current {
+                Some(node) => Some(
+                    ProducerIdBlock::decode(&node.data)
+                        .map_err(|error| RegistryError::Corrupt { path: LATEST_PRODUCER_ID_BLOCK.into(), error })?,
+                ),
+                None => None,
+            };
+            let Some(block) = ProducerIdBlock::next_after(previous.as_ref(), broker) else {
+                return Err(RegistryError::Corrupt {
+                    path: LATEST_PRODUCER_ID_BLOCK.into(),
+                    error: "producer id space exhausted".into(),
+                });
+            };
+            let written = match &current {
+                Some(node) => store.set(LATEST_PRODUCER_ID_BLOCK, &block.encode(), Some(node.version)).map(|_| ()),
+                None => store.create(LATEST_PRODUCER_ID_BLOCK, &block.encode(), CreateMode::Persistent),
+            };
+            match written {
+                Ok(()) => {
+                    tracing::info!(broker, start = block.start, end = block.end, "reserved a producer id block");
+                    self.producer_ids.install(block);
+                    return Ok(self.producer_ids.next_id().expect("a fresh block has ids"));
+                }
+                Err(e @ (StoreError::BadVersion(_) | StoreError::NodeExists(_))) => last_error = e.to_string(),
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Err(RegistryError::Store(StoreError::Unavailable(format!(
+            "could not reserve a producer id block in {producer_id_block_attempts_max} attempts: {last_error}"
+        ))))
     }
 
     pub fn get(&self, name: &str) -> Option<&TopicMeta> {

@@ -67,6 +67,10 @@ pub struct ShardCounters {
     pub bad_frames: AtomicU64,
     pub bad_requests: AtomicU64,
     pub unsupported_requests: AtomicU64,
+    /// Idempotent batches refused by the producer state (stale epoch, sequence gap,
+    /// negative sequence), and retries answered with their original offsets.
+    pub producer_batches_refused: AtomicU64,
+    pub producer_batches_duplicate: AtomicU64,
     pub bytes_in: AtomicU64,
     pub bytes_out: AtomicU64,
     pub fsyncs: AtomicU64,
@@ -140,6 +144,18 @@ impl Metrics {
         counter(&mut out, "spate_unsupported_requests_total", "Requests of unsupported APIs or versions.", &|s| {
             s.unsupported_requests.load(Ordering::Relaxed)
         });
+        counter(
+            &mut out,
+            "spate_producer_batches_refused_total",
+            "Idempotent batches refused (stale epoch, out-of-order or negative sequence).",
+            &|s| s.producer_batches_refused.load(Ordering::Relaxed),
+        );
+        counter(
+            &mut out,
+            "spate_producer_batches_duplicate_total",
+            "Idempotent retries answered with the original offsets, not appended again.",
+            &|s| s.producer_batches_duplicate.load(Ordering::Relaxed),
+        );
         counter(&mut out, "spate_bytes_in_total", "Request bytes read.", &|s| s.bytes_in.load(Ordering::Relaxed));
         counter(&mut out, "spate_bytes_out_total", "Response bytes written.", &|s| s.bytes_out.load(Ordering::Relaxed));
         counter(&mut out, "spate_fsyncs_total", "fdatasync calls on partition logs.", &|s| {

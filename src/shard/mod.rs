@@ -181,6 +181,9 @@ pub enum PartitionReply {
         /// acks=all: resolves when the high watermark passes the batch (Err: a Kafka
         /// error code, NOT_ENOUGH_REPLICAS_AFTER_APPEND or NOT_LEADER_OR_FOLLOWER).
         replicated: Option<oneshot::Receiver<Result<(), i16>>>,
+        /// An idempotent producer's retry of a batch already in the log: `info` holds
+        /// the original offsets and nothing was appended.
+        duplicate: bool,
     },
     EpochEnd {
         leader_epoch: i32,
@@ -435,7 +438,29 @@ impl Shard {
                     return Err(PartitionError::NotEnoughReplicas { tp, isr, min: min_insync });
                 }
                 // The leader stamps its epoch into every batch (KIP-101).
-                let (info, write, patches) = p.log.append_shared_with_leader_epoch(&records, epoch, now_ms)?;
+                let (info, write, patches) = match p.log.append_shared_with_leader_epoch(&records, epoch, now_ms) {
+                    Err(LogError::DuplicateBatch(info)) => {
+                        // A producer's retry: its original offsets, once a consumer could
+                        // read them (and the in-sync replicas have them, for acks=all).
+                        let readable = replica::high_watermark(p);
+                        let replicated = (acks == -1 || info.last_offset >= readable).then(|| {
+                            let (tx, rx) = oneshot::channel();
+                            p.hw_waiters.push((info.last_offset, tx));
+                            replica::advance_hw(p);
+                            rx
+                        });
+                        let log_start_offset = p.log.log_start_offset();
+                        return Ok(PartitionReply::Produced {
+                            info,
+                            log_start_offset,
+                            written: None,
+                            durable: None,
+                            replicated,
+                            duplicate: true,
+                        });
+                    }
+                    other => other?,
+                };
                 // Each batch goes out as its new header, then its bytes from the request.
                 let mut parts = Vec::with_capacity(2 * patches.len());
                 for patch in &patches {
@@ -490,7 +515,7 @@ impl Shard {
                     });
                     rx
                 });
-                Ok(PartitionReply::Produced { info, log_start_offset, written, durable, replicated })
+                Ok(PartitionReply::Produced { info, log_start_offset, written, durable, replicated, duplicate: false })
             }
             PartitionOp::Fetch { tp, offset, max_bytes, min_one_batch, replica, current_leader_epoch, now_ms } => {
                 let zero_copy_bytes_min = self.zero_copy_bytes_min;
@@ -594,6 +619,12 @@ impl Shard {
                         tracing::info!(partition = %tp, segments = n, log_start_offset = %p.log.log_start_offset(), "retention deleted segments")
                     }
                     Err(e) => tracing::error!(partition = %tp, error = %e, "retention failed"),
+                }
+            }
+            if run_retention {
+                let expired = p.log.expire_producers(now_ms);
+                if expired > 0 {
+                    tracing::info!(partition = %tp, producers = expired, "expired idle producer ids");
                 }
             }
             if p.durable_waiters.is_empty() && p.log.flush_due(now_ms) {
