@@ -109,6 +109,9 @@ pub struct ClusterSnapshot {
     #[serde(default)]
     pub incarnations: BTreeMap<i32, uuid::Uuid>,
     pub controller: ControllerSnapshot,
+    /// Producer ids at or above this were never issued (see `producer_id_bound`).
+    #[serde(default)]
+    pub producer_id_bound: Option<i64>,
 }
 
 /// How this broker holds a partition.
@@ -175,6 +178,10 @@ pub struct Registry {
     /// Producer ids (InitProducerId) from the block this coordinator reserved last;
     /// empty on a mirror and after a takeover (a fresh block is reserved first).
     producer_ids: crate::txn::producer_id::ProducerIdAllocator,
+    /// Producer ids at or above this were never issued: one block past the latest
+    /// reserved one, so that a broker whose snapshot lags by a block still accepts
+    /// every id handed out. None until known (a mirror without a snapshot).
+    producer_id_bound: Option<i64>,
 }
 
 /// Kafka's topic name rule: 1..=249 chars of [a-zA-Z0-9._-], not "." or "..".
@@ -366,8 +373,13 @@ impl Registry {
             topics: BTreeMap::new(),
             placement_seed: now_ms ^ 0x9e37_79b9_7f4a_7c15,
             producer_ids: Default::default(),
+            producer_id_bound: None,
         };
         registry.persist(&changes)?;
+        if let Err(e) = registry.load_producer_id_bound() {
+            // Not fatal here: InitProducerId reports it; batches are not checked meanwhile.
+            tracing::error!(error = %e, "cannot read the latest producer id block");
+        }
         for name in children_or_empty(registry.store()?, paths::DELETE_TOPICS)? {
             tracing::info!(topic = %name, "finishing an interrupted topic deletion");
             if registry.controller.topic(&name).is_some() {
@@ -404,6 +416,7 @@ impl Registry {
             topics: BTreeMap::new(),
             placement_seed: 0,
             producer_ids: Default::default(),
+            producer_id_bound: None,
         };
         if let Some(path) = cache.as_ref().filter(|p| p.exists()) {
             match std::fs::read(path).map_err(|e| e.to_string()).and_then(|b| registry.install(&b, false)) {
@@ -533,6 +546,7 @@ impl Registry {
             cluster_id: self.cluster_id.clone(),
             incarnations: self.incarnations.clone(),
             controller: self.controller.snapshot(),
+            producer_id_bound: self.producer_id_bound,
         };
         let json = serde_json::to_vec(&snapshot).map_err(|e| corrupt("snapshot", e))?;
         Ok((snapshot.version, json))
@@ -567,6 +581,7 @@ impl Registry {
         }
         self.cluster_id = snapshot.cluster_id;
         self.incarnations = snapshot.incarnations;
+        self.producer_id_bound = snapshot.producer_id_bound;
         self.controller = Controller::from_snapshot(ControllerConfig::default(), snapshot.controller);
         self.role = Role::Mirror { cache, version, controller_id: Some(snapshot.controller_id) };
         self.refresh_cache();
@@ -803,6 +818,7 @@ impl Registry {
                 Ok(()) => {
                     tracing::info!(broker, start = block.start, end = block.end, "reserved a producer id block");
                     self.producer_ids.install(block);
+                    self.set_producer_id_bound(Some(&block));
                     return Ok(self.producer_ids.next_id().expect("a fresh block has ids"));
                 }
                 Err(e @ (StoreError::BadVersion(_) | StoreError::NodeExists(_))) => last_error = e.to_string(),
@@ -812,6 +828,39 @@ impl Registry {
         Err(RegistryError::Store(StoreError::Unavailable(format!(
             "could not reserve a producer id block in {producer_id_block_attempts_max} attempts: {last_error}"
         ))))
+    }
+
+    /// Producer ids at or above this were never issued (None: not known here).
+    pub fn producer_id_bound(&self) -> Option<i64> {
+        self.producer_id_bound
+    }
+
+    /// One block past `latest` (the latest reserved block; None: none yet). A change is
+    /// a metadata change: mirrors pull it with the next snapshot.
+    fn set_producer_id_bound(&mut self, latest: Option<&crate::txn::producer_id::ProducerIdBlock>) {
+        let end = latest.map_or(-1, |b| b.end);
+        let bound = end.saturating_add(1).saturating_add(limits::producer_id_block_size_max);
+        if self.producer_id_bound != Some(bound) {
+            self.producer_id_bound = Some(bound);
+            if let Role::Active { changes, .. } = &mut self.role {
+                *changes += 1;
+            }
+            self.generation.fetch_add(1, Ordering::AcqRel);
+        }
+    }
+
+    /// The active coordinator learns the latest reserved block at open.
+    fn load_producer_id_bound(&mut self) -> Result<(), RegistryError> {
+        use crate::txn::producer_id::{ProducerIdBlock, LATEST_PRODUCER_ID_BLOCK};
+        let latest = match self.store()?.get(LATEST_PRODUCER_ID_BLOCK)? {
+            Some(node) => Some(
+                ProducerIdBlock::decode(&node.data)
+                    .map_err(|error| RegistryError::Corrupt { path: LATEST_PRODUCER_ID_BLOCK.into(), error })?,
+            ),
+            None => None,
+        };
+        self.set_producer_id_bound(latest.as_ref());
+        Ok(())
     }
 
     pub fn get(&self, name: &str) -> Option<&TopicMeta> {

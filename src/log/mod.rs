@@ -258,6 +258,9 @@ pub struct PartitionLog {
     /// Every idempotent producer's epoch and last batches (Kafka's producer state),
     /// covering every batch below the log end offset; snapshots in `<offset>.snapshot`.
     producers: ProducerStates,
+    /// Producer ids at or above this were never issued (the coordinator's word; None
+    /// until known): batches carrying one are refused.
+    producer_id_bound: Option<i64>,
 }
 
 /// One appended batch's new header: `header` replaces the first 61 bytes of the
@@ -417,6 +420,7 @@ impl PartitionLog {
             next_write_id: 0,
             leader_epochs,
             producers,
+            producer_id_bound: None,
         })
     }
 
@@ -570,7 +574,7 @@ impl PartitionLog {
             producer_batches.extend(producers::producer_batch(h));
         }
         if !producer_batches.is_empty() {
-            if let Verdict::Duplicate(m) = self.producers.check(&producer_batches)? {
+            if let Verdict::Duplicate(m) = self.producers.check(&producer_batches, self.producer_id_bound)? {
                 return Err(LogError::DuplicateBatch(AppendInfo {
                     base_offset: Offset(m.first_offset()),
                     last_offset: Offset(m.last_offset),
@@ -1118,6 +1122,11 @@ impl PartitionLog {
     /// Every producer's state (DescribeProducers).
     pub fn producer_states(&self) -> &ProducerStates {
         &self.producers
+    }
+
+    /// Ids at or above `bound` were never issued (from the cluster metadata).
+    pub fn set_producer_id_bound(&mut self, bound: Option<i64>) {
+        self.producer_id_bound = bound;
     }
 
     /// Forget producers idle past `producer.id.expiration.ms`. Returns how many.

@@ -247,6 +247,8 @@ pub struct Shard {
     /// last wrote to its own.
     hw_at_start: HashMap<TopicPartition, i64>,
     hw_checkpointed: Vec<(TopicPartition, i64)>,
+    /// Producer ids at or above this were never issued (from the registry).
+    producer_id_bound: Option<i64>,
 }
 
 impl Shard {
@@ -271,6 +273,7 @@ impl Shard {
             fetcher_starts: Vec::new(),
             hw_at_start: replica::load_hw_checkpoints(&data_dir),
             hw_checkpointed: Vec::new(),
+            producer_id_bound: None,
             id,
             nr_shards,
             data_dir,
@@ -391,7 +394,8 @@ impl Shard {
                     _ => return Err(PartitionError::UnknownTopicOrPartition(tp.clone())),
                 }
             };
-            let log = PartitionLog::open(&self.data_dir.join(tp.dir_name()), config, now_ms)?;
+            let mut log = PartitionLog::open(&self.data_dir.join(tp.dir_name()), config, now_ms)?;
+            log.set_producer_id_bound(self.producer_id_bound);
             // The high watermark this broker knew before it stopped (never above the log).
             let follower_hw = self.hw_at_start.get(tp).copied().unwrap_or(0).min(log.log_end_offset().0);
             self.partitions.insert(

@@ -141,6 +141,7 @@ impl Shard {
         let now_ms = crate::server::now_ms();
         let (gone, hosted) = {
             let reg = self.registry.read().expect("registry lock");
+            self.producer_id_bound = reg.producer_id_bound();
             let gone: Vec<TopicPartition> = self
                 .partitions
                 .keys()
@@ -168,10 +169,12 @@ impl Shard {
                 tracing::error!(partition = %tp, error = %e, "cannot remove the partition of a deleted topic");
             }
         }
+        let producer_id_bound = self.producer_id_bound;
         for (tp, config, min_insync) in hosted {
             match self.partition_mut(&tp, now_ms) {
                 Ok(p) => {
                     p.log.set_config(config);
+                    p.log.set_producer_id_bound(producer_id_bound);
                     p.min_insync = min_insync;
                 }
                 Err(e) => {

@@ -195,6 +195,9 @@ pub enum Verdict {
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ProducerStateError {
+    /// -> UNKNOWN_PRODUCER_ID: an id no InitProducerId ever issued.
+    #[error("producer id {producer_id} was never issued")]
+    UnknownProducerId { producer_id: ProducerId },
     /// -> INVALID_PRODUCER_EPOCH (PRODUCER_FENCED for old Produce versions).
     #[error("producer {producer_id}: epoch {epoch} is older than the current epoch {current}")]
     InvalidProducerEpoch { producer_id: ProducerId, epoch: ProducerEpoch, current: ProducerEpoch },
@@ -245,7 +248,17 @@ impl ProducerStates {
     /// (Kafka's `analyzeAndValidateProducerState` for a client append). A duplicate of
     /// any batch makes the whole set a duplicate, as in Kafka. Several batches of one
     /// producer in one set are checked against each other. Changes nothing.
-    pub fn check(&self, batches: &[ProducerBatch]) -> Result<Verdict, ProducerStateError> {
+    ///
+    /// `producer_id_bound`: ids at or above it were never issued (None: not known);
+    /// a batch carrying one is `UnknownProducerId`.
+    pub fn check(
+        &self,
+        batches: &[ProducerBatch],
+        producer_id_bound: Option<i64>,
+    ) -> Result<Verdict, ProducerStateError> {
+        if let Some(b) = batches.iter().find(|b| producer_id_bound.is_some_and(|bound| b.producer_id.0 >= bound)) {
+            return Err(ProducerStateError::UnknownProducerId { producer_id: b.producer_id });
+        }
         for b in batches {
             if let Some(dup) = self.producers.get(&b.producer_id).and_then(|e| e.find_duplicate(b)) {
                 return Ok(Verdict::Duplicate(dup));
@@ -438,7 +451,7 @@ mod tests {
         }
 
         fn send(&mut self, b: ProducerBatch) -> Result<(i64, i64, bool), ProducerStateError> {
-            match self.states.check(&[b])? {
+            match self.states.check(&[b], None)? {
                 Verdict::Duplicate(m) => Ok((m.first_offset(), m.last_offset, true)),
                 Verdict::Append => {
                     let first = self.log_end;
@@ -540,17 +553,30 @@ mod tests {
             l
         };
         let ok = [batch(1, 0, 1, 2, 0), batch(1, 0, 3, 1, 0), batch(2, 0, 0, 1, 0)];
-        assert_eq!(l.states.check(&ok), Ok(Verdict::Append));
+        assert_eq!(l.states.check(&ok, None), Ok(Verdict::Append));
         let gap = [batch(1, 0, 1, 2, 0), batch(1, 0, 4, 1, 0)];
-        assert!(l.states.check(&gap).is_err());
+        assert!(l.states.check(&gap, None).is_err());
         let dup = [batch(1, 0, 0, 1, 0), batch(1, 0, 1, 1, 0)];
-        assert!(matches!(l.states.check(&dup), Ok(Verdict::Duplicate(_))));
+        assert!(matches!(l.states.check(&dup, None), Ok(Verdict::Duplicate(_))));
     }
 
     #[test]
     fn negative_sequence_is_refused() {
         let l = Leader::new();
-        assert!(matches!(l.states.check(&[batch(1, 0, -5, 1, 0)]), Err(ProducerStateError::OutOfOrderSequence { .. })));
+        assert!(matches!(
+            l.states.check(&[batch(1, 0, -5, 1, 0)], None),
+            Err(ProducerStateError::OutOfOrderSequence { .. })
+        ));
+    }
+
+    #[test]
+    fn ids_never_issued_are_unknown() {
+        let l = Leader::new();
+        assert_eq!(l.states.check(&[batch(999, 0, 0, 1, 0)], Some(1000)), Ok(Verdict::Append));
+        assert_eq!(
+            l.states.check(&[batch(1000, 0, 0, 1, 0)], Some(1000)),
+            Err(ProducerStateError::UnknownProducerId { producer_id: ProducerId(1000) })
+        );
     }
 
     #[test]

@@ -123,6 +123,7 @@ fn partition_error_code(e: &PartitionError) -> i16 {
             LogError::Offline(_) | LogError::Io(_) => error_code::KAFKA_STORAGE_ERROR,
             LogError::Producer(p) => match p {
                 ProducerStateError::InvalidProducerEpoch { .. } => error_code::INVALID_PRODUCER_EPOCH,
+                ProducerStateError::UnknownProducerId { .. } => error_code::UNKNOWN_PRODUCER_ID,
                 ProducerStateError::OutOfOrderSequence { .. } => error_code::OUT_OF_ORDER_SEQUENCE_NUMBER,
             },
             // The shard answers duplicates as appends; only a caller that does not gets here.
