@@ -66,11 +66,26 @@ def test_kafka_python_default_producer(broker):
         for i, f in enumerate(futs):
             md = f.get(30)
             sent.setdefault(md.partition, []).append(b"v%05d" % i)
+        pid = p._transaction_manager.producer_id_and_epoch.producer_id
     finally:
         p.close(timeout=5)
     got = kp_consume(broker.bootstrap, "kp-idem", 3, count=600)
     assert sum(len(v) for v in got.values()) == 600
     assert_exactly_once_in_order(sent, got)
+
+    # DescribeProducers (KIP-664) shows the producer state the partitions keep.
+    from kafka import TopicPartition as KTP
+    from kafka.admin import KafkaAdminClient
+    a = KafkaAdminClient(bootstrap_servers=[broker.bootstrap], request_timeout_ms=15000)
+    try:
+        states = a.describe_producers([KTP("kp-idem", part) for part in range(3)])
+    finally:
+        a.close()
+    for part in range(3):
+        (st,) = states[KTP("kp-idem", part)].active_producers
+        assert (st.producer_id, st.producer_epoch) == (pid, 0), st
+        assert st.last_sequence == len(sent.get(part, [])) - 1, st
+        assert st.current_transaction_start_offset == -1 and st.last_timestamp > 0, st
 
 
 @pytest.mark.slow

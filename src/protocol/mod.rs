@@ -48,6 +48,7 @@ pub const SUPPORTED_APIS: &[(ApiKey, i16, i16)] = &[
     (ApiKey::OffsetForLeaderEpoch, 2, 4),
     // Idempotent producers (no transactional ids yet).
     (ApiKey::InitProducerId, 0, 5),
+    (ApiKey::DescribeProducers, 0, 0),
 ];
 
 pub fn supported_range(key: ApiKey) -> Option<(i16, i16)> {

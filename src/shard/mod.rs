@@ -100,6 +100,8 @@ pub enum PartitionOp {
     DeletePartition { tp: TopicPartition },
     /// The topic's config changed in the registry: apply it to the open log.
     RefreshConfig { tp: TopicPartition },
+    /// DescribeProducers: the leader's producer state.
+    DescribeProducers { tp: TopicPartition },
 }
 
 impl PartitionOp {
@@ -111,7 +113,8 @@ impl PartitionOp {
             | PartitionOp::WaitForData { tp, .. }
             | PartitionOp::EpochEndOffset { tp, .. }
             | PartitionOp::DeletePartition { tp }
-            | PartitionOp::RefreshConfig { tp } => tp,
+            | PartitionOp::RefreshConfig { tp }
+            | PartitionOp::DescribeProducers { tp } => tp,
         }
     }
 }
@@ -197,6 +200,19 @@ pub enum PartitionReply {
     Waiting(oneshot::Receiver<()>),
     /// Done, nothing to report (delete, config refresh).
     Done,
+    /// Every producer's state in the partition, by producer id.
+    Producers(Vec<ProducerSummary>),
+}
+
+/// One producer as DescribeProducers shows it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ProducerSummary {
+    pub producer_id: crate::model::ProducerId,
+    pub epoch: crate::model::ProducerEpoch,
+    pub last_sequence: i32,
+    pub last_timestamp_ms: i64,
+    pub coordinator_epoch: i32,
+    pub current_txn_start_offset: i64,
 }
 
 struct Partition {
@@ -426,6 +442,7 @@ impl Shard {
             PartitionOp::Fetch { tp, current_leader_epoch, .. }
             | PartitionOp::EpochEndOffset { tp, current_leader_epoch, .. } => Some((tp, 0, *current_leader_epoch)),
             PartitionOp::ListOffset { tp, current_leader_epoch, .. } => Some((tp, 0, *current_leader_epoch)),
+            PartitionOp::DescribeProducers { tp } => Some((tp, 0, -1)),
             _ => None,
         };
         if let Some((tp, now_ms, epoch)) = led {
@@ -579,6 +596,24 @@ impl Shard {
                     p.data_waiters.push(tx);
                 }
                 Ok(PartitionReply::Waiting(rx))
+            }
+            PartitionOp::DescribeProducers { tp } => {
+                let p = self.partition_mut(&tp, 0)?;
+                let producers = p
+                    .log
+                    .producer_states()
+                    .entries()
+                    .into_iter()
+                    .map(|(producer_id, e)| ProducerSummary {
+                        producer_id,
+                        epoch: e.epoch,
+                        last_sequence: e.last_seq(),
+                        last_timestamp_ms: e.last_timestamp_ms,
+                        coordinator_epoch: e.coordinator_epoch,
+                        current_txn_start_offset: e.current_txn_first_offset,
+                    })
+                    .collect();
+                Ok(PartitionReply::Producers(producers))
             }
             PartitionOp::RefreshConfig { tp } => {
                 let config = {

@@ -14,6 +14,7 @@ mod delete_groups;
 mod delete_topics;
 mod describe_configs;
 mod describe_groups;
+mod describe_producers;
 mod fetch;
 mod find_coordinator;
 mod heartbeat;
@@ -96,6 +97,7 @@ pub async fn handle(ctx: &ShardContext, frame: RequestFrame) -> Result<Option<Re
         ApiKey::AlterPartition => alter_partition::handle(ctx, &frame).await.map(Some),
         ApiKey::OffsetForLeaderEpoch => offset_for_leader_epoch::handle(ctx, &frame).await.map(Some),
         ApiKey::InitProducerId => init_producer_id::handle(ctx, &frame).await.map(Some),
+        ApiKey::DescribeProducers => describe_producers::handle(ctx, &frame).await.map(Some),
         other => Err(ProtocolError::BadHeader(format!("no handler for {other:?}"))),
     };
     bytes.map(|b| b.map(Response::from))
