@@ -251,3 +251,39 @@ def test_producer_id_blocks_in_zookeeper(broker_factory, zookeeper):
         assert doc["broker"] == 5 and int(doc["block_start"]) == second
     finally:
         zk.stop()
+
+
+def test_a_new_leader_deduplicates_retries_of_what_the_old_leader_wrote(broker_factory):
+    """Followers build the producer state from the batches they replicate: after the
+    leader is killed, the new leader answers a retry of a batch the old leader wrote
+    with its original offset instead of appending it again."""
+    from test_replication import partition_states, start_cluster, wait_identical_replicas, wait_states
+    brokers = start_cluster(broker_factory)
+    b1 = brokers[1]
+    create_topic(b1.bootstrap, "idem-rep", 3, config={"min.insync.replicas": "2"}, replication_factor=3)
+    states = partition_states(b1.bootstrap, "idem-rep")
+    # Not the partition led by broker 1: it runs the embedded coordinator.
+    part, (old_leader, _, _) = next((p, s) for p, s in sorted(states.items()) if s[0] != 1)
+    # InitProducerId on a broker that is not the coordinator: forwarded to it.
+    err, pid, epoch = wire.parse_init_producer_id(wire.call(brokers[3].port, wire.init_producer_id()))
+    assert (err, epoch) == (NONE, 0)
+
+    def produce(broker, batch):
+        return wire.parse_produce_v3(wire.call(broker.port, wire.produce_v3("idem-rep", part, batch, acks=-1)))
+
+    first = wire.record_batch([b"a", b"b"], pid, 0, 0)
+    second = wire.record_batch([b"c"], pid, 0, 2)
+    assert produce(brokers[old_leader], first) == (NONE, 0)
+    assert produce(brokers[old_leader], second) == (NONE, 2)
+    wait_identical_replicas(brokers, "idem-rep", 3)
+    brokers[old_leader].kill()
+    states = wait_states(b1.bootstrap, "idem-rep", lambda s: s[part][0] not in (old_leader, -1),
+                         timeout=30, what="a new leader")
+    new_leader = brokers[states[part][0]]
+    # The producer's retries of both batches: their original offsets, nothing appended.
+    assert produce(new_leader, second) == (NONE, 2)
+    assert produce(new_leader, first) == (NONE, 0)
+    assert produce(new_leader, wire.record_batch([b"x"], pid, 0, 9))[0] == OUT_OF_ORDER_SEQUENCE_NUMBER
+    assert produce(new_leader, wire.record_batch([b"d"], pid, 0, 3)) == (NONE, 3)
+    got = cf_consume(new_leader.bootstrap, "idem-rep", 3, count=4)
+    assert [r.value for r in got[part]] == [b"a", b"b", b"c", b"d"]
