@@ -287,3 +287,26 @@ def test_a_new_leader_deduplicates_retries_of_what_the_old_leader_wrote(broker_f
     assert produce(new_leader, wire.record_batch([b"d"], pid, 0, 3)) == (NONE, 3)
     got = cf_consume(new_leader.bootstrap, "idem-rep", 3, count=4)
     assert [r.value for r in got[part]] == [b"a", b"b", b"c", b"d"]
+
+
+def test_idle_producers_expire(broker_factory):
+    """producer.id.expiration.ms: a producer whose last batch is older than that is
+    forgotten (here at the restart's recovery; the shard's housekeeping does it on a
+    running broker), and its next batch is accepted at any sequence, as in Kafka."""
+    b = broker_factory("--producer-id-expiration-ms", "5000")
+    create_topic(b.bootstrap, "expiring", 1)
+
+    def produce(batch):
+        return wire.parse_produce_v3(wire.call(b.port, wire.produce_v3("expiring", 0, batch)))
+
+    err, pid, _ = wire.parse_init_producer_id(wire.call(b.port, wire.init_producer_id()))
+    err2, fresh, _ = wire.parse_init_producer_id(wire.call(b.port, wire.init_producer_id()))
+    now_ms = int(time.time() * 1000)
+    assert produce(wire.record_batch([b"old"], pid, 0, 0, timestamp_ms=now_ms - 60_000)) == (NONE, 0)
+    assert produce(wire.record_batch([b"new"], fresh, 0, 0, timestamp_ms=now_ms + 60_000)) == (NONE, 1)
+    assert produce(wire.record_batch([b"x"], pid, 0, 7))[0] == OUT_OF_ORDER_SEQUENCE_NUMBER
+    b.stop()
+    b.restart()
+    assert produce(wire.record_batch([b"again"], pid, 0, 7)) == (NONE, 2), "expired: accepted as new"
+    # The producer that was not idle is still checked.
+    assert produce(wire.record_batch([b"x"], fresh, 0, 7))[0] == OUT_OF_ORDER_SEQUENCE_NUMBER

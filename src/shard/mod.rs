@@ -265,6 +265,8 @@ pub struct Shard {
     hw_checkpointed: Vec<(TopicPartition, i64)>,
     /// Producer ids at or above this were never issued (from the registry).
     producer_id_bound: Option<i64>,
+    /// producer.id.expiration.ms (broker-wide).
+    producer_id_expiration_ms: i64,
 }
 
 impl Shard {
@@ -290,6 +292,7 @@ impl Shard {
             hw_at_start: replica::load_hw_checkpoints(&data_dir),
             hw_checkpointed: Vec::new(),
             producer_id_bound: None,
+            producer_id_expiration_ms: crate::model::limits::producer_id_expiration_ms_default,
             id,
             nr_shards,
             data_dir,
@@ -344,6 +347,18 @@ impl Shard {
             }
             replica::advance_hw(p);
         }
+    }
+
+    /// producer.id.expiration.ms: idle producer ids are forgotten after this long.
+    pub fn set_producer_id_expiration_ms(&mut self, ms: i64) {
+        self.producer_id_expiration_ms = ms;
+    }
+
+    /// A topic's log config, with the broker-wide settings the log also needs.
+    fn log_config_of(&self, meta: &crate::coordinator::registry::TopicMeta) -> crate::log::LogConfig {
+        let mut config = meta.configs.log_config(&self.broker_topic_defaults);
+        config.producer_id_expiration_ms = self.producer_id_expiration_ms;
+        config
     }
 
     pub fn set_zero_copy_bytes_min(&mut self, bytes: u64) {
@@ -405,7 +420,7 @@ impl Shard {
                 match reg.get(&tp.topic) {
                     Some(meta) if tp.partition >= 0 && tp.partition < meta.partitions => match hosting {
                         Hosting::Elsewhere => return Err(PartitionError::NotLeader(tp.clone())),
-                        _ => (meta.configs.log_config(&self.broker_topic_defaults), self.min_insync_of(meta)),
+                        _ => (self.log_config_of(meta), self.min_insync_of(meta)),
                     },
                     _ => return Err(PartitionError::UnknownTopicOrPartition(tp.clone())),
                 }
@@ -618,7 +633,7 @@ impl Shard {
             PartitionOp::RefreshConfig { tp } => {
                 let config = {
                     let reg = self.registry.read().expect("registry lock");
-                    reg.get(&tp.topic).map(|m| m.configs.log_config(&self.broker_topic_defaults))
+                    reg.get(&tp.topic).map(|m| self.log_config_of(m))
                 };
                 if let (Some(config), Some(p)) = (config, self.partitions.get_mut(&tp)) {
                     p.log.set_config(config);

@@ -155,7 +155,7 @@ impl Shard {
                     if self.owns(&tp) && reg.hosting(name, p) != Hosting::Elsewhere {
                         hosted.push((
                             tp,
-                            meta.configs.log_config(&self.broker_topic_defaults),
+                            self.log_config_of(meta),
                             self.min_insync_of(meta),
                         ));
                     }
