@@ -310,3 +310,25 @@ def test_idle_producers_expire(broker_factory):
     assert produce(wire.record_batch([b"again"], pid, 0, 7)) == (NONE, 2), "expired: accepted as new"
     # The producer that was not idle is still checked.
     assert produce(wire.record_batch([b"x"], fresh, 0, 7))[0] == OUT_OF_ORDER_SEQUENCE_NUMBER
+
+
+def test_five_pipelined_batches_keep_their_order(broker_factory):
+    """max.in.flight = 5: five produce requests on one connection, sent before any
+    answer, for a partition owned by this core and one owned by the other core."""
+    b = broker_factory(cores=2)
+    create_topic(b.bootstrap, "inflight", 2)
+    for part in range(2):
+        err, pid, _ = wire.parse_init_producer_id(wire.call(b.port, wire.init_producer_id()))
+        assert err == NONE
+        for round_ in range(4):
+            s = wire.connect(b.port)
+            try:
+                base = round_ * 10
+                for i in range(5):
+                    batch = wire.record_batch([b"%d-%d" % (base + 2 * i, part), b"%d" % (base + 2 * i + 1)],
+                                              pid, 0, base + 2 * i)
+                    s.sendall(wire.produce_v3("inflight", part, batch, correlation_id=i))
+                answers = [wire.parse_produce_v3(wire.recv_frame(s)) for _ in range(5)]
+            finally:
+                s.close()
+            assert answers == [(NONE, base + 2 * i) for i in range(5)], (part, round_, answers)
