@@ -191,3 +191,26 @@ fn a_follower_builds_the_same_state_from_the_leaders_batches() {
     assert_eq!(append(&mut follower, retry).unwrap(), (6, 7, true));
     assert_eq!(follower.producer_states().get(ProducerId(2)).unwrap().epoch, ProducerEpoch(5));
 }
+
+#[test]
+fn a_snapshot_claiming_batches_past_its_offset_is_not_trusted() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let mut log = PartitionLog::open(dir.path(), small_config(), 0).unwrap();
+        append(&mut log, idem_batch(3, 0, 0, 2, 100)).unwrap();
+        log.close().unwrap();
+    }
+    // A well-formed snapshot (good CRC) at offset 2 whose entry says offset 50.
+    let mut forged = spate::txn::producer_state::ProducerStates::new();
+    let b = spate::txn::producer_state::ProducerBatch {
+        producer_id: ProducerId(3),
+        epoch: ProducerEpoch(0),
+        first_seq: 100,
+        offset_delta: 0,
+        max_timestamp_ms: 100,
+    };
+    forged.apply(&b, 50);
+    std::fs::write(dir.path().join(format!("{:020}.snapshot", 2)), forged.encode_snapshot()).unwrap();
+    let log = PartitionLog::open(dir.path(), small_config(), 0).unwrap();
+    assert_eq!(last(&log, 3), Some((0, 1, 1)), "rebuilt from the log instead");
+}

@@ -87,8 +87,8 @@ pub fn rebuild(
     let mut loaded = None;
     for offset in list_snapshots(dir)?.into_iter().rev() {
         let path = snapshot_path(dir, offset);
-        let bytes = std::fs::read(&path)?;
-        match ProducerStates::decode_snapshot(&bytes) {
+        let decoded = read_snapshot(&path, offset)?;
+        match decoded {
             Ok(states) => {
                 loaded = Some((states, offset));
                 break;
@@ -105,6 +105,25 @@ pub fn rebuild(
     states.remove_before(log_start_offset);
     states.expire(now_ms, expiration_ms);
     Ok((states, replayed))
+}
+
+/// Read and check one snapshot file: decodable (`decode_snapshot`), no larger than
+/// `producer_snapshot_entries_max` entries allow (checked before reading it), and every
+/// entry's last batch below the offset the snapshot was taken at.
+fn read_snapshot(path: &Path, offset: i64) -> std::io::Result<Result<ProducerStates, String>> {
+    use crate::txn::producer_state::{SNAPSHOT_ENTRY_BYTES, SNAPSHOT_HEADER_BYTES};
+    let size_max = SNAPSHOT_HEADER_BYTES + crate::model::limits::producer_snapshot_entries_max * SNAPSHOT_ENTRY_BYTES;
+    let size = std::fs::metadata(path)?.len();
+    if size > size_max as u64 {
+        return Ok(Err(format!("{size} bytes, above the {size_max} a snapshot may have")));
+    }
+    let bytes = std::fs::read(path)?;
+    Ok(ProducerStates::decode_snapshot(&bytes).and_then(|states| {
+        match states.entries().into_iter().find(|(_, e)| e.last_offset() >= offset) {
+            Some((id, e)) => Err(format!("producer {id} has a batch at {} in a snapshot at {offset}", e.last_offset())),
+            None => Ok(states),
+        }
+    }))
 }
 
 /// Apply every producer batch of `segments` at or after `from`. Returns the number of
