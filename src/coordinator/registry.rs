@@ -1042,6 +1042,37 @@ mod tests {
         assert_eq!(r.controller_epoch(), 2, "every start is a new controller epoch");
     }
 
+    #[test]
+    fn producer_ids_come_in_blocks_that_never_repeat_across_reopens_and_mirrors_learn_the_bound() {
+        use crate::txn::producer_id::{ProducerIdBlock, LATEST_PRODUCER_ID_BLOCK};
+        let dir = tempfile::tempdir().unwrap();
+        let mut seen = Vec::new();
+        {
+            let mut r = Registry::open(Box::new(LocalStore::open(dir.path()).unwrap()), broker(), 1_000).unwrap();
+            assert_eq!(r.producer_id_bound(), Some(1000), "nothing reserved yet: the first block");
+            for _ in 0..1001 {
+                seen.push(r.next_producer_id().unwrap().0);
+            }
+            assert_eq!(r.producer_id_bound(), Some(3000), "one block past the second");
+            let mut mirror = Registry::mirror(remote(2), None);
+            assert_eq!(mirror.producer_id_bound(), None);
+            mirror.apply_snapshot(&r.snapshot_json().unwrap().1).unwrap();
+            assert_eq!(mirror.producer_id_bound(), Some(3000));
+            assert!(matches!(mirror.next_producer_id(), Err(RegistryError::NotController(_))));
+            r.close();
+        }
+        let store = LocalStore::open(dir.path()).unwrap();
+        let block = ProducerIdBlock::decode(&store.get(LATEST_PRODUCER_ID_BLOCK).unwrap().unwrap().data).unwrap();
+        assert_eq!(block, ProducerIdBlock { broker: 1, start: 1000, end: 1999 });
+        let mut r = Registry::open(Box::new(store), broker(), 2_000).unwrap();
+        // A restarted coordinator skips the rest of its old block.
+        seen.push(r.next_producer_id().unwrap().0);
+        assert_eq!(*seen.last().unwrap(), 2000);
+        let mut sorted = seen.clone();
+        sorted.dedup();
+        assert_eq!(sorted, seen, "ids increase and never repeat");
+    }
+
     fn remote(id: i32) -> LocalBroker {
         LocalBroker { id, endpoint: Endpoint::new("127.0.0.1", 9092 + id as u16), rack: None, shards: 0 }
     }
