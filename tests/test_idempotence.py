@@ -332,3 +332,49 @@ def test_five_pipelined_batches_keep_their_order(broker_factory):
             finally:
                 s.close()
             assert answers == [(NONE, base + 2 * i) for i in range(5)], (part, round_, answers)
+
+
+def test_producer_ids_never_repeat_across_a_zookeeper_coordinator_failover(broker_factory, zookeeper):
+    """Two brokers on ZooKeeper: ids issued through the standby (forwarded to the
+    active coordinator), then the active one is killed; the standby takes over and
+    reserves the next block in /latest_producer_id_block."""
+    from kazoo.client import KazooClient
+    from test_cluster import ZK_SESSION_MS, cluster_args, wait_brokers
+    url = f"zookeeper://{zookeeper}/fo"
+    args = lambda i: cluster_args(i) + ["--metadata", url, "--zookeeper-session-timeout-ms", str(ZK_SESSION_MS)]
+    brokers = {i: broker_factory(*args(i), name=f"b{i}", cores=1) for i in (1, 2)}
+    for b in brokers.values():
+        wait_brokers(b.bootstrap, {x.port for x in brokers.values()})
+    zk = KazooClient(hosts=zookeeper, timeout=10)
+    zk.start(timeout=15)
+    try:
+        active = json.loads(zk.get("/fo/controller")[0])["brokerid"]
+        standby = 3 - active
+        issued = []
+        for _ in range(3):
+            err, pid, epoch = wire.parse_init_producer_id(wire.call(brokers[standby].port, wire.init_producer_id()))
+            assert (err, epoch) == (NONE, 0)
+            issued.append(pid)
+        doc = json.loads(zk.get("/fo/latest_producer_id_block")[0])
+        assert doc["broker"] == active and int(doc["block_start"]) <= min(issued)
+        brokers[active].kill()
+        deadline = time.monotonic() + ZK_SESSION_MS / 1000 + 20
+        while time.monotonic() < deadline:
+            if zk.exists("/fo/controller") and json.loads(zk.get("/fo/controller")[0])["brokerid"] == standby:
+                break
+            time.sleep(0.1)
+        else:
+            raise AssertionError("the standby did not take over")
+        deadline = time.monotonic() + 20
+        while True:
+            err, pid, _ = wire.parse_init_producer_id(wire.call(brokers[standby].port, wire.init_producer_id()))
+            if err == NONE or time.monotonic() > deadline:
+                break
+            time.sleep(0.2)
+        assert err == NONE
+        assert pid > int(doc["block_end"]), (issued, pid, doc)
+        doc2 = json.loads(zk.get("/fo/latest_producer_id_block")[0])
+        assert doc2 == {"version": 1, "broker": standby, "block_start": str(pid),
+                        "block_end": str(pid + 999)}, doc2
+    finally:
+        zk.stop()
