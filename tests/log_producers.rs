@@ -126,9 +126,9 @@ fn torn_or_bit_flipped_snapshots_are_discarded_and_the_state_rebuilt() {
     for damage in 0..3 {
         let mut bad = good.clone();
         match damage {
-            0 => bad.truncate(good.len() - 7),  // torn
-            1 => bad[20] ^= 0x10,                // a flipped bit in an entry
-            _ => bad[3] ^= 0x01,                 // a flipped bit in the crc
+            0 => bad.truncate(good.len() - 7), // torn
+            1 => bad[20] ^= 0x10,              // a flipped bit in an entry
+            _ => bad[3] ^= 0x01,               // a flipped bit in the crc
         }
         std::fs::write(&snap, &bad).unwrap();
         // Not a clean shutdown either: the marker goes with the reopen below.

@@ -116,8 +116,8 @@ pub mod leader_epoch;
 pub mod producers;
 pub mod segment;
 
-use batch::BatchHeader;
 use crate::txn::producer_state::{ProducerStates, Verdict};
+use batch::BatchHeader;
 use leader_epoch::{EpochEntry, LeaderEpochCache};
 use segment::Segment;
 

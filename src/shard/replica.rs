@@ -153,11 +153,7 @@ impl Shard {
                 for p in 0..meta.partitions {
                     let tp = TopicPartition::new(name.as_str(), p);
                     if self.owns(&tp) && reg.hosting(name, p) != Hosting::Elsewhere {
-                        hosted.push((
-                            tp,
-                            self.log_config_of(meta),
-                            self.min_insync_of(meta),
-                        ));
+                        hosted.push((tp, self.log_config_of(meta), self.min_insync_of(meta)));
                     }
                 }
             }

@@ -316,8 +316,7 @@ impl ProducerStates {
     /// Record an appended batch at `last_offset` (leader after `check`, follower,
     /// recovery). No validation: every replica applies the same batches the same way.
     pub fn apply(&mut self, batch: &ProducerBatch, last_offset: i64) {
-        if !self.producers.contains_key(&batch.producer_id) && self.producers.len() >= limits::partition_producers_max
-        {
+        if !self.producers.contains_key(&batch.producer_id) && self.producers.len() >= limits::partition_producers_max {
             // Forget the producer idle longest, as expiry would have.
             if let Some(oldest) = self.producers.iter().min_by_key(|(_, e)| e.last_timestamp_ms).map(|(id, _)| *id) {
                 self.producers.remove(&oldest);

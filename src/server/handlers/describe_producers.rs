@@ -16,9 +16,10 @@ pub async fn handle(ctx: &ShardContext, frame: &RequestFrame) -> Result<Bytes, P
     let req: DescribeProducersRequest = decode_body(frame)?;
     let mut topics = Vec::with_capacity(req.topics.len());
     for t in &req.topics {
-        let calls = t.partition_indexes.iter().map(|&index| {
-            ctx.call(PartitionOp::DescribeProducers { tp: TopicPartition::new(t.name.as_str(), index) })
-        });
+        let calls = t
+            .partition_indexes
+            .iter()
+            .map(|&index| ctx.call(PartitionOp::DescribeProducers { tp: TopicPartition::new(t.name.as_str(), index) }));
         let replies = futures::future::join_all(calls).await;
         let partitions = t
             .partition_indexes
@@ -42,7 +43,9 @@ pub async fn handle(ctx: &ShardContext, frame: &RequestFrame) -> Result<Bytes, P
                             .collect(),
                     ),
                     Ok(other) => unreachable!("DescribeProducers answered {other:?}"),
-                    Err(e) => r.with_error_code(partition_error_code(&e)).with_error_message(Some(str_bytes(e.to_string()))),
+                    Err(e) => {
+                        r.with_error_code(partition_error_code(&e)).with_error_message(Some(str_bytes(e.to_string())))
+                    }
                 }
             })
             .collect();

@@ -11,9 +11,9 @@ use kafka_protocol::messages::produce_response::{PartitionProduceResponse, Topic
 use kafka_protocol::messages::{ApiKey, ProduceRequest, ProduceResponse};
 
 use crate::config::FsyncMode;
+use crate::log::LogError;
 use crate::model::TopicPartition;
 use crate::protocol::{decode_body, error_code, ProtocolError, RequestFrame};
-use crate::log::LogError;
 use crate::shard::{PartitionError, PartitionOp, PartitionReply};
 use std::sync::atomic::Ordering;
 
@@ -93,7 +93,8 @@ pub async fn handle(ctx: &ShardContext, frame: &RequestFrame) -> Result<Option<B
                     if matches!(&e, PartitionError::Log(LogError::Producer(_))) {
                         tracing::warn!(topic, partition = p.index, error = %e, "idempotent batch refused");
                         ctx.metrics.shard(ctx.id).producer_batches_refused.fetch_add(1, Ordering::Relaxed);
-                    } else if matches!(&e, PartitionError::Log(LogError::InvalidRecord(m)) if m.contains("producerId")) {
+                    } else if matches!(&e, PartitionError::Log(LogError::InvalidRecord(m)) if m.contains("producerId"))
+                    {
                         tracing::warn!(topic, partition = p.index, error = %e, "idempotent batch refused");
                         ctx.metrics.shard(ctx.id).producer_batches_refused.fetch_add(1, Ordering::Relaxed);
                     } else {
