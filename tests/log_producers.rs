@@ -65,7 +65,7 @@ fn retries_are_answered_with_original_offsets_and_errors_append_nothing() {
     let never = append(&mut log, idem_batch(5000, 0, 0, 1, 12)).unwrap_err();
     assert!(matches!(never, LogError::Producer(ProducerStateError::UnknownProducerId { .. })), "{never}");
     let negative = append(&mut log, idem_batch(7, 1, -3, 1, 12)).unwrap_err();
-    assert!(matches!(negative, LogError::InvalidRecord(_)), "{negative}");
+    assert!(matches!(negative, LogError::InvalidProducerFields(_)), "{negative}");
     assert_eq!(log.log_end_offset(), Offset(6), "nothing refused was appended");
     assert_eq!(last(&log, 7), Some((1, 0, 5)));
 }

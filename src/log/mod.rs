@@ -142,6 +142,10 @@ pub enum LogError {
     /// Structurally valid but semantically wrong (counts, deltas, timestamps) -> INVALID_RECORD.
     #[error("invalid record batch: {0}")]
     InvalidRecord(String),
+    /// A batch with a producer id but a negative epoch or sequence -> INVALID_RECORD
+    /// (Kafka's "Invalid sequence number"), counted as a refused idempotent batch.
+    #[error("invalid record batch: {0}")]
+    InvalidProducerFields(String),
     /// Read below the log start offset or above the log end offset -> OFFSET_OUT_OF_RANGE.
     #[error("offset {offset} out of range [{log_start_offset}, {log_end_offset}]")]
     OffsetOutOfRange { offset: i64, log_start_offset: i64, log_end_offset: i64 },

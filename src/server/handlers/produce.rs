@@ -90,11 +90,7 @@ pub async fn handle(ctx: &ShardContext, frame: &RequestFrame) -> Result<Option<B
                 }
                 Ok(other) => unreachable!("Produce answered {other:?}"),
                 Err(e) => {
-                    if matches!(&e, PartitionError::Log(LogError::Producer(_))) {
-                        tracing::warn!(topic, partition = p.index, error = %e, "idempotent batch refused");
-                        ctx.metrics.shard(ctx.id).producer_batches_refused.fetch_add(1, Ordering::Relaxed);
-                    } else if matches!(&e, PartitionError::Log(LogError::InvalidRecord(m)) if m.contains("producerId"))
-                    {
+                    if matches!(&e, PartitionError::Log(LogError::Producer(_) | LogError::InvalidProducerFields(_))) {
                         tracing::warn!(topic, partition = p.index, error = %e, "idempotent batch refused");
                         ctx.metrics.shard(ctx.id).producer_batches_refused.fetch_add(1, Ordering::Relaxed);
                     } else {
