@@ -15,3 +15,4 @@ pub mod protocol;
 pub mod replication;
 pub mod server;
 pub mod shard;
+pub mod txn;

@@ -113,6 +113,9 @@ struct ServeArgs {
     /// replica.lag.time.max.ms: followers not caught up this long leave the ISR [default: 30000]
     #[arg(long)]
     replica_lag_time_max_ms: Option<i64>,
+    /// producer.id.expiration.ms: idle producer ids are forgotten [default: 86400000]
+    #[arg(long)]
+    producer_id_expiration_ms: Option<i64>,
     /// How often leadership goes back to preferred replicas; 0: never [default: 300000]
     #[arg(long)]
     leader_imbalance_check_interval_ms: Option<u64>,
@@ -209,6 +212,9 @@ fn load_config(args: ServeArgs) -> Result<BrokerConfig, String> {
     }
     if let Some(v) = args.replica_lag_time_max_ms {
         config.replica_lag_time_max_ms = v;
+    }
+    if let Some(v) = args.producer_id_expiration_ms {
+        config.producer_id_expiration_ms = v.max(1);
     }
     if let Some(v) = args.unclean_leader_election_enable {
         config.unclean_leader_election_enable = v;

@@ -25,7 +25,7 @@ class StreamingProducer(threading.Thread):
 
     def run(self):
         p = Producer(cf_conf(self.bootstrap, **{
-            "acks": 1, "linger.ms": 2, "enable.idempotence": False,
+            "acks": 1, "linger.ms": 2,
             "message.timeout.ms": 5000, "retries": 0, "queue.buffering.max.messages": 20000}))
 
         def on_delivery(err, msg):

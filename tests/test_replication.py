@@ -76,7 +76,7 @@ class LoadProducer:
 
     def __init__(self, bootstrap, topic, partitions):
         self.topic, self.partitions = topic, partitions
-        self.p = Producer({"bootstrap.servers": bootstrap, "acks": "all", "enable.idempotence": False,
+        self.p = Producer({"bootstrap.servers": bootstrap, "acks": "all",
                            "max.in.flight.requests.per.connection": 1, "linger.ms": 2,
                            "message.timeout.ms": 120000, "retry.backoff.ms": 100,
                            "topic.metadata.refresh.interval.ms": 1000})

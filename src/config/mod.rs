@@ -73,6 +73,9 @@ pub struct BrokerConfig {
     pub default_replication_factor: i32,
     /// replica.lag.time.max.ms: a follower not caught up for this long leaves the ISR.
     pub replica_lag_time_max_ms: i64,
+    /// producer.id.expiration.ms: a producer id idle this long (by its last batch's
+    /// timestamp) is forgotten by the partitions; its next batch is accepted as new.
+    pub producer_id_expiration_ms: i64,
     /// leader.imbalance.check.interval.ms: how often leadership goes back to preferred
     /// replicas (auto.leader.rebalance.enable); 0 disables it.
     pub leader_imbalance_check_interval_ms: u64,
@@ -122,6 +125,7 @@ impl Default for BrokerConfig {
             zookeeper_session_timeout_ms: 18_000,
             default_replication_factor: 1,
             replica_lag_time_max_ms: 30_000,
+            producer_id_expiration_ms: limits::producer_id_expiration_ms_default,
             leader_imbalance_check_interval_ms: 300_000,
             unclean_leader_election_enable: false,
             max_broker_partitions: None,
@@ -313,6 +317,7 @@ impl TopicConfig {
             },
             flush_messages: long("flush.messages").max(1) as u64,
             flush_ms: long("flush.ms"),
+            producer_id_expiration_ms: limits::producer_id_expiration_ms_default,
         }
     }
 }

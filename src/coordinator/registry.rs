@@ -109,6 +109,9 @@ pub struct ClusterSnapshot {
     #[serde(default)]
     pub incarnations: BTreeMap<i32, uuid::Uuid>,
     pub controller: ControllerSnapshot,
+    /// Producer ids at or above this were never issued (see `producer_id_bound`).
+    #[serde(default)]
+    pub producer_id_bound: Option<i64>,
 }
 
 /// How this broker holds a partition.
@@ -145,6 +148,9 @@ pub const CLUSTER_METADATA_TOPIC: &str = "__cluster_metadata";
 /// The file in the data dir where a mirror keeps its last snapshot.
 pub const SNAPSHOT_CACHE_FILE: &str = "cluster-snapshot.json";
 
+/// Tries to reserve a producer id block when other coordinators keep winning the race.
+const producer_id_block_attempts_max: usize = 10;
+
 pub struct Registry {
     role: Role,
     /// Kafka's cluster id (`/cluster/id`); empty on a mirror without a snapshot.
@@ -169,6 +175,13 @@ pub struct Registry {
     topics: BTreeMap<String, TopicMeta>,
     /// Seeds replica placement (Kafka picks a random start broker).
     placement_seed: u64,
+    /// Producer ids (InitProducerId) from the block this coordinator reserved last;
+    /// empty on a mirror and after a takeover (a fresh block is reserved first).
+    producer_ids: crate::txn::producer_id::ProducerIdAllocator,
+    /// Producer ids at or above this were never issued: one block past the latest
+    /// reserved one, so that a broker whose snapshot lags by a block still accepts
+    /// every id handed out. None until known (a mirror without a snapshot).
+    producer_id_bound: Option<i64>,
 }
 
 /// Kafka's topic name rule: 1..=249 chars of [a-zA-Z0-9._-], not "." or "..".
@@ -359,8 +372,14 @@ impl Registry {
             broker,
             topics: BTreeMap::new(),
             placement_seed: now_ms ^ 0x9e37_79b9_7f4a_7c15,
+            producer_ids: Default::default(),
+            producer_id_bound: None,
         };
         registry.persist(&changes)?;
+        if let Err(e) = registry.load_producer_id_bound() {
+            // Not fatal here: InitProducerId reports it; batches are not checked meanwhile.
+            tracing::error!(error = %e, "cannot read the latest producer id block");
+        }
         for name in children_or_empty(registry.store()?, paths::DELETE_TOPICS)? {
             tracing::info!(topic = %name, "finishing an interrupted topic deletion");
             if registry.controller.topic(&name).is_some() {
@@ -396,6 +415,8 @@ impl Registry {
             broker,
             topics: BTreeMap::new(),
             placement_seed: 0,
+            producer_ids: Default::default(),
+            producer_id_bound: None,
         };
         if let Some(path) = cache.as_ref().filter(|p| p.exists()) {
             match std::fs::read(path).map_err(|e| e.to_string()).and_then(|b| registry.install(&b, false)) {
@@ -525,6 +546,7 @@ impl Registry {
             cluster_id: self.cluster_id.clone(),
             incarnations: self.incarnations.clone(),
             controller: self.controller.snapshot(),
+            producer_id_bound: self.producer_id_bound,
         };
         let json = serde_json::to_vec(&snapshot).map_err(|e| corrupt("snapshot", e))?;
         Ok((snapshot.version, json))
@@ -559,6 +581,7 @@ impl Registry {
         }
         self.cluster_id = snapshot.cluster_id;
         self.incarnations = snapshot.incarnations;
+        self.producer_id_bound = snapshot.producer_id_bound;
         self.controller = Controller::from_snapshot(ControllerConfig::default(), snapshot.controller);
         self.role = Role::Mirror { cache, version, controller_id: Some(snapshot.controller_id) };
         self.refresh_cache();
@@ -718,6 +741,86 @@ impl Registry {
         // One durable step for the whole decision (a topic's N partition states are N
         // writes; the embedded store then writes its file once, not N times).
         s.batch(&mut || write_changes(s, changes))?;
+        Ok(())
+    }
+
+    /// A new producer id (InitProducerId), on the active coordinator. When the current
+    /// block is used up, the next block is reserved in `/latest_producer_id_block`
+    /// (Kafka's layout), conditionally on the version read, so two coordinators never
+    /// reserve the same block; a lost race reads again.
+    pub fn next_producer_id(&mut self) -> Result<crate::model::ProducerId, RegistryError> {
+        use crate::txn::producer_id::{ProducerIdBlock, LATEST_PRODUCER_ID_BLOCK};
+        if let Some(id) = self.producer_ids.next_id() {
+            return Ok(id);
+        }
+        let broker = self.broker.id;
+        let store = self.store()?;
+        let mut last_error = String::new();
+        for _ in 0..producer_id_block_attempts_max {
+            let current = store.get(LATEST_PRODUCER_ID_BLOCK)?;
+            let previous = match &current {
+                Some(node) => Some(
+                    ProducerIdBlock::decode(&node.data)
+                        .map_err(|error| RegistryError::Corrupt { path: LATEST_PRODUCER_ID_BLOCK.into(), error })?,
+                ),
+                None => None,
+            };
+            let Some(block) = ProducerIdBlock::next_after(previous.as_ref(), broker) else {
+                return Err(RegistryError::Corrupt {
+                    path: LATEST_PRODUCER_ID_BLOCK.into(),
+                    error: "producer id space exhausted".into(),
+                });
+            };
+            let written = match &current {
+                Some(node) => store.set(LATEST_PRODUCER_ID_BLOCK, &block.encode(), Some(node.version)).map(|_| ()),
+                None => store.create(LATEST_PRODUCER_ID_BLOCK, &block.encode(), CreateMode::Persistent),
+            };
+            match written {
+                Ok(()) => {
+                    tracing::info!(broker, start = block.start, end = block.end, "reserved a producer id block");
+                    self.producer_ids.install(block);
+                    self.set_producer_id_bound(Some(&block));
+                    return Ok(self.producer_ids.next_id().expect("a fresh block has ids"));
+                }
+                Err(e @ (StoreError::BadVersion(_) | StoreError::NodeExists(_))) => last_error = e.to_string(),
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Err(RegistryError::Store(StoreError::Unavailable(format!(
+            "could not reserve a producer id block in {producer_id_block_attempts_max} attempts: {last_error}"
+        ))))
+    }
+
+    /// Producer ids at or above this were never issued (None: not known here).
+    pub fn producer_id_bound(&self) -> Option<i64> {
+        self.producer_id_bound
+    }
+
+    /// One block past `latest` (the latest reserved block; None: none yet). A change is
+    /// a metadata change: mirrors pull it with the next snapshot.
+    fn set_producer_id_bound(&mut self, latest: Option<&crate::txn::producer_id::ProducerIdBlock>) {
+        let end = latest.map_or(-1, |b| b.end);
+        let bound = end.saturating_add(1).saturating_add(limits::producer_id_block_size_max);
+        if self.producer_id_bound != Some(bound) {
+            self.producer_id_bound = Some(bound);
+            if let Role::Active { changes, .. } = &mut self.role {
+                *changes += 1;
+            }
+            self.generation.fetch_add(1, Ordering::AcqRel);
+        }
+    }
+
+    /// The active coordinator learns the latest reserved block at open.
+    fn load_producer_id_bound(&mut self) -> Result<(), RegistryError> {
+        use crate::txn::producer_id::{ProducerIdBlock, LATEST_PRODUCER_ID_BLOCK};
+        let latest = match self.store()?.get(LATEST_PRODUCER_ID_BLOCK)? {
+            Some(node) => Some(
+                ProducerIdBlock::decode(&node.data)
+                    .map_err(|error| RegistryError::Corrupt { path: LATEST_PRODUCER_ID_BLOCK.into(), error })?,
+            ),
+            None => None,
+        };
+        self.set_producer_id_bound(latest.as_ref());
         Ok(())
     }
 
@@ -952,6 +1055,37 @@ mod tests {
         assert_eq!(r.get("orders").unwrap().configs.overrides.get("retention.ms").map(String::as_str), Some("1000"));
         assert!(r.get("gone").is_none());
         assert_eq!(r.controller_epoch(), 2, "every start is a new controller epoch");
+    }
+
+    #[test]
+    fn producer_ids_come_in_blocks_that_never_repeat_across_reopens_and_mirrors_learn_the_bound() {
+        use crate::txn::producer_id::{ProducerIdBlock, LATEST_PRODUCER_ID_BLOCK};
+        let dir = tempfile::tempdir().unwrap();
+        let mut seen = Vec::new();
+        {
+            let mut r = Registry::open(Box::new(LocalStore::open(dir.path()).unwrap()), broker(), 1_000).unwrap();
+            assert_eq!(r.producer_id_bound(), Some(1000), "nothing reserved yet: the first block");
+            for _ in 0..1001 {
+                seen.push(r.next_producer_id().unwrap().0);
+            }
+            assert_eq!(r.producer_id_bound(), Some(3000), "one block past the second");
+            let mut mirror = Registry::mirror(remote(2), None);
+            assert_eq!(mirror.producer_id_bound(), None);
+            mirror.apply_snapshot(&r.snapshot_json().unwrap().1).unwrap();
+            assert_eq!(mirror.producer_id_bound(), Some(3000));
+            assert!(matches!(mirror.next_producer_id(), Err(RegistryError::NotController(_))));
+            r.close();
+        }
+        let store = LocalStore::open(dir.path()).unwrap();
+        let block = ProducerIdBlock::decode(&store.get(LATEST_PRODUCER_ID_BLOCK).unwrap().unwrap().data).unwrap();
+        assert_eq!(block, ProducerIdBlock { broker: 1, start: 1000, end: 1999 });
+        let mut r = Registry::open(Box::new(store), broker(), 2_000).unwrap();
+        // A restarted coordinator skips the rest of its old block.
+        seen.push(r.next_producer_id().unwrap().0);
+        assert_eq!(*seen.last().unwrap(), 2000);
+        let mut sorted = seen.clone();
+        sorted.dedup();
+        assert_eq!(sorted, seen, "ids increase and never repeat");
     }
 
     fn remote(id: i32) -> LocalBroker {

@@ -162,10 +162,10 @@ pub fn check_semantics(h: &BatchHeader) -> Result<(), LogError> {
         return invalid(format!("producerId {}", h.producer_id));
     }
     if h.producer_id >= 0 && (h.producer_epoch < 0 || h.base_sequence < 0) {
-        return invalid(format!(
+        return Err(LogError::InvalidProducerFields(format!(
             "producerId {} with producerEpoch {} baseSequence {}",
             h.producer_id, h.producer_epoch, h.base_sequence
-        ));
+        )));
     }
     Ok(())
 }

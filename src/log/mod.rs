@@ -113,8 +113,10 @@ use crate::model::Offset;
 pub mod batch;
 pub mod index;
 pub mod leader_epoch;
+pub mod producers;
 pub mod segment;
 
+use crate::txn::producer_state::{ProducerStates, Verdict};
 use batch::BatchHeader;
 use leader_epoch::{EpochEntry, LeaderEpochCache};
 use segment::Segment;
@@ -140,6 +142,10 @@ pub enum LogError {
     /// Structurally valid but semantically wrong (counts, deltas, timestamps) -> INVALID_RECORD.
     #[error("invalid record batch: {0}")]
     InvalidRecord(String),
+    /// A batch with a producer id but a negative epoch or sequence -> INVALID_RECORD
+    /// (Kafka's "Invalid sequence number"), counted as a refused idempotent batch.
+    #[error("invalid record batch: {0}")]
+    InvalidProducerFields(String),
     /// Read below the log start offset or above the log end offset -> OFFSET_OUT_OF_RANGE.
     #[error("offset {offset} out of range [{log_start_offset}, {log_end_offset}]")]
     OffsetOutOfRange { offset: i64, log_start_offset: i64, log_end_offset: i64 },
@@ -148,6 +154,14 @@ pub enum LogError {
     Offline(String),
     #[error("i/o error: {0}")]
     Io(#[from] std::io::Error),
+    /// An idempotent batch the producer state refuses (stale epoch, sequence gap) ->
+    /// INVALID_PRODUCER_EPOCH / OUT_OF_ORDER_SEQUENCE_NUMBER. Nothing was appended.
+    #[error("{0}")]
+    Producer(#[from] crate::txn::producer_state::ProducerStateError),
+    /// Not a failure: the record set repeats a batch already in the log (a producer's
+    /// retry); nothing was appended, and these are the original batch's offsets.
+    #[error("duplicate of the batch at offsets {}..={}", .0.base_offset, .0.last_offset)]
+    DuplicateBatch(AppendInfo),
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -169,6 +183,8 @@ pub struct LogConfig {
     pub timestamp_type: TimestampType, // message.timestamp.type, CreateTime
     pub flush_messages: u64,           // flush.messages, u64::MAX = never (1 = every append)
     pub flush_ms: i64,                 // flush.ms, i64::MAX = never
+    /// Broker-wide `producer.id.expiration.ms` (1 day): idle producers are forgotten.
+    pub producer_id_expiration_ms: i64,
 }
 
 impl Default for LogConfig {
@@ -184,6 +200,7 @@ impl Default for LogConfig {
             timestamp_type: TimestampType::CreateTime,
             flush_messages: u64::MAX,
             flush_ms: i64::MAX,
+            producer_id_expiration_ms: limits::producer_id_expiration_ms_default,
         }
     }
 }
@@ -242,6 +259,12 @@ pub struct PartitionLog {
     next_write_id: u64,
     /// Which leader epoch started where; mirrored in `leader-epoch-checkpoint`.
     leader_epochs: LeaderEpochCache,
+    /// Every idempotent producer's epoch and last batches (Kafka's producer state),
+    /// covering every batch below the log end offset; snapshots in `<offset>.snapshot`.
+    producers: ProducerStates,
+    /// Producer ids at or above this were never issued (the coordinator's word; None
+    /// until known): batches carrying one are refused.
+    producer_id_bound: Option<i64>,
 }
 
 /// One appended batch's new header: `header` replaces the first 61 bytes of the
@@ -381,6 +404,11 @@ impl PartitionLog {
         let log_end_offset = segments[last].next_offset;
         let recovery_point = recovery_point.min(log_end_offset).max(segments[0].base_offset);
         let leader_epochs = open_leader_epochs(dir, &segments)?;
+        let (producers, replayed) = producers::rebuild(dir, &segments, now_ms, config.producer_id_expiration_ms)?;
+        if replayed > 0 {
+            tracing::info!(dir = %dir.display(), batches = replayed, producers = producers.len(),
+                "producer state rebuilt from the log");
+        }
         Ok(PartitionLog {
             dir: dir.to_path_buf(),
             dir_file,
@@ -395,6 +423,8 @@ impl PartitionLog {
             pending_writes: VecDeque::new(),
             next_write_id: 0,
             leader_epochs,
+            producers,
+            producer_id_bound: None,
         })
     }
 
@@ -541,6 +571,26 @@ impl PartitionLog {
         self.check_online()?;
         let batch_bytes_max = self.config.max_message_bytes.min(limits::message_bytes_max) as usize;
         let batches = validate_record_set(records, batch_bytes_max)?;
+        // Idempotent producers: a retry is answered with its original offsets, a stale
+        // epoch or a sequence gap refused; nothing is appended then.
+        let mut producer_batches = Vec::new();
+        for (_, h) in &batches {
+            if h.attributes & (batch::ATTR_TRANSACTIONAL | batch::ATTR_CONTROL) != 0 {
+                return Err(LogError::InvalidRecord("transactional and control batches are not supported yet".into()));
+            }
+            producer_batches.extend(producers::producer_batch(h));
+        }
+        if !producer_batches.is_empty() {
+            if let Verdict::Duplicate(m) = self.producers.check(&producer_batches, self.producer_id_bound)? {
+                return Err(LogError::DuplicateBatch(AppendInfo {
+                    base_offset: Offset(m.first_offset()),
+                    last_offset: Offset(m.last_offset),
+                    log_append_time_ms: -1,
+                    record_count: (m.offset_delta + 1) as u32,
+                    bytes: 0,
+                }));
+            }
+        }
         let record_count: i64 = batches.iter().map(|(_, h)| h.records_count as i64).sum();
         let base_offset = self.log_end_offset().0;
         let last_offset = base_offset + record_count - 1;
@@ -651,6 +701,12 @@ impl PartitionLog {
         if self.should_roll(total_bytes as u64, last_offset, now_ms) {
             self.roll()?;
         }
+        // Leader, follower and recovery alike: the same batches give the same state.
+        for (_, h) in batches {
+            if let Some(b) = producers::producer_batch(h) {
+                self.producers.apply(&b, h.last_offset());
+            }
+        }
 
         let mut epochs_changed = false;
         for (_, h) in batches {
@@ -742,6 +798,9 @@ impl PartitionLog {
 
     fn roll(&mut self) -> Result<(), LogError> {
         let next = self.log_end_offset().0;
+        // The producer state of every batch below the new segment (Kafka's roll).
+        let r = producers::write_snapshot(&self.dir, next, &self.producers);
+        self.offline_on_err("roll: producer state snapshot", r)?;
         let r = self.active_mut().become_inactive();
         self.offline_on_err("roll: trim indexes", r)?;
         let r = Segment::create(&self.dir, next, self.config.segment_index_bytes);
@@ -977,6 +1036,12 @@ impl PartitionLog {
             }
         }
         self.recovery_point = self.recovery_point.max(self.log_start_offset().0);
+        if deleted > 0 {
+            let start = self.log_start_offset().0;
+            self.producers.remove_before(start);
+            let r = producers::delete_snapshots_outside(&self.dir, start, i64::MAX);
+            self.offline_on_err("retention: delete producer snapshots", r)?;
+        }
         if self.leader_epochs.truncate_from_start(self.log_start_offset().0) {
             let end = self.log_end_offset().0;
             self.save_leader_epochs("retention: leader-epoch-checkpoint", end)?;
@@ -1047,6 +1112,11 @@ impl PartitionLog {
         self.recovery_point = self.recovery_point.min(end);
         let r = write_checkpoint(&self.dir, self.recovery_point, true);
         self.offline_on_err("truncate: checkpoint", r)?;
+        // Producer state as the shorter log leaves it (Kafka's `truncateAndReload`):
+        // snapshots past the new end go, the rest is replayed from the newest one.
+        // No clock here: nothing expires on a truncation (the shard's tick expires).
+        let r = producers::rebuild(&self.dir, &self.segments, 0, i64::MAX);
+        self.producers = self.offline_on_err("truncate: producer state", r)?.0;
         self.checkpointed_recovery_point = self.recovery_point;
         let below = self.truncated_below.get().map_or(end, |t| t.min(end));
         self.truncated_below.set(Some(below));
@@ -1054,6 +1124,21 @@ impl PartitionLog {
             self.first_unflushed_append_ms = None;
         }
         Ok(())
+    }
+
+    /// Every producer's state (DescribeProducers).
+    pub fn producer_states(&self) -> &ProducerStates {
+        &self.producers
+    }
+
+    /// Ids at or above `bound` were never issued (from the cluster metadata).
+    pub fn set_producer_id_bound(&mut self, bound: Option<i64>) {
+        self.producer_id_bound = bound;
+    }
+
+    /// Forget producers idle past `producer.id.expiration.ms`. Returns how many.
+    pub fn expire_producers(&mut self, now_ms: i64) -> usize {
+        self.producers.expire(now_ms, self.config.producer_id_expiration_ms)
     }
 
     /// Replace the topic config (alter-configs); takes effect on the next append/roll.
@@ -1071,6 +1156,8 @@ impl PartitionLog {
         self.flush()?;
         let r = self.active().index.sync().and_then(|_| self.active().time_index.sync());
         self.offline_on_err("close: sync indexes", r)?;
+        let r = producers::write_snapshot(&self.dir, self.log_end_offset().0, &self.producers);
+        self.offline_on_err("close: producer state snapshot", r)?;
         let r = write_checkpoint(&self.dir, self.log_end_offset().0, true)
             .and_then(|_| write_durable(&self.dir.join(CLEAN_SHUTDOWN_FILE), format!("{FORMAT_VERSION}\n").as_bytes()))
             .and_then(|_| self.dir_file.sync_all());

@@ -28,6 +28,36 @@ pub struct ShardId(pub usize);
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct BrokerId(pub i32);
 
+/// A producer id (Kafka's `producerId`): issued by InitProducerId, carried in every
+/// batch of an idempotent producer. -1 (`ProducerId::NONE`) in a plain producer's batch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct ProducerId(pub i64);
+
+impl ProducerId {
+    pub const NONE: ProducerId = ProducerId(-1);
+}
+
+impl fmt::Display for ProducerId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.0)
+    }
+}
+
+/// A producer epoch (Kafka's `producerEpoch`): bumped to fence an older incarnation of
+/// the same producer id. -1 (`ProducerEpoch::NONE`) when there is none.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct ProducerEpoch(pub i16);
+
+impl ProducerEpoch {
+    pub const NONE: ProducerEpoch = ProducerEpoch(-1);
+}
+
+impl fmt::Display for ProducerEpoch {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.0)
+    }
+}
+
 /// A topic name and a partition index.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct TopicPartition {
@@ -106,6 +136,20 @@ pub mod limits {
     /// How long startup waits for a listener no process owns (a killed broker's socket,
     /// still being torn down) to leave the listen port before it gives up.
     pub const lingering_listener_wait_ms: u64 = 10_000;
+    /// Batches remembered per producer id and partition for duplicate detection
+    /// (Kafka's `NUM_BATCHES_TO_RETAIN`; clients keep at most 5 requests in flight).
+    pub const producer_batches_max: usize = 5;
+    /// Producer ids handed out per block written to `/latest_producer_id_block`
+    /// (Kafka's `PRODUCER_ID_BLOCK_SIZE`).
+    pub const producer_id_block_size_max: i64 = 1000;
+    /// Entries one producer-state `.snapshot` file may hold before it is refused as
+    /// corrupt (a snapshot is untrusted input on recovery).
+    pub const producer_snapshot_entries_max: usize = 1_000_000;
+    /// Producer ids one partition tracks; beyond this the oldest (by last timestamp)
+    /// is forgotten first, as expiry would (a client then looks unknown: accepted).
+    pub const partition_producers_max: usize = 100_000;
+    /// Kafka's `producer.id.expiration.ms` default: 1 day.
+    pub const producer_id_expiration_ms_default: i64 = 86_400_000;
 }
 
 /// Replace `path` with `data` so that a crash leaves the old or the new contents, never

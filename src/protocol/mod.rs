@@ -48,6 +48,9 @@ pub const SUPPORTED_APIS: &[(ApiKey, i16, i16)] = &[
     (ApiKey::AlterPartition, 2, 3),
     // Followers before fetching from a new leader; consumers detecting truncation.
     (ApiKey::OffsetForLeaderEpoch, 2, 4),
+    // Idempotent producers (no transactional ids yet).
+    (ApiKey::InitProducerId, 0, 5),
+    (ApiKey::DescribeProducers, 0, 0),
 ];
 
 pub fn supported_range(key: ApiKey) -> Option<(i16, i16)> {
@@ -260,6 +263,11 @@ pub mod error_code {
     pub const GROUP_MAX_SIZE_REACHED: i16 = 81;
     pub const FENCED_INSTANCE_ID: i16 = 82;
     pub const GROUP_SUBSCRIBED_TO_TOPIC: i16 = 86;
+    pub const OUT_OF_ORDER_SEQUENCE_NUMBER: i16 = 45;
+    pub const DUPLICATE_SEQUENCE_NUMBER: i16 = 46;
+    pub const INVALID_PRODUCER_EPOCH: i16 = 47;
+    pub const UNKNOWN_PRODUCER_ID: i16 = 59;
+    pub const PRODUCER_FENCED: i16 = 90;
 }
 
 #[cfg(test)]

@@ -1,6 +1,7 @@
 //! Admin requests on a broker that is not the active coordinator: CreateTopics,
-//! DeleteTopics, CreatePartitions, AlterConfigs and IncrementalAlterConfigs go to the
-//! active coordinator as the client sent them (same header, same correlation id, same
+//! DeleteTopics, CreatePartitions, AlterConfigs, IncrementalAlterConfigs and
+//! InitProducerId (producer ids come from the coordinator's blocks) go to the active
+//! coordinator as the client sent them (same header, same correlation id, same
 //! version: every broker speaks the same versions), and its answer goes back to the
 //! client unchanged. Before answering, this broker pulls the snapshot that includes the
 //! change, so a client that creates a topic here then asks here for its metadata sees it.
@@ -34,6 +35,7 @@ pub fn is_forwarded(key: ApiKey) -> bool {
             | ApiKey::CreatePartitions
             | ApiKey::AlterConfigs
             | ApiKey::IncrementalAlterConfigs
+            | ApiKey::InitProducerId
     )
 }
 

@@ -71,6 +71,10 @@ pub struct ShardCounters {
     /// connections closed for silence (connections.max.idle.ms).
     pub connections_refused: AtomicU64,
     pub connections_idle_closed: AtomicU64,
+    /// Idempotent batches refused by the producer state (stale epoch, sequence gap,
+    /// negative sequence), and retries answered with their original offsets.
+    pub producer_batches_refused: AtomicU64,
+    pub producer_batches_duplicate: AtomicU64,
     pub bytes_in: AtomicU64,
     pub bytes_out: AtomicU64,
     pub fsyncs: AtomicU64,
@@ -152,6 +156,18 @@ impl Metrics {
             "spate_connections_idle_closed_total",
             "Connections closed after connections.max.idle.ms.",
             &|s| s.connections_idle_closed.load(Ordering::Relaxed),
+        );
+        counter(
+            &mut out,
+            "spate_producer_batches_refused_total",
+            "Idempotent batches refused (stale epoch, out-of-order or negative sequence).",
+            &|s| s.producer_batches_refused.load(Ordering::Relaxed),
+        );
+        counter(
+            &mut out,
+            "spate_producer_batches_duplicate_total",
+            "Idempotent retries answered with the original offsets, not appended again.",
+            &|s| s.producer_batches_duplicate.load(Ordering::Relaxed),
         );
         counter(&mut out, "spate_bytes_in_total", "Request bytes read.", &|s| s.bytes_in.load(Ordering::Relaxed));
         counter(&mut out, "spate_bytes_out_total", "Response bytes written.", &|s| s.bytes_out.load(Ordering::Relaxed));

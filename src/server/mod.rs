@@ -454,6 +454,7 @@ async fn run_shard(
     );
     shard.set_zero_copy_bytes_min(config.fetch_zero_copy_bytes_min);
     shard.set_replica_lag_time_max_ms(config.replica_lag_time_max_ms);
+    shard.set_producer_id_expiration_ms(config.producer_id_expiration_ms);
     if config.append_io_uring {
         match crate::shard::AppendRing::new() {
             Ok(ring) => shard.set_append_ring(ring),

@@ -99,6 +99,8 @@ pub enum PartitionOp {
     DeletePartition { tp: TopicPartition },
     /// The topic's config changed in the registry: apply it to the open log.
     RefreshConfig { tp: TopicPartition },
+    /// DescribeProducers: the leader's producer state.
+    DescribeProducers { tp: TopicPartition },
 }
 
 impl PartitionOp {
@@ -110,7 +112,8 @@ impl PartitionOp {
             | PartitionOp::WaitForData { tp, .. }
             | PartitionOp::EpochEndOffset { tp, .. }
             | PartitionOp::DeletePartition { tp }
-            | PartitionOp::RefreshConfig { tp } => tp,
+            | PartitionOp::RefreshConfig { tp }
+            | PartitionOp::DescribeProducers { tp } => tp,
         }
     }
 }
@@ -180,6 +183,9 @@ pub enum PartitionReply {
         /// acks=all: resolves when the high watermark passes the batch (Err: a Kafka
         /// error code, NOT_ENOUGH_REPLICAS_AFTER_APPEND or NOT_LEADER_OR_FOLLOWER).
         replicated: Option<oneshot::Receiver<Result<(), i16>>>,
+        /// An idempotent producer's retry of a batch already in the log: `info` holds
+        /// the original offsets and nothing was appended.
+        duplicate: bool,
     },
     EpochEnd {
         leader_epoch: i32,
@@ -193,6 +199,19 @@ pub enum PartitionReply {
     Waiting(oneshot::Receiver<()>),
     /// Done, nothing to report (delete, config refresh).
     Done,
+    /// Every producer's state in the partition, by producer id.
+    Producers(Vec<ProducerSummary>),
+}
+
+/// One producer as DescribeProducers shows it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ProducerSummary {
+    pub producer_id: crate::model::ProducerId,
+    pub epoch: crate::model::ProducerEpoch,
+    pub last_sequence: i32,
+    pub last_timestamp_ms: i64,
+    pub coordinator_epoch: i32,
+    pub current_txn_start_offset: i64,
 }
 
 struct Partition {
@@ -245,6 +264,10 @@ pub struct Shard {
     /// last wrote to its own.
     hw_at_start: HashMap<TopicPartition, i64>,
     hw_checkpointed: Vec<(TopicPartition, i64)>,
+    /// Producer ids at or above this were never issued (from the registry).
+    producer_id_bound: Option<i64>,
+    /// producer.id.expiration.ms (broker-wide).
+    producer_id_expiration_ms: i64,
 }
 
 impl Shard {
@@ -270,6 +293,8 @@ impl Shard {
             roles_taken: replica::RolesTaken::default(),
             hw_at_start: replica::load_hw_checkpoints(&data_dir),
             hw_checkpointed: Vec::new(),
+            producer_id_bound: None,
+            producer_id_expiration_ms: crate::model::limits::producer_id_expiration_ms_default,
             id,
             nr_shards,
             data_dir,
@@ -322,6 +347,18 @@ impl Shard {
             }
             replica::advance_hw(p);
         }
+    }
+
+    /// producer.id.expiration.ms: idle producer ids are forgotten after this long.
+    pub fn set_producer_id_expiration_ms(&mut self, ms: i64) {
+        self.producer_id_expiration_ms = ms;
+    }
+
+    /// A topic's log config, with the broker-wide settings the log also needs.
+    fn log_config_of(&self, meta: &crate::coordinator::registry::TopicMeta) -> crate::log::LogConfig {
+        let mut config = meta.configs.log_config(&self.broker_topic_defaults);
+        config.producer_id_expiration_ms = self.producer_id_expiration_ms;
+        config
     }
 
     pub fn set_zero_copy_bytes_min(&mut self, bytes: u64) {
@@ -389,12 +426,13 @@ impl Shard {
                 match reg.get(&tp.topic) {
                     Some(meta) if tp.partition >= 0 && tp.partition < meta.partitions => match hosting {
                         Hosting::Elsewhere => return Err(PartitionError::NotLeader(tp.clone())),
-                        _ => (meta.configs.log_config(&self.broker_topic_defaults), self.min_insync_of(meta)),
+                        _ => (self.log_config_of(meta), self.min_insync_of(meta)),
                     },
                     _ => return Err(PartitionError::UnknownTopicOrPartition(tp.clone())),
                 }
             };
-            let log = PartitionLog::open(&self.data_dir.join(tp.dir_name()), config, now_ms)?;
+            let mut log = PartitionLog::open(&self.data_dir.join(tp.dir_name()), config, now_ms)?;
+            log.set_producer_id_bound(self.producer_id_bound);
             // The high watermark this broker knew before it stopped (never above the log).
             let follower_hw = self.hw_at_start.get(tp).copied().unwrap_or(0).min(log.log_end_offset().0);
             self.partitions.insert(
@@ -425,6 +463,7 @@ impl Shard {
             PartitionOp::Fetch { tp, current_leader_epoch, .. }
             | PartitionOp::EpochEndOffset { tp, current_leader_epoch, .. } => Some((tp, 0, *current_leader_epoch)),
             PartitionOp::ListOffset { tp, current_leader_epoch, .. } => Some((tp, 0, *current_leader_epoch)),
+            PartitionOp::DescribeProducers { tp } => Some((tp, 0, -1)),
             _ => None,
         };
         if let Some((tp, now_ms, epoch)) = led {
@@ -441,7 +480,29 @@ impl Shard {
                     return Err(PartitionError::NotEnoughReplicas { tp, isr, min: min_insync });
                 }
                 // The leader stamps its epoch into every batch (KIP-101).
-                let (info, write, patches) = p.log.append_shared_with_leader_epoch(&records, epoch, now_ms)?;
+                let (info, write, patches) = match p.log.append_shared_with_leader_epoch(&records, epoch, now_ms) {
+                    Err(LogError::DuplicateBatch(info)) => {
+                        // A producer's retry: its original offsets, once a consumer could
+                        // read them (and the in-sync replicas have them, for acks=all).
+                        let readable = replica::high_watermark(p);
+                        let replicated = (acks == -1 || info.last_offset >= readable).then(|| {
+                            let (tx, rx) = oneshot::channel();
+                            p.hw_waiters.push((info.last_offset, tx));
+                            replica::advance_hw(p);
+                            rx
+                        });
+                        let log_start_offset = p.log.log_start_offset();
+                        return Ok(PartitionReply::Produced {
+                            info,
+                            log_start_offset,
+                            written: None,
+                            durable: None,
+                            replicated,
+                            duplicate: true,
+                        });
+                    }
+                    other => other?,
+                };
                 // Each batch goes out as its new header, then its bytes from the request.
                 let mut parts = Vec::with_capacity(2 * patches.len());
                 for patch in &patches {
@@ -496,7 +557,7 @@ impl Shard {
                     });
                     rx
                 });
-                Ok(PartitionReply::Produced { info, log_start_offset, written, durable, replicated })
+                Ok(PartitionReply::Produced { info, log_start_offset, written, durable, replicated, duplicate: false })
             }
             PartitionOp::Fetch { tp, offset, max_bytes, min_one_batch, replica, current_leader_epoch, now_ms } => {
                 let zero_copy_bytes_min = self.zero_copy_bytes_min;
@@ -557,10 +618,28 @@ impl Shard {
                 }
                 Ok(PartitionReply::Waiting(rx))
             }
+            PartitionOp::DescribeProducers { tp } => {
+                let p = self.partition_mut(&tp, 0)?;
+                let producers = p
+                    .log
+                    .producer_states()
+                    .entries()
+                    .into_iter()
+                    .map(|(producer_id, e)| ProducerSummary {
+                        producer_id,
+                        epoch: e.epoch,
+                        last_sequence: e.last_seq(),
+                        last_timestamp_ms: e.last_timestamp_ms,
+                        coordinator_epoch: e.coordinator_epoch,
+                        current_txn_start_offset: e.current_txn_first_offset,
+                    })
+                    .collect();
+                Ok(PartitionReply::Producers(producers))
+            }
             PartitionOp::RefreshConfig { tp } => {
                 let config = {
                     let reg = self.registry.read().expect("registry lock");
-                    reg.get(&tp.topic).map(|m| m.configs.log_config(&self.broker_topic_defaults))
+                    reg.get(&tp.topic).map(|m| self.log_config_of(m))
                 };
                 if let (Some(config), Some(p)) = (config, self.partitions.get_mut(&tp)) {
                     p.log.set_config(config);
@@ -603,6 +682,12 @@ impl Shard {
                         tracing::info!(partition = %tp, segments = n, log_start_offset = %p.log.log_start_offset(), "retention deleted segments")
                     }
                     Err(e) => tracing::error!(partition = %tp, error = %e, "retention failed"),
+                }
+            }
+            if run_retention {
+                let expired = p.log.expire_producers(now_ms);
+                if expired > 0 {
+                    tracing::info!(partition = %tp, producers = expired, "expired idle producer ids");
                 }
             }
             if p.durable_waiters.is_empty() && p.log.flush_due(now_ms) {

@@ -164,6 +164,7 @@ impl Shard {
         let now_ms = crate::server::now_ms();
         let (gone, hosted) = {
             let reg = self.registry.read().expect("registry lock");
+            self.producer_id_bound = reg.producer_id_bound();
             let gone: Vec<TopicPartition> = self
                 .partitions
                 .keys()
@@ -175,11 +176,7 @@ impl Shard {
                 for p in 0..meta.partitions {
                     let tp = TopicPartition::new(name.as_str(), p);
                     if self.owns(&tp) && reg.hosting(name, p) != Hosting::Elsewhere {
-                        hosted.push((
-                            tp,
-                            meta.configs.log_config(&self.broker_topic_defaults),
-                            self.min_insync_of(meta),
-                        ));
+                        hosted.push((tp, self.log_config_of(meta), self.min_insync_of(meta)));
                     }
                 }
             }
@@ -191,10 +188,12 @@ impl Shard {
                 tracing::error!(partition = %tp, error = %e, "cannot remove the partition of a deleted topic");
             }
         }
+        let producer_id_bound = self.producer_id_bound;
         for (tp, config, min_insync) in hosted {
             match self.partition_mut(&tp, now_ms) {
                 Ok(p) => {
                     p.log.set_config(config);
+                    p.log.set_producer_id_bound(producer_id_bound);
                     p.min_insync = min_insync;
                 }
                 Err(e) => {

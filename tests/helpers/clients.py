@@ -106,7 +106,7 @@ def cf_produce(bootstrap, topic, records, timeout=30, **conf):
     """Produce `records` (dicts: value, key, headers, partition, timestamp) in order with
     one confluent Producer; returns the delivery reports as Rec (with the assigned
     partition / offset) in send order.  Raises on any delivery error."""
-    c = cf_conf(bootstrap, **{"linger.ms": 5, "acks": 1, "enable.idempotence": False,
+    c = cf_conf(bootstrap, **{"linger.ms": 5, "acks": 1,
                               "message.timeout.ms": timeout * 1000, **conf})
     p = Producer(c)
     reports = [None] * len(records)
@@ -192,12 +192,13 @@ def cf_consume(bootstrap, topic, partitions, count=None, timeout=30, **conf):
 
 def kp_common(bootstrap):
     return dict(bootstrap_servers=[bootstrap], request_timeout_ms=CLIENT_TIMEOUT_MS + 5000,
-                api_version_auto_timeout_ms=10000, reconnect_backoff_max_ms=1000)
+                reconnect_backoff_max_ms=1000)
 
 
 def kp_produce(bootstrap, topic, records, timeout=30, **conf):
     from kafka import KafkaProducer
-    p = KafkaProducer(**kp_common(bootstrap), **{"acks": 1, "linger_ms": 5, **conf})
+    # kafka-python 3.x's defaults: idempotent, acks=all.
+    p = KafkaProducer(**kp_common(bootstrap), **{"linger_ms": 5, **conf})
     try:
         futs = []
         for r in records:

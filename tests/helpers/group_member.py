@@ -157,7 +157,6 @@ def run_kafka_python(a, ctl):
         heartbeat_interval_ms=a.heartbeat_interval_ms,
         max_poll_interval_ms=a.max_poll_interval_ms,
         request_timeout_ms=max(30000, a.session_timeout_ms + 5000),
-        api_version_auto_timeout_ms=10000,
         reconnect_backoff_max_ms=1000,
     )
     if a.instance_id:

@@ -86,32 +86,103 @@ def parse_api_versions_v0(body):
     return corr, err, apis
 
 
-def _varint(n):
-    n = (n << 1) ^ (n >> 63)  # zigzag
-    out = b""
+# ---------------------------------------------------------------- idempotent producers
+
+def _varint(v):
+    """Kafka's zig-zag varint."""
+    z = (v << 1) ^ (v >> 63)
+    out = bytearray()
     while True:
-        b = n & 0x7F
-        n >>= 7
-        if n:
-            out += bytes([b | 0x80])
+        b = z & 0x7F
+        z >>= 7
+        if z:
+            out.append(b | 0x80)
         else:
-            return out + bytes([b])
+            out.append(b)
+            return bytes(out)
 
 
-def record_batch(values, timestamp_ms=0):
-    """One uncompressed magic-2 record batch (baseOffset 0, no producer id, CreateTime)
-    holding `values` (bytes each) with null keys and no headers."""
+def record_batch(values, producer_id=-1, producer_epoch=-1, base_sequence=-1, timestamp_ms=None):
+    """An uncompressed magic-2 batch of `values` (bytes) with the given producer fields."""
     import crc32c
-
+    ts = int(time.time() * 1000) if timestamp_ms is None else timestamp_ms
     body = b""
     for i, v in enumerate(values):
         rec = b"\x00" + _varint(0) + _varint(i) + _varint(-1) + _varint(len(v)) + v + _varint(0)
         body += _varint(len(rec)) + rec
-    after_crc = struct.pack(">hiqqqhii", 0, len(values) - 1, timestamp_ms, timestamp_ms, -1, -1, -1,
-                            len(values)) + body
+    after_crc = struct.pack(">hiqqqhii", 0, len(values) - 1, ts, ts, producer_id, producer_epoch,
+                            base_sequence, len(values)) + body
     crc = crc32c.crc32c(after_crc)
-    after_len = struct.pack(">ibI", -1, 2, crc) + after_crc
-    return struct.pack(">qi", 0, len(after_len)) + after_len
+    rest = struct.pack(">ibI", -1, 2, crc) + after_crc  # partitionLeaderEpoch, magic, crc
+    return struct.pack(">qi", 0, len(rest)) + rest
+
+
+def _string(s):
+    b = s.encode()
+    return struct.pack(">h", len(b)) + b
+
+
+def produce_v3(topic, partition, batch, correlation_id=1, acks=-1, timeout_ms=10000):
+    """Produce v3 (non-flexible) with one partition's record set."""
+    body = struct.pack(">hhi", -1, acks, timeout_ms)  # transactional_id null, acks, timeout
+    body += struct.pack(">i", 1) + _string(topic) + struct.pack(">i", 1)
+    body += struct.pack(">ii", partition, len(batch)) + batch
+    return frame(request_header_v1(0, 3, correlation_id) + body)
+
+
+def parse_produce_v3(resp):
+    """-> (error_code, base_offset) of the single partition answered."""
+    off = 4  # correlation id
+    (n,) = struct.unpack(">i", resp[off:off + 4])
+    assert n == 1
+    off += 4
+    (tlen,) = struct.unpack(">h", resp[off:off + 2])
+    off += 2 + tlen
+    (pn,) = struct.unpack(">i", resp[off:off + 4])
+    assert pn == 1
+    off += 4
+    _index, error, base_offset, _append_time = struct.unpack(">ihqq", resp[off:off + 22])
+    return error, base_offset
+
+
+def init_producer_id(transactional_id=None, producer_id=-1, producer_epoch=-1, correlation_id=1):
+    """InitProducerId v3 (flexible; KIP-360 fields)."""
+    hdr = request_header_v1(22, 3, correlation_id) + b"\x00"  # header v2: tagged fields
+    if transactional_id is None:
+        tid = b"\x00"
+    else:
+        t = transactional_id.encode()
+        tid = _varint_unsigned(len(t) + 1) + t
+    body = tid + struct.pack(">iqh", 60000, producer_id, producer_epoch) + b"\x00"
+    return frame(hdr + body)
+
+
+def _varint_unsigned(v):
+    out = bytearray()
+    while True:
+        b = v & 0x7F
+        v >>= 7
+        if v:
+            out.append(b | 0x80)
+        else:
+            out.append(b)
+            return bytes(out)
+
+
+def parse_init_producer_id(resp):
+    """-> (error_code, producer_id, producer_epoch). Response header v1 (tagged fields)."""
+    _corr, _tags, _throttle, error, pid, epoch = struct.unpack(">ibihqh", resp[:21])
+    return error, pid, epoch
+
+
+def call(port, request, host="127.0.0.1", timeout=10):
+    """Send one request frame, return the response (after the length prefix)."""
+    s = connect(port, host, timeout)
+    try:
+        s.sendall(request)
+        return recv_frame(s, timeout)
+    finally:
+        s.close()
 
 
 def produce_request_v3(topic, partition, records, acks=1, timeout_ms=30000, correlation_id=1):

@@ -14,9 +14,11 @@ mod delete_groups;
 mod delete_topics;
 mod describe_configs;
 mod describe_groups;
+mod describe_producers;
 mod fetch;
 mod find_coordinator;
 mod heartbeat;
+mod init_producer_id;
 mod join_group;
 mod leave_group;
 mod list_groups;
@@ -40,6 +42,7 @@ use crate::log::LogError;
 use crate::protocol::zero_copy::Response;
 use crate::protocol::{encode_response, error_code, supported_range, ProtocolError, RequestFrame};
 use crate::shard::PartitionError;
+use crate::txn::producer_state::ProducerStateError;
 
 use super::context::ShardContext;
 
@@ -94,6 +97,8 @@ pub async fn handle(ctx: &ShardContext, frame: RequestFrame) -> Result<Option<Re
         ApiKey::BrokerHeartbeat => broker_heartbeat::handle(ctx, &frame).await.map(Some),
         ApiKey::AlterPartition => alter_partition::handle(ctx, &frame).await.map(Some),
         ApiKey::OffsetForLeaderEpoch => offset_for_leader_epoch::handle(ctx, &frame).await.map(Some),
+        ApiKey::InitProducerId => init_producer_id::handle(ctx, &frame).await.map(Some),
+        ApiKey::DescribeProducers => describe_producers::handle(ctx, &frame).await.map(Some),
         other => Err(ProtocolError::BadHeader(format!("no handler for {other:?}"))),
     };
     bytes.map(|b| b.map(Response::from))
@@ -116,9 +121,16 @@ fn partition_error_code(e: &PartitionError) -> i16 {
         PartitionError::Log(l) => match l {
             LogError::MessageTooLarge { .. } => error_code::MESSAGE_TOO_LARGE,
             LogError::Corrupt(_) => error_code::CORRUPT_MESSAGE,
-            LogError::InvalidRecord(_) => error_code::INVALID_RECORD,
+            LogError::InvalidRecord(_) | LogError::InvalidProducerFields(_) => error_code::INVALID_RECORD,
             LogError::OffsetOutOfRange { .. } => error_code::OFFSET_OUT_OF_RANGE,
             LogError::Offline(_) | LogError::Io(_) => error_code::KAFKA_STORAGE_ERROR,
+            LogError::Producer(p) => match p {
+                ProducerStateError::InvalidProducerEpoch { .. } => error_code::INVALID_PRODUCER_EPOCH,
+                ProducerStateError::UnknownProducerId { .. } => error_code::UNKNOWN_PRODUCER_ID,
+                ProducerStateError::OutOfOrderSequence { .. } => error_code::OUT_OF_ORDER_SEQUENCE_NUMBER,
+            },
+            // The shard answers duplicates as appends; only a caller that does not gets here.
+            LogError::DuplicateBatch(_) => error_code::DUPLICATE_SEQUENCE_NUMBER,
         },
     }
 }

@@ -11,9 +11,11 @@ use kafka_protocol::messages::produce_response::{PartitionProduceResponse, Topic
 use kafka_protocol::messages::{ApiKey, ProduceRequest, ProduceResponse};
 
 use crate::config::FsyncMode;
+use crate::log::LogError;
 use crate::model::TopicPartition;
 use crate::protocol::{decode_body, error_code, ProtocolError, RequestFrame};
-use crate::shard::{PartitionOp, PartitionReply};
+use crate::shard::{PartitionError, PartitionOp, PartitionReply};
+use std::sync::atomic::Ordering;
 
 use super::super::context::ShardContext;
 use super::super::now_ms;
@@ -51,7 +53,12 @@ pub async fn handle(ctx: &ShardContext, frame: &RequestFrame) -> Result<Option<B
                 acks: req.acks,
             };
             match ctx.call(op).await {
-                Ok(PartitionReply::Produced { info, log_start_offset, written, durable, replicated }) => {
+                Ok(PartitionReply::Produced { info, log_start_offset, written, durable, replicated, duplicate }) => {
+                    if duplicate {
+                        tracing::debug!(topic, partition = p.index, base_offset = %info.base_offset,
+                            "duplicate idempotent batch answered with its original offsets");
+                        ctx.metrics.shard(ctx.id).producer_batches_duplicate.fetch_add(1, Ordering::Relaxed);
+                    }
                     // In the file first (io_uring), then durable if asked: the ack waits.
                     for wait in written.into_iter().chain(durable) {
                         match wait.await {
@@ -83,7 +90,12 @@ pub async fn handle(ctx: &ShardContext, frame: &RequestFrame) -> Result<Option<B
                 }
                 Ok(other) => unreachable!("Produce answered {other:?}"),
                 Err(e) => {
-                    tracing::debug!(topic, partition = p.index, error = %e, "produce refused");
+                    if matches!(&e, PartitionError::Log(LogError::Producer(_) | LogError::InvalidProducerFields(_))) {
+                        tracing::warn!(topic, partition = p.index, error = %e, "idempotent batch refused");
+                        ctx.metrics.shard(ctx.id).producer_batches_refused.fetch_add(1, Ordering::Relaxed);
+                    } else {
+                        tracing::debug!(topic, partition = p.index, error = %e, "produce refused");
+                    }
                     Err((partition_error_code(&e), Some(e.to_string())))
                 }
             }
