@@ -126,9 +126,11 @@ fn recovery_point_text(offset: i64) -> String {
     crate::log::checkpoint_text(offset)
 }
 
-/// Checkpoint files: the leader-epoch checkpoint (text) and the high-watermark
-/// checkpoint (Kafka's replication-offset-checkpoint), both read at start.
+/// Checkpoint files: the leader-epoch checkpoint (text), the high-watermark checkpoint
+/// (Kafka's replication-offset-checkpoint) and producer-state `.snapshot` files, all read
+/// at start.
 pub fn checkpoints(data: &[u8]) {
+    let _ = crate::txn::producer_state::ProducerStates::decode_snapshot(data);
     if let Ok(text) = std::str::from_utf8(data) {
         let _ = crate::log::leader_epoch::LeaderEpochCache::decode(text);
     }
@@ -150,6 +152,7 @@ pub fn coordinator_json(data: &[u8]) {
     let _ = layout::decode_controller(data);
     let _ = layout::decode_cluster_id(data);
     let _ = layout::decode_controller_epoch(data);
+    let _ = crate::txn::producer_id::ProducerIdBlock::decode(data);
     let Ok(dir) = scratch_dir("store") else { return };
     let meta = dir.path().join("spate-meta");
     if std::fs::create_dir_all(&meta).and_then(|()| std::fs::write(meta.join("znodes.json"), data)).is_ok() {
