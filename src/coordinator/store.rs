@@ -9,7 +9,8 @@
 //!
 //! LocalStore file format (version 1): `<data>/spate-meta/znodes.json`, JSON
 //! `{"version":1,"nodes":{"/path":{"data":"<base64>","version":N}}}`, rewritten whole
-//! with write-temp, fsync, rename, fsync-dir on every change. Ephemeral nodes are kept in
+//! with write-temp, fsync, rename, fsync-dir on every change (once for a `batch` of
+//! changes: the registry writes each controller decision as one). Ephemeral nodes are kept in
 //! memory only (they die with the process, as a ZooKeeper session's would).
 
 use std::collections::BTreeMap;
