@@ -176,3 +176,34 @@ def test_twenty_thousand_mutated_real_requests(broker):
     assert rss_peak[0] - rss_before < 4 * RSS_GROWTH_MAX
     assert rss_after - rss_before < RSS_GROWTH_MAX
     assert_still_serving(broker)
+
+
+def test_three_thousand_idle_connections(broker):
+    """3,000 connections that send nothing (from four loopback addresses, under the
+    default max.connections.per.ip): the broker holds them in little memory and keeps
+    serving; they are answered when they do speak."""
+    rss_before = broker.rss_bytes()
+    socks = []
+    try:
+        for i in range(3000):
+            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            s.bind((f"127.0.0.{2 + i % 4}", 0))
+            s.settimeout(10)
+            s.connect(("127.0.0.1", broker.port))
+            socks.append(s)
+        time.sleep(1)
+        rss_during = broker.rss_bytes()
+        assert_still_serving(broker)
+        for i, s in enumerate(socks[::100]):
+            s.sendall(wire.api_versions_request(correlation_id=i))
+            corr, err, _ = wire.parse_api_versions_v0(wire.recv_frame(s, 10))
+            assert (corr, err) == (i, 0)
+    finally:
+        for s in socks:
+            s.close()
+    time.sleep(1)
+    rss_after = broker.rss_bytes()
+    print(f"3000 idle connections: RSS before {rss_before >> 20} MiB, during {rss_during >> 20} MiB, "
+          f"after {rss_after >> 20} MiB")
+    assert rss_during - rss_before < RSS_GROWTH_MAX
+    assert_still_serving(broker, topic="after-idle-connections")

@@ -90,16 +90,7 @@ def parse_api_versions_v0(body):
 
 def _varint(v):
     """Kafka's zig-zag varint."""
-    z = (v << 1) ^ (v >> 63)
-    out = bytearray()
-    while True:
-        b = z & 0x7F
-        z >>= 7
-        if z:
-            out.append(b | 0x80)
-        else:
-            out.append(b)
-            return bytes(out)
+    return _varint_unsigned((v << 1) ^ (v >> 63))
 
 
 def record_batch(values, producer_id=-1, producer_epoch=-1, base_sequence=-1, timestamp_ms=None):
