@@ -158,9 +158,22 @@ impl Segment {
         }
         let tail_start = pos;
         let mut expected = self.base_offset;
+        // The indexes are trusted, not believed blindly: the last offset entry must name
+        // the batch at its position, and no entry may point past the log (a file the
+        // clean marker vouches for can still be damaged; found by fuzzing).
+        let mismatch = |pos: u64, reason: String| Err(ScanStop { position_bytes: pos, reason });
+        if self.index.last_offset_entry().is_some() {
+            match self.header_at(pos, self.size_bytes)? {
+                Some(h) if h.last_offset() == next => {}
+                _ => return mismatch(pos, format!("the offset index's last entry (offset {next}) names no batch here")),
+            }
+        }
         while let Some(h) = self.header_at(pos, self.size_bytes)? {
             if h.base_offset < expected || h.last_offset() - self.base_offset > u32::MAX as i64 {
                 return Err(ScanStop { position_bytes: pos, reason: format!("offset {} out of order", h.base_offset) });
+            }
+            if h.max_timestamp > self.max_timestamp_ms && h.last_offset() < self.offset_of_max_timestamp {
+                return mismatch(pos, format!("batch {} is newer than the time index's last entry", h.base_offset));
             }
             if h.max_timestamp > self.max_timestamp_ms {
                 self.max_timestamp_ms = h.max_timestamp;
@@ -169,6 +182,9 @@ impl Segment {
             next = next.max(h.last_offset() + 1);
             expected = h.last_offset() + 1;
             pos += h.size_bytes();
+        }
+        if self.time_index.last_time().is_some() && self.offset_of_max_timestamp >= next {
+            return mismatch(pos, format!("the time index names offset {} past the log", self.offset_of_max_timestamp));
         }
         self.next_offset = next;
         self.bytes_since_index_entry = pos - tail_start;
