@@ -74,6 +74,9 @@ struct Args {
     /// Produce requests in flight per producer connection (ignored for acks=0).
     #[arg(long, default_value_t = 5)]
     in_flight: usize,
+    /// Idempotent producers (InitProducerId, sequence numbers; needs --acks -1, at most 5 in flight).
+    #[arg(long)]
+    idempotent: bool,
     /// Consumers start at the earliest or the latest offset.
     #[arg(long, value_enum, default_value_t = StartFrom::Latest)]
     consume_from: StartFrom,
@@ -126,6 +129,9 @@ fn run(args: Args) -> Result<()> {
     }
     if ![0, 1, -1].contains(&args.acks) {
         bail!("--acks must be 0, 1 or -1");
+    }
+    if args.idempotent && (args.acks != -1 || args.in_flight > 5) {
+        bail!("--idempotent needs --acks -1 and --in-flight 5 or less (as Kafka's clients)");
     }
     let mut conn = wire::SyncConn::connect(&args.bootstrap)?;
     let versions = conn.negotiate().context("negotiating API versions")?;
@@ -275,6 +281,7 @@ fn run(args: Args) -> Result<()> {
             linger: Duration::from_millis(args.linger_ms),
             key_distribution: args.key_distribution,
             in_flight: args.in_flight,
+            idempotent: args.idempotent,
             produce_version: versions.produce,
             deadline,
             measure_from_us,

@@ -49,6 +49,9 @@ pub struct ProducerConfig {
     pub linger: Duration,
     pub key_distribution: KeyDistribution,
     pub in_flight: usize,
+    /// Idempotent producer: an id from InitProducerId, sequence numbers per partition
+    /// (what librdkafka and the Java client do with enable.idempotence=true).
+    pub idempotent: bool,
     pub produce_version: i16,
     pub deadline: Instant,
     /// Samples whose intended send time is before this (wall us) are warm-up.
@@ -123,12 +126,26 @@ pub fn run(cfg: ProducerConfig, shared: ProducerShared) -> Result<()> {
         None
     };
 
-    let result = produce_loop(&cfg, &shared, &mut writer, &tx, &slots);
+    let producer = if cfg.idempotent { init_producer_id(&cfg.addr)? } else { (-1, -1) };
+    let result = produce_loop(&cfg, &shared, &mut writer, &tx, &slots, producer);
     drop(tx);
     if let Some(r) = reader {
         r.join().expect("reader thread panicked")?;
     }
     result
+}
+
+/// InitProducerId (v0, no transactional id): (producer id, epoch).
+fn init_producer_id(addr: &str) -> Result<(i64, i16)> {
+    let mut conn = wire::SyncConn::connect(addr)?;
+    let req = kafka_protocol::messages::InitProducerIdRequest::default()
+        .with_transactional_id(None)
+        .with_transaction_timeout_ms(60_000);
+    let resp = conn.call(0, &req)?;
+    if resp.error_code != 0 {
+        bail!("InitProducerId: error {}", resp.error_code);
+    }
+    Ok((resp.producer_id.0, resp.producer_epoch))
 }
 
 fn produce_loop(
@@ -137,11 +154,14 @@ fn produce_loop(
     writer: &mut TcpStream,
     tx: &mpsc::Sender<Pending>,
     slots: &Slots,
+    (producer_id, producer_epoch): (i64, i16),
 ) -> Result<()> {
     use std::io::Write;
     let payload: Bytes = (0..cfg.message_size).map(|i| (i % 251) as u8).collect::<Vec<u8>>().into();
     let mut rng = Rng(cfg.seed | 1);
     let mut open: Vec<Option<OpenBatch>> = (0..cfg.partitions).map(|_| None).collect();
+    // Next sequence number per partition (idempotent producer only).
+    let mut next_sequence: Vec<i32> = vec![0; cfg.partitions as usize];
     let mut sticky = (cfg.seed % cfg.partitions as u64) as i32;
     let mut correlation_id: i32 = 0;
     let start = Instant::now();
@@ -188,12 +208,16 @@ fn produce_loop(
                 control: false,
                 delete_horizon: false,
                 partition_leader_epoch: -1,
-                producer_id: -1,
-                producer_epoch: -1,
+                producer_id,
+                producer_epoch,
                 timestamp_type: TimestampType::Creation,
                 offset,
                 // The encoder groups records whose offset - sequence is constant.
-                sequence: offset as i32 - 1,
+                sequence: if cfg.idempotent {
+                    next_sequence[partition as usize].wrapping_add(offset as i32)
+                } else {
+                    offset as i32 - 1
+                },
                 timestamp: (intended_us / 1000) as i64,
                 key,
                 value: Some(value.freeze()),
@@ -218,6 +242,7 @@ fn produce_loop(
                 continue;
             }
             let batch = slot.take().unwrap();
+            next_sequence[p] = next_sequence[p].wrapping_add(batch.records.len() as i32) & i32::MAX;
             buf.clear();
             RecordBatchEncoder::encode(&mut buf, batch.records.iter(), &options)?;
             for r in &batch.records {
