@@ -12,11 +12,12 @@
 //!
 //! The metadata reserve (`<data-dir>/spate-meta/reserve`, `metadata_reserve_bytes_min`
 //! or twice the metadata store, allocated with fallocate): held while the disk has room,
-//! deleted as soon as free space falls below the threshold (or below the reserve's own
-//! size), at startup too, so the writes that startup and admin requests need (metadata
-//! store, leader epoch and recovery point checkpoints) find space even when something
-//! else filled the disk. It is allocated again once free space is back above the
-//! threshold plus twice its size.
+//! deleted once free space falls below the reserve's own size (the disk is full for
+//! real: something other than produce filled it), at startup too, so the writes that
+//! startup and admin requests need (metadata store, leader epoch and recovery point
+//! checkpoints) find space. It is allocated again once free space is back above the
+//! threshold plus twice its size. A disk that fills again after the release has no
+//! reserve left until space is freed.
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -104,7 +105,7 @@ impl DiskSpace {
         let reserve = self.reserve_path();
         let reserve_bytes = self.reserve_bytes();
         let has_reserve = reserve.exists();
-        if has_reserve && free < threshold.max(reserve_bytes) {
+        if has_reserve && free < reserve_bytes {
             match std::fs::remove_file(&reserve) {
                 Ok(()) => {
                     tracing::warn!(free_bytes = free, path = %reserve.display(),
@@ -113,8 +114,9 @@ impl DiskSpace {
                 }
                 Err(e) => tracing::warn!(error = %e, "cannot release the metadata reserve"),
             }
-        } else if !has_reserve && free >= threshold + 2 * reserve_bytes && reserve.parent().is_some_and(Path::exists) {
-            match allocate(&reserve, reserve_bytes) {
+        } else if !has_reserve && free >= threshold + 2 * reserve_bytes {
+            let allocated = reserve.parent().map_or(Ok(()), std::fs::create_dir_all).and_then(|_| allocate(&reserve, reserve_bytes));
+            match allocated {
                 Ok(()) => free = free.saturating_sub(reserve_bytes),
                 Err(e) => {
                     let _ = std::fs::remove_file(&reserve);
