@@ -541,7 +541,10 @@ async fn run_shard(
             let mut last_retention = std::time::Instant::now();
             loop {
                 glommio::timer::sleep(Duration::from_millis(housekeeping_interval_ms)).await;
-                let retention = last_retention.elapsed() >= Duration::from_millis(retention_check_interval_ms);
+                // A disk short of space runs retention every tick: a lowered retention.ms
+                // or retention.bytes frees space at once, not within 5 minutes.
+                let retention = last_retention.elapsed() >= Duration::from_millis(retention_check_interval_ms)
+                    || ctx.disk.produce_refusal().is_some();
                 if retention {
                     last_retention = std::time::Instant::now();
                 }
