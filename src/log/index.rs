@@ -282,3 +282,40 @@ fn partition_point(n: usize, pred: impl Fn(usize) -> bool) -> usize {
     }
     lo
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::FileExt;
+
+    /// The zero tail of a preallocated (sparse) index is skipped by SEEK_DATA, but a
+    /// stray entry anywhere in it, written through the mapping or the file, is still seen.
+    #[test]
+    fn garbage_in_a_sparse_tail_is_found() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("00000000000000000000.index");
+        let (mut index, garbage) = Index::open(&path, Kind::Offset, 0).unwrap();
+        assert!(!garbage);
+        index.make_active(10 * 1024 * 1024).unwrap();
+        index.push_offset(5, 100);
+        drop(index);
+        let (index, garbage) = Index::open(&path, Kind::Offset, 1000).unwrap();
+        assert_eq!((index.entries(), garbage), (1, false), "a clean sparse tail");
+        drop(index);
+        for at in [8u64, 4096, 5 * 1024 * 1024 + 8, 10 * 1024 * 1024 - 8] {
+            let f = OpenOptions::new().write(true).open(&path).unwrap();
+            f.write_all_at(&[0, 0, 0, 1, 0, 0, 0, 1], at).unwrap();
+            drop(f);
+            let (_, garbage) = Index::open(&path, Kind::Offset, 1000).unwrap();
+            assert!(garbage, "stray entry at {at}");
+            let f = OpenOptions::new().write(true).open(&path).unwrap();
+            f.write_all_at(&[0; 8], at).unwrap();
+        }
+        // Through the mapping (dirty pages, no blocks yet on delalloc file systems).
+        let (mut index, _) = Index::open(&path, Kind::Offset, 1000).unwrap();
+        index.mmap.as_mut().unwrap()[7 * 1024 * 1024 + 3] = 9;
+        drop(index);
+        let (_, garbage) = Index::open(&path, Kind::Offset, 1000).unwrap();
+        assert!(garbage, "stray byte written through the mapping");
+    }
+}
