@@ -66,8 +66,9 @@
 //! and `<crc>` is the decimal CRC32C of the text `1 <offset>`. A missing or garbled file
 //! reads as offset 0 (recover everything): a stale, lower value is always safe.
 //!
-//! `.spate-clean-shutdown`, ASCII `1\n`. Removed (and the removal fsynced) on open, so a
-//! crash afterwards is seen as unclean.
+//! `.spate-clean-shutdown`, ASCII `1\n`, written last by `close`, once segments and indexes
+//! are fsynced; only its presence counts (a crash right after close may leave it empty).
+//! Removed (and the removal fsynced) on open, so a crash afterwards is seen as unclean.
 //!
 //! `leader-epoch-checkpoint`: Kafka's text format, version 0, drawn in `leader_epoch.rs`.
 //! Which leader epoch started at which offset (KIP-101). Rewritten (temp file, fsync,
