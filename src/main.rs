@@ -137,6 +137,12 @@ struct ServeArgs {
     /// queued.max.request.bytes: bytes requests being read or handled may hold [default: 536870912]
     #[arg(long)]
     queued_max_request_bytes: Option<usize>,
+    /// disk.free.min.bytes: refuse produce (retriable KAFKA_STORAGE_ERROR) below this much free space on the data dir's file system [default: 1073741824]
+    #[arg(long)]
+    disk_free_min_bytes: Option<u64>,
+    /// disk.free.min.percent: ... or below this percentage of its size, whichever is more; 0 and 0 disable [default: 1]
+    #[arg(long)]
+    disk_free_min_percent: Option<u32>,
 }
 
 fn load_config(args: ServeArgs) -> Result<BrokerConfig, String> {
@@ -236,6 +242,12 @@ fn load_config(args: ServeArgs) -> Result<BrokerConfig, String> {
     }
     if let Some(v) = args.connections_max_idle_ms {
         config.connections_max_idle_ms = v;
+    }
+    if let Some(v) = args.disk_free_min_bytes {
+        config.disk_free_min_bytes = v;
+    }
+    if let Some(v) = args.disk_free_min_percent {
+        config.disk_free_min_percent = v;
     }
     if let Some(v) = args.queued_max_request_bytes {
         config.queued_max_request_bytes = v;

@@ -97,6 +97,14 @@ pub struct BrokerConfig {
     /// queued.max.request.bytes: bytes all requests being read or handled may hold;
     /// connections stop reading while it is used up, and a longer frame is refused.
     pub queued_max_request_bytes: usize,
+    /// disk.free.min.bytes: produce is refused (KAFKA_STORAGE_ERROR, retriable) while the
+    /// data dir's file system has less free space than this or than
+    /// `disk_free_min_percent` of its size, whichever is more; fetches, groups and admin
+    /// requests go on, and produce resumes once retention or a deletion freed space.
+    /// 0 and 0 disable the check.
+    pub disk_free_min_bytes: u64,
+    /// disk.free.min.percent: see `disk_free_min_bytes`.
+    pub disk_free_min_percent: u32,
 }
 
 impl Default for BrokerConfig {
@@ -133,6 +141,8 @@ impl Default for BrokerConfig {
             max_connections_per_ip: limits::connections_per_ip_max_default,
             connections_max_idle_ms: limits::connection_idle_ms_max_default,
             queued_max_request_bytes: limits::queued_request_bytes_max_default,
+            disk_free_min_bytes: limits::disk_free_min_bytes_default,
+            disk_free_min_percent: limits::disk_free_min_percent_default,
         }
     }
 }
@@ -176,6 +186,9 @@ impl BrokerConfig {
         }
         if self.connections_max_idle_ms == 0 {
             return Err("connections-max-idle-ms must be at least 1".into());
+        }
+        if self.disk_free_min_percent > 100 {
+            return Err("disk-free-min-percent must be at most 100".into());
         }
         if self.queued_max_request_bytes < 1024 {
             return Err("queued-max-request-bytes must be at least 1024".into());

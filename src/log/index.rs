@@ -53,11 +53,41 @@ impl Index {
         index.remap(capacity * eb)?;
         let entries = index.valid_prefix(log_size_bytes);
         index.entries = entries;
-        let garbage = match &index.mmap {
-            Some(m) => m[entries * eb..].iter().any(|b| *b != 0) || len % eb != 0,
-            None => len % eb != 0,
-        };
+        let garbage = len % eb != 0 || index.nonzero_from(entries * eb);
         Ok((index, garbage))
+    }
+
+    /// Whether any byte of the mapping at or after `from` is non-zero. Only the file's
+    /// data regions are read (`SEEK_DATA`/`SEEK_HOLE`): an active index is a sparse
+    /// file preallocated to `segment.index.bytes`, and faulting in its zero tail cost
+    /// 20 MB of reads per partition after a kill -9 (38 s for 1,000 partitions). Where
+    /// the file system cannot say, every byte is read.
+    fn nonzero_from(&self, from: usize) -> bool {
+        use std::os::fd::AsRawFd;
+        let Some(m) = &self.mmap else { return false };
+        let fd = self.file.as_raw_fd();
+        let mut pos = from;
+        while pos < m.len() {
+            // SAFETY: lseek on a descriptor this index owns; it only moves the offset.
+            let data = unsafe { libc::lseek(fd, pos as libc::off_t, libc::SEEK_DATA) };
+            if data < 0 {
+                let no_more_data = std::io::Error::last_os_error().raw_os_error() == Some(libc::ENXIO);
+                return !no_more_data && m[pos..].iter().any(|b| *b != 0);
+            }
+            let start = (data as usize).max(pos).min(m.len());
+            // SAFETY: as above.
+            let hole = unsafe { libc::lseek(fd, start as libc::off_t, libc::SEEK_HOLE) };
+            let end = if hole < 0 { m.len() } else { (hole as usize).clamp(start, m.len()) };
+            if m[start..end].iter().any(|b| *b != 0) {
+                return true;
+            }
+            if end == start {
+                // No progress (a file system answering oddly): read the rest.
+                return m[start..].iter().any(|b| *b != 0);
+            }
+            pos = end;
+        }
+        false
     }
 
     fn remap(&mut self, len_bytes: usize) -> std::io::Result<()> {
@@ -251,4 +281,41 @@ fn partition_point(n: usize, pred: impl Fn(usize) -> bool) -> usize {
         }
     }
     lo
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::FileExt;
+
+    /// The zero tail of a preallocated (sparse) index is skipped by SEEK_DATA, but a
+    /// stray entry anywhere in it, written through the mapping or the file, is still seen.
+    #[test]
+    fn garbage_in_a_sparse_tail_is_found() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("00000000000000000000.index");
+        let (mut index, garbage) = Index::open(&path, Kind::Offset, 0).unwrap();
+        assert!(!garbage);
+        index.make_active(10 * 1024 * 1024).unwrap();
+        index.push_offset(5, 100);
+        drop(index);
+        let (index, garbage) = Index::open(&path, Kind::Offset, 1000).unwrap();
+        assert_eq!((index.entries(), garbage), (1, false), "a clean sparse tail");
+        drop(index);
+        for at in [8u64, 4096, 5 * 1024 * 1024 + 8, 10 * 1024 * 1024 - 8] {
+            let f = OpenOptions::new().write(true).open(&path).unwrap();
+            f.write_all_at(&[0, 0, 0, 1, 0, 0, 0, 1], at).unwrap();
+            drop(f);
+            let (_, garbage) = Index::open(&path, Kind::Offset, 1000).unwrap();
+            assert!(garbage, "stray entry at {at}");
+            let f = OpenOptions::new().write(true).open(&path).unwrap();
+            f.write_all_at(&[0; 8], at).unwrap();
+        }
+        // Through the mapping (dirty pages, no blocks yet on delalloc file systems).
+        let (mut index, _) = Index::open(&path, Kind::Offset, 1000).unwrap();
+        index.mmap.as_mut().unwrap()[7 * 1024 * 1024 + 3] = 9;
+        drop(index);
+        let (_, garbage) = Index::open(&path, Kind::Offset, 1000).unwrap();
+        assert!(garbage, "stray byte written through the mapping");
+    }
 }

@@ -66,8 +66,9 @@
 //! and `<crc>` is the decimal CRC32C of the text `1 <offset>`. A missing or garbled file
 //! reads as offset 0 (recover everything): a stale, lower value is always safe.
 //!
-//! `.spate-clean-shutdown`, ASCII `1\n`. Removed (and the removal fsynced) on open, so a
-//! crash afterwards is seen as unclean.
+//! `.spate-clean-shutdown`, ASCII `1\n`, written last by `close`, once segments and indexes
+//! are fsynced; only its presence counts (a crash right after close may leave it empty).
+//! Removed (and the removal fsynced) on open, so a crash afterwards is seen as unclean.
 //!
 //! `leader-epoch-checkpoint`: Kafka's text format, version 0, drawn in `leader_epoch.rs`.
 //! Which leader epoch started at which offset (KIP-101). Rewritten (temp file, fsync,
@@ -309,6 +310,19 @@ impl PartitionLog {
     /// Open (or create) the log in `dir` (`<data>/<topic>-<partition>`), recovering after
     /// a crash. `now_ms` is the wall clock (no clock reads inside the log).
     pub fn open(dir: &Path, config: LogConfig, now_ms: i64) -> Result<Self, LogError> {
+        Self::open_leading(dir, config, now_ms, None)
+    }
+
+    /// `open`, then `assign_leader_epoch(leader_epoch)` when this replica is known to lead:
+    /// the leader epoch cache is cut to the log and given the new epoch in one save (a
+    /// restart otherwise wrote `leader-epoch-checkpoint` twice per partition, and the
+    /// second time on the data core).
+    pub fn open_leading(
+        dir: &Path,
+        config: LogConfig,
+        now_ms: i64,
+        leader_epoch: Option<i32>,
+    ) -> Result<Self, LogError> {
         std::fs::create_dir_all(dir)?;
         let dir_file = Arc::new(File::open(dir)?);
         let marker = dir.join(CLEAN_SHUTDOWN_FILE);
@@ -403,7 +417,7 @@ impl PartitionLog {
         }
         let log_end_offset = segments[last].next_offset;
         let recovery_point = recovery_point.min(log_end_offset).max(segments[0].base_offset);
-        let leader_epochs = open_leader_epochs(dir, &segments)?;
+        let leader_epochs = open_leader_epochs(dir, &segments, leader_epoch)?;
         let (producers, replayed) = producers::rebuild(dir, &segments, now_ms, config.producer_id_expiration_ms)?;
         if replayed > 0 {
             tracing::info!(dir = %dir.display(), batches = replayed, producers = producers.len(),
@@ -986,7 +1000,7 @@ impl PartitionLog {
         }
         let (done, rp) = (self.checkpointed_recovery_point, self.recovery_point);
         if self.segments.iter().any(|s| s.base_offset > done && s.base_offset <= rp) {
-            if let Err(e) = write_checkpoint(&self.dir, rp, false) {
+            if let Err(e) = write_checkpoint(&self.dir, rp, false, false) {
                 tracing::warn!(dir = %self.dir.display(), error = %e, "could not write the recovery point");
             } else {
                 self.checkpointed_recovery_point = rp;
@@ -1110,7 +1124,7 @@ impl PartitionLog {
             self.save_leader_epochs("truncate: leader-epoch-checkpoint", end)?;
         }
         self.recovery_point = self.recovery_point.min(end);
-        let r = write_checkpoint(&self.dir, self.recovery_point, true);
+        let r = write_checkpoint(&self.dir, self.recovery_point, true, true);
         self.offline_on_err("truncate: checkpoint", r)?;
         // Producer state as the shorter log leaves it (Kafka's `truncateAndReload`):
         // snapshots past the new end go, the rest is replayed from the newest one.
@@ -1147,19 +1161,28 @@ impl PartitionLog {
     }
 
     /// Flush, trim indexes, write the clean-shutdown marker.
+    ///
+    /// Order, each step durable before the next exists: the segments (and a directory
+    /// that a roll or retention changed) and both indexes of the active segment are
+    /// fdatasynced; then the recovery point (renamed over the old one) and the marker are
+    /// created and one directory fsync makes both durable. A crash before that fsync
+    /// leaves no marker (full recovery above the old recovery point) or a marker,
+    /// possibly empty, whose presence is all that counts. The recovery point's bytes are
+    /// not fsynced: after a power loss a garbled checkpoint reads as 0 (recover
+    /// everything), which is safe. Four fsyncs at most for an unflushed log (eight
+    /// before: 1,000 partitions took 12.6 s to stop).
     pub fn close(mut self) -> Result<(), LogError> {
         self.check_online()?;
         assert!(self.pending_writes.is_empty(), "close with appends still being written");
         let r = self.active_mut().become_inactive();
         self.offline_on_err("close: trim indexes", r)?;
-        self.dir_dirty = true;
         self.flush()?;
         let r = self.active().index.sync().and_then(|_| self.active().time_index.sync());
         self.offline_on_err("close: sync indexes", r)?;
         let r = producers::write_snapshot(&self.dir, self.log_end_offset().0, &self.producers);
         self.offline_on_err("close: producer state snapshot", r)?;
-        let r = write_checkpoint(&self.dir, self.log_end_offset().0, true)
-            .and_then(|_| write_durable(&self.dir.join(CLEAN_SHUTDOWN_FILE), format!("{FORMAT_VERSION}\n").as_bytes()))
+        let r = write_checkpoint(&self.dir, self.log_end_offset().0, false, false)
+            .and_then(|_| std::fs::write(self.dir.join(CLEAN_SHUTDOWN_FILE), format!("{FORMAT_VERSION}\n")))
             .and_then(|_| self.dir_file.sync_all());
         self.offline_on_err("close: marker", r)?;
         Ok(())
@@ -1224,33 +1247,32 @@ fn read_checkpoint(dir: &Path) -> Option<i64> {
     (checkpoint_text(offset) == text && offset >= 0).then_some(offset)
 }
 
-/// Write via a temporary file and rename. With `durable`, fsync the file and directory.
-fn write_checkpoint(dir: &Path, offset: i64, durable: bool) -> std::io::Result<()> {
+/// Write via a temporary file and rename. With `sync_file`, the file is fdatasynced
+/// before the rename; with `sync_dir`, the directory after it.
+fn write_checkpoint(dir: &Path, offset: i64, sync_file: bool, sync_dir: bool) -> std::io::Result<()> {
     let tmp = dir.join(format!("{RECOVERY_POINT_FILE}.tmp"));
     {
         let f = File::create(&tmp)?;
         f.write_all_at(checkpoint_text(offset).as_bytes(), 0)?;
-        if durable {
+        if sync_file {
             f.sync_data()?;
         }
     }
     std::fs::rename(&tmp, dir.join(RECOVERY_POINT_FILE))?;
-    if durable {
+    if sync_dir {
         File::open(dir)?.sync_all()?;
     }
     Ok(())
 }
 
-fn write_durable(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    let f = File::create(path)?;
-    f.write_all_at(bytes, 0)?;
-    f.sync_data()
-}
-
 /// The leader epoch cache at open: the checkpoint (absent = empty; unreadable = rebuilt
-/// from the batch headers of `segments`), cut to the log's offsets, saved if that
-/// changed it.
-fn open_leader_epochs(dir: &Path, segments: &[Segment]) -> Result<LeaderEpochCache, LogError> {
+/// from the batch headers of `segments`), cut to the log's offsets, given `leader_epoch`
+/// at the log end (a leader's new epoch), saved if that changed it.
+fn open_leader_epochs(
+    dir: &Path,
+    segments: &[Segment],
+    leader_epoch: Option<i32>,
+) -> Result<LeaderEpochCache, LogError> {
     let (mut cache, mut changed) = match LeaderEpochCache::load(dir) {
         Ok(cache) => (cache, false),
         Err(reason) => {
@@ -1263,6 +1285,9 @@ fn open_leader_epochs(dir: &Path, segments: &[Segment]) -> Result<LeaderEpochCac
     let log_end_offset = segments[segments.len() - 1].next_offset;
     changed |= cache.truncate_from_end(log_end_offset);
     changed |= cache.truncate_from_start(log_start_offset);
+    if let Some(epoch) = leader_epoch {
+        changed |= cache.assign_if_newer(epoch, log_end_offset);
+    }
     if changed {
         cache.save(dir)?;
     }

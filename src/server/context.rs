@@ -49,6 +49,8 @@ pub struct ShardContext {
     pub fetch_sessions: RefCell<super::fetch_sessions::FetchSessions>,
     /// Connection and request-byte caps, shared by every shard.
     pub admission: Arc<super::admission::Admission>,
+    /// Free space on the data dir: produce is refused while it is short.
+    pub disk: Arc<super::disk::DiskSpace>,
 }
 
 impl ShardContext {
@@ -63,6 +65,7 @@ impl ShardContext {
         metrics: Arc<Metrics>,
         cluster_id: String,
         admission: Arc<super::admission::Admission>,
+        disk: Arc<super::disk::DiskSpace>,
     ) -> Self {
         Self {
             id,
@@ -80,6 +83,7 @@ impl ShardContext {
             io_notify: RefCell::new(None),
             fetch_sessions: RefCell::new(super::fetch_sessions::FetchSessions::new(id.0)),
             admission,
+            disk,
         }
     }
 

@@ -10,6 +10,7 @@
 mod admission;
 mod connection;
 mod context;
+mod disk;
 mod fetch_sessions;
 mod forward;
 mod handlers;
@@ -63,11 +64,17 @@ pub fn run(config: BrokerConfig) -> anyhow::Result<()> {
     };
     let nr_shards = config.cores.unwrap_or(cores.len()).max(1);
     check_listen_address(&config.listen)?;
+    // Before anything writes: on a full disk this releases the metadata reserve.
+    let disk = disk::DiskSpace::new(&config);
+    if let Err(e) = disk.refresh() {
+        tracing::warn!(error = %e, "cannot read the free space of the data dir");
+    }
     let cluster_id = cluster_id(&config.data_dir)?;
     let (registry, locator) = open_registry(&config, nr_shards)?;
     let registry = Arc::new(RwLock::new(registry));
     let shutdown = Arc::new(AtomicBool::new(false));
     install_signal_handlers(shutdown.clone())?;
+    disk::spawn_monitor(disk.clone(), shutdown.clone())?;
     if registry.read().expect("registry lock").is_active() {
         ensure_offsets_topic(&registry)?;
     }
@@ -96,7 +103,7 @@ pub fn run(config: BrokerConfig) -> anyhow::Result<()> {
     let mut handles = Vec::new();
     for shard in 0..nr_shards {
         let placement = if nr_shards <= cores.len() { Placement::Fixed(cores[shard]) } else { Placement::Unbound };
-        let (config, registry, shutdown, mesh, metrics, cluster_id, admission) = (
+        let (config, registry, shutdown, mesh, metrics, cluster_id, admission, disk) = (
             config.clone(),
             registry.clone(),
             shutdown.clone(),
@@ -104,6 +111,7 @@ pub fn run(config: BrokerConfig) -> anyhow::Result<()> {
             metrics.clone(),
             cluster_id.clone(),
             admission.clone(),
+            disk.clone(),
         );
         let handle = LocalExecutorBuilder::new(placement)
             .name(&format!("spate-shard-{shard}"))
@@ -121,6 +129,7 @@ pub fn run(config: BrokerConfig) -> anyhow::Result<()> {
                     metrics,
                     cluster_id,
                     admission,
+                    disk,
                 )
                 .await
                 {
@@ -442,6 +451,7 @@ async fn run_shard(
     metrics: Arc<metrics::Metrics>,
     cluster_id: String,
     admission: Arc<admission::Admission>,
+    disk: Arc<disk::DiskSpace>,
 ) -> anyhow::Result<()> {
     let (senders, receivers) = mesh.join().await.map_err(|_| anyhow::anyhow!("channel mesh join failed"))?;
     let mut shard = Shard::new(
@@ -461,7 +471,12 @@ async fn run_shard(
             Err(e) => tracing::warn!(shard = id.0, error = %e, "io_uring unavailable: appends are written in place"),
         }
     }
-    shard.open_existing(now_ms())?;
+    // Recovery runs on threads of the blocking pool's task, not on this data core.
+    let jobs = shard.open_jobs()?;
+    let started_ms = now_ms();
+    let opened = glommio::executor().spawn_blocking(move || crate::shard::open_logs(jobs, started_ms)).await;
+    shard.install_opened(opened, now_ms());
+    tracing::info!(shard = id.0, open_ms = now_ms() - started_ms, "partition logs open");
     shard.load_groups(now_ms());
     let ctx = Rc::new(ShardContext::new(
         id,
@@ -473,6 +488,7 @@ async fn run_shard(
         metrics,
         cluster_id,
         admission,
+        disk,
     ));
 
     // Serve partition work sent by other shards.
@@ -526,7 +542,10 @@ async fn run_shard(
             let mut last_retention = std::time::Instant::now();
             loop {
                 glommio::timer::sleep(Duration::from_millis(housekeeping_interval_ms)).await;
-                let retention = last_retention.elapsed() >= Duration::from_millis(retention_check_interval_ms);
+                // A disk short of space runs retention every tick: a lowered retention.ms
+                // or retention.bytes frees space at once, not within 5 minutes.
+                let retention = last_retention.elapsed() >= Duration::from_millis(retention_check_interval_ms)
+                    || ctx.disk.produce_refusal().is_some();
                 if retention {
                     last_retention = std::time::Instant::now();
                 }
@@ -615,7 +634,10 @@ async fn run_shard(
     while ctx.in_flight.get() > 0 && std::time::Instant::now() < deadline {
         glommio::timer::sleep(Duration::from_millis(10)).await;
     }
-    ctx.shard.borrow_mut().close_all();
+    let logs = ctx.shard.borrow_mut().take_logs_for_close();
+    let closing_ms = now_ms();
+    glommio::executor().spawn_blocking(move || crate::shard::close_logs(logs)).await;
+    tracing::info!(shard = id.0, close_ms = now_ms() - closing_ms, "partition logs closed");
     tracing::info!(shard = id.0, "shard stopped");
     Ok(())
 }

@@ -268,6 +268,8 @@ pub struct Shard {
     producer_id_bound: Option<i64>,
     /// producer.id.expiration.ms (broker-wide).
     producer_id_expiration_ms: i64,
+    /// The logs were handed over for a clean close: nothing may open them again.
+    closing: bool,
 }
 
 impl Shard {
@@ -295,6 +297,7 @@ impl Shard {
             hw_checkpointed: Vec::new(),
             producer_id_bound: None,
             producer_id_expiration_ms: crate::model::limits::producer_id_expiration_ms_default,
+            closing: false,
             id,
             nr_shards,
             data_dir,
@@ -374,8 +377,19 @@ impl Shard {
     }
 
     /// At startup: open (and so recover) every partition this shard owns, and finish the
-    /// deletion of partitions whose topic is no longer registered.
+    /// deletion of partitions whose topic is no longer registered. Opens on this thread
+    /// pool; the server runs `open_jobs`/`open_logs`/`install_opened` instead, so a data
+    /// core never blocks on recovery.
     pub fn open_existing(&mut self, now_ms: i64) -> std::io::Result<()> {
+        let jobs = self.open_jobs()?;
+        let opened = open_logs(jobs, now_ms);
+        self.install_opened(opened, now_ms);
+        Ok(())
+    }
+
+    /// Startup, step 1: the partitions on disk this shard owns and still hosts, with
+    /// their configs; removes those of deleted topics.
+    pub fn open_jobs(&mut self) -> std::io::Result<Vec<OpenJob>> {
         let mut owned = Vec::new();
         for entry in std::fs::read_dir(&self.data_dir)? {
             let entry = entry?;
@@ -390,65 +404,90 @@ impl Shard {
             }
         }
         owned.sort();
-        let mut opened = 0usize;
+        let mut jobs = Vec::new();
         for tp in owned {
-            let (registered, known) = {
-                let reg = self.registry.read().expect("registry lock");
-                (reg.get(&tp.topic).map(|m| tp.partition < m.partitions).unwrap_or(false), reg.has_metadata())
-            };
-            if registered {
-                match self.partition_mut(&tp, now_ms) {
-                    Ok(_) => {
-                        opened += 1;
-                        tracing::debug!(shard = self.id.0, partition = %tp, "opened partition");
-                    }
-                    Err(e) => {
-                        tracing::error!(shard = self.id.0, partition = %tp, error = %e, "cannot open partition")
-                    }
+            let known = self.registry.read().expect("registry lock").has_metadata();
+            match self.open_config(&tp) {
+                Ok((config, min_insync)) => {
+                    let dir = self.data_dir.join(tp.dir_name());
+                    let leader_epoch = self.leader_epoch_here(&tp);
+                    jobs.push(OpenJob { tp, dir, config, min_insync, leader_epoch });
                 }
-            } else if known {
-                tracing::info!(shard = self.id.0, partition = %tp, "removing partition of a deleted topic");
-                std::fs::remove_dir_all(self.data_dir.join(tp.dir_name()))?;
-            } else {
-                tracing::info!(shard = self.id.0, partition = %tp, "partition kept until cluster metadata arrives");
+                Err(PartitionError::UnknownTopicOrPartition(_)) if known => {
+                    tracing::info!(shard = self.id.0, partition = %tp, "removing partition of a deleted topic");
+                    std::fs::remove_dir_all(self.data_dir.join(tp.dir_name()))?;
+                }
+                Err(PartitionError::UnknownTopicOrPartition(_)) => {
+                    tracing::info!(shard = self.id.0, partition = %tp, "partition kept until cluster metadata arrives");
+                }
+                Err(e) => {
+                    tracing::error!(shard = self.id.0, partition = %tp, error = %e, "cannot open partition")
+                }
             }
         }
-        tracing::info!(shard = self.id.0, partitions = opened, "opened the partitions on disk");
+        Ok(jobs)
+    }
+
+    /// Startup, step 3: take the logs `open_logs` opened.
+    pub fn install_opened(&mut self, opened: Vec<(OpenJob, Result<PartitionLog, LogError>)>, now_ms: i64) {
+        let mut count = 0usize;
+        for (job, log) in opened {
+            match log {
+                Ok(log) => {
+                    count += 1;
+                    tracing::debug!(shard = self.id.0, partition = %job.tp, "opened partition");
+                    self.insert_partition(&job.tp, log, job.min_insync, now_ms);
+                }
+                Err(e) => {
+                    tracing::error!(shard = self.id.0, partition = %job.tp, error = %e, "cannot open partition")
+                }
+            }
+        }
+        tracing::info!(shard = self.id.0, partitions = count, "opened the partitions on disk");
         self.log_roles_taken();
-        Ok(())
+    }
+
+    /// The log config and min.insync.replicas of a partition this broker hosts.
+    fn open_config(&self, tp: &TopicPartition) -> Result<(crate::log::LogConfig, usize), PartitionError> {
+        let reg = self.registry.read().expect("registry lock");
+        let hosting = reg.hosting(&tp.topic, tp.partition);
+        match reg.get(&tp.topic) {
+            Some(meta) if tp.partition >= 0 && tp.partition < meta.partitions => match hosting {
+                Hosting::Elsewhere => Err(PartitionError::NotLeader(tp.clone())),
+                _ => Ok((meta.configs.log_config(&self.broker_topic_defaults), self.min_insync_of(meta))),
+            },
+            _ => Err(PartitionError::UnknownTopicOrPartition(tp.clone())),
+        }
+    }
+
+    fn insert_partition(&mut self, tp: &TopicPartition, mut log: PartitionLog, min_insync: usize, now_ms: i64) {
+        log.set_producer_id_bound(self.producer_id_bound);
+        // The high watermark this broker knew before it stopped (never above the log).
+        let follower_hw = self.hw_at_start.get(tp).copied().unwrap_or(0).min(log.log_end_offset().0);
+        self.partitions.insert(
+            tp.clone(),
+            Partition {
+                log,
+                role: replica::Role::None,
+                follower_hw,
+                min_insync,
+                hw_waiters: Vec::new(),
+                data_waiters: Vec::new(),
+                durable_waiters: Vec::new(),
+                write_waiters: Vec::new(),
+            },
+        );
+        self.refresh_role(tp, now_ms);
     }
 
     fn partition_mut(&mut self, tp: &TopicPartition, now_ms: i64) -> Result<&mut Partition, PartitionError> {
         if !self.partitions.contains_key(tp) {
-            let (config, min_insync) = {
-                let reg = self.registry.read().expect("registry lock");
-                let hosting = reg.hosting(&tp.topic, tp.partition);
-                match reg.get(&tp.topic) {
-                    Some(meta) if tp.partition >= 0 && tp.partition < meta.partitions => match hosting {
-                        Hosting::Elsewhere => return Err(PartitionError::NotLeader(tp.clone())),
-                        _ => (self.log_config_of(meta), self.min_insync_of(meta)),
-                    },
-                    _ => return Err(PartitionError::UnknownTopicOrPartition(tp.clone())),
-                }
-            };
-            let mut log = PartitionLog::open(&self.data_dir.join(tp.dir_name()), config, now_ms)?;
-            log.set_producer_id_bound(self.producer_id_bound);
-            // The high watermark this broker knew before it stopped (never above the log).
-            let follower_hw = self.hw_at_start.get(tp).copied().unwrap_or(0).min(log.log_end_offset().0);
-            self.partitions.insert(
-                tp.clone(),
-                Partition {
-                    log,
-                    role: replica::Role::None,
-                    follower_hw,
-                    min_insync,
-                    hw_waiters: Vec::new(),
-                    data_waiters: Vec::new(),
-                    durable_waiters: Vec::new(),
-                    write_waiters: Vec::new(),
-                },
-            );
-            self.refresh_role(tp, now_ms);
+            if self.closing {
+                return Err(PartitionError::Log(LogError::Offline("the broker is shutting down".into())));
+            }
+            let (config, min_insync) = self.open_config(tp)?;
+            let log = PartitionLog::open(&self.data_dir.join(tp.dir_name()), config, now_ms)?;
+            self.insert_partition(tp, log, min_insync, now_ms);
         }
         Ok(self.partitions.get_mut(tp).expect("just inserted"))
     }
@@ -761,18 +800,53 @@ impl Shard {
     }
 
     /// Clean shutdown: close every log (flush, trim indexes, clean-shutdown marker).
+    /// The server runs `take_logs_for_close` + `close_logs` instead, off the data core.
     pub fn close_all(&mut self) {
+        close_logs(self.take_logs_for_close());
+    }
+
+    /// Clean shutdown, step 1: finish the writes in flight, answer every waiter, and
+    /// hand over the logs (the shard hosts nothing afterwards).
+    pub fn take_logs_for_close(&mut self) -> Vec<(TopicPartition, PartitionLog)> {
         if let Some(ring) = self.ring.as_mut() {
             let done = ring.drain_blocking();
             self.complete_writes(done);
         }
-        for (tp, p) in self.partitions.drain() {
-            if let Err(e) = p.log.close() {
-                tracing::error!(partition = %tp, error = %e, "close failed");
-            }
-        }
+        self.closing = true;
+        self.partitions.drain().map(|(tp, p)| (tp, p.log)).collect()
     }
 }
+
+/// A partition log to open at startup (`Shard::open_jobs`).
+pub struct OpenJob {
+    pub tp: TopicPartition,
+    pub dir: PathBuf,
+    pub config: crate::log::LogConfig,
+    pub min_insync: usize,
+    /// The epoch this broker leads the partition in, if it does (recorded at open).
+    pub leader_epoch: Option<i32>,
+}
+
+/// Startup, step 2 (blocking; run it off the data core): open and recover the logs, up
+/// to `log_recovery_threads_max` at once.
+pub fn open_logs(jobs: Vec<OpenJob>, now_ms: i64) -> Vec<(OpenJob, Result<PartitionLog, LogError>)> {
+    crate::model::parallel_map(jobs, crate::model::limits::log_recovery_threads_max, |job| {
+        let log = PartitionLog::open_leading(&job.dir, job.config.clone(), now_ms, job.leader_epoch);
+        (job, log)
+    })
+}
+
+/// Clean shutdown, step 2 (blocking; run it off the data core): close the logs (flush,
+/// trim indexes, clean-shutdown marker), up to `log_recovery_threads_max` at once. A log
+/// that fails to close gets no marker and is recovered at the next start.
+pub fn close_logs(logs: Vec<(TopicPartition, PartitionLog)>) {
+    crate::model::parallel_map(logs, crate::model::limits::log_recovery_threads_max, |(tp, log)| {
+        if let Err(e) = log.close() {
+            tracing::error!(partition = %tp, error = %e, "close failed");
+        }
+    });
+}
+
 
 #[cfg(test)]
 mod tests {

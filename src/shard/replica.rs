@@ -222,6 +222,14 @@ impl Shard {
         );
     }
 
+    /// The leader epoch of `tp` if the registry says this broker leads it now.
+    pub(super) fn leader_epoch_here(&self, tp: &TopicPartition) -> Option<i32> {
+        let reg = self.registry.read().expect("registry lock");
+        reg.partition(&tp.topic, tp.partition)
+            .filter(|(replicas, s)| reg.may_take_roles(replicas.len()) && s.leader == self.local_broker)
+            .map(|(_, s)| s.leader_epoch)
+    }
+
     /// Set `tp`'s role from the registry's partition state.
     pub(super) fn refresh_role(&mut self, tp: &TopicPartition, now_ms: i64) {
         let state = {

@@ -45,6 +45,13 @@ pub async fn handle(ctx: &ShardContext, frame: &RequestFrame) -> Result<Option<B
             let Some(records) = p.records.as_ref().filter(|r| !r.is_empty()) else {
                 return Err((error_code::CORRUPT_MESSAGE, Some("empty record set".to_string())));
             };
+            // A disk short of free space refuses produce, retriably: KAFKA_STORAGE_ERROR is
+            // what Kafka answers when a log dir cannot take writes, and every client
+            // (Java: an InvalidMetadataException; librdkafka) retries it until
+            // delivery.timeout.ms, so producers resume by themselves once space is freed.
+            if let Some(reason) = ctx.disk.produce_refusal() {
+                return Err((error_code::KAFKA_STORAGE_ERROR, Some(reason)));
+            }
             let op = PartitionOp::Produce {
                 tp: TopicPartition::new(topic, p.index),
                 records: records.clone(),
@@ -85,6 +92,7 @@ pub async fn handle(ctx: &ShardContext, frame: &RequestFrame) -> Result<Option<B
                             }
                         }
                     }
+                    ctx.disk.note_appended(info.bytes as u64);
                     ctx.metrics.add_topic_bytes(ctx.id, topic, info.bytes as u64, 0);
                     Ok((info, log_start_offset))
                 }

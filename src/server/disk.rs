@@ -1,0 +1,183 @@
+//! Free space on the data dir's file system (issue 16: a full disk degrades, it does not
+//! stop). One per process, shared by every shard.
+//!
+//! A std thread reads `statvfs` every `disk_check_interval_ms` (never a data core); the
+//! produce path reads two atomics. Below the threshold (the larger of
+//! `disk.free.min.bytes` and `disk.free.min.percent` of the file system) produce is
+//! refused with a retriable error; fetches, groups (their commits use the headroom the
+//! threshold keeps) and admin requests go on. Between two reads the free space is
+//! estimated as the last reading minus what produce appended since, so a fast producer
+//! cannot run past the threshold in the second between checks. Space freed by retention
+//! or a topic deletion is seen at the next reading and produce resumes by itself.
+//!
+//! The metadata reserve (`<data-dir>/spate-meta/reserve`, `metadata_reserve_bytes_min`
+//! or twice the metadata store, allocated with fallocate): held while the disk has room,
+//! deleted once free space falls below the reserve's own size (the disk is full for
+//! real: something other than produce filled it), at startup too, so the writes that
+//! startup and admin requests need (metadata store, leader epoch and recovery point
+//! checkpoints) find space. It is allocated again once free space is back above the
+//! threshold plus twice its size. A disk that fills again after the release has no
+//! reserve left until space is freed.
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::config::BrokerConfig;
+use crate::model::limits;
+
+/// The reserve's file name in `spate-meta/`.
+const RESERVE_FILE: &str = "reserve";
+
+pub struct DiskSpace {
+    data_dir: PathBuf,
+    min_bytes: u64,
+    min_percent: u32,
+    /// The last statvfs reading minus the bytes appended since.
+    free_bytes: AtomicU64,
+    /// Free space below this refuses produce (0: never).
+    threshold_bytes: AtomicU64,
+    /// Whether the last reading was below the threshold (for log lines on transitions).
+    was_full: AtomicBool,
+}
+
+/// Bytes available to the broker and the file system's size.
+fn statvfs(dir: &Path) -> std::io::Result<(u64, u64)> {
+    use std::os::unix::ffi::OsStrExt;
+    let path = std::ffi::CString::new(dir.as_os_str().as_bytes())
+        .map_err(|_| std::io::Error::new(std::io::ErrorKind::InvalidInput, "NUL in the data dir path"))?;
+    // SAFETY: a valid C string and a zeroed out-parameter of the right type.
+    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+    if unsafe { libc::statvfs(path.as_ptr(), &mut st) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    let unit = st.f_frsize as u64;
+    Ok((st.f_bavail as u64 * unit, st.f_blocks as u64 * unit))
+}
+
+/// The threshold for a file system of `total_bytes`.
+pub fn threshold_bytes(min_bytes: u64, min_percent: u32, total_bytes: u64) -> u64 {
+    min_bytes.max(total_bytes / 100 * min_percent as u64)
+}
+
+impl DiskSpace {
+    pub fn new(config: &BrokerConfig) -> Arc<Self> {
+        Arc::new(DiskSpace {
+            data_dir: config.data_dir.clone(),
+            min_bytes: config.disk_free_min_bytes,
+            min_percent: config.disk_free_min_percent,
+            free_bytes: AtomicU64::new(u64::MAX),
+            threshold_bytes: AtomicU64::new(0),
+            was_full: AtomicBool::new(false),
+        })
+    }
+
+    /// Why produce is refused now, if it is.
+    pub fn produce_refusal(&self) -> Option<String> {
+        let (free, threshold) = (self.free_bytes.load(Ordering::Relaxed), self.threshold_bytes.load(Ordering::Relaxed));
+        (free < threshold).then(|| {
+            format!(
+                "disk nearly full: {free} bytes free, below the {threshold} bytes kept free \
+                 (disk-free-min-bytes / disk-free-min-percent); produce resumes once space is freed"
+            )
+        })
+    }
+
+    /// Produce appended `bytes`.
+    pub fn note_appended(&self, bytes: u64) {
+        let _ = self.free_bytes.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |f| Some(f.saturating_sub(bytes)));
+    }
+
+    fn reserve_path(&self) -> PathBuf {
+        self.data_dir.join("spate-meta").join(RESERVE_FILE)
+    }
+
+    fn reserve_bytes(&self) -> u64 {
+        let store = std::fs::metadata(self.data_dir.join("spate-meta").join("znodes.json")).map_or(0, |m| m.len());
+        limits::metadata_reserve_bytes_min.max(2 * store)
+    }
+
+    /// Read the free space, refuse or resume produce, release or take the reserve.
+    pub fn refresh(&self) -> std::io::Result<()> {
+        let (mut free, total) = statvfs(&self.data_dir)?;
+        let threshold = threshold_bytes(self.min_bytes, self.min_percent, total);
+        let reserve = self.reserve_path();
+        let reserve_bytes = self.reserve_bytes();
+        let has_reserve = reserve.exists();
+        if has_reserve && free < reserve_bytes {
+            match std::fs::remove_file(&reserve) {
+                Ok(()) => {
+                    tracing::warn!(free_bytes = free, path = %reserve.display(),
+                        "disk nearly full: released the metadata reserve so metadata can still be written");
+                    free = statvfs(&self.data_dir)?.0;
+                }
+                Err(e) => tracing::warn!(error = %e, "cannot release the metadata reserve"),
+            }
+        } else if !has_reserve && free >= threshold + 2 * reserve_bytes {
+            let allocated = reserve.parent().map_or(Ok(()), std::fs::create_dir_all).and_then(|_| allocate(&reserve, reserve_bytes));
+            match allocated {
+                Ok(()) => free = free.saturating_sub(reserve_bytes),
+                Err(e) => {
+                    let _ = std::fs::remove_file(&reserve);
+                    tracing::debug!(error = %e, "cannot allocate the metadata reserve");
+                }
+            }
+        }
+        self.threshold_bytes.store(threshold, Ordering::Relaxed);
+        self.free_bytes.store(free, Ordering::Relaxed);
+        let full = free < threshold;
+        if full != self.was_full.swap(full, Ordering::Relaxed) {
+            if full {
+                tracing::warn!(free_bytes = free, threshold_bytes = threshold,
+                    "disk nearly full: produce refused (KAFKA_STORAGE_ERROR, retriable) until space is freed");
+            } else {
+                tracing::info!(free_bytes = free, threshold_bytes = threshold, "disk space freed: produce resumes");
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A file of `bytes` whose blocks are allocated (fallocate: a sparse file reserves nothing).
+fn allocate(path: &Path, bytes: u64) -> std::io::Result<()> {
+    use std::os::fd::AsRawFd;
+    let f = std::fs::OpenOptions::new().write(true).create(true).truncate(true).open(path)?;
+    // SAFETY: fallocate on a descriptor we own.
+    let r = unsafe { libc::fallocate(f.as_raw_fd(), 0, 0, bytes as libc::off_t) };
+    if r != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// The checking thread: `refresh` every `disk_check_interval_ms` until shutdown.
+pub fn spawn_monitor(disk: Arc<DiskSpace>, shutdown: Arc<AtomicBool>) -> std::io::Result<()> {
+    std::thread::Builder::new().name("spate-disk".into()).spawn(move || {
+        let mut failed = false;
+        while !shutdown.load(Ordering::Relaxed) {
+            std::thread::sleep(Duration::from_millis(limits::disk_check_interval_ms));
+            match disk.refresh() {
+                Ok(()) => failed = false,
+                Err(e) if !failed => {
+                    failed = true;
+                    tracing::warn!(error = %e, "cannot read the free space of the data dir");
+                }
+                Err(_) => {}
+            }
+        }
+    })?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn threshold_is_the_larger_of_bytes_and_percent() {
+        assert_eq!(threshold_bytes(1 << 30, 1, 10 << 30), 1 << 30);
+        assert_eq!(threshold_bytes(1 << 20, 5, 100 << 30), 5 << 30);
+        assert_eq!(threshold_bytes(0, 0, 100 << 30), 0);
+    }
+}
