@@ -454,7 +454,7 @@ impl Shard {
         match reg.get(&tp.topic) {
             Some(meta) if tp.partition >= 0 && tp.partition < meta.partitions => match hosting {
                 Hosting::Elsewhere => Err(PartitionError::NotLeader(tp.clone())),
-                _ => Ok((meta.configs.log_config(&self.broker_topic_defaults), self.min_insync_of(meta))),
+                _ => Ok((self.log_config_of(meta), self.min_insync_of(meta))),
             },
             _ => Err(PartitionError::UnknownTopicOrPartition(tp.clone())),
         }
