@@ -8,57 +8,11 @@ message is read back exactly once, in send order within its partition: no duplic
 import collections
 import os
 import signal
-import threading
 import time
 
-from confluent_kafka import Producer
-
-from helpers.clients import cf_conf, cf_consume, create_topic
+from helpers.clients import RDKAFKA_LOGGER, cf_consume, create_topic
 from test_cluster import SESSION_MS
-from test_replication import full_isr, start_cluster, wait_identical_replicas, wait_states
-
-
-class IdempotentLoad:
-    """Values are "<partition>:<n>" with n counting up per partition, in send order."""
-
-    def __init__(self, bootstrap, topic, partitions):
-        self.topic, self.partitions = topic, partitions
-        self.p = Producer(cf_conf(bootstrap, **{"enable.idempotence": True,
-                                                "max.in.flight.requests.per.connection": 5, "linger.ms": 2,
-                                                "message.timeout.ms": 180000, "retry.backoff.ms": 100,
-                                                "topic.metadata.refresh.interval.ms": 1000}))
-        self.acked = collections.defaultdict(list)  # partition -> [n]
-        self.errors = []
-        self.stop = threading.Event()
-        self.thread = threading.Thread(target=self.run, daemon=True)
-
-    def run(self):
-        sent = [0] * self.partitions
-        i = 0
-        while not self.stop.is_set():
-            part = i % self.partitions
-
-            def cb(err, msg):
-                if err is not None:
-                    self.errors.append(err.str())
-                else:
-                    self.acked[msg.partition()].append(int(msg.value().split(b":")[1]))
-
-            try:
-                self.p.produce(self.topic, value=f"{part}:{sent[part]}".encode(), partition=part, on_delivery=cb)
-                sent[part] += 1
-                i += 1
-            except BufferError:
-                pass
-            self.p.poll(0.001 if i % 50 else 0.01)
-        self.p.flush(180)
-
-    def start(self):
-        self.thread.start()
-
-    def finish(self):
-        self.stop.set()
-        self.thread.join(240)
+from test_replication import LoadProducer, full_isr, start_cluster, wait_identical_replicas, wait_states
 
 
 def test_idempotent_producer_exactly_once_through_kills_and_a_freeze(broker_factory):
@@ -66,7 +20,9 @@ def test_idempotent_producer_exactly_once_through_kills_and_a_freeze(broker_fact
     b1 = brokers[1]
     topic, parts = "exactly-once", 3
     create_topic(b1.bootstrap, topic, parts, config={"min.insync.replicas": "2"}, replication_factor=3)
-    load = IdempotentLoad(",".join(b.bootstrap for b in brokers.values()), topic, parts)
+    load = LoadProducer(",".join(b.bootstrap for b in brokers.values()), topic, parts,
+                        **{"enable.idempotence": True, "max.in.flight.requests.per.connection": 5,
+                           "message.timeout.ms": 180000, "logger": RDKAFKA_LOGGER})
     load.start()
     time.sleep(2)
     for round_ in range(2):
@@ -90,20 +46,21 @@ def test_idempotent_producer_exactly_once_through_kills_and_a_freeze(broker_fact
     wait_states(b1.bootstrap, topic, full_isr, timeout=60, what="full ISR after the frozen broker returned")
     time.sleep(2)
     load.finish()
-    acked = sum(len(v) for v in load.acked.values())
+    acked = len(load.acked)
     assert acked > 1000, acked
-    assert not load.errors, f"{len(load.errors)} sends failed, e.g. {load.errors[:3]}"
+    assert not load.failed, f"{len(load.failed)} sends failed, e.g. {load.failed[:3]}"
 
     got = cf_consume(b1.bootstrap, topic, parts, timeout=120)
     for p in range(parts):
-        read = [int(r.value.split(b":")[1]) for r in got.get(p, [])]
+        read = [int(r.value) for r in got.get(p, [])]
         dupes = [n for n, c in collections.Counter(read).items() if c > 1]
         assert not dupes, f"partition {p}: {len(dupes)} messages written twice, e.g. {dupes[:5]}"
         assert read == sorted(read), f"partition {p}: read back out of send order"
-        missing = set(load.acked[p]) - set(read)
+        missing = {seq for pp, _, seq, _ in load.acked if pp == p} - set(read)
         assert not missing, f"partition {p}: {len(missing)} acknowledged messages lost, e.g. {sorted(missing)[:5]}"
-        # No gap: every message up to the last one read was written (nothing skipped).
-        assert read == list(range(len(read))), f"partition {p}: a gap in the sequence"
+        # No gap: message n goes to partition n mod parts, and every one sent up to the
+        # last one read was written (nothing skipped).
+        assert read == list(range(p, p + parts * len(read), parts)), f"partition {p}: a gap in the sequence"
     wait_identical_replicas(brokers, topic, parts)
     print(f"idempotent producer through 2 leader kills and a freeze: {acked} acknowledged, "
           f"{sum(len(v) for v in got.values())} read back, 0 duplicates, 0 lost, in order")

@@ -71,15 +71,16 @@ def wait_identical_replicas(brokers, topic, partitions, timeout=30):
 
 
 class LoadProducer:
-    """acks=all, one request in flight per connection (so retries keep the order),
-    explicit partitions; records what was acknowledged and when."""
+    """acks=all, one request in flight per connection (so retries keep the order) unless
+    `conf` says otherwise, explicit partitions (message n goes to partition n mod
+    partitions, its value is n); records what was acknowledged and when."""
 
-    def __init__(self, bootstrap, topic, partitions):
+    def __init__(self, bootstrap, topic, partitions, **conf):
         self.topic, self.partitions = topic, partitions
         self.p = Producer({"bootstrap.servers": bootstrap, "acks": "all",
                            "max.in.flight.requests.per.connection": 1, "linger.ms": 2,
                            "message.timeout.ms": 120000, "retry.backoff.ms": 100,
-                           "topic.metadata.refresh.interval.ms": 1000})
+                           "topic.metadata.refresh.interval.ms": 1000, **conf})
         self.acked = []  # (partition, offset, seq, wall time)
         self.failed = []
         self.stop = threading.Event()
