@@ -6,13 +6,10 @@ message is read back exactly once, in send order within its partition: no duplic
 (a retry the new leader wrote again), no gap, no reordering."""
 
 import collections
-import os
-import signal
 import time
 
 from helpers.clients import RDKAFKA_LOGGER, cf_consume, create_topic
-from test_cluster import SESSION_MS
-from test_replication import LoadProducer, full_isr, start_cluster, wait_identical_replicas, wait_states
+from test_replication import LoadProducer, kill_leaders_then_freeze, start_cluster, wait_identical_replicas
 
 
 def test_idempotent_producer_exactly_once_through_kills_and_a_freeze(broker_factory):
@@ -25,26 +22,7 @@ def test_idempotent_producer_exactly_once_through_kills_and_a_freeze(broker_fact
                            "message.timeout.ms": 180000, "logger": RDKAFKA_LOGGER})
     load.start()
     time.sleep(2)
-    for round_ in range(2):
-        states = wait_states(b1.bootstrap, topic, full_isr, timeout=60, what="full ISR")
-        victim = next((l for l, _, _ in states.values() if l != 1), 2 + round_ % 2)
-        led = [p for p, (l, _, _) in states.items() if l == victim]
-        brokers[victim].kill()
-        wait_states(b1.bootstrap, topic, lambda s: all(s[p][0] not in (victim, -1) for p in led),
-                    timeout=SESSION_MS / 1000 + 15, what=f"leaders moved off broker {victim}")
-        time.sleep(2)
-        brokers[victim].restart()
-    wait_states(b1.bootstrap, topic, full_isr, timeout=60, what="full ISR")
-    frozen = 3
-    os.kill(brokers[frozen].pid, signal.SIGSTOP)
-    try:
-        wait_states(b1.bootstrap, topic, lambda s: all(frozen not in isr for _, _, isr in s.values()),
-                    timeout=SESSION_MS / 1000 + 15, what="frozen broker out of the ISR")
-        time.sleep(2)
-    finally:
-        os.kill(brokers[frozen].pid, signal.SIGCONT)
-    wait_states(b1.bootstrap, topic, full_isr, timeout=60, what="full ISR after the frozen broker returned")
-    time.sleep(2)
+    kill_leaders_then_freeze(brokers, topic, load, kills=2)
     load.finish()
     acked = len(load.acked)
     assert acked > 1000, acked

@@ -196,22 +196,16 @@ def test_not_enough_replicas_refuses_acks_all(broker_factory):
 
 @pytest.mark.slow
 @pytest.mark.timeout(420)
-def test_acks_all_survives_leader_kills_and_a_cut_off_broker(broker_factory):
-    brokers = start_cluster(broker_factory)
+def kill_leaders_then_freeze(brokers, topic, prod, kills):
+    """Under `prod`'s load: `kills` times kill -9 a partition leader (never broker 1, which
+    runs the coordinator) and restart it once its leaderships moved; then freeze broker 3
+    (SIGSTOP: no heartbeats, no fetches) until it leaves the ISR, and let it come back.
+    Returns, per kill, the longest pause in acknowledgements of the partitions it led."""
     b1 = brokers[1]
-    topic, parts = "durable", 3
-    create_topic(b1.bootstrap, topic, parts, config={"min.insync.replicas": "2"}, replication_factor=3)
-    prod = LoadProducer(brokers[1].bootstrap + "," + brokers[2].bootstrap + "," + brokers[3].bootstrap, topic, parts)
-    prod.start()
-    time.sleep(2)
     gaps = []
-    # Kill the leader of partition 0 (never broker 1, which runs the coordinator),
-    # three times, restarting it each time.
-    for round_ in range(3):
+    for round_ in range(kills):
         states = wait_states(b1.bootstrap, topic, full_isr, timeout=60, what="full ISR")
-        victim = next((l for l, _, _ in states.values() if l != 1), None)
-        if victim is None:
-            victim = 2 if round_ % 2 == 0 else 3
+        victim = next((l for l, _, _ in states.values() if l != 1), 2 + round_ % 2)
         led = [p for p, (l, _, _) in states.items() if l == victim]
         t_kill = time.monotonic()
         brokers[victim].kill()
@@ -220,8 +214,7 @@ def test_acks_all_survives_leader_kills_and_a_cut_off_broker(broker_factory):
         time.sleep(2)
         gaps.append(failover_gap(prod.acked, led, t_kill))
         brokers[victim].restart()
-    # Cut one broker off: frozen (no heartbeats, no fetches), then back.
-    states = wait_states(b1.bootstrap, topic, full_isr, timeout=60, what="full ISR")
+    wait_states(b1.bootstrap, topic, full_isr, timeout=60, what="full ISR")
     frozen = 3
     os.kill(brokers[frozen].pid, signal.SIGSTOP)
     try:
@@ -232,6 +225,18 @@ def test_acks_all_survives_leader_kills_and_a_cut_off_broker(broker_factory):
         os.kill(brokers[frozen].pid, signal.SIGCONT)
     wait_states(b1.bootstrap, topic, full_isr, timeout=60, what="full ISR after the cut-off broker returned")
     time.sleep(2)
+    return gaps
+
+
+def test_acks_all_survives_leader_kills_and_a_cut_off_broker(broker_factory):
+    brokers = start_cluster(broker_factory)
+    b1 = brokers[1]
+    topic, parts = "durable", 3
+    create_topic(b1.bootstrap, topic, parts, config={"min.insync.replicas": "2"}, replication_factor=3)
+    prod = LoadProducer(brokers[1].bootstrap + "," + brokers[2].bootstrap + "," + brokers[3].bootstrap, topic, parts)
+    prod.start()
+    time.sleep(2)
+    gaps = kill_leaders_then_freeze(brokers, topic, prod, kills=3)
     n = finish_and_verify(prod, brokers, topic, parts)
     print(f"acks=all under 3 leader kills and a frozen broker: {len(prod.acked)} acknowledged, "
           f"{len(prod.failed)} failed, {n} read back, lost 0; failover gaps (s): "
