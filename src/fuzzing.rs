@@ -8,7 +8,7 @@
 use std::path::Path;
 
 use bytes::Bytes;
-use kafka_protocol::messages::{ApiKey, RequestKind, ResponseKind, ResponseHeader};
+use kafka_protocol::messages::{ApiKey, RequestKind, ResponseHeader, ResponseKind};
 use kafka_protocol::protocol::Decodable;
 
 use crate::log::batch;
@@ -59,7 +59,9 @@ pub fn record_batch(data: &[u8]) {
         let _ = batch::check_semantics(&header);
         let _ = batch::find_record_by_timestamp(&buf[..size], &header, 0);
         if batch::check_records(&buf[..size], &header).is_ok() {
-            if let Ok(set) = kafka_protocol::records::RecordBatchDecoder::decode(&mut Bytes::copy_from_slice(&buf[..size])) {
+            if let Ok(set) =
+                kafka_protocol::records::RecordBatchDecoder::decode(&mut Bytes::copy_from_slice(&buf[..size]))
+            {
                 for r in set.records {
                     if let Some(key) = &r.key {
                         let _ = crate::group::records::decode(key, r.value.as_ref());
@@ -98,7 +100,9 @@ pub fn segment_recovery(data: &[u8]) {
         })
         .and_then(|()| match flags & 2 {
             // A recovery point somewhere in the log (its own format: version, offset, crc).
-            2 => std::fs::write(p.join(crate::log::RECOVERY_POINT_FILE), recovery_point_text(flags as i64 >> 2)),
+            2 => {
+                std::fs::write(p.join(crate::log::RECOVERY_POINT_FILE), crate::log::checkpoint_text(flags as i64 >> 2))
+            }
             _ => Ok(()),
         });
     if written.is_err() {
@@ -120,10 +124,6 @@ pub fn segment_recovery(data: &[u8]) {
         offset = crate::model::Offset(h.last_offset() + 1);
     }
     let _ = log.close();
-}
-
-fn recovery_point_text(offset: i64) -> String {
-    crate::log::checkpoint_text(offset)
 }
 
 /// Checkpoint files: the leader-epoch checkpoint (text), the high-watermark checkpoint

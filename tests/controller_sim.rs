@@ -814,7 +814,10 @@ fn broker_partitions_max_refuses_what_a_broker_cannot_host() {
     let err = c.create_topic("big", Uuid::from_u128(2), 65_535, 1, BTreeMap::new(), &mut zero()).unwrap_err();
     assert!(matches!(err, ControllerError::BrokerPartitionsExceeded { max: 10, .. }), "{err}");
     assert!(c.topic("big").is_none(), "nothing of a refused topic is kept");
-    assert!(matches!(c.create_partitions("fits", 11, &mut zero()), Err(ControllerError::BrokerPartitionsExceeded { .. })));
+    assert!(matches!(
+        c.create_partitions("fits", 11, &mut zero()),
+        Err(ControllerError::BrokerPartitionsExceeded { .. })
+    ));
     assert_eq!(c.topic("fits").unwrap().partitions.len(), 10);
     c.delete_topic("fits").unwrap();
     c.create_topic("again", Uuid::from_u128(3), 10, 2, BTreeMap::new(), &mut zero()).unwrap();

@@ -141,8 +141,8 @@ fn mutate(rng: &mut Rng, body: &[u8]) -> Vec<u8> {
             0 => b[at] ^= 1 << rng.below(8),
             1 => b[at] = rng.next() as u8,
             2 => {
-                let extreme: [u8; 4] = [[0xff; 4], [0x7f, 0xff, 0xff, 0xff], [0, 0, 0xff, 0xff], [0x80, 0, 0, 0]]
-                    [rng.below(4)];
+                let extreme: [u8; 4] =
+                    [[0xff; 4], [0x7f, 0xff, 0xff, 0xff], [0, 0, 0xff, 0xff], [0x80, 0, 0, 0]][rng.below(4)];
                 let n = 4.min(b.len() - at);
                 b[at..at + n].copy_from_slice(&extreme[..n]);
             }

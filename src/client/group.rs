@@ -72,7 +72,9 @@ fn decode_assignment(mut buf: Bytes) -> Vec<(String, Vec<i32>)> {
         return Vec::new();
     }
     let version = buf.get_i16().clamp(0, 3);
-    if crate::protocol::shape::check_embedded(&crate::protocol::shape::CONSUMER_PROTOCOL_ASSIGNMENT, version, &buf).is_err() {
+    if crate::protocol::shape::check_embedded(&crate::protocol::shape::CONSUMER_PROTOCOL_ASSIGNMENT, version, &buf)
+        .is_err()
+    {
         return Vec::new();
     }
     match ConsumerProtocolAssignment::decode(&mut buf, version) {
@@ -99,7 +101,8 @@ fn decode_subscription(mut buf: Bytes) -> Vec<String> {
         return Vec::new();
     }
     let version = buf.get_i16().clamp(0, 3);
-    if crate::protocol::shape::check_embedded(&crate::protocol::shape::CONSUMER_PROTOCOL_SUBSCRIPTION, version, &buf).is_err()
+    if crate::protocol::shape::check_embedded(&crate::protocol::shape::CONSUMER_PROTOCOL_SUBSCRIPTION, version, &buf)
+        .is_err()
     {
         return Vec::new();
     }

@@ -699,9 +699,11 @@ impl Controller {
             *count.entry(*replica).or_default() += 1;
         }
         match count.into_iter().find(|(_, n)| *n > self.config.broker_partitions_max) {
-            Some((broker, replicas)) => {
-                Err(ControllerError::BrokerPartitionsExceeded { broker, replicas, max: self.config.broker_partitions_max })
-            }
+            Some((broker, replicas)) => Err(ControllerError::BrokerPartitionsExceeded {
+                broker,
+                replicas,
+                max: self.config.broker_partitions_max,
+            }),
             None => Ok(()),
         }
     }

@@ -958,7 +958,6 @@ impl Registry {
     }
 }
 
-
 /// The store writes for `changes`, in the order Kafka's controller makes them.
 fn write_changes(s: &dyn MetaStore, changes: &[Change]) -> Result<(), StoreError> {
     for c in changes {

@@ -328,7 +328,8 @@ mod tests {
         let records: Vec<_> = (0..5)
             .map(|i| {
                 let mut headers = kafka_protocol::indexmap::IndexMap::new();
-                headers.insert(kafka_protocol::protocol::StrBytes::from_static_str("h"), Some(Bytes::from_static(b"v")));
+                headers
+                    .insert(kafka_protocol::protocol::StrBytes::from_static_str("h"), Some(Bytes::from_static(b"v")));
                 let mut r = crate::protocol::plain_record(
                     i,
                     0,

@@ -165,7 +165,9 @@ impl Segment {
         if self.index.last_offset_entry().is_some() {
             match self.header_at(pos, self.size_bytes)? {
                 Some(h) if h.last_offset() == next => {}
-                _ => return mismatch(pos, format!("the offset index's last entry (offset {next}) names no batch here")),
+                _ => {
+                    return mismatch(pos, format!("the offset index's last entry (offset {next}) names no batch here"))
+                }
             }
         }
         while let Some(h) = self.header_at(pos, self.size_bytes)? {

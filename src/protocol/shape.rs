@@ -222,7 +222,8 @@ impl Walk<'_> {
                 return Err(ShapeError::Truncated { at, need: size - self.left() });
             }
             let known = fields.iter().find(|f| {
-                f.versions.contains(self.version) && matches!(f.tagged, Some((t, tv)) if t == tag && tv.contains(self.version))
+                f.versions.contains(self.version)
+                    && matches!(f.tagged, Some((t, tv)) if t == tag && tv.contains(self.version))
             });
             match known {
                 Some(f) => {
@@ -367,7 +368,10 @@ mod tests {
     #[test]
     fn bad_varint_and_tag_sizes() {
         // ApiVersions v3: compact strings then a tag buffer.
-        assert!(matches!(check_request(18, 3, &[0xff, 0xff, 0xff, 0xff, 0xff, 0x01]), Err(ShapeError::BadVarint { .. })));
+        assert!(matches!(
+            check_request(18, 3, &[0xff, 0xff, 0xff, 0xff, 0xff, 0x01]),
+            Err(ShapeError::BadVarint { .. })
+        ));
         // software name "", version "", then one tagged field claiming 100 bytes.
         assert!(matches!(check_request(18, 3, &[1, 1, 1, 7, 100, 0]), Err(ShapeError::Truncated { .. })));
         assert_eq!(check_request(18, 3, &[1, 1, 1, 7, 1, 0]), Ok(()));

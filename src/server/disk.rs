@@ -115,7 +115,10 @@ impl DiskSpace {
                 Err(e) => tracing::warn!(error = %e, "cannot release the metadata reserve"),
             }
         } else if !has_reserve && free >= threshold + 2 * reserve_bytes {
-            let allocated = reserve.parent().map_or(Ok(()), std::fs::create_dir_all).and_then(|_| allocate(&reserve, reserve_bytes));
+            let allocated = reserve
+                .parent()
+                .map_or(Ok(()), std::fs::create_dir_all)
+                .and_then(|_| allocate(&reserve, reserve_bytes));
             match allocated {
                 Ok(()) => free = free.saturating_sub(reserve_bytes),
                 Err(e) => {
@@ -129,8 +132,11 @@ impl DiskSpace {
         let full = free < threshold;
         if full != self.was_full.swap(full, Ordering::Relaxed) {
             if full {
-                tracing::warn!(free_bytes = free, threshold_bytes = threshold,
-                    "disk nearly full: produce refused (KAFKA_STORAGE_ERROR, retriable) until space is freed");
+                tracing::warn!(
+                    free_bytes = free,
+                    threshold_bytes = threshold,
+                    "disk nearly full: produce refused (KAFKA_STORAGE_ERROR, retriable) until space is freed"
+                );
             } else {
                 tracing::info!(free_bytes = free, threshold_bytes = threshold, "disk space freed: produce resumes");
             }

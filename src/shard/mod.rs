@@ -847,7 +847,6 @@ pub fn close_logs(logs: Vec<(TopicPartition, PartitionLog)>) {
     });
 }
 
-
 #[cfg(test)]
 mod tests {
     use super::*;
