@@ -3,6 +3,8 @@
 
 pub mod controller;
 pub mod layout;
+pub mod owner;
 pub mod registry;
 pub mod store;
+pub mod view;
 pub mod zookeeper;

@@ -21,8 +21,6 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
 
 use crate::config::TopicConfig;
 use crate::model::limits;
@@ -33,6 +31,7 @@ use super::controller::{
 };
 use super::layout::{self, paths};
 use super::store::{CreateMode, MetaStore, StoreError};
+use super::view::ClusterView;
 
 #[derive(Debug, thiserror::Error)]
 pub enum RegistryError {
@@ -167,9 +166,9 @@ pub struct Registry {
     /// holds a snapshot taken after that).
     registered: bool,
     controller: Controller,
-    /// +1 on every change seen here (either role); shards compare it without the lock to
-    /// notice leadership, config and topic changes.
-    generation: Arc<AtomicU64>,
+    /// +1 on every change seen here (either role): the owner publishes a new view when
+    /// it moved (`coordinator::owner`).
+    generation: u64,
     broker: LocalBroker,
     /// Derived from the controller's topics; kept so readers get a `&TopicMeta`.
     topics: BTreeMap<String, TopicMeta>,
@@ -368,7 +367,7 @@ impl Registry {
             left_cluster: false,
             registered: true,
             controller,
-            generation: Arc::new(AtomicU64::new(1)),
+            generation: 1,
             broker,
             topics: BTreeMap::new(),
             placement_seed: now_ms ^ 0x9e37_79b9_7f4a_7c15,
@@ -411,7 +410,7 @@ impl Registry {
             left_cluster: false,
             registered: false,
             controller: Controller::new(ControllerConfig::default()),
-            generation: Arc::new(AtomicU64::new(1)),
+            generation: 1,
             broker,
             topics: BTreeMap::new(),
             placement_seed: 0,
@@ -430,9 +429,9 @@ impl Registry {
     }
 
     /// Takeover: this broker has just become the active coordinator (`active`, opened on
-    /// the store). Shards keep watching the same generation counter.
+    /// the store). The generation keeps growing from where it was.
     pub fn replace_with(&mut self, active: Registry) {
-        let generation = self.generation.clone();
+        let generation = self.generation;
         let cache = self.snapshot_cache.clone();
         *self = active;
         self.generation = generation;
@@ -455,7 +454,7 @@ impl Registry {
         );
         let cache = self.snapshot_cache.clone();
         self.role = Role::Mirror { cache, version: 0, controller_id: None };
-        self.generation.fetch_add(1, Ordering::AcqRel);
+        self.generation += 1;
     }
 
     /// Where this broker keeps its cluster snapshot should it become a mirror.
@@ -483,49 +482,49 @@ impl Registry {
     pub fn set_registered(&mut self) {
         if !self.registered {
             self.registered = true;
-            self.generation.fetch_add(1, Ordering::AcqRel);
+            self.generation += 1;
         }
-    }
-
-    /// Whether this broker may lead or follow a partition with `replication_factor`
-    /// replicas on what it knows. A restarted mirror starts from its cached snapshot,
-    /// which may name it leader of an epoch whose records it lost (an unclean stop):
-    /// replicated partitions wait until the coordinator has seen this process (and fenced
-    /// its previous incarnation). Single-replica partitions have nobody to diverge from.
-    pub fn may_take_roles(&self, replication_factor: usize) -> bool {
-        self.is_active() || self.registered || replication_factor <= 1
     }
 
     /// Shutting down: the coordinator link finished its controlled shutdown.
     pub fn set_left_cluster(&mut self) {
-        self.left_cluster = true;
-    }
-
-    /// Whether a shutting-down broker may stop serving: its leaderships moved (or it has
-    /// no coordinator link to wait for).
-    pub fn left_cluster(&self) -> bool {
-        self.left_cluster || self.is_active()
+        if !self.left_cluster {
+            self.left_cluster = true;
+            self.generation += 1;
+        }
     }
 
     /// The coordinator link tells whether it is registered with the active coordinator.
     pub fn set_link_up(&mut self, up: bool) {
-        self.link_up = up;
-    }
-
-    /// The controller id Metadata answers with: the active coordinator while this broker
-    /// is in touch with it, else this broker itself (admin requests sent here are
-    /// forwarded as soon as a coordinator is reachable; clients that wait for an
-    /// unreachable controller would otherwise wait until their request times out).
-    pub fn controller_id_for_clients(&self) -> i32 {
-        match self.active_controller_id() {
-            Some(id) if self.is_active() || self.link_up => id,
-            _ => self.broker.id,
+        if self.link_up != up {
+            self.link_up = up;
+            self.generation += 1;
         }
     }
 
-    /// Counter shards watch (see the field).
-    pub fn generation(&self) -> Arc<AtomicU64> {
-        self.generation.clone()
+    /// The change counter (see the field).
+    pub fn generation(&self) -> u64 {
+        self.generation
+    }
+
+    /// What readers see of this registry now (published by `coordinator::owner`).
+    pub fn view(&self) -> ClusterView {
+        ClusterView {
+            generation: self.generation,
+            broker_id: self.broker.id,
+            active: self.is_active(),
+            active_controller_id: self.active_controller_id(),
+            link_up: self.link_up,
+            left_cluster: self.left_cluster,
+            registered: self.registered,
+            metadata_version: self.metadata_version(),
+            cluster_id: self.cluster_id.clone(),
+            incarnations: self.incarnations.clone(),
+            producer_id_bound: self.producer_id_bound,
+            controller: self.controller.clone(),
+            topics: self.topics.clone(),
+            topic_names: self.topics.iter().map(|(name, meta)| (meta.id, name.clone())).collect(),
+        }
     }
 
     /// The version of the metadata: grows with every change on the active coordinator; on
@@ -537,20 +536,6 @@ impl Registry {
         }
     }
 
-    /// The active coordinator's snapshot, as JSON.
-    pub fn snapshot_json(&self) -> Result<(u64, Vec<u8>), RegistryError> {
-        self.store()?;
-        let snapshot = ClusterSnapshot {
-            version: self.metadata_version(),
-            controller_id: self.broker.id,
-            cluster_id: self.cluster_id.clone(),
-            incarnations: self.incarnations.clone(),
-            controller: self.controller.snapshot(),
-            producer_id_bound: self.producer_id_bound,
-        };
-        let json = serde_json::to_vec(&snapshot).map_err(|e| corrupt("snapshot", e))?;
-        Ok((snapshot.version, json))
-    }
 
     /// A mirror takes the active coordinator's snapshot (and caches it). Returns its
     /// version.
@@ -595,23 +580,6 @@ impl Registry {
         }
     }
 
-    /// Whether this registry knows the cluster: the active coordinator, or a mirror that
-    /// holds a snapshot. Data is deleted only on what a registry that knows says.
-    pub fn has_metadata(&self) -> bool {
-        self.metadata_version() > 0
-    }
-
-    /// How this broker holds a partition: `None` when the topic or partition does not
-    /// exist; `Some(false)` when it is not a replica here... see `Hosting`.
-    pub fn hosting(&self, topic: &str, partition: i32) -> Hosting {
-        match self.controller.replicas(topic, partition) {
-            None => Hosting::Unknown,
-            Some(r) if !r.contains(&self.broker.id) => Hosting::Elsewhere,
-            Some(_) if self.controller.leader_of(topic, partition) == Some(self.broker.id) => Hosting::Leader,
-            Some(_) => Hosting::Follower,
-        }
-    }
-
     /// AlterPartition from a partition's leader: a new ISR, checked against the leader's
     /// epoch and the partition epoch. Returns the committed state.
     pub fn alter_partition(
@@ -631,11 +599,6 @@ impl Registry {
         Ok(self.controller.partition_state(topic, partition).expect("just altered").clone())
     }
 
-    /// The live brokers' count (what a replication factor may not exceed).
-    pub fn live_broker_count(&self) -> usize {
-        self.controller.live_brokers().count()
-    }
-
     /// Controlled shutdown of another broker (BrokerHeartbeat with want_shut_down): its
     /// leaderships move away and it leaves the cluster.
     pub fn unregister_remote(&mut self, id: i32) -> Result<(), RegistryError> {
@@ -644,20 +607,6 @@ impl Registry {
         self.persist(&changes)?;
         tracing::info!(broker = id, "broker left the cluster (controlled shutdown)");
         Ok(())
-    }
-
-    /// Registered, unfenced brokers (what Metadata lists).
-    pub fn live_brokers(&self) -> Vec<BrokerInfo> {
-        self.controller.live_brokers().cloned().collect()
-    }
-
-    pub fn broker_info(&self, id: i32) -> Option<&BrokerInfo> {
-        self.controller.broker(id)
-    }
-
-    /// The leader of a partition, when it has one.
-    pub fn leader_of(&self, topic: &str, partition: i32) -> Option<i32> {
-        self.controller.leader_of(topic, partition)
     }
 
     /// BrokerRegistration from another broker (active coordinator only). Returns the
@@ -711,7 +660,7 @@ impl Registry {
     }
 
     fn refresh_cache(&mut self) {
-        self.generation.fetch_add(1, Ordering::AcqRel);
+        self.generation += 1;
         self.topics = self
             .controller
             .topics()
@@ -736,7 +685,7 @@ impl Registry {
             return Err(RegistryError::NotController(self.active_controller_id()));
         };
         *count += 1;
-        self.generation.fetch_add(1, Ordering::AcqRel);
+        self.generation += 1;
         let s = store.as_ref();
         // One durable step for the whole decision (a topic's N partition states are N
         // writes; the embedded store then writes its file once, not N times).
@@ -806,7 +755,7 @@ impl Registry {
             if let Role::Active { changes, .. } = &mut self.role {
                 *changes += 1;
             }
-            self.generation.fetch_add(1, Ordering::AcqRel);
+            self.generation += 1;
         }
     }
 
@@ -828,17 +777,9 @@ impl Registry {
         self.topics.get(name)
     }
 
-    pub fn by_id(&self, id: uuid::Uuid) -> Option<(&String, &TopicMeta)> {
-        self.topics.iter().find(|(_, m)| m.id == id)
-    }
-
-    pub fn topics(&self) -> impl Iterator<Item = (&String, &TopicMeta)> {
-        self.topics.iter()
-    }
-
-    /// Replicas, leader, leader epoch and ISR of a partition (for Metadata).
-    pub fn partition(&self, topic: &str, partition: i32) -> Option<(&[i32], &PartitionState)> {
-        Some((self.controller.replicas(topic, partition)?, self.controller.partition_state(topic, partition)?))
+    /// The live brokers' count (what a replication factor may not exceed).
+    pub fn live_broker_count(&self) -> usize {
+        self.controller.live_brokers().count()
     }
 
     pub fn controller_epoch(&self) -> i32 {
@@ -1033,7 +974,8 @@ mod tests {
             assert!(matches!(r.create("x", 0, TopicConfig::default()), Err(RegistryError::InvalidPartitions(0))));
             r.create("gone", 1, TopicConfig::default()).unwrap();
             r.delete("gone").unwrap();
-            let (replicas, state) = r.partition("orders", 2).unwrap();
+            let view = r.view();
+            let (replicas, state) = view.partition("orders", 2).unwrap();
             assert_eq!((replicas, state.leader, &state.isr[..]), (&[1][..], 1, &[1][..]));
             r.close();
         }
@@ -1070,7 +1012,7 @@ mod tests {
             assert_eq!(r.producer_id_bound(), Some(3000), "one block past the second");
             let mut mirror = Registry::mirror(remote(2), None);
             assert_eq!(mirror.producer_id_bound(), None);
-            mirror.apply_snapshot(&r.snapshot_json().unwrap().1).unwrap();
+            mirror.apply_snapshot(&r.view().snapshot_json().unwrap().1).unwrap();
             assert_eq!(mirror.producer_id_bound(), Some(3000));
             assert!(matches!(mirror.next_producer_id(), Err(RegistryError::NotController(_))));
             r.close();
@@ -1103,7 +1045,7 @@ mod tests {
 
     fn states(r: &Registry, topic: &str) -> Vec<(i32, i32)> {
         (0..r.get(topic).unwrap().partitions)
-            .map(|p| r.partition(topic, p).map(|(_, s)| (s.leader, s.leader_epoch)).unwrap())
+            .map(|p| r.view().partition(topic, p).map(|(_, s)| (s.leader, s.leader_epoch)).unwrap())
             .collect()
     }
 
@@ -1116,21 +1058,21 @@ mod tests {
 
         let cache = tempfile::tempdir().unwrap();
         let mut mirror = Registry::mirror(remote(2), Some(cache.path()));
-        assert!(!mirror.has_metadata());
-        let (version, json) = active.snapshot_json().unwrap();
+        assert!(!mirror.view().has_metadata());
+        let (version, json) = active.view().snapshot_json().unwrap();
         assert_eq!(mirror.apply_snapshot(&json).unwrap(), version);
         assert_eq!(mirror.metadata_version(), active.metadata_version());
         assert_eq!(mirror.get("spread"), active.get("spread"));
         assert_eq!(states(&mirror, "spread"), states(&active, "spread"));
         assert_eq!(mirror.cluster_id(), active.cluster_id());
         assert_eq!(mirror.active_controller_id(), Some(1));
-        assert_eq!(mirror.live_brokers().len(), 3);
+        assert_eq!(mirror.view().live_brokers().len(), 3);
         for p in 0..6 {
-            let leader = active.leader_of("spread", p).unwrap();
+            let leader = active.view().leader_of("spread", p).unwrap();
             let expect = if leader == 2 { Hosting::Leader } else { Hosting::Elsewhere };
-            assert_eq!(mirror.hosting("spread", p), expect);
+            assert_eq!(mirror.view().hosting("spread", p), expect);
         }
-        assert_eq!(mirror.hosting("nope", 0), Hosting::Unknown);
+        assert_eq!(mirror.view().hosting("nope", 0), Hosting::Unknown);
         assert!(matches!(mirror.create("x", 1, TopicConfig::default()), Err(RegistryError::NotController(Some(1)))));
         assert!(matches!(mirror.delete("spread"), Err(RegistryError::NotController(Some(1)))));
         assert!(mirror.get("x").is_none(), "a refused write leaves the mirror as it was");
@@ -1180,7 +1122,7 @@ mod tests {
         }
         // Controlled shutdown of a broker removes it at once.
         r.unregister_remote(3).unwrap();
-        assert!(r.broker_info(3).is_none());
+        assert!(r.view().broker_info(3).is_none());
     }
 
     #[test]
@@ -1189,7 +1131,7 @@ mod tests {
         let (active, incarnations) = cluster(dir.path());
         let before = states(&active, "spread");
         let mut standby = Registry::mirror(remote(2), None);
-        standby.apply_snapshot(&active.snapshot_json().unwrap().1).unwrap();
+        standby.apply_snapshot(&active.view().snapshot_json().unwrap().1).unwrap();
         drop(active); // the coordinator dies (the embedded store keeps no ephemerals)
 
         let mut new = standby
@@ -1214,10 +1156,10 @@ mod tests {
         }
         // A snapshot of the deposed coordinator's epoch is refused by mirrors that saw the new one.
         let mut mirror = Registry::mirror(remote(3), None);
-        mirror.apply_snapshot(&new.snapshot_json().unwrap().1).unwrap();
+        mirror.apply_snapshot(&new.view().snapshot_json().unwrap().1).unwrap();
         let (_, old_json) = {
             let (old, _) = cluster(tempfile::tempdir().unwrap().path());
-            old.snapshot_json().unwrap()
+            old.view().snapshot_json().unwrap()
         };
         assert!(mirror.apply_snapshot(&old_json).is_err());
     }

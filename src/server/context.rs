@@ -3,13 +3,14 @@
 
 use std::cell::{Cell, RefCell};
 use std::rc::Rc;
-use std::sync::{Arc, RwLock};
+use std::sync::Arc;
 
 use futures::channel::oneshot;
 use glommio::channels::channel_mesh::Senders;
 
 use crate::config::BrokerConfig;
-use crate::coordinator::registry::Registry;
+use crate::coordinator::owner::Metadata;
+use crate::coordinator::view::ClusterView;
 use crate::model::{ShardId, TopicPartition};
 use crate::shard::{
     group_partition, owner_shard, GroupOp, GroupReply, PartitionError, PartitionOp, PartitionReply, Shard,
@@ -32,7 +33,11 @@ pub struct ShardContext {
     pub id: ShardId,
     pub nr_shards: usize,
     pub config: Arc<BrokerConfig>,
-    pub registry: Arc<RwLock<Registry>>,
+    /// Cluster metadata: the published view, and the way to change it.
+    pub metadata: Arc<Metadata>,
+    /// The view this shard's handlers read, until the generation moves (held here so
+    /// that reading it never touches the shared reference count).
+    view: RefCell<Rc<Arc<ClusterView>>>,
     pub shard: RefCell<Shard>,
     senders: Senders<ShardMessage>,
     pub metrics: Arc<Metrics>,
@@ -59,7 +64,7 @@ impl ShardContext {
         id: ShardId,
         nr_shards: usize,
         config: Arc<BrokerConfig>,
-        registry: Arc<RwLock<Registry>>,
+        metadata: Arc<Metadata>,
         shard: Shard,
         senders: Senders<ShardMessage>,
         metrics: Arc<Metrics>,
@@ -71,7 +76,8 @@ impl ShardContext {
             id,
             nr_shards,
             config,
-            registry,
+            view: RefCell::new(Rc::new(metadata.view())),
+            metadata,
             shard: RefCell::new(shard),
             senders,
             metrics,
@@ -87,11 +93,15 @@ impl ShardContext {
         }
     }
 
-    /// Run a metadata write on glommio's blocking pool: it waits on the metadata store
-    /// (an fsync, or a ZooKeeper round trip), which must not block this core.
-    pub async fn registry_write<R: Send + 'static>(&self, f: impl FnOnce(&mut Registry) -> R + Send + 'static) -> R {
-        let registry = self.registry.clone();
-        glommio::executor().spawn_blocking(move || f(&mut registry.write().unwrap_or_else(|p| p.into_inner()))).await
+    /// The cluster metadata as last published: the view held here, or the new one when
+    /// the generation moved. No lock, and no shared write unless it moved.
+    pub fn view(&self) -> Rc<Arc<ClusterView>> {
+        let generation = self.metadata.generation();
+        let mut view = self.view.borrow_mut();
+        if view.generation() != generation {
+            *view = Rc::new(self.metadata.view());
+        }
+        view.clone()
     }
 
     /// Run `op` on the partition's owner: here, or across the mesh.
@@ -136,7 +146,7 @@ impl ShardContext {
     /// `__consumer_offsets`.
     pub fn coordinates(&self, group: &str) -> bool {
         let tp = group_partition(group);
-        let reg = self.registry.read().expect("registry lock");
+        let reg = self.view();
         reg.leader_of(&tp.topic, tp.partition) == Some(reg.local_broker_id())
     }
 

@@ -8,7 +8,7 @@
 //!
 //! Runs on the blocking pool: it waits on another broker.
 
-use std::sync::{Arc, RwLock};
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::{BufMut, Bytes, BytesMut};
@@ -17,7 +17,8 @@ use kafka_protocol::messages::{ApiKey, CreateTopicsRequest, TopicName};
 use kafka_protocol::protocol::Encodable;
 
 use crate::client::{sb, Connection};
-use crate::coordinator::registry::Registry;
+use crate::coordinator::owner::Metadata;
+use crate::coordinator::view::ClusterView;
 use crate::protocol::{error_code, RequestFrame};
 
 use super::context::ShardContext;
@@ -40,8 +41,7 @@ pub fn is_forwarded(key: ApiKey) -> bool {
 }
 
 /// The active coordinator's address, when this broker is not it and knows it.
-fn coordinator_address(registry: &RwLock<Registry>) -> Option<String> {
-    let reg = registry.read().expect("registry lock");
+fn coordinator_address(reg: &ClusterView) -> Option<String> {
     if reg.is_active() {
         return None;
     }
@@ -66,18 +66,18 @@ enum Attempt<T> {
 /// be reached in time.
 pub(super) async fn with_coordinator<T: Send + 'static>(
     ctx: &ShardContext,
-    f: impl Fn(&mut Connection, &Arc<RwLock<Registry>>) -> T + Send + Sync + 'static,
+    f: impl Fn(&mut Connection, &Metadata) -> T + Send + Sync + 'static,
 ) -> Result<T, String> {
     let f = Arc::new(f);
     let deadline = std::time::Instant::now() + Duration::from_millis(coordinator_wait_ms);
     let mut last = "no active coordinator is known".to_string();
     loop {
-        if let Some(addr) = coordinator_address(&ctx.registry) {
-            let (f, registry) = (f.clone(), ctx.registry.clone());
+        if let Some(addr) = coordinator_address(&ctx.view()) {
+            let (f, metadata) = (f.clone(), ctx.metadata.clone());
             let attempt = glommio::executor()
                 .spawn_blocking(move || {
                     match Connection::open(&addr, Duration::from_millis(forward_timeout_ms), "spate-forward") {
-                        Ok(mut conn) => Attempt::Done(f(&mut conn, &registry)),
+                        Ok(mut conn) => Attempt::Done(f(&mut conn, &metadata)),
                         Err(e) => Attempt::Unreachable(e.to_string()),
                     }
                 })
@@ -86,7 +86,7 @@ pub(super) async fn with_coordinator<T: Send + 'static>(
                 Attempt::Done(t) => return Ok(t),
                 Attempt::Unreachable(e) => last = e,
             }
-        } else if ctx.registry.read().expect("registry lock").is_active() {
+        } else if ctx.view().is_active() {
             return Err("this broker became the active coordinator".into());
         }
         if std::time::Instant::now() >= deadline || ctx.stopping.get() {
@@ -109,9 +109,9 @@ pub async fn forward(ctx: &ShardContext, frame: &RequestFrame) -> Option<Bytes> 
     raw.extend_from_slice(&frame.body);
     let raw = raw.freeze();
     let broker_id = ctx.config.node_id;
-    let outcome = with_coordinator(ctx, move |conn, registry| {
+    let outcome = with_coordinator(ctx, move |conn, metadata| {
         let answer = conn.call_raw(&raw).map_err(|e| e.to_string())?;
-        catch_up(registry, conn, broker_id);
+        catch_up(metadata, conn, broker_id);
         Ok::<_, String>(answer)
     })
     .await;
@@ -128,7 +128,7 @@ pub async fn forward(ctx: &ShardContext, frame: &RequestFrame) -> Option<Bytes> 
 /// it). Errors are (Kafka error code, message).
 pub async fn create_topic(ctx: &ShardContext, name: &str, partitions: i32) -> Result<(), (i16, String)> {
     let (broker_id, name) = (ctx.config.node_id, name.to_string());
-    let outcome = with_coordinator(ctx, move |conn, registry| {
+    let outcome = with_coordinator(ctx, move |conn, metadata| {
         let req = CreateTopicsRequest::default().with_timeout_ms(forward_timeout_ms as i32).with_topics(vec![
             CreatableTopic::default()
                 .with_name(TopicName(sb(&name)))
@@ -137,7 +137,7 @@ pub async fn create_topic(ctx: &ShardContext, name: &str, partitions: i32) -> Re
         ]);
         let (_, resp) = conn.call(&req).map_err(|e| (error_code::NOT_CONTROLLER, e.to_string()))?;
         let code = resp.topics.first().map(|t| t.error_code).unwrap_or(error_code::UNKNOWN_SERVER_ERROR);
-        catch_up(registry, conn, broker_id);
+        catch_up(metadata, conn, broker_id);
         match code {
             error_code::NONE => Ok(()),
             code => Err((code, format!("the coordinator answered error code {code}"))),
@@ -148,8 +148,8 @@ pub async fn create_topic(ctx: &ShardContext, name: &str, partitions: i32) -> Re
 }
 
 /// Pull the snapshot that carries what the coordinator just did.
-fn catch_up(registry: &Arc<RwLock<Registry>>, conn: &mut Connection, broker_id: i32) {
-    if let Err(e) = link::pull(registry, conn, broker_id, Duration::ZERO) {
+fn catch_up(metadata: &Metadata, conn: &mut Connection, broker_id: i32) {
+    if let Err(e) = link::pull(metadata, conn, broker_id, Duration::ZERO) {
         tracing::debug!(error = %e, "snapshot pull after a forwarded request failed");
     }
 }

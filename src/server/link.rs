@@ -9,7 +9,8 @@
 //! 2. register (BrokerRegistration; the answer is this incarnation's broker epoch);
 //! 3. heartbeat every broker.heartbeat.interval.ms (BrokerHeartbeat), and in between
 //!    long-poll the coordinator for cluster snapshots (a Fetch of `__cluster_metadata`)
-//!    and install each one in the registry the shards read;
+//!    and install each one in the registry (through its owner, which publishes the
+//!    view the shards read);
 //! 4. on any failure, go back to 1. Meanwhile the broker keeps serving what it leads
 //!    with the metadata it has (the coordinator fences it if it stays away too long).
 //!
@@ -19,7 +20,7 @@
 //! Blocking client code on purpose: it uses the CLI's blocking Kafka client.
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, RwLock};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -31,7 +32,8 @@ use kafka_protocol::records::RecordBatchDecoder;
 use crate::client::{sb, Connection, Error as ClientError};
 use crate::coordinator::controller::ControllerConfig;
 use crate::coordinator::layout::{self, paths};
-use crate::coordinator::registry::{LocalBroker, Registry, RegistryError, CLUSTER_METADATA_TOPIC};
+use crate::coordinator::owner::Metadata;
+use crate::coordinator::registry::{LocalBroker, RegistryError, CLUSTER_METADATA_TOPIC};
 use crate::coordinator::store::MetaStore;
 use crate::coordinator::zookeeper::ZkStore;
 
@@ -58,7 +60,7 @@ pub enum Locator {
 }
 
 pub struct Link {
-    pub registry: Arc<RwLock<Registry>>,
+    pub metadata: Arc<Metadata>,
     pub broker: LocalBroker,
     pub cluster_id: String,
     pub locator: Locator,
@@ -66,7 +68,7 @@ pub struct Link {
     pub controller_config: ControllerConfig,
     pub shutdown: Arc<AtomicBool>,
     /// Run once this broker has become the active coordinator (ZooKeeper takeover).
-    pub on_active: Box<dyn Fn(&RwLock<Registry>) + Send>,
+    pub on_active: Box<dyn Fn(&Metadata) + Send>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -96,7 +98,7 @@ impl Link {
 
     fn run(self) {
         self.run_until_shutdown();
-        self.registry.write().unwrap_or_else(|p| p.into_inner()).set_left_cluster();
+        self.metadata.write_blocking(|reg| reg.set_left_cluster());
     }
 
     fn run_until_shutdown(&self) {
@@ -104,7 +106,7 @@ impl Link {
         let mut zk: Option<ZkStore> = None;
         let mut last_error = String::new();
         while !self.shutdown.load(Ordering::SeqCst) {
-            if self.registry.read().expect("registry lock").is_active() {
+            if self.metadata.view().is_active() {
                 // The active coordinator itself (with ZooKeeper): nothing to do unless it
                 // loses its session and steps down.
                 std::thread::sleep(Duration::from_millis(active_poll_ms));
@@ -112,7 +114,7 @@ impl Link {
             }
             let outcome = match self.locate(&mut zk) {
                 Ok(Located::Active) => {
-                    (self.on_active)(&self.registry);
+                    (self.on_active)(&self.metadata);
                     continue;
                 }
                 Ok(Located::At(addr, id)) => self.session(&addr, id.zip(zk.as_ref()), incarnation),
@@ -161,15 +163,16 @@ impl Link {
             _ => {
                 let fresh = ZkStore::connect(url, session_timeout_ms).map_err(RegistryError::from)?;
                 let now = super::now_ms() as u64;
-                let attempt = self.registry.read().expect("registry lock").take_over(
-                    Box::new(fresh),
-                    now,
-                    self.controller_config.clone(),
-                );
+                let controller_config = self.controller_config.clone();
+                // On the owner thread: the takeover reads the store (ZooKeeper round
+                // trips) and replaces the registry the shards' views come from.
+                let attempt = self.metadata.write_blocking(move |reg| {
+                    let active = reg.take_over(Box::new(fresh), now, controller_config)?;
+                    reg.replace_with(active);
+                    Ok(reg.controller_epoch())
+                });
                 match attempt {
-                    Ok(active) => {
-                        let epoch = active.controller_epoch();
-                        self.registry.write().unwrap_or_else(|p| p.into_inner()).replace_with(active);
+                    Ok(epoch) => {
                         tracing::info!(controller_epoch = epoch, "this broker took over as the active coordinator");
                         Ok(Located::Active)
                     }
@@ -206,10 +209,10 @@ impl Link {
         tracing::info!(coordinator = %addr, broker_epoch = epoch, "registered with the active coordinator");
         // The coordinator has seen this process: once we hold a snapshot taken after that,
         // replicated partitions may take their roles (see Registry::may_take_roles).
-        pull_snapshot(&self.registry, &mut conn, self.broker.id, Duration::ZERO)?;
-        self.registry.write().unwrap_or_else(|p| p.into_inner()).set_registered();
+        pull_snapshot(&self.metadata, &mut conn, self.broker.id, Duration::ZERO)?;
+        self.metadata.write_blocking(|reg| reg.set_registered());
         let result = self.registered(&mut conn, elected, epoch);
-        self.registry.write().unwrap_or_else(|p| p.into_inner()).set_link_up(false);
+        self.metadata.write_blocking(|reg| reg.set_link_up(false));
         result
     }
 
@@ -232,50 +235,48 @@ impl Link {
                     BrokerHeartbeatRequest::default()
                         .with_broker_id(BrokerId(self.broker.id))
                         .with_broker_epoch(epoch)
-                        .with_current_metadata_offset(
-                            self.registry.read().expect("registry lock").metadata_version() as i64
-                        )
+                        .with_current_metadata_offset(self.metadata.view().metadata_version() as i64)
                         .with_want_shut_down(stopping);
                 let (_, resp) = conn.call(&req)?;
                 if stopping {
                     // Learn where our leaderships went, so that clients still talking to
                     // us are told NOT_LEADER_OR_FOLLOWER and move on.
-                    let _ = pull_snapshot(&self.registry, conn, self.broker.id, Duration::ZERO);
+                    let _ = pull_snapshot(&self.metadata, conn, self.broker.id, Duration::ZERO);
                     tracing::info!(done = resp.should_shut_down, "controlled shutdown: left the cluster");
                     return Ok(());
                 }
                 if resp.error_code != 0 {
                     return Err(LinkError::Refused(resp.error_code, "BrokerHeartbeat"));
                 }
-                self.registry.write().unwrap_or_else(|p| p.into_inner()).set_link_up(true);
+                self.metadata.write_blocking(|reg| reg.set_link_up(true));
                 next_heartbeat += self.heartbeat_interval;
             }
             let wait = next_heartbeat
                 .saturating_duration_since(Instant::now())
                 .min(Duration::from_millis(snapshot_wait_ms_max));
-            pull_snapshot(&self.registry, conn, self.broker.id, wait)?;
+            pull_snapshot(&self.metadata, conn, self.broker.id, wait)?;
         }
     }
 }
 
-/// Ask the coordinator on `conn` for a snapshot newer than the one `registry` holds,
+/// Ask the coordinator on `conn` for a snapshot newer than the one `metadata` holds,
 /// waiting at most `wait`, and install it. Returns whether one came.
 pub fn pull(
-    registry: &RwLock<Registry>,
+    metadata: &Metadata,
     conn: &mut Connection,
     broker_id: i32,
     wait: Duration,
 ) -> Result<bool, String> {
-    pull_snapshot(registry, conn, broker_id, wait).map_err(|e| e.to_string())
+    pull_snapshot(metadata, conn, broker_id, wait).map_err(|e| e.to_string())
 }
 
 fn pull_snapshot(
-    registry: &RwLock<Registry>,
+    metadata: &Metadata,
     conn: &mut Connection,
     broker_id: i32,
     wait: Duration,
 ) -> Result<bool, LinkError> {
-    let known = registry.read().expect("registry lock").metadata_version() as i64;
+    let known = metadata.view().metadata_version() as i64;
     let req = FetchRequest::default()
         .with_replica_id(BrokerId(broker_id))
         .with_max_wait_ms(wait.as_millis() as i32)
@@ -305,11 +306,18 @@ fn pull_snapshot(
         .next()
         .and_then(|r| r.value)
         .ok_or_else(|| LinkError::Other("snapshot batch without a value".into()))?;
-    let mut reg = registry.write().unwrap_or_else(|p| p.into_inner());
-    if reg.is_active() {
-        return Ok(false); // took over meanwhile: our own state wins
+    // On the owner thread (which also writes the snapshot cache).
+    let installed = metadata.write_blocking(move |reg| {
+        if reg.is_active() {
+            return Ok(None); // took over meanwhile: our own state wins
+        }
+        reg.apply_snapshot(&value).map(Some)
+    });
+    match installed.map_err(LinkError::Other)? {
+        Some(version) => {
+            tracing::debug!(version, "cluster snapshot installed");
+            Ok(true)
+        }
+        None => Ok(false),
     }
-    let version = reg.apply_snapshot(&value).map_err(LinkError::Other)?;
-    tracing::debug!(version, "cluster snapshot installed");
-    Ok(true)
 }

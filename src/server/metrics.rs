@@ -5,7 +5,7 @@
 //! atomics. Histograms (hdrhistogram, microseconds) sit behind a Mutex per shard that
 //! only the owning shard locks on the hot path; the scrape thread locks it briefly to
 //! read, so the lock is practically uncontended. The HTTP server is one plain std
-//! thread that only reads these and the topic registry; it never touches a shard.
+//! thread that only reads these and the published cluster view; it never touches a shard.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -13,12 +13,13 @@ use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use hdrhistogram::Histogram;
 
-use crate::coordinator::registry::Registry;
+use crate::coordinator::owner::Metadata;
+use crate::coordinator::view::ClusterView;
 use crate::model::{ShardId, TopicPartition};
 
 /// Latencies are recorded in microseconds, 1 µs ..= 60 s, 2 significant digits.
@@ -130,7 +131,7 @@ impl Metrics {
     }
 
     /// The whole exposition text.
-    pub fn render(&self, registry: &RwLock<Registry>, data_dir: &Path) -> String {
+    pub fn render(&self, view: &ClusterView, data_dir: &Path) -> String {
         let mut out = String::with_capacity(16 * 1024);
         let counter = |out: &mut String, name: &str, help: &str, get: &dyn Fn(&ShardCounters) -> u64| {
             let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} counter");
@@ -217,13 +218,11 @@ impl Metrics {
         let nr_shards = self.shards.len().max(1);
         let mut per_shard = vec![0u64; nr_shards];
         let mut topics = 0u64;
-        if let Ok(reg) = registry.read() {
-            for (name, meta) in reg.topics() {
-                topics += 1;
-                for p in 0..meta.partitions {
-                    let owner = crate::shard::owner_shard(&TopicPartition::new(name, p), nr_shards);
-                    per_shard[owner.0] += 1;
-                }
+        for (name, meta) in view.topics() {
+            topics += 1;
+            for p in 0..meta.partitions {
+                let owner = crate::shard::owner_shard(&TopicPartition::new(name, p), nr_shards);
+                per_shard[owner.0] += 1;
             }
         }
         let _ = writeln!(
@@ -381,7 +380,7 @@ fn log_sizes(data_dir: &Path) -> Vec<(TopicPartition, u64)> {
 pub fn serve(
     listen: &str,
     metrics: Arc<Metrics>,
-    registry: Arc<RwLock<Registry>>,
+    metadata: Arc<Metadata>,
     data_dir: PathBuf,
     shutdown: Arc<AtomicBool>,
 ) -> anyhow::Result<()> {
@@ -392,7 +391,7 @@ pub fn serve(
         while !shutdown.load(Ordering::Relaxed) {
             match listener.accept() {
                 Ok((stream, _)) => {
-                    if let Err(e) = answer(stream, &metrics, &registry, &data_dir) {
+                    if let Err(e) = answer(stream, &metrics, &metadata, &data_dir) {
                         tracing::debug!(error = %e, "metrics request failed");
                     }
                 }
@@ -413,7 +412,7 @@ pub fn serve(
 fn answer(
     mut stream: TcpStream,
     metrics: &Metrics,
-    registry: &RwLock<Registry>,
+    metadata: &Metadata,
     data_dir: &Path,
 ) -> std::io::Result<()> {
     stream.set_nonblocking(false)?;
@@ -436,7 +435,7 @@ fn answer(
     let (method, path) = (first.next().unwrap_or(""), first.next().unwrap_or(""));
     match (method, path.split('?').next().unwrap_or("")) {
         ("GET", "/metrics") => {
-            let body = metrics.render(registry, data_dir);
+            let body = metrics.render(&metadata.view(), data_dir);
             respond(&mut stream, "200 OK", "text/plain; version=0.0.4; charset=utf-8", &body)
         }
         ("GET", _) => respond(&mut stream, "404 Not Found", "text/plain", "try /metrics\n"),

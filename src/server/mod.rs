@@ -21,7 +21,7 @@ mod replication;
 
 use std::rc::Rc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, RwLock};
+use std::sync::Arc;
 use std::time::Duration;
 
 use glommio::channels::channel_mesh::MeshBuilder;
@@ -29,6 +29,7 @@ use glommio::net::TcpListener;
 use glommio::{LocalExecutorBuilder, Placement};
 
 use crate::config::BrokerConfig;
+use crate::coordinator::owner::Metadata;
 use crate::coordinator::registry::Registry;
 use crate::model::ShardId;
 use crate::shard::Shard;
@@ -71,20 +72,21 @@ pub fn run(config: BrokerConfig) -> anyhow::Result<()> {
     }
     let cluster_id = cluster_id(&config.data_dir)?;
     let (registry, locator) = open_registry(&config, nr_shards)?;
-    let registry = Arc::new(RwLock::new(registry));
+    // From here on one thread owns the registry; everyone else reads published views.
+    let metadata = Metadata::start(registry)?;
     let shutdown = Arc::new(AtomicBool::new(false));
     install_signal_handlers(shutdown.clone())?;
     disk::spawn_monitor(disk.clone(), shutdown.clone())?;
-    if registry.read().expect("registry lock").is_active() {
-        ensure_offsets_topic(&registry)?;
+    if metadata.view().is_active() {
+        ensure_offsets_topic(&metadata)?;
     }
     let link = match locator {
         None => None,
-        Some(locator) => Some(start_link(&config, nr_shards, &registry, locator, &cluster_id, &shutdown)?),
+        Some(locator) => Some(start_link(&config, nr_shards, &metadata, locator, &cluster_id, &shutdown)?),
     };
     let metrics = Arc::new(metrics::Metrics::new(nr_shards));
     if let Some(addr) = &config.metrics_listen {
-        metrics::serve(addr, metrics.clone(), registry.clone(), config.data_dir.clone(), shutdown.clone())?;
+        metrics::serve(addr, metrics.clone(), metadata.clone(), config.data_dir.clone(), shutdown.clone())?;
     }
     tracing::info!(
         listen = %config.listen, advertise = %config.advertised(), shards = nr_shards,
@@ -103,9 +105,9 @@ pub fn run(config: BrokerConfig) -> anyhow::Result<()> {
     let mut handles = Vec::new();
     for shard in 0..nr_shards {
         let placement = if nr_shards <= cores.len() { Placement::Fixed(cores[shard]) } else { Placement::Unbound };
-        let (config, registry, shutdown, mesh, metrics, cluster_id, admission, disk) = (
+        let (config, metadata, shutdown, mesh, metrics, cluster_id, admission, disk) = (
             config.clone(),
-            registry.clone(),
+            metadata.clone(),
             shutdown.clone(),
             mesh.clone(),
             metrics.clone(),
@@ -123,7 +125,7 @@ pub fn run(config: BrokerConfig) -> anyhow::Result<()> {
                     ShardId(shard),
                     nr_shards,
                     config,
-                    registry,
+                    metadata,
                     shutdown,
                     mesh,
                     metrics,
@@ -146,7 +148,7 @@ pub fn run(config: BrokerConfig) -> anyhow::Result<()> {
     if let Some(link) = link {
         let _ = link.join();
     }
-    registry.write().unwrap_or_else(|p| p.into_inner()).close();
+    metadata.write_blocking(|reg| reg.close());
     tracing::info!("spate stopped cleanly");
     Ok(())
 }
@@ -245,28 +247,28 @@ const first_snapshot_wait_ms: u64 = 15_000;
 fn start_link(
     config: &BrokerConfig,
     nr_shards: usize,
-    registry: &Arc<RwLock<Registry>>,
+    metadata: &Arc<Metadata>,
     locator: link::Locator,
     cluster_id: &str,
     shutdown: &Arc<AtomicBool>,
 ) -> anyhow::Result<std::thread::JoinHandle<()>> {
     let handle = link::Link {
-        registry: registry.clone(),
+        metadata: metadata.clone(),
         broker: local_broker(config, nr_shards),
         cluster_id: cluster_id.to_string(),
         locator,
         heartbeat_interval: Duration::from_millis(config.broker_heartbeat_interval_ms),
         controller_config: controller_config(config),
         shutdown: shutdown.clone(),
-        on_active: Box::new(|registry| {
-            if let Err(e) = ensure_offsets_topic(registry) {
+        on_active: Box::new(|metadata| {
+            if let Err(e) = ensure_offsets_topic(metadata) {
                 tracing::error!(error = %e, "cannot create the offsets topic");
             }
         }),
     }
     .spawn()?;
     let deadline = std::time::Instant::now() + Duration::from_millis(first_snapshot_wait_ms);
-    while !registry.read().expect("registry lock").has_metadata() {
+    while !metadata.view().has_metadata() {
         if std::time::Instant::now() >= deadline || shutdown.load(Ordering::SeqCst) {
             tracing::warn!("no cluster metadata yet: serving without it until the coordinator answers");
             break;
@@ -278,16 +280,20 @@ fn start_link(
 
 /// `__consumer_offsets` exists from the start, as Kafka's internal topics do. Kafka
 /// compacts it; until Spate has compaction it keeps every record (retention.ms=-1).
-fn ensure_offsets_topic(registry: &RwLock<Registry>) -> anyhow::Result<()> {
+fn ensure_offsets_topic(metadata: &Metadata) -> anyhow::Result<()> {
     use crate::group::{offsets_topic_partitions, OFFSETS_TOPIC};
-    let mut reg = registry.write().expect("registry lock");
-    if reg.get(OFFSETS_TOPIC).is_none() {
-        let configs = crate::config::TopicConfig::from_pairs(
-            [("retention.ms", Some("-1")), ("segment.bytes", Some("104857600"))],
-            &Default::default(),
-        )
-        .map_err(|e| anyhow::anyhow!(e))?;
-        reg.create(OFFSETS_TOPIC, offsets_topic_partitions, configs)?;
+    let configs = crate::config::TopicConfig::from_pairs(
+        [("retention.ms", Some("-1")), ("segment.bytes", Some("104857600"))],
+        &Default::default(),
+    )
+    .map_err(|e| anyhow::anyhow!(e))?;
+    let created = metadata.write_blocking(move |reg| {
+        if reg.get(OFFSETS_TOPIC).is_some() {
+            return Ok(false);
+        }
+        reg.create(OFFSETS_TOPIC, offsets_topic_partitions, configs).map(|_| true)
+    })?;
+    if created {
         tracing::info!(topic = OFFSETS_TOPIC, partitions = offsets_topic_partitions, "created internal topic");
     }
     Ok(())
@@ -445,7 +451,7 @@ async fn run_shard(
     id: ShardId,
     nr_shards: usize,
     config: Arc<BrokerConfig>,
-    registry: Arc<RwLock<Registry>>,
+    metadata: Arc<Metadata>,
     shutdown: Arc<AtomicBool>,
     mesh: MeshBuilder<ShardMessage, glommio::channels::channel_mesh::Full>,
     metrics: Arc<metrics::Metrics>,
@@ -458,7 +464,7 @@ async fn run_shard(
         id,
         nr_shards,
         config.data_dir.clone(),
-        registry.clone(),
+        metadata.clone(),
         config.topic_defaults.clone(),
         config.group_config(),
     );
@@ -482,7 +488,7 @@ async fn run_shard(
         id,
         nr_shards,
         config.clone(),
-        registry,
+        metadata,
         shard,
         senders,
         metrics,
@@ -565,7 +571,7 @@ async fn run_shard(
                     // The controller's heartbeat and fencing tick (a store write only when
                     // something changed).
                     let now = now_ms() as u64;
-                    if let Err(e) = ctx.registry_write(move |r| r.tick(now)).await {
+                    if let Err(e) = ctx.metadata.write(move |r| r.tick(now)).await {
                         tracing::warn!(error = %e, "metadata tick failed");
                     }
                 }
@@ -625,7 +631,7 @@ async fn run_shard(
     // leaderships away (the coordinator link asks for it), so clients only ever see a
     // NOT_LEADER_OR_FOLLOWER they recover from.
     let deadline = std::time::Instant::now() + Duration::from_millis(controlled_shutdown_wait_ms);
-    while !ctx.registry.read().expect("registry lock").left_cluster() && std::time::Instant::now() < deadline {
+    while !ctx.view().left_cluster() && std::time::Instant::now() < deadline {
         glommio::timer::sleep(Duration::from_millis(20)).await;
     }
     accept.cancel().await;

@@ -71,13 +71,13 @@ pub async fn manager(ctx: Rc<ShardContext>) {
 async fn alter_isr(ctx: Rc<ShardContext>, tp: TopicPartition, proposal: IsrProposal) {
     let me = ctx.config.node_id;
     tracing::info!(partition = %tp, isr = ?proposal.new_isr, "proposing an ISR change");
-    let active = ctx.registry.read().expect("registry lock").is_active();
+    let active = ctx.view().is_active();
     let sent = proposal.clone();
     // Err((outcome, why)): Refused when the coordinator answered no, Unknown when there
     // was no answer (the change may have been committed).
     let result: Result<(Vec<i32>, i32), (IsrOutcome, String)> = if active {
         let (topic, p) = (tp.topic.clone(), tp.partition);
-        ctx.registry_write(move |reg| {
+        ctx.metadata.write(move |reg| {
             reg.alter_partition(&topic, p, me, proposal.leader_epoch, proposal.partition_epoch, &proposal.new_isr)
                 .map(|s| (s.isr, s.partition_epoch))
                 .map_err(|e| match e {
@@ -87,7 +87,7 @@ async fn alter_isr(ctx: Rc<ShardContext>, tp: TopicPartition, proposal: IsrPropo
         })
         .await
     } else {
-        let Some(topic_id) = ctx.registry.read().expect("registry lock").get(&tp.topic).map(|m| m.id) else {
+        let Some(topic_id) = ctx.view().get(&tp.topic).map(|m| m.id) else {
             return;
         };
         let partition = tp.partition;
@@ -158,7 +158,7 @@ async fn fetcher(ctx: Rc<ShardContext>, start: FetcherStart) {
             if peer.is_none() {
                 session = FollowerSession::default();
                 let addr = {
-                    let reg = ctx.registry.read().expect("registry lock");
+                    let reg = ctx.view();
                     reg.broker_info(leader).map(|b| format!("{}:{}", b.endpoint.host, b.endpoint.port))
                 };
                 let addr = addr.ok_or_else(|| format!("leader {leader} is not a known broker"))?;

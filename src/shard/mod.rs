@@ -11,7 +11,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
-use std::sync::{Arc, RwLock};
+use std::sync::Arc;
 
 use std::os::unix::fs::FileExt;
 
@@ -24,7 +24,9 @@ pub use append_ring::{AppendRing, Completed, StagedWrite};
 pub use groups::{group_partition, GroupOp, GroupReply, OffsetList};
 pub use replica::{load_hw_checkpoints, FetcherStart, IsrOutcome, ReplicaState, HW_CHECKPOINT_PREFIX};
 
-use crate::coordinator::registry::{Hosting, Registry};
+use crate::coordinator::owner::Metadata;
+use crate::coordinator::registry::Hosting;
+use crate::coordinator::view::ClusterView;
 use crate::group::{GroupConfig, GroupCoordinator};
 use crate::log::{AppendInfo, FlushHandle, LogError, PartitionLog};
 use crate::model::{Offset, ShardId, TopicPartition};
@@ -241,7 +243,10 @@ pub struct Shard {
     id: ShardId,
     nr_shards: usize,
     data_dir: PathBuf,
-    registry: Arc<RwLock<Registry>>,
+    /// Where cluster metadata is published, and the view this shard acts on (taken
+    /// when the generation moves, in `sync_registry`).
+    metadata: Arc<Metadata>,
+    view: Arc<ClusterView>,
     broker_topic_defaults: BTreeMap<String, String>,
     partitions: HashMap<TopicPartition, Partition>,
     groups: GroupCoordinator,
@@ -249,8 +254,7 @@ pub struct Shard {
     zero_copy_bytes_min: u64,
     /// Appends go through this io_uring ring; without one they are written in place.
     ring: Option<AppendRing>,
-    /// The registry's change counter, and the value this shard last acted on.
-    registry_generation: Arc<std::sync::atomic::AtomicU64>,
+    /// The view generation this shard last acted on.
     seen_generation: u64,
     /// This broker's id.
     local_broker: i32,
@@ -277,17 +281,14 @@ impl Shard {
         id: ShardId,
         nr_shards: usize,
         data_dir: PathBuf,
-        registry: Arc<RwLock<Registry>>,
+        metadata: Arc<Metadata>,
         broker_topic_defaults: BTreeMap<String, String>,
         group_config: GroupConfig,
     ) -> Self {
-        let (registry_generation, local_broker) = {
-            let reg = registry.read().expect("registry lock");
-            (reg.generation(), reg.local_broker_id())
-        };
+        let view = metadata.view();
+        let local_broker = view.local_broker_id();
         Self {
-            registry_generation,
-            // Act on the registry at the first operation or tick.
+            // Act on the view at the first operation or tick.
             seen_generation: 0,
             local_broker,
             replica_lag_time_max_ms: crate::replication::REPLICA_LAG_TIME_MAX_MS_DEFAULT,
@@ -301,7 +302,8 @@ impl Shard {
             id,
             nr_shards,
             data_dir,
-            registry,
+            metadata,
+            view,
             broker_topic_defaults,
             partitions: HashMap::new(),
             groups: GroupCoordinator::new(group_config),
@@ -406,7 +408,7 @@ impl Shard {
         owned.sort();
         let mut jobs = Vec::new();
         for tp in owned {
-            let known = self.registry.read().expect("registry lock").has_metadata();
+            let known = self.view.has_metadata();
             match self.open_config(&tp) {
                 Ok((config, min_insync)) => {
                     let dir = self.data_dir.join(tp.dir_name());
@@ -449,7 +451,7 @@ impl Shard {
 
     /// The log config and min.insync.replicas of a partition this broker hosts.
     fn open_config(&self, tp: &TopicPartition) -> Result<(crate::log::LogConfig, usize), PartitionError> {
-        let reg = self.registry.read().expect("registry lock");
+        let reg = &self.view;
         let hosting = reg.hosting(&tp.topic, tp.partition);
         match reg.get(&tp.topic) {
             Some(meta) if tp.partition >= 0 && tp.partition < meta.partitions => match hosting {
@@ -676,10 +678,8 @@ impl Shard {
                 Ok(PartitionReply::Producers(producers))
             }
             PartitionOp::RefreshConfig { tp } => {
-                let config = {
-                    let reg = self.registry.read().expect("registry lock");
-                    reg.get(&tp.topic).map(|m| self.log_config_of(m))
-                };
+                self.refresh_view();
+                let config = self.view.get(&tp.topic).map(|m| self.log_config_of(m));
                 if let (Some(config), Some(p)) = (config, self.partitions.get_mut(&tp)) {
                     p.log.set_config(config);
                 }

@@ -151,19 +151,27 @@ impl Shard {
             .max(1)
     }
 
+    /// Take the newest published view, when its generation moved (one atomic load when
+    /// it did not).
+    pub(super) fn refresh_view(&mut self) {
+        if self.metadata.generation() != self.view.generation() {
+            self.view = self.metadata.view();
+        }
+    }
+
     /// Act on registry changes (a cheap atomic load when there are none): open every
     /// partition this shard hosts, set each one's role (leader, follower, offline),
     /// apply config changes, and remove partitions whose topic is gone.
     pub fn sync_registry(&mut self) {
         self.log_roles_taken();
-        let generation = self.registry_generation.load(std::sync::atomic::Ordering::Acquire);
-        if generation == self.seen_generation {
+        self.refresh_view();
+        if self.view.generation() == self.seen_generation {
             return;
         }
-        self.seen_generation = generation;
+        self.seen_generation = self.view.generation();
         let now_ms = crate::server::now_ms();
         let (gone, hosted) = {
-            let reg = self.registry.read().expect("registry lock");
+            let reg = self.view.clone();
             self.producer_id_bound = reg.producer_id_bound();
             let gone: Vec<TopicPartition> = self
                 .partitions
@@ -224,7 +232,7 @@ impl Shard {
 
     /// The leader epoch of `tp` if the registry says this broker leads it now.
     pub(super) fn leader_epoch_here(&self, tp: &TopicPartition) -> Option<i32> {
-        let reg = self.registry.read().expect("registry lock");
+        let reg = &self.view;
         reg.partition(&tp.topic, tp.partition)
             .filter(|(replicas, s)| reg.may_take_roles(replicas.len()) && s.leader == self.local_broker)
             .map(|(_, s)| s.leader_epoch)
@@ -233,7 +241,7 @@ impl Shard {
     /// Set `tp`'s role from the registry's partition state.
     pub(super) fn refresh_role(&mut self, tp: &TopicPartition, now_ms: i64) {
         let state = {
-            let reg = self.registry.read().expect("registry lock");
+            let reg = &self.view;
             reg.partition(&tp.topic, tp.partition)
                 .filter(|(replicas, _)| reg.may_take_roles(replicas.len()))
                 .map(|(replicas, s)| (replicas.to_vec(), s.clone()))

@@ -39,7 +39,7 @@ async fn alter_topic(
             Some("only topic configs can be altered (broker configs are static)".into()),
         );
     }
-    let current = match ctx.registry.read().expect("registry lock").get(name) {
+    let current = match ctx.view().get(name) {
         Some(meta) => meta.configs.overrides.clone(),
         None => return (error_code::UNKNOWN_TOPIC_OR_PARTITION, Some(format!("topic {name:?} does not exist"))),
     };
@@ -82,7 +82,7 @@ async fn alter_topic(
         return (error_code::NONE, None);
     }
     let topic = name.to_string();
-    let meta = match ctx.registry_write(move |reg| reg.set_configs(&topic, configs)).await {
+    let meta = match ctx.metadata.write(move |reg| reg.set_configs(&topic, configs)).await {
         Ok(m) => m,
         Err(e) => return (super::registry_error_code(&e), Some(e.to_string())),
     };

@@ -20,7 +20,7 @@ pub async fn handle(ctx: &ShardContext, frame: &RequestFrame) -> Result<Bytes, P
     let version = frame.api_version;
     let mut topics = Vec::with_capacity(req.topics.len());
     for t in req.topics {
-        let name = ctx.registry.read().expect("registry lock").by_id(t.topic_id).map(|(n, _)| n.clone());
+        let name = ctx.view().by_id(t.topic_id).map(|(n, _)| n.clone());
         let mut partitions = Vec::with_capacity(t.partitions.len());
         for p in t.partitions {
             let answer = PartitionData::default().with_partition_index(p.partition_index);
@@ -35,7 +35,7 @@ pub async fn handle(ctx: &ShardContext, frame: &RequestFrame) -> Result<Bytes, P
             };
             let (partition, leader_epoch, partition_epoch) = (p.partition_index, p.leader_epoch, p.partition_epoch);
             let outcome = ctx
-                .registry_write(move |reg| {
+                .metadata.write(move |reg| {
                     reg.alter_partition(&name, partition, leader, leader_epoch, partition_epoch, &isr)
                 })
                 .await;

@@ -28,7 +28,7 @@ pub async fn handle(ctx: &ShardContext, frame: &RequestFrame) -> Result<Bytes, P
             };
             let now = now_ms() as u64;
             let incarnation = req.incarnation_id;
-            match ctx.registry_write(move |reg| reg.register_remote(broker, incarnation, now)).await {
+            match ctx.metadata.write(move |reg| reg.register_remote(broker, incarnation, now)).await {
                 Ok(epoch) => body.broker_epoch = epoch,
                 Err(e) => {
                     tracing::warn!(broker = req.broker_id.0, error = %e, "broker registration refused");

@@ -38,7 +38,7 @@ pub async fn handle(ctx: &ShardContext, frame: &RequestFrame, req: FetchRequest)
     let mut partition = PartitionData::default().with_partition_index(0);
     loop {
         let answer = {
-            let reg = ctx.registry.read().expect("registry lock");
+            let reg = ctx.view();
             if !reg.is_active() {
                 Some(Err(error_code::NOT_CONTROLLER))
             } else if reg.metadata_version() as i64 != known || Instant::now() >= deadline || ctx.stopping.get() {

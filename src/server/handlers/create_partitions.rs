@@ -23,7 +23,7 @@ pub async fn handle(ctx: &ShardContext, frame: &RequestFrame) -> Result<Bytes, P
             Err((error_code::INVALID_REQUEST, "the partition count of an internal topic is fixed".into()))
         } else {
             let (topic, count, validate_only) = (name.to_string(), t.count, req.validate_only);
-            ctx.registry_write(move |reg| grow(reg, &topic, count, validate_only)).await
+            ctx.metadata.write(move |reg| grow(reg, &topic, count, validate_only)).await
         };
         let r = CreatePartitionsTopicResult::default().with_name(t.name.clone());
         results.push(match outcome {

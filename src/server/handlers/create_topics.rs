@@ -24,18 +24,18 @@ pub async fn create_topic(
     validate_only: bool,
 ) -> Result<TopicMeta, (i16, String)> {
     let name = name.to_string();
-    ctx.registry_write(move |reg| create_in(reg, &name, partitions, replication_factor, configs, validate_only)).await
+    ctx.metadata.write(move |reg| create_in(reg, &name, partitions, replication_factor, configs, validate_only)).await
 }
 
 /// Auto-creation (Metadata for an unknown topic): here on the active coordinator, else
 /// through it.
 pub async fn auto_create(ctx: &ShardContext, name: &str, partitions: i32) -> Result<TopicMeta, (i16, String)> {
-    if ctx.registry.read().expect("registry lock").is_active() {
+    if ctx.view().is_active() {
         let rf = ctx.config.default_replication_factor;
         return create_topic(ctx, name, partitions, rf, TopicConfig::default(), false).await;
     }
     super::super::forward::create_topic(ctx, name, partitions).await?;
-    ctx.registry.read().expect("registry lock").get(name).cloned().ok_or_else(|| {
+    ctx.view().get(name).cloned().ok_or_else(|| {
         (error_code::LEADER_NOT_AVAILABLE, format!("topic {name:?} created; its metadata is on its way"))
     })
 }

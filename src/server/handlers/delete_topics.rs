@@ -31,7 +31,7 @@ pub async fn handle(ctx: &ShardContext, frame: &RequestFrame) -> Result<Bytes, P
             continue;
         }
         let topic = name.to_string();
-        let removed = ctx.registry_write(move |reg| reg.delete(&topic)).await;
+        let removed = ctx.metadata.write(move |reg| reg.delete(&topic)).await;
         let mut r = DeletableTopicResult::default().with_name(Some(name.clone()));
         match removed {
             Ok(meta) => {

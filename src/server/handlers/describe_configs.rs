@@ -76,7 +76,7 @@ pub fn handle(ctx: &ShardContext, frame: &RequestFrame) -> Result<Bytes, Protoco
             .with_resource_name(res.resource_name.clone());
         let configs = match res.resource_type {
             RESOURCE_TOPIC => {
-                let reg = ctx.registry.read().expect("registry lock");
+                let reg = ctx.view();
                 match reg.get(&name) {
                     Some(meta) => Ok(meta.configs.describe(&ctx.config.topic_defaults)),
                     None => Err((error_code::UNKNOWN_TOPIC_OR_PARTITION, format!("topic {name:?} does not exist"))),

@@ -17,7 +17,7 @@ const KEY_TYPE_GROUP: i8 = 0;
 
 pub fn handle(ctx: &ShardContext, frame: &RequestFrame) -> Result<Bytes, ProtocolError> {
     let req: FindCoordinatorRequest = decode_body(frame)?;
-    let reg = ctx.registry.read().expect("registry lock");
+    let reg = ctx.view();
     let answer = |key: &str| -> Result<(BrokerId, String, i32), (i16, Option<String>)> {
         if req.key_type != KEY_TYPE_GROUP {
             return Err((error_code::COORDINATOR_NOT_AVAILABLE, Some("transactions are not supported yet".into())));

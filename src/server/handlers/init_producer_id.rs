@@ -29,7 +29,7 @@ pub async fn handle(ctx: &ShardContext, frame: &RequestFrame) -> Result<Bytes, P
         // KIP-360 epoch bump: same id, next epoch.
         Ok((ProducerId(req.producer_id.0), ProducerEpoch(req.producer_epoch + 1)))
     } else {
-        match ctx.registry_write(|reg| reg.next_producer_id()).await {
+        match ctx.metadata.write(|reg| reg.next_producer_id()).await {
             Ok(id) => Ok((id, ProducerEpoch(0))),
             Err(e) => {
                 tracing::warn!(error = %e, "cannot issue a producer id");

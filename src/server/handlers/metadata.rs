@@ -21,7 +21,7 @@ use super::{respond, str_bytes};
 pub async fn handle(ctx: &ShardContext, frame: &RequestFrame) -> Result<Bytes, ProtocolError> {
     let req: MetadataRequest = decode_body(frame)?;
     let (brokers, controller_id) = {
-        let reg = ctx.registry.read().expect("registry lock");
+        let reg = ctx.view();
         let mut brokers: Vec<MetadataResponseBroker> = reg
             .live_brokers()
             .into_iter()
@@ -51,7 +51,7 @@ pub async fn handle(ctx: &ShardContext, frame: &RequestFrame) -> Result<Bytes, P
         body.controller_id = BrokerId(controller_id);
     }
     if version >= 2 {
-        let reg = ctx.registry.read().expect("registry lock");
+        let reg = ctx.view();
         body.cluster_id = Some(str_bytes(reg.cluster_id().unwrap_or(&ctx.cluster_id).to_string()));
     }
 
@@ -65,7 +65,7 @@ pub async fn handle(ctx: &ShardContext, frame: &RequestFrame) -> Result<Bytes, P
 
     let topics: Vec<(String, Result<TopicMeta, i16>)> = match wanted {
         None => {
-            let reg = ctx.registry.read().expect("registry lock");
+            let reg = ctx.view();
             reg.topics().map(|(n, m)| (n.clone(), Ok(m.clone()))).collect()
         }
         Some(list) => {
@@ -73,7 +73,7 @@ pub async fn handle(ctx: &ShardContext, frame: &RequestFrame) -> Result<Bytes, P
             for (name, id) in list {
                 let name = match name {
                     Some(n) => n,
-                    None => match ctx.registry.read().expect("registry lock").by_id(id) {
+                    None => match ctx.view().by_id(id) {
                         Some((n, _)) => n.clone(),
                         None => {
                             out.push((String::new(), Err(error_code::UNKNOWN_TOPIC_OR_PARTITION)));
@@ -85,7 +85,7 @@ pub async fn handle(ctx: &ShardContext, frame: &RequestFrame) -> Result<Bytes, P
                     out.push((name, Err(error_code::INVALID_TOPIC_EXCEPTION)));
                     continue;
                 }
-                let existing = ctx.registry.read().expect("registry lock").get(&name).cloned();
+                let existing = ctx.view().get(&name).cloned();
                 let result = match existing {
                     Some(m) => Ok(m),
                     None if allow_create => {
@@ -96,9 +96,7 @@ pub async fn handle(ctx: &ShardContext, frame: &RequestFrame) -> Result<Bytes, P
                             }
                             // Another connection created it meanwhile.
                             Err((code, _)) if code == error_code::TOPIC_ALREADY_EXISTS => ctx
-                                .registry
-                                .read()
-                                .expect("registry lock")
+                                .view()
                                 .get(&name)
                                 .cloned()
                                 .ok_or(error_code::LEADER_NOT_AVAILABLE),
@@ -125,7 +123,7 @@ pub async fn handle(ctx: &ShardContext, frame: &RequestFrame) -> Result<Bytes, P
             match meta {
                 Err(code) => t.with_error_code(code),
                 Ok(meta) => {
-                    let reg = ctx.registry.read().expect("registry lock");
+                    let reg = ctx.view();
                     let topic_name = name_of(&t);
                     t.with_topic_id(if version >= 10 { meta.id } else { uuid::Uuid::nil() }).with_partitions(
                         (0..meta.partitions)

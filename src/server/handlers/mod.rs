@@ -65,7 +65,7 @@ pub async fn handle(ctx: &ShardContext, frame: RequestFrame) -> Result<Option<Re
             frame.api_version
         )));
     }
-    if super::forward::is_forwarded(key) && !ctx.registry.read().expect("registry lock").is_active() {
+    if super::forward::is_forwarded(key) && !ctx.view().is_active() {
         if let Some(answer) = super::forward::forward(ctx, &frame).await {
             return Ok(Some(answer.into()));
         }

@@ -20,7 +20,7 @@ pub async fn handle(ctx: &ShardContext, frame: &RequestFrame) -> Result<Bytes, P
     let req: OffsetCommitRequest = decode_body(frame)?;
     // Per request partition, in order: does the metadata know it?
     let known: Vec<bool> = {
-        let reg = ctx.registry.read().expect("registry lock");
+        let reg = ctx.view();
         req.topics
             .iter()
             .flat_map(|t| {
