@@ -14,9 +14,11 @@
 //!   serving with the metadata it has, across restarts too. It never writes the store;
 //!   admin requests are forwarded to the active coordinator.
 //!
-//! Read-mostly, shared by all shards behind a lock; never touched per record. Writes go
-//! to the store before they are visible here. Store calls block (a ZooKeeper round
-//! trip), and are made only for admin operations (create/delete/alter a topic) and the
+//! Owned by one thread (`coordinator::owner`), which runs every change and then
+//! publishes the registry's `view()` for everyone else to read; never touched per
+//! record. Writes go to the store before the view that shows them is published. Store
+//! calls block (a ZooKeeper round trip), and are made only for admin operations
+//! (create/delete/alter a topic), the coordinator link's snapshots and the
 //! once-a-second heartbeat tick.
 
 use std::collections::BTreeMap;
