@@ -148,4 +148,36 @@ mod tests {
         assert_eq!(removed.unwrap().partitions, 3);
         assert!(metadata.view().get("orders").is_none());
     }
+
+    #[test]
+    fn readers_never_wait_for_a_change_in_progress() {
+        let dir = tempfile::tempdir().unwrap();
+        let broker = LocalBroker { id: 1, endpoint: Endpoint::new("127.0.0.1", 9092), rack: None, shards: 1 };
+        let registry = Registry::open(Box::new(LocalStore::open(dir.path()).unwrap()), broker, 1_000).unwrap();
+        let metadata = Metadata::start(registry).unwrap();
+        // A change that stalls inside the owner (as a ZooKeeper round trip would) until
+        // the test lets it go.
+        let (entered_tx, entered_rx) = std::sync::mpsc::channel();
+        let (release_tx, release_rx) = std::sync::mpsc::channel::<()>();
+        let writer = {
+            let metadata = metadata.clone();
+            std::thread::spawn(move || {
+                metadata.write_blocking(move |r| {
+                    entered_tx.send(()).unwrap();
+                    release_rx.recv().unwrap();
+                    r.create("slow", 2, TopicConfig::default())
+                })
+            })
+        };
+        entered_rx.recv().unwrap();
+        // The change is in progress: readers get the last published view at once.
+        let generation = metadata.generation();
+        for _ in 0..1000 {
+            assert!(metadata.view().get("slow").is_none());
+            assert_eq!(metadata.generation(), generation);
+        }
+        release_tx.send(()).unwrap();
+        writer.join().unwrap().unwrap();
+        assert_eq!(metadata.view().get("slow").map(|m| m.partitions), Some(2));
+    }
 }
