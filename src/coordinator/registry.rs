@@ -538,7 +538,6 @@ impl Registry {
         }
     }
 
-
     /// A mirror takes the active coordinator's snapshot (and caches it). Returns its
     /// version.
     pub fn apply_snapshot(&mut self, json: &[u8]) -> Result<u64, String> {

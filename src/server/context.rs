@@ -26,6 +26,11 @@ pub enum ShardMessage {
 
 /// Client-error log lines per second per shard before they are summarized.
 const client_error_logs_per_second_max: u32 = 10;
+/// The longest an operation waits for its partition's log to be opened off the data
+/// core (a topic just created); then it is answered NOT_LEADER_OR_FOLLOWER.
+const partition_open_wait_ms_max: u64 = 5_000;
+/// How often a waiting operation looks again.
+const partition_open_poll_ms: u64 = 1;
 /// How often completions are polled while an append write is still in flight.
 const io_poll_interval_us: u64 = 20;
 
@@ -56,6 +61,8 @@ pub struct ShardContext {
     pub admission: Arc<super::admission::Admission>,
     /// Free space on the data dir: produce is refused while it is short.
     pub disk: Arc<super::disk::DiskSpace>,
+    /// This context, for tasks it starts (it lives in an `Rc` built with `new_cyclic`).
+    me: std::rc::Weak<ShardContext>,
 }
 
 impl ShardContext {
@@ -71,6 +78,7 @@ impl ShardContext {
         cluster_id: String,
         admission: Arc<super::admission::Admission>,
         disk: Arc<super::disk::DiskSpace>,
+        me: std::rc::Weak<ShardContext>,
     ) -> Self {
         Self {
             id,
@@ -90,6 +98,7 @@ impl ShardContext {
             fetch_sessions: RefCell::new(super::fetch_sessions::FetchSessions::new(id.0)),
             admission,
             disk,
+            me,
         }
     }
 
@@ -108,6 +117,7 @@ impl ShardContext {
     pub async fn call(&self, op: PartitionOp) -> Result<PartitionReply, PartitionError> {
         let owner = owner_shard(op.tp(), self.nr_shards);
         if owner == self.id {
+            self.opened(op.tp()).await;
             let result = self.shard.borrow_mut().execute(op);
             self.wakeup();
             return result;
@@ -131,6 +141,9 @@ impl ShardContext {
             None => shard.unwrap_or(self.id),
         };
         if owner == self.id {
+            if let Some(tp) = op.group_id().map(group_partition) {
+                self.opened(&tp).await;
+            }
             let reply = self.shard.borrow_mut().execute_group(op);
             self.wakeup();
             return Some(reply);
@@ -159,6 +172,41 @@ impl ShardContext {
         } else {
             crate::protocol::error_code::NOT_COORDINATOR
         }
+    }
+
+    /// Wait while `tp`'s log is being opened off this core (a partition newly hosted
+    /// here), at most `partition_open_wait_ms_max`; the operation then runs and finds
+    /// it open. Never blocks the core.
+    pub async fn opened(&self, tp: &TopicPartition) {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_millis(partition_open_wait_ms_max);
+        loop {
+            let opens = {
+                let mut shard = self.shard.borrow_mut();
+                shard.sync_registry();
+                if !shard.is_opening(tp) {
+                    return;
+                }
+                shard.take_open_jobs()
+            };
+            if let Some(ctx) = self.me.upgrade() {
+                super::replication::start_opens(&ctx, opens);
+            }
+            if std::time::Instant::now() >= deadline {
+                return;
+            }
+            glommio::timer::sleep(std::time::Duration::from_millis(partition_open_poll_ms)).await;
+        }
+    }
+
+    /// The partition whose log `msg` must wait for (see `opened`), if any.
+    pub fn opening_for(&self, msg: &ShardMessage) -> Option<TopicPartition> {
+        let tp = match msg {
+            ShardMessage::Partition { op, .. } => op.tp().clone(),
+            ShardMessage::Group { op, .. } => group_partition(op.group_id()?),
+        };
+        let mut shard = self.shard.borrow_mut();
+        shard.sync_registry();
+        shard.is_opening(&tp).then_some(tp)
     }
 
     /// Serve work another shard sent us.

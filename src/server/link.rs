@@ -231,12 +231,11 @@ impl Link {
             }
             let stopping = self.shutdown.load(Ordering::SeqCst);
             if stopping || Instant::now() >= next_heartbeat {
-                let req =
-                    BrokerHeartbeatRequest::default()
-                        .with_broker_id(BrokerId(self.broker.id))
-                        .with_broker_epoch(epoch)
-                        .with_current_metadata_offset(self.metadata.view().metadata_version() as i64)
-                        .with_want_shut_down(stopping);
+                let req = BrokerHeartbeatRequest::default()
+                    .with_broker_id(BrokerId(self.broker.id))
+                    .with_broker_epoch(epoch)
+                    .with_current_metadata_offset(self.metadata.view().metadata_version() as i64)
+                    .with_want_shut_down(stopping);
                 let (_, resp) = conn.call(&req)?;
                 if stopping {
                     // Learn where our leaderships went, so that clients still talking to
@@ -261,12 +260,7 @@ impl Link {
 
 /// Ask the coordinator on `conn` for a snapshot newer than the one `metadata` holds,
 /// waiting at most `wait`, and install it. Returns whether one came.
-pub fn pull(
-    metadata: &Metadata,
-    conn: &mut Connection,
-    broker_id: i32,
-    wait: Duration,
-) -> Result<bool, String> {
+pub fn pull(metadata: &Metadata, conn: &mut Connection, broker_id: i32, wait: Duration) -> Result<bool, String> {
     pull_snapshot(metadata, conn, broker_id, wait).map_err(|e| e.to_string())
 }
 

@@ -409,12 +409,7 @@ pub fn serve(
 }
 
 /// Answer one HTTP/1.1 request, then close the connection.
-fn answer(
-    mut stream: TcpStream,
-    metrics: &Metrics,
-    metadata: &Metadata,
-    data_dir: &Path,
-) -> std::io::Result<()> {
+fn answer(mut stream: TcpStream, metrics: &Metrics, metadata: &Metadata, data_dir: &Path) -> std::io::Result<()> {
     stream.set_nonblocking(false)?;
     stream.set_read_timeout(Some(Duration::from_millis(http_read_timeout_ms)))?;
     stream.set_write_timeout(Some(Duration::from_millis(http_read_timeout_ms)))?;

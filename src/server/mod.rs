@@ -484,18 +484,21 @@ async fn run_shard(
     shard.install_opened(opened, now_ms());
     tracing::info!(shard = id.0, open_ms = now_ms() - started_ms, "partition logs open");
     shard.load_groups(now_ms());
-    let ctx = Rc::new(ShardContext::new(
-        id,
-        nr_shards,
-        config.clone(),
-        metadata,
-        shard,
-        senders,
-        metrics,
-        cluster_id,
-        admission,
-        disk,
-    ));
+    let ctx = Rc::new_cyclic(|me| {
+        ShardContext::new(
+            id,
+            nr_shards,
+            config.clone(),
+            metadata,
+            shard,
+            senders,
+            metrics,
+            cluster_id,
+            admission,
+            disk,
+            me.clone(),
+        )
+    });
 
     // Serve partition work sent by other shards.
     let mut receivers = receivers;
@@ -503,7 +506,18 @@ async fn run_shard(
         let ctx = ctx.clone();
         glommio::spawn_local(async move {
             while let Some(msg) = rx.recv().await {
-                ctx.serve_remote(msg);
+                match ctx.opening_for(&msg) {
+                    None => ctx.serve_remote(msg),
+                    // Its partition's log is being opened: wait in a task of its own.
+                    Some(tp) => {
+                        let ctx = ctx.clone();
+                        glommio::spawn_local(async move {
+                            ctx.opened(&tp).await;
+                            ctx.serve_remote(msg);
+                        })
+                        .detach();
+                    }
+                }
             }
             tracing::debug!(shard = ctx.id.0, peer, "mesh channel closed");
         })

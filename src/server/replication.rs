@@ -46,11 +46,12 @@ pub async fn manager(ctx: Rc<ShardContext>) {
     let mut last_isr_check = Instant::now();
     while !ctx.stopping.get() {
         glommio::timer::sleep(Duration::from_millis(manager_interval_ms)).await;
-        let starts = {
+        let (starts, opens) = {
             let mut shard = ctx.shard.borrow_mut();
             shard.sync_registry();
-            shard.take_fetcher_starts()
+            (shard.take_fetcher_starts(), shard.take_open_jobs())
         };
+        start_opens(&ctx, opens);
         for start in starts {
             let ctx = ctx.clone();
             glommio::spawn_local(async move { fetcher(ctx, start).await }).detach();
@@ -66,6 +67,30 @@ pub async fn manager(ctx: Rc<ShardContext>) {
     }
 }
 
+/// Open the logs of newly hosted partitions on the blocking pool, then install them
+/// (with their roles; followers get their fetchers).
+pub(super) fn start_opens(ctx: &Rc<ShardContext>, opens: Vec<crate::shard::OpenJob>) {
+    if opens.is_empty() {
+        return;
+    }
+    let ctx = ctx.clone();
+    glommio::spawn_local(async move {
+        let started_ms = now_ms();
+        let opened = glommio::executor().spawn_blocking(move || crate::shard::open_logs(opens, started_ms)).await;
+        let starts = {
+            let mut shard = ctx.shard.borrow_mut();
+            shard.install_opened_later(opened, now_ms());
+            shard.take_fetcher_starts()
+        };
+        for start in starts {
+            let ctx = ctx.clone();
+            glommio::spawn_local(async move { fetcher(ctx, start).await }).detach();
+        }
+        ctx.wakeup();
+    })
+    .detach();
+}
+
 /// Send an ISR change to the active coordinator (here, or on another broker) and hand
 /// the answer to the partition.
 async fn alter_isr(ctx: Rc<ShardContext>, tp: TopicPartition, proposal: IsrProposal) {
@@ -77,15 +102,16 @@ async fn alter_isr(ctx: Rc<ShardContext>, tp: TopicPartition, proposal: IsrPropo
     // was no answer (the change may have been committed).
     let result: Result<(Vec<i32>, i32), (IsrOutcome, String)> = if active {
         let (topic, p) = (tp.topic.clone(), tp.partition);
-        ctx.metadata.write(move |reg| {
-            reg.alter_partition(&topic, p, me, proposal.leader_epoch, proposal.partition_epoch, &proposal.new_isr)
-                .map(|s| (s.isr, s.partition_epoch))
-                .map_err(|e| match e {
-                    RegistryError::Store(_) | RegistryError::Corrupt { .. } => (IsrOutcome::Unknown, e.to_string()),
-                    _ => (IsrOutcome::Refused, e.to_string()),
-                })
-        })
-        .await
+        ctx.metadata
+            .write(move |reg| {
+                reg.alter_partition(&topic, p, me, proposal.leader_epoch, proposal.partition_epoch, &proposal.new_isr)
+                    .map(|s| (s.isr, s.partition_epoch))
+                    .map_err(|e| match e {
+                        RegistryError::Store(_) | RegistryError::Corrupt { .. } => (IsrOutcome::Unknown, e.to_string()),
+                        _ => (IsrOutcome::Refused, e.to_string()),
+                    })
+            })
+            .await
     } else {
         let Some(topic_id) = ctx.view().get(&tp.topic).map(|m| m.id) else {
             return;

@@ -274,6 +274,11 @@ pub struct Shard {
     producer_id_expiration_ms: i64,
     /// The logs were handed over for a clean close: nothing may open them again.
     closing: bool,
+    /// Partitions newly hosted here whose logs are being opened off the data core
+    /// (`take_open_jobs`, `install_opened_later`); requests for them meanwhile get
+    /// NOT_LEADER_OR_FOLLOWER, which clients retry.
+    opening: std::collections::HashSet<TopicPartition>,
+    open_queue: Vec<OpenJob>,
 }
 
 impl Shard {
@@ -299,6 +304,8 @@ impl Shard {
             producer_id_bound: None,
             producer_id_expiration_ms: crate::model::limits::producer_id_expiration_ms_default,
             closing: false,
+            opening: Default::default(),
+            open_queue: Vec::new(),
             id,
             nr_shards,
             data_dir,
@@ -432,6 +439,40 @@ impl Shard {
 
     /// Startup, step 3: take the logs `open_logs` opened.
     pub fn install_opened(&mut self, opened: Vec<(OpenJob, Result<PartitionLog, LogError>)>, now_ms: i64) {
+        let count = self.install(opened, now_ms);
+        tracing::info!(shard = self.id.0, partitions = count, "opened the partitions on disk");
+        self.log_roles_taken();
+    }
+
+    /// Whether `tp`'s log is being opened off the data core (see `opening`).
+    pub fn is_opening(&self, tp: &TopicPartition) -> bool {
+        self.opening.contains(tp)
+    }
+
+    /// Logs of newly hosted partitions, to open off the data core (`open_logs`) and hand
+    /// back to `install_opened_later`.
+    pub fn take_open_jobs(&mut self) -> Vec<OpenJob> {
+        std::mem::take(&mut self.open_queue)
+    }
+
+    /// Take logs opened for `take_open_jobs`. The metadata may have moved meanwhile (a
+    /// topic deleted, a leader changed): the next `sync_registry` looks at everything
+    /// again.
+    pub fn install_opened_later(&mut self, opened: Vec<(OpenJob, Result<PartitionLog, LogError>)>, now_ms: i64) {
+        for (job, _) in &opened {
+            self.opening.remove(&job.tp);
+        }
+        if self.closing {
+            // Handed over for a clean close already: these just-created logs are
+            // dropped unclosed, and recovered (empty) at the next start.
+            return;
+        }
+        self.install(opened, now_ms);
+        self.seen_generation = 0;
+        self.sync_registry();
+    }
+
+    fn install(&mut self, opened: Vec<(OpenJob, Result<PartitionLog, LogError>)>, now_ms: i64) -> usize {
         let mut count = 0usize;
         for (job, log) in opened {
             match log {
@@ -445,8 +486,7 @@ impl Shard {
                 }
             }
         }
-        tracing::info!(shard = self.id.0, partitions = count, "opened the partitions on disk");
-        self.log_roles_taken();
+        count
     }
 
     /// The log config and min.insync.replicas of a partition this broker hosts.
@@ -486,6 +526,9 @@ impl Shard {
         if !self.partitions.contains_key(tp) {
             if self.closing {
                 return Err(PartitionError::Log(LogError::Offline("the broker is shutting down".into())));
+            }
+            if self.opening.contains(tp) {
+                return Err(PartitionError::NotLeader(tp.clone()));
             }
             let (config, min_insync) = self.open_config(tp)?;
             let log = PartitionLog::open(&self.data_dir.join(tp.dir_name()), config, now_ms)?;

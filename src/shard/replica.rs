@@ -198,6 +198,16 @@ impl Shard {
         }
         let producer_id_bound = self.producer_id_bound;
         for (tp, config, min_insync) in hosted {
+            if !self.partitions.contains_key(&tp) {
+                // Newly hosted: its log is created or recovered off the data core (a
+                // directory fsync at least), then installed with its role.
+                if !self.closing && self.opening.insert(tp.clone()) {
+                    let leader_epoch = self.leader_epoch_here(&tp);
+                    let dir = self.data_dir.join(tp.dir_name());
+                    self.open_queue.push(super::OpenJob { tp, dir, config, min_insync, leader_epoch });
+                }
+                continue;
+            }
             match self.partition_mut(&tp, now_ms) {
                 Ok(p) => {
                     p.log.set_config(config);

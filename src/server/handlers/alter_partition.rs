@@ -35,9 +35,8 @@ pub async fn handle(ctx: &ShardContext, frame: &RequestFrame) -> Result<Bytes, P
             };
             let (partition, leader_epoch, partition_epoch) = (p.partition_index, p.leader_epoch, p.partition_epoch);
             let outcome = ctx
-                .metadata.write(move |reg| {
-                    reg.alter_partition(&name, partition, leader, leader_epoch, partition_epoch, &isr)
-                })
+                .metadata
+                .write(move |reg| reg.alter_partition(&name, partition, leader, leader_epoch, partition_epoch, &isr))
                 .await;
             partitions.push(match outcome {
                 Ok(state) => answer

@@ -16,7 +16,8 @@ pub async fn handle(ctx: &ShardContext, frame: &RequestFrame) -> Result<Bytes, P
     let req: BrokerHeartbeatRequest = decode_body(frame)?;
     let (id, epoch, now, leave) = (req.broker_id.0, req.broker_epoch, now_ms() as u64, req.want_shut_down);
     let outcome = ctx
-        .metadata.write(move |reg| {
+        .metadata
+        .write(move |reg| {
             let fenced = reg.heartbeat_remote(id, epoch, now)?;
             if leave {
                 reg.unregister_remote(id)?;

@@ -95,11 +95,9 @@ pub async fn handle(ctx: &ShardContext, frame: &RequestFrame) -> Result<Bytes, P
                                 Ok(m)
                             }
                             // Another connection created it meanwhile.
-                            Err((code, _)) if code == error_code::TOPIC_ALREADY_EXISTS => ctx
-                                .view()
-                                .get(&name)
-                                .cloned()
-                                .ok_or(error_code::LEADER_NOT_AVAILABLE),
+                            Err((code, _)) if code == error_code::TOPIC_ALREADY_EXISTS => {
+                                ctx.view().get(&name).cloned().ok_or(error_code::LEADER_NOT_AVAILABLE)
+                            }
                             Err((code, _)) => Err(code),
                         }
                     }
