@@ -4,11 +4,11 @@
 //! (leaders) and `replication::truncation_offset` (followers) and keep the real
 //! producer state (`txn::producer_state::ProducerStates`), and an acks=all producer
 //! (plain, or idempotent with retries), all talking through a seeded network that
-//! delays, reorders, loses and duplicates messages. Brokers crash (losing the unsynced suffix of their logs), restart as a new
-//! incarnation, and are cut off from everyone or from the controller alone; the
-//! controller fences brokers that stop heartbeating, moves leaders within the ISR and
-//! elects preferred leaders; brokers act on snapshots of its state that may arrive late
-//! or not at all.
+//! delays, reorders, loses and duplicates messages. Brokers crash (losing the unsynced
+//! suffix of their logs), restart as a new incarnation, and are cut off from everyone or
+//! from the controller alone; the controller fences brokers that stop heartbeating,
+//! moves leaders within the ISR and elects preferred leaders; brokers act on snapshots
+//! of its state that may arrive late or not at all.
 //!
 //! The broker wiring mirrors `src/shard/replica.rs` and `src/server/replication.rs`:
 //! roles from the controller's partition state (a new leader records its epoch at its log
@@ -552,63 +552,21 @@ struct Fetched {
     high_watermark: i64,
 }
 
+/// `Produce::batch`: the idempotent producer's batch header (None: the plain producer).
 #[derive(Debug, Clone)]
 enum Body {
-    Register {
-        incarnation: u32,
-    },
-    Registered {
-        incarnation: u32,
-        registration_epoch: i64,
-    },
-    Heartbeat {
-        registration_epoch: i64,
-    },
+    Register { incarnation: u32 },
+    Registered { incarnation: u32, registration_epoch: i64 },
+    Heartbeat { registration_epoch: i64 },
     Snapshot(Rc<Snapshot>),
-    AlterPartition {
-        req: u64,
-        partition: usize,
-        leader_epoch: i32,
-        partition_epoch: i32,
-        new_isr: Vec<i32>,
-    },
-    AlterPartitionAnswer {
-        req: u64,
-        result: Result<(Vec<i32>, i32), String>,
-    },
-    EpochQuery {
-        req: u64,
-        partition: usize,
-        current_leader_epoch: i32,
-        leader_epoch: i32,
-    },
-    EpochAnswer {
-        req: u64,
-        partition: usize,
-        result: Result<(i32, i64), Refusal>,
-    },
-    Fetch {
-        req: u64,
-        partition: usize,
-        current_leader_epoch: i32,
-        fetch_offset: i64,
-    },
-    FetchAnswer {
-        req: u64,
-        partition: usize,
-        result: Result<Fetched, Refusal>,
-    },
-    /// `batch`: the idempotent producer's batch header (None: the plain producer).
-    Produce {
-        req: u64,
-        partition: usize,
-        ids: Vec<u64>,
-        batch: Option<ProducerBatch>,
-    },
-    ProduceAnswer {
-        req: u64,
-        result: Result<(i64, i32), Refusal>,
-    },
+    AlterPartition { req: u64, partition: usize, leader_epoch: i32, partition_epoch: i32, new_isr: Vec<i32> },
+    AlterPartitionAnswer { req: u64, result: Result<(Vec<i32>, i32), String> },
+    EpochQuery { req: u64, partition: usize, current_leader_epoch: i32, leader_epoch: i32 },
+    EpochAnswer { req: u64, partition: usize, result: Result<(i32, i64), Refusal> },
+    Fetch { req: u64, partition: usize, current_leader_epoch: i32, fetch_offset: i64 },
+    FetchAnswer { req: u64, partition: usize, result: Result<Fetched, Refusal> },
+    Produce { req: u64, partition: usize, ids: Vec<u64>, batch: Option<ProducerBatch> },
+    ProduceAnswer { req: u64, result: Result<(i64, i32), Refusal> },
 }
 
 struct Msg {
@@ -813,9 +771,11 @@ struct PendingBatch {
 /// means the leader's state does not follow those batches (the batch itself may be in
 /// the log, out of the 5-batch window after a restart from a snapshot, or a leader that
 /// knew nothing of the producer took a later batch first): the producer bumps its epoch
-/// (KIP-360, as the Java client does for an idempotent producer), gives up its batches
-/// not yet acknowledged (each is in the log at most once) and starts the new epoch at
-/// sequence 0. Other refusals and timeouts are retried after `RETRY_BACKOFF_MS`.
+/// (KIP-360, as the Java client does for an idempotent producer) and starts the new
+/// epoch at sequence 0. It gives up every batch not yet acknowledged (each is then in
+/// the log at most once), where the Java client fails only the refused batch and sends
+/// the others again under new sequences, which could write them twice. Other refusals
+/// and timeouts are retried after `RETRY_BACKOFF_MS`.
 struct IdempotentProducer {
     epoch: ProducerEpoch,
     next_seq: Vec<i32>,
