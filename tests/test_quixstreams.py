@@ -8,8 +8,10 @@ the dataframe once, the output topic holds each transformed record exactly once 
 with this suite's confluent-kafka), and the partitions of both topics keep the state of
 an idempotent producer (DescribeProducers).
 
-Stateless on purpose: stateful apps keep changelog topics with cleanup.policy=compact,
-which the broker refuses until log compaction exists (issue 14)."""
+Stateless on purpose: a stateful step (`apply(..., stateful=True)`) makes quixstreams
+create its changelog topic `changelog__<group>--<topic>--default` with cleanup.policy=
+compact, retention.ms=604800000 and retention.bytes=-1, which the broker refuses until
+log compaction exists (issue 14), and quixstreams raises at that `apply`."""
 
 import json
 import subprocess
