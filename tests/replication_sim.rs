@@ -1,13 +1,14 @@
 //! Seeded deterministic simulation of ISR replication, on one thread with no I/O: the real
 //! controller (`spate::coordinator::controller::Controller`), three brokers whose
 //! partitions (RF=3, min.insync.replicas=2) use the real `replication::LeaderState`
-//! (leaders) and `replication::truncation_offset` (followers), and an acks=all producer,
-//! all talking through a seeded network that delays, reorders, loses and duplicates
-//! messages. Brokers crash (losing the unsynced suffix of their logs), restart as a new
-//! incarnation, and are cut off from everyone or from the controller alone; the
-//! controller fences brokers that stop heartbeating, moves leaders within the ISR and
-//! elects preferred leaders; brokers act on snapshots of its state that may arrive late
-//! or not at all.
+//! (leaders) and `replication::truncation_offset` (followers) and keep the real
+//! producer state (`txn::producer_state::ProducerStates`), and an acks=all producer
+//! (plain, or idempotent with retries), all talking through a seeded network that
+//! delays, reorders, loses and duplicates messages. Brokers crash (losing the unsynced
+//! suffix of their logs), restart as a new incarnation, and are cut off from everyone or
+//! from the controller alone; the controller fences brokers that stop heartbeating,
+//! moves leaders within the ISR and elects preferred leaders; brokers act on snapshots
+//! of its state that may arrive late or not at all.
 //!
 //! The broker wiring mirrors `src/shard/replica.rs` and `src/server/replication.rs`:
 //! roles from the controller's partition state (a new leader records its epoch at its log
@@ -48,12 +49,33 @@
 //! 5. high watermark <= log end offset everywhere; a leader's high watermark never moves
 //!    back within its epoch (one incarnation leads an epoch, unless a restarted broker
 //!    acts on its cached snapshot);
-//! 6. a follower's truncation never removes a committed record it holds.
+//! 6. a follower's truncation never removes a committed record it holds;
+//! 7. with the idempotent producer: no record is twice in the committed log (so, with 3.,
+//!    every acknowledged record is there exactly once, at the offset its answer gave),
+//!    batches are whole, and within a producer epoch each committed batch follows the
+//!    previous one (no duplicate, gap or reordering); a retry answered as a duplicate
+//!    points at that batch.
+//!
+//! The idempotent producer (odd seeds; even seeds run the plain producer, exactly as
+//! before it existed) sends each batch again, unchanged, whenever its answer is lost,
+//! late or a retriable error, up to 5 batches in flight per partition (see
+//! `IdempotentProducer`). Leaders check each batch with `ProducerStates::check` as
+//! `PartitionLog::append_inner` does (refused, a duplicate answered with its original
+//! offsets once the high watermark covers them, or appended); every replica applies the
+//! batches it appends; logs roll every `segment_records` records with a `.snapshot`
+//! (`encode_snapshot`), kept through crashes; a crash or truncation rebuilds the state as
+//! `log::producers::rebuild` does (`decode_snapshot_at` of the newest snapshot at or
+//! below the log end, then a replay), so a restarted leader remembers only the last batch
+//! before its snapshot, as Kafka's does. Logs are cut and fetched at batch boundaries.
+//! The network reorders requests that one TCP connection would keep in order, so a
+//! leader that knows nothing of the producer may take a later batch first (Kafka accepts
+//! an unknown producer at any sequence); the earlier one then gets OUT_OF_ORDER_SEQUENCE
+//! and the producer bumps its epoch, giving up what was not acknowledged.
 //!
 //! Then a settle phase (no faults, no loss) checks liveness: records are acknowledged
 //! again, every ISR fills up and every replica ends with its leader's log.
 //!
-//! Simplified away: log start offsets and retention, segments, idempotent producers,
+//! Simplified away: log start offsets and retention, producer expiry, transactions,
 //! consumers, controller failover (`controller_sim.rs` covers it), partition
 //! reassignment, broker epochs in Fetch (KIP-903, which spate does not send either).
 //!
@@ -62,8 +84,10 @@
 //! `SPATE_SIM_SEED=<seed> cargo test --release --test replication_sim sim_seeds --
 //! --nocapture`. `SPATE_SIM_SEEDS=<n>` runs seeds 0..n. The scripted tests at the end
 //! replay KIP-101 and KIP-279 and a bug the simulation found, on a fixed schedule. The
-//! two ignored tests are known spate bugs outside this file's reach; they fail until
-//! those are fixed (`cargo test --release --test replication_sim -- --ignored`).
+//! `sim_catches_*` tests run the seeds with a known bug put back and check that the
+//! invariants catch it. The ignored test replays a seed that finds a known spate bug
+//! (KIP-903); it fails until that is fixed (`cargo test --release --test replication_sim
+//! -- --ignored`).
 
 use std::cmp::Ordering;
 use std::collections::{BTreeMap, BinaryHeap, VecDeque};
@@ -71,7 +95,9 @@ use std::rc::Rc;
 
 use spate::coordinator::controller::{Change, Controller, ControllerConfig, Endpoint, PartitionState, NO_LEADER};
 use spate::log::leader_epoch::LeaderEpochCache;
+use spate::model::{ProducerEpoch, ProducerId};
 use spate::replication::{truncation_offset, IsrProposal, LeaderState, UNDEFINED_EPOCH, UNDEFINED_OFFSET};
+use spate::txn::producer_state::{increment_sequence, ProducerBatch, ProducerStateError, ProducerStates, Verdict};
 use uuid::Uuid;
 
 // ---- Knobs ----
@@ -91,6 +117,10 @@ const FETCH_IDLE_MS: u64 = 20;
 const PRODUCE_INFLIGHT_MAX: usize = 6;
 const PRODUCE_RECORDS_MAX: u64 = 3;
 const PRODUCE_TIMEOUT_MS: u64 = 1_500;
+/// An idempotent producer's batches in flight per partition (Kafka caps
+/// max.in.flight.requests.per.connection at 5 with idempotence: the 5-batch window).
+const IDEMPOTENT_BATCHES_IN_FLIGHT_MAX: usize = 5;
+const PRODUCER_ID: ProducerId = ProducerId(4_000);
 const MESSAGES_IN_FLIGHT_MAX: usize = 100_000;
 const STEPS_PER_SEED: usize = 20_000;
 const SETTLE_PRODUCE_MS: u64 = 4_000;
@@ -106,6 +136,8 @@ const TRACE_EVENTS_MAX: usize = 80;
 /// twelve times slower and run a tenth.
 const SEEDS_DEFAULT: u64 = if cfg!(debug_assertions) { 100 } else { 1_000 };
 const SIM_THREADS_MAX: usize = 8;
+/// Idempotent seeds `sim_catches_appended_retries` runs.
+const IDEMPOTENCE_GUARD_SEEDS: u64 = 20;
 
 /// SplitMix64 (as in controller_sim.rs): small, seedable, good enough to drive a simulation.
 struct Rng(u64);
@@ -171,6 +203,13 @@ struct Knobs {
     /// A restarted broker acts on the last snapshot it saw before registering (spate's
     /// cached snapshot) instead of waiting for one that knows its new incarnation.
     cached_snapshot: bool,
+    /// The client is an idempotent producer that retries every batch whose answer is
+    /// lost or refused (else a plain acks=all producer that gives up on a timeout).
+    idempotent: bool,
+    /// Records per log segment: producer state snapshots are taken at each roll.
+    segment_records: i64,
+    /// Leaders append retries again (`AsSpate::appends_retries`).
+    appends_retries: bool,
 }
 
 impl Knobs {
@@ -193,6 +232,10 @@ impl Knobs {
             spate_epoch_cache: false,
             refusals: rng.chance(50),
             cached_snapshot: false,
+            // Chosen by `run_seed`, outside this draw.
+            idempotent: false,
+            segment_records: 0,
+            appends_retries: false,
         }
     }
 
@@ -216,6 +259,9 @@ impl Knobs {
             spate_epoch_cache: false,
             refusals: false,
             cached_snapshot: false,
+            idempotent: false,
+            segment_records: 16,
+            appends_retries: false,
         }
     }
 }
@@ -227,6 +273,21 @@ struct Record {
     leader_epoch: i32,
     /// Unique per produced record.
     id: u64,
+    /// The idempotent producer's batch the record belongs to and its place in it; None
+    /// for the plain producer's records.
+    batch: Option<(ProducerBatch, i32)>,
+}
+
+impl Record {
+    /// Logs are cut, fetched and rolled at batch boundaries only.
+    fn starts_batch(&self) -> bool {
+        self.batch.is_none_or(|(_, i)| i == 0)
+    }
+
+    /// The batch this record ends, for the producer state (applied at its last offset).
+    fn ends_batch(&self) -> Option<ProducerBatch> {
+        self.batch.filter(|(b, i)| *i == b.offset_delta).map(|(b, _)| b)
+    }
 }
 
 /// A replica's log: records, how much of it is synced, its leader epoch cache.
@@ -246,6 +307,21 @@ struct Log {
     use_spate: bool,
     /// The prefix known to equal the committed log (kept by the checker).
     matches_committed: usize,
+    /// The real producer state (`txn::producer_state`), fed as `PartitionLog` feeds it:
+    /// every batch is applied at its last offset as it is appended (leader or
+    /// follower); a crash or a truncation rebuilds it as `log::producers::rebuild`
+    /// does, from the newest snapshot at or below the log end plus a replay.
+    producers: ProducerStates,
+    /// The `.snapshot` files, by offset: `encode_snapshot` bytes written at each segment
+    /// roll (fsynced at once, so a crash keeps them; one beyond the recovered log end is
+    /// deleted on recovery).
+    snapshots: BTreeMap<i64, Vec<u8>>,
+    /// Records per segment (stands for segment.bytes); 0: never roll.
+    segment_records: i64,
+    /// The base offset of the active segment.
+    segment_base: i64,
+    /// How often the producer state was rebuilt starting from a snapshot (for the summary).
+    snapshot_reloads: u64,
 }
 
 impl Log {
@@ -280,7 +356,16 @@ impl Log {
             }
         }
         let offset = self.leo();
+        if record.starts_batch() && self.segment_records > 0 && offset - self.segment_base >= self.segment_records {
+            // `PartitionLog::roll`: the new segment starts at this batch, with a snapshot
+            // of the state of every batch below it.
+            self.snapshots.insert(offset, self.producers.encode_snapshot());
+            self.segment_base = offset;
+        }
         self.records.push(record);
+        if let Some(b) = record.ends_batch() {
+            self.producers.apply(&b, offset);
+        }
         self.assign(record.leader_epoch, offset);
         self.spate.assign_if_newer(record.leader_epoch, offset);
         self.check_cache()
@@ -316,12 +401,51 @@ impl Log {
     }
 
     fn cut(&mut self, len: usize) -> Result<(), String> {
+        if self.records.get(len).is_some_and(|r| !r.starts_batch()) {
+            return Err(format!("cut at {len}, inside a batch: {:?}", self.records[len]));
+        }
         self.records.truncate(len);
         self.synced = self.synced.min(len);
         self.matches_committed = self.matches_committed.min(len);
         self.epochs.retain(|&(_, s)| s < len as i64);
         self.spate.truncate_from_end(len as i64);
+        self.reload_producers()?;
         self.check_cache()
+    }
+
+    /// `log::producers::rebuild` (recovery, and `PartitionLog::truncate_to`): snapshots
+    /// past the log end go; the newest one left that `decode_snapshot_at` accepts, then
+    /// every batch from its offset. Rolls continue from the last snapshot kept.
+    fn reload_producers(&mut self) -> Result<(), String> {
+        let leo = self.leo();
+        self.snapshots.retain(|&offset, _| offset <= leo);
+        self.segment_base = self.snapshots.keys().next_back().copied().unwrap_or(0);
+        let (mut states, from) = match self.snapshots.iter().next_back() {
+            Some((&offset, bytes)) => {
+                let states = ProducerStates::decode_snapshot_at(bytes, offset)
+                    .map_err(|e| format!("the snapshot at {offset} is refused: {e}"))?;
+                self.snapshot_reloads += u64::from(!states.is_empty());
+                (states, offset)
+            }
+            None => (ProducerStates::new(), 0),
+        };
+        for (offset, r) in self.records.iter().enumerate().skip(from as usize) {
+            if let Some(b) = r.ends_batch() {
+                states.apply(&b, offset as i64);
+            }
+        }
+        self.producers = states;
+        Ok(())
+    }
+
+    /// Where a read of at most `records_max` records from `offset` ends: whole batches
+    /// only (at least one), as Kafka's fetch returns them.
+    fn read_end(&self, offset: usize, records_max: usize) -> usize {
+        let mut end = (offset + records_max.max(1)).min(self.records.len());
+        while end < self.records.len() && !self.records[end].starts_batch() {
+            end += 1;
+        }
+        end
     }
 
     /// OffsetForLeaderEpoch, answered by the model (or spate's cache).
@@ -396,6 +520,20 @@ enum Refusal {
     OffsetOutOfRange,
     NotEnoughReplicas,
     NotEnoughReplicasAfterAppend,
+    OutOfOrderSequence,
+    InvalidProducerEpoch,
+    UnknownProducerId,
+}
+
+impl From<ProducerStateError> for Refusal {
+    /// The error codes `server::handlers` chooses for the producer state's refusals.
+    fn from(e: ProducerStateError) -> Self {
+        match e {
+            ProducerStateError::OutOfOrderSequence { .. } => Refusal::OutOfOrderSequence,
+            ProducerStateError::InvalidProducerEpoch { .. } => Refusal::InvalidProducerEpoch,
+            ProducerStateError::UnknownProducerId { .. } => Refusal::UnknownProducerId,
+        }
+    }
 }
 
 /// The controller's state as brokers and the client see it.
@@ -414,6 +552,7 @@ struct Fetched {
     high_watermark: i64,
 }
 
+/// `Produce::batch`: the idempotent producer's batch header (None: the plain producer).
 #[derive(Debug, Clone)]
 enum Body {
     Register { incarnation: u32 },
@@ -426,7 +565,7 @@ enum Body {
     EpochAnswer { req: u64, partition: usize, result: Result<(i32, i64), Refusal> },
     Fetch { req: u64, partition: usize, current_leader_epoch: i32, fetch_offset: i64 },
     FetchAnswer { req: u64, partition: usize, result: Result<Fetched, Refusal> },
-    Produce { req: u64, partition: usize, ids: Vec<u64> },
+    Produce { req: u64, partition: usize, ids: Vec<u64>, batch: Option<ProducerBatch> },
     ProduceAnswer { req: u64, result: Result<(i64, i32), Refusal> },
 }
 
@@ -516,8 +655,8 @@ struct Replica {
 }
 
 impl Replica {
-    fn new(use_spate_cache: bool) -> Self {
-        let log = Log { use_spate: use_spate_cache, ..Log::default() };
+    fn new(use_spate_cache: bool, segment_records: i64) -> Self {
+        let log = Log { use_spate: use_spate_cache, segment_records, ..Log::default() };
         Self { log, follower_hw: 0, role: Role::None, waiters: Vec::new() }
     }
 
@@ -594,7 +733,7 @@ struct Broker {
 }
 
 impl Broker {
-    fn new(id: i32, partitions: usize, use_spate_cache: bool) -> Self {
+    fn new(id: i32, partitions: usize, use_spate_cache: bool, segment_records: i64) -> Self {
         Self {
             id,
             up: true,
@@ -604,9 +743,55 @@ impl Broker {
             next_heartbeat_ms: 0,
             next_isr_check_ms: 0,
             next_flush_ms: 0,
-            replicas: (0..partitions).map(|_| Replica::new(use_spate_cache)).collect(),
+            replicas: (0..partitions).map(|_| Replica::new(use_spate_cache, segment_records)).collect(),
             alters: BTreeMap::new(),
             cached_snapshot: None,
+        }
+    }
+}
+
+/// A batch of the idempotent producer, until it is acknowledged or given up.
+struct PendingBatch {
+    batch: ProducerBatch,
+    ids: Vec<u64>,
+    /// The request that carries it now, when it was sent, and whether every earlier
+    /// batch of the partition was acknowledged by then.
+    inflight: Option<(u64, u64, bool)>,
+    /// Sent (again) at or after this, to whoever leads the partition then.
+    send_at_ms: u64,
+    sends: u32,
+    acked: bool,
+}
+
+/// An idempotent producer at acks=all (librdkafka or the Java client with
+/// enable.idempotence=true): per partition, sequences from 0 in the current epoch and
+/// at most 5 batches in flight. A batch whose answer is lost, late or a retriable error
+/// is sent again unchanged (same producer id, epoch and sequence) to whoever leads now.
+/// OUT_OF_ORDER_SEQUENCE for a request sent once every earlier batch was acknowledged
+/// means the leader's state does not follow those batches (the batch itself may be in
+/// the log, out of the 5-batch window after a restart from a snapshot, or a leader that
+/// knew nothing of the producer took a later batch first): the producer bumps its epoch
+/// (KIP-360, as the Java client does for an idempotent producer) and starts the new
+/// epoch at sequence 0. It gives up every batch not yet acknowledged (each is then in
+/// the log at most once), where the Java client fails only the refused batch and sends
+/// the others again under new sequences, which could write them twice. Other refusals
+/// and timeouts are retried after `RETRY_BACKOFF_MS`.
+struct IdempotentProducer {
+    epoch: ProducerEpoch,
+    next_seq: Vec<i32>,
+    /// Per partition, oldest first; acknowledged batches leave from the front.
+    pending: Vec<VecDeque<PendingBatch>>,
+    /// Every request still of interest -> (partition, epoch, first sequence) of its batch.
+    requests: BTreeMap<u64, (usize, ProducerEpoch, i32)>,
+}
+
+impl IdempotentProducer {
+    fn new(partitions: usize) -> Self {
+        Self {
+            epoch: ProducerEpoch(0),
+            next_seq: vec![0; partitions],
+            pending: (0..partitions).map(|_| VecDeque::new()).collect(),
+            requests: BTreeMap::new(),
         }
     }
 }
@@ -621,6 +806,8 @@ struct Client {
     /// Bursty traffic: producing until, then silent until.
     burst_until_ms: u64,
     silent_until_ms: u64,
+    /// With `Knobs::idempotent`, the producer is idempotent (and `inflight` unused).
+    idempotent: Option<IdempotentProducer>,
 }
 
 enum Fault {
@@ -642,6 +829,11 @@ struct History {
     /// Per partition: the controller's (leader epoch, partition epoch).
     controller_epochs: Vec<(i32, i32)>,
     acked: Vec<(usize, i64, Record)>,
+    /// Per partition: what of the committed log the idempotence checks have seen, the
+    /// record ids in it, and the producer's last complete batch in it.
+    idempotence_checked: Vec<usize>,
+    committed_ids: Vec<std::collections::HashSet<u64>>,
+    committed_last_batch: Vec<Option<ProducerBatch>>,
     /// How often things happened, for the summary of a replayed seed.
     counts: BTreeMap<&'static str, u64>,
 }
@@ -686,7 +878,7 @@ impl Sim {
         let mut registered = BTreeMap::new();
         for &id in &BROKER_IDS {
             controller.register_broker(id, Endpoint::new("sim", 9000 + id as u16), None, 1, 0).expect("register");
-            let mut b = Broker::new(id, knobs.partitions, knobs.spate_epoch_cache);
+            let mut b = Broker::new(id, knobs.partitions, knobs.spate_epoch_cache, knobs.segment_records);
             b.registration_epoch = controller.broker_epoch(id);
             b.next_heartbeat_ms = rng.below(HEARTBEAT_INTERVAL_MS);
             b.next_isr_check_ms = rng.below(ISR_CHECK_INTERVAL_MS);
@@ -696,6 +888,7 @@ impl Sim {
         let configs = BTreeMap::from([("min.insync.replicas".to_string(), MIN_INSYNC_REPLICAS.to_string())]);
         controller.create_topic_with_assignment(TOPIC, Uuid::from_u128(1), assignment, configs).expect("topic");
         let partitions = knobs.partitions;
+        let idempotent = knobs.idempotent.then(|| IdempotentProducer::new(partitions));
         let mut sim = Self {
             knobs,
             rng,
@@ -713,6 +906,7 @@ impl Sim {
                 acked: 0,
                 burst_until_ms: 0,
                 silent_until_ms: 0,
+                idempotent,
             },
             net: Net::default(),
             out: Vec::new(),
@@ -723,6 +917,9 @@ impl Sim {
             trace: VecDeque::new(),
             hist: History {
                 committed: vec![Vec::new(); partitions],
+                idempotence_checked: vec![0; partitions],
+                committed_ids: vec![Default::default(); partitions],
+                committed_last_batch: vec![None; partitions],
                 controller_epochs: vec![(0, 0); partitions],
                 ..History::default()
             },
@@ -789,7 +986,7 @@ impl Sim {
     /// Run `f` on broker `i`, taken out of the sim so that `f` can use the rest of it.
     fn with_broker<R>(&mut self, i: usize, f: impl FnOnce(&mut Self, &mut Broker) -> R) -> R {
         let id = self.brokers[i].id;
-        let mut b = std::mem::replace(&mut self.brokers[i], Broker::new(id, 0, false));
+        let mut b = std::mem::replace(&mut self.brokers[i], Broker::new(id, 0, false, 0));
         let r = f(self, &mut b);
         self.brokers[i] = b;
         r
@@ -1071,7 +1268,7 @@ impl Sim {
                 self.on_fetch(b, from, req, partition, current_leader_epoch, fetch_offset)
             }
             Body::FetchAnswer { req, partition, result } => self.on_fetch_answer(b, partition, req, result),
-            Body::Produce { req, partition, ids } => self.on_produce(b, req, partition, ids),
+            Body::Produce { req, partition, ids, batch } => self.on_produce(b, req, partition, ids, batch),
             other => panic!("broker {} got {other:?}", b.id),
         }
     }
@@ -1367,7 +1564,7 @@ impl Sim {
                 if offset < 0 || offset > leo {
                     Err(Refusal::OffsetOutOfRange)
                 } else {
-                    let end = (offset as usize + self.knobs.fetch_records_max).min(leo as usize);
+                    let end = r.log.read_end(offset as usize, self.knobs.fetch_records_max);
                     let records = r.log.records[offset as usize..end].to_vec();
                     Ok(Fetched { base_offset: offset, records, high_watermark })
                 }
@@ -1418,8 +1615,10 @@ impl Sim {
         }
     }
 
-    /// `PartitionOp::Produce` with acks=all.
-    fn on_produce(&mut self, b: &mut Broker, req: u64, p: usize, ids: Vec<u64>) {
+    /// `PartitionOp::Produce` with acks=all. An idempotent batch is checked against the
+    /// producer state first (`PartitionLog::append_inner`): refused, or a retry answered
+    /// with its original offsets once the high watermark covers them, or appended.
+    fn on_produce(&mut self, b: &mut Broker, req: u64, p: usize, ids: Vec<u64>, batch: Option<ProducerBatch>) {
         let me = b.id;
         let r = &mut b.replicas[p];
         let leader_epoch = match &r.role {
@@ -1434,9 +1633,45 @@ impl Sim {
                 return;
             }
         };
+        if let Some(batch) = batch {
+            assert_eq!(batch.offset_delta as usize + 1, ids.len(), "a batch header counts its records");
+            match r.log.producers.check(&[batch], None) {
+                Err(e) => {
+                    self.note(format!("b{me} p{p} refuses {ids:?}: {e}"));
+                    let result = Err(Refusal::from(e));
+                    self.send(Node::Broker(me), Node::Client, Body::ProduceAnswer { req, result });
+                    return;
+                }
+                Ok(Verdict::Duplicate(_)) if self.knobs.appends_retries => {}
+                Ok(Verdict::Duplicate(m)) => {
+                    let base_offset = m.first_offset();
+                    let original = r.log.records[base_offset as usize];
+                    let same =
+                        |o: Option<(ProducerBatch, i32)>| o.map(|(o, i)| (o.producer_id, o.epoch, o.first_seq, i));
+                    if same(original.batch) != same(Some((batch, 0))) {
+                        self.violation(format!(
+                            "b{me} p{p}: {batch:?} answered as a retry of {original:?} at {base_offset}"
+                        ));
+                        return;
+                    }
+                    self.note(format!("b{me} p{p}: {ids:?} is a retry of the batch at {base_offset}"));
+                    self.count("retries answered as duplicates");
+                    r.waiters.push(Waiter {
+                        last_offset: m.last_offset,
+                        req,
+                        base_offset,
+                        leader_epoch: original.leader_epoch,
+                    });
+                    r.release(me, &mut self.out);
+                    return;
+                }
+                Ok(Verdict::Append) => {}
+            }
+        }
         let base_offset = r.log.leo();
-        for &id in &ids {
-            if let Err(e) = r.log.append(Record { leader_epoch, id }) {
+        for (i, &id) in ids.iter().enumerate() {
+            let record = Record { leader_epoch, id, batch: batch.map(|b| (b, i as i32)) };
+            if let Err(e) = r.log.append(record) {
                 self.violation(format!("b{me} p{p} leader append: {e}"));
                 return;
             }
@@ -1460,11 +1695,14 @@ impl Sim {
                     self.client.leaders = s.partitions.iter().map(|st| st.leader).collect();
                 }
             }
+            Body::ProduceAnswer { req, result } if self.client.idempotent.is_some() => {
+                self.idempotent_answer(req, result)
+            }
             Body::ProduceAnswer { req, result } => {
                 let Some((p, ids, _)) = self.client.inflight.remove(&req) else { return };
                 if let Ok((base_offset, leader_epoch)) = result {
                     for (i, &id) in ids.iter().enumerate() {
-                        self.acked(p, base_offset + i as i64, Record { leader_epoch, id });
+                        self.acked(p, base_offset + i as i64, Record { leader_epoch, id, batch: None });
                     }
                 }
             }
@@ -1493,7 +1731,151 @@ impl Sim {
         if !silent && self.rng.chance(self.knobs.produce_pct) {
             let p = self.rng.below(self.knobs.partitions as u64) as usize;
             let n = 1 + self.rng.below(PRODUCE_RECORDS_MAX);
-            self.produce(p, n as usize);
+            if self.client.idempotent.is_some() {
+                let _ = self.idempotent_batch(p, n as usize);
+            } else {
+                self.produce(p, n as usize);
+            }
+        }
+        if self.client.idempotent.is_some() {
+            self.idempotent_send();
+        }
+    }
+
+    /// The idempotent producer makes a batch of `n` new records for `p`, unless 5 are
+    /// in flight there; `idempotent_send` sends it. Returns the records' ids.
+    fn idempotent_batch(&mut self, p: usize, n: usize) -> Vec<u64> {
+        let now = self.now_ms;
+        let producer = self.client.idempotent.as_mut().expect("idempotent");
+        if producer.pending[p].len() >= IDEMPOTENT_BATCHES_IN_FLIGHT_MAX {
+            return Vec::new();
+        }
+        let ids: Vec<u64> = (0..n as u64).map(|i| self.client.next_id + i).collect();
+        self.client.next_id += n as u64;
+        let batch = ProducerBatch {
+            producer_id: PRODUCER_ID,
+            epoch: producer.epoch,
+            first_seq: producer.next_seq[p],
+            offset_delta: n as i32 - 1,
+            max_timestamp_ms: now as i64,
+        };
+        producer.next_seq[p] = increment_sequence(batch.first_seq, n as i32);
+        producer.pending[p].push_back(PendingBatch {
+            batch,
+            ids: ids.clone(),
+            inflight: None,
+            send_at_ms: now,
+            sends: 0,
+            acked: false,
+        });
+        ids
+    }
+
+    /// Send every batch that is due: new ones, and those whose answer did not come
+    /// within `PRODUCE_TIMEOUT_MS` (lost, or late) or was a retriable refusal.
+    fn idempotent_send(&mut self) {
+        let now = self.now_ms;
+        let producer = self.client.idempotent.as_mut().expect("idempotent");
+        let mut due = Vec::new();
+        for (p, pending) in producer.pending.iter_mut().enumerate() {
+            let mut all_before_acked = true;
+            for (i, b) in pending.iter_mut().enumerate() {
+                if !b.acked {
+                    if b.inflight.is_some_and(|(_, sent, _)| now >= sent + PRODUCE_TIMEOUT_MS) {
+                        b.inflight = None;
+                        b.send_at_ms = now;
+                    }
+                    if b.inflight.is_none() && now >= b.send_at_ms && self.client.leaders[p] != NO_LEADER {
+                        due.push((p, i, all_before_acked));
+                    }
+                }
+                all_before_acked &= b.acked;
+            }
+        }
+        for (p, i, as_head) in due {
+            let req = self.req();
+            let leader = self.client.leaders[p];
+            let producer = self.client.idempotent.as_mut().expect("idempotent");
+            let b = &mut producer.pending[p][i];
+            let retry = b.sends > 0;
+            b.sends += 1;
+            b.inflight = Some((req, now, as_head));
+            producer.requests.insert(req, (p, b.batch.epoch, b.batch.first_seq));
+            let body = Body::Produce { req, partition: p, ids: b.ids.clone(), batch: Some(b.batch) };
+            if retry {
+                self.count("idempotent retries");
+            }
+            self.send(Node::Client, Node::Broker(leader), body);
+        }
+    }
+
+    /// An answer to one of the idempotent producer's requests (maybe an old one of a
+    /// batch sent since, or a copy the network made).
+    fn idempotent_answer(&mut self, req: u64, result: Result<(i64, i32), Refusal>) {
+        let now = self.now_ms;
+        let producer = self.client.idempotent.as_mut().expect("idempotent");
+        let Some(&(p, epoch, first_seq)) = producer.requests.get(&req) else { return };
+        let pending = &mut producer.pending[p];
+        let Some(i) = pending.iter().position(|b| b.batch.epoch == epoch && b.batch.first_seq == first_seq) else {
+            return;
+        };
+        let b = &mut pending[i];
+        if b.acked {
+            return;
+        }
+        let current = b.inflight.is_some_and(|(q, _, _)| q == req);
+        let sent_as_head = b.inflight.is_some_and(|(q, _, head)| q == req && head);
+        match result {
+            Ok((base_offset, leader_epoch)) => {
+                b.acked = true;
+                b.inflight = None;
+                let (batch, ids) = (b.batch, b.ids.clone());
+                while pending.front().is_some_and(|b| b.acked) {
+                    pending.pop_front();
+                }
+                let in_flight: Vec<(ProducerEpoch, i32)> =
+                    pending.iter().map(|b| (b.batch.epoch, b.batch.first_seq)).collect();
+                producer.requests.retain(|_, r| r.0 != p || in_flight.contains(&(r.1, r.2)));
+                for (i, &id) in ids.iter().enumerate() {
+                    let record = Record { leader_epoch, id, batch: Some((batch, i as i32)) };
+                    self.acked(p, base_offset + i as i64, record);
+                }
+            }
+            Err(Refusal::OutOfOrderSequence) if sent_as_head => {
+                let batch = b.batch;
+                let given_up: usize = producer.pending.iter().map(|q| q.len()).sum();
+                producer.epoch = ProducerEpoch(producer.epoch.0 + 1);
+                assert!(producer.epoch.0 < i16::MAX, "the simulation never exhausts an epoch");
+                for q in &mut producer.pending {
+                    q.clear();
+                }
+                producer.next_seq.iter_mut().for_each(|s| *s = 0);
+                producer.requests.clear();
+                let new_epoch = producer.epoch;
+                self.note(format!(
+                    "client: p{p} {batch:?} out of order; epoch bumped to {new_epoch}, {given_up} batches given up"
+                ));
+                self.count("producer epoch bumps");
+                self.hist
+                    .counts
+                    .entry("batches given up")
+                    .and_modify(|n| *n += given_up as u64)
+                    .or_insert(given_up as u64);
+            }
+            Err(e @ (Refusal::InvalidProducerEpoch | Refusal::UnknownProducerId)) => {
+                // Only the producer makes epochs, and the bound on ids is not simulated.
+                let batch = b.batch;
+                self.violation(format!("p{p}: {batch:?} of the current epoch refused: {e:?}"));
+            }
+            Err(e) => {
+                if current {
+                    b.inflight = None;
+                    b.send_at_ms = now + RETRY_BACKOFF_MS;
+                }
+                if e == Refusal::OutOfOrderSequence {
+                    self.count("out of order answers retried");
+                }
+            }
         }
     }
 
@@ -1507,7 +1889,11 @@ impl Sim {
         self.client.next_id += n as u64;
         let req = self.req();
         self.client.inflight.insert(req, (p, ids.clone(), self.now_ms));
-        self.send(Node::Client, Node::Broker(leader), Body::Produce { req, partition: p, ids: ids.clone() });
+        self.send(
+            Node::Client,
+            Node::Broker(leader),
+            Body::Produce { req, partition: p, ids: ids.clone(), batch: None },
+        );
         ids
     }
 
@@ -1591,6 +1977,47 @@ impl Sim {
                     }
                 }
             }
+        }
+        if self.client.idempotent.is_some() {
+            self.check_idempotence()?;
+        }
+        Ok(())
+    }
+
+    /// 7. With the idempotent producer, the committed log holds every record at most
+    ///    once (with 3., every acknowledged record exactly once, at the offset its
+    ///    answer gave), each batch whole, and within a producer epoch each batch right
+    ///    after the previous one (no duplicate, gap or reordering); epochs never go back.
+    fn check_idempotence(&mut self) -> Result<(), String> {
+        for p in 0..self.knobs.partitions {
+            let committed = &self.hist.committed[p];
+            for offset in self.hist.idempotence_checked[p]..committed.len() {
+                let r = committed[offset];
+                if !self.hist.committed_ids[p].insert(r.id) {
+                    let first = committed.iter().position(|c| c.id == r.id).expect("seen");
+                    return Err(format!("p{p}: record {} committed twice, at {first} and {offset}: {r:?}", r.id));
+                }
+                let Some((b, i)) = r.batch else { return Err(format!("p{p}: a plain record {r:?} at {offset}")) };
+                let previous = offset.checked_sub(1).map(|o| committed[o]);
+                if i > 0 && previous.and_then(|c| c.batch) != Some((b, i - 1)) {
+                    return Err(format!("p{p}: {r:?} at {offset} does not follow its batch's record {}", i - 1));
+                }
+                if i == 0 && previous.is_some_and(|c| c.ends_batch().is_none()) {
+                    return Err(format!("p{p}: {r:?} at {offset} starts a batch inside another: {previous:?}"));
+                }
+                if i == 0 {
+                    if let Some(last) = self.hist.committed_last_batch[p] {
+                        let follows = increment_sequence(last.last_seq(), 1) == b.first_seq;
+                        if b.epoch < last.epoch || (b.epoch == last.epoch && !follows) {
+                            return Err(format!("p{p}: batch {b:?} at {offset} committed after {last:?}"));
+                        }
+                    }
+                }
+                if r.ends_batch().is_some() {
+                    self.hist.committed_last_batch[p] = Some(b);
+                }
+            }
+            self.hist.idempotence_checked[p] = committed.len();
         }
         Ok(())
     }
@@ -1693,25 +2120,44 @@ impl Sim {
 struct AsSpate {
     epoch_cache: bool,
     cached_snapshot: bool,
+    /// A leader that checks sequences and epochs but appends a retry of one of the
+    /// producer's last 5 batches again instead of answering it with its offsets.
+    appends_retries: bool,
 }
 
 impl AsSpate {
-    /// `SPATE_SIM_SPATE_EPOCH_CACHE=1`, `SPATE_SIM_CACHED_SNAPSHOT=1`.
+    /// `SPATE_SIM_SPATE_EPOCH_CACHE=1`, `SPATE_SIM_CACHED_SNAPSHOT=1`,
+    /// `SPATE_SIM_APPENDS_RETRIES=1`.
     fn from_env() -> Self {
         Self {
             epoch_cache: std::env::var("SPATE_SIM_SPATE_EPOCH_CACHE").is_ok(),
             cached_snapshot: std::env::var("SPATE_SIM_CACHED_SNAPSHOT").is_ok(),
+            appends_retries: std::env::var("SPATE_SIM_APPENDS_RETRIES").is_ok(),
         }
     }
 }
 
+/// Which producer the seeds run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Producers {
+    /// Odd seeds the idempotent producer, even seeds the plain one.
+    BySeed,
+    /// The plain producer for every seed (the guards whose seeds were found with it).
+    Plain,
+}
+
 /// One seed: knobs and assignment drawn from it, `STEPS_PER_SEED` random steps, then the
-/// settle phase.
-fn run_seed(seed: u64, as_spate: AsSpate) -> Result<Summary, String> {
+/// settle phase. The producer and the segment size come from the seed outside the main
+/// draw, so a plain-producer seed runs exactly as it did before the idempotent producer.
+fn run_seed(seed: u64, as_spate: AsSpate, producers: Producers) -> Result<Summary, String> {
     let mut rng = Rng(seed);
+    let mut segment_rng = Rng(seed ^ 0x5e67_e475);
     let knobs = Knobs {
         spate_epoch_cache: as_spate.epoch_cache,
         cached_snapshot: as_spate.cached_snapshot,
+        idempotent: producers == Producers::BySeed && seed % 2 == 1,
+        appends_retries: as_spate.appends_retries,
+        segment_records: 4 + segment_rng.below(60) as i64,
         ..Knobs::random(&mut rng)
     };
     let assignment: Vec<Vec<i32>> = (0..knobs.partitions)
@@ -1729,6 +2175,8 @@ fn run_seed(seed: u64, as_spate: AsSpate) -> Result<Summary, String> {
         sim.step(dt).map_err(|e| sim.report(&format!("step {step}: {e}")))?;
     }
     sim.settle().map_err(|e| sim.report(&e))?;
+    let reloads = sim.brokers.iter().flat_map(|b| &b.replicas).map(|r| r.log.snapshot_reloads).sum();
+    sim.hist.counts.insert("producer states rebuilt from a snapshot", reloads);
     Ok(Summary {
         simulated_ms: sim.now_ms,
         committed: sim.hist.committed.iter().map(|c| c.len()).collect(),
@@ -1751,7 +2199,7 @@ struct Summary {
 
 /// Run `seeds` on up to `SIM_THREADS_MAX` threads (each simulation is single-threaded
 /// and deterministic); the lowest failing seed, with its report.
-fn run_seeds(seeds: &[u64], as_spate: AsSpate) -> Option<(u64, String)> {
+fn run_seeds(seeds: &[u64], as_spate: AsSpate, producers: Producers) -> Option<(u64, String)> {
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get()).clamp(1, SIM_THREADS_MAX);
     let failures = std::sync::Mutex::new(Vec::new());
     std::thread::scope(|scope| {
@@ -1762,7 +2210,7 @@ fn run_seeds(seeds: &[u64], as_spate: AsSpate) -> Option<(u64, String)> {
                     if failures.lock().expect("lock").iter().any(|(s, _)| *s < seed) {
                         return;
                     }
-                    let failure = match std::panic::catch_unwind(|| run_seed(seed, as_spate)) {
+                    let failure = match std::panic::catch_unwind(|| run_seed(seed, as_spate, producers)) {
                         Ok(Ok(summary)) => {
                             if seeds.len() == 1 {
                                 println!("seed {seed} passed: {summary:?}");
@@ -1792,7 +2240,7 @@ fn sim_seeds() {
         }
     };
     let as_spate = AsSpate::from_env();
-    if let Some((seed, e)) = run_seeds(&seeds, as_spate) {
+    if let Some((seed, e)) = run_seeds(&seeds, as_spate, Producers::BySeed) {
         panic!("replication simulation failed ({as_spate:?}); replay with SPATE_SIM_SEED={seed}\n{e}");
     }
 }
@@ -1804,11 +2252,12 @@ fn sim_seeds() {
 /// older-epoch records past it, and when it led again answered OffsetForLeaderEpoch with
 /// the stale start, so an ISR follower truncated committed records. The model cuts the
 /// cache as Kafka (and now Spate) does; this runs the seeds with the old behaviour and
-/// checks that the invariants catch it (a regression guard for the simulation itself).
+/// checks that the invariants catch it (a regression guard for the simulation itself),
+/// with the plain producer the seeds found it with.
 #[test]
 fn sim_catches_a_stale_epoch_cache_entry() {
     let seeds: Vec<u64> = (0..SEEDS_DEFAULT).collect();
-    let found = run_seeds(&seeds, AsSpate { epoch_cache: true, ..AsSpate::default() });
+    let found = run_seeds(&seeds, AsSpate { epoch_cache: true, ..AsSpate::default() }, Producers::Plain);
     assert!(found.is_some(), "the stale epoch-cache behaviour went unnoticed over {} seeds", seeds.len());
 }
 
@@ -1818,12 +2267,39 @@ fn sim_catches_a_stale_epoch_cache_entry() {
 /// previous incarnation): a broker that restarted installed its cached snapshot and led
 /// its old epoch again without records that were committed. The model waits for a
 /// snapshot that knows the new incarnation, as Kafka's brokers do; this runs the seeds
-/// with the old behaviour and checks that the invariants catch it.
+/// with the old behaviour and checks that the invariants catch it (plain producer).
 #[test]
 fn sim_catches_leading_from_a_cached_snapshot() {
     let seeds: Vec<u64> = (0..SEEDS_DEFAULT).collect();
-    let found = run_seeds(&seeds, AsSpate { cached_snapshot: true, ..AsSpate::default() });
+    let found = run_seeds(&seeds, AsSpate { cached_snapshot: true, ..AsSpate::default() }, Producers::Plain);
     assert!(found.is_some(), "leading from a cached snapshot went unnoticed over {} seeds", seeds.len());
+}
+
+/// A known spate bug that seed 11107 (beyond the `SEEDS_DEFAULT` that CI runs) finds; it
+/// fails until spate has broker epochs in Fetch and AlterPartition (Kafka's KIP-903; see
+/// `replication::LeaderState`, "a follower that restarts while outside the ISR is not
+/// detected here"). Broker 1, outside the ISR of p0, caught up with its leader (3), then
+/// crashed and lost its unsynced suffix; 3 kept proposing to add 1 on the fetch offset
+/// of its previous incarnation, which the controller refused while 1 was down and took
+/// once 1 registered again; a preferred election then made 1 leader without committed
+/// records (invariant 3). Unrelated to the idempotent producer the seed runs.
+#[test]
+#[ignore = "known bug: needs KIP-903 broker epochs in Fetch and AlterPartition"]
+fn sim_seed_11107_a_restarted_follower_rejoins_on_its_previous_incarnations_offset() {
+    if let Err(e) = run_seed(11107, AsSpate::default(), Producers::BySeed) {
+        panic!("{e}");
+    }
+}
+
+/// The idempotence invariant (7.) has teeth: with leaders that append a retried batch
+/// again instead of answering it with its original offsets, the idempotent producer's
+/// retries end up in the committed log twice, and the first few idempotent seeds catch it.
+#[test]
+fn sim_catches_appended_retries() {
+    let seeds: Vec<u64> = (0..IDEMPOTENCE_GUARD_SEEDS).map(|i| 2 * i + 1).collect();
+    let found = run_seeds(&seeds, AsSpate { appends_retries: true, ..AsSpate::default() }, Producers::BySeed);
+    let (seed, report) = found.expect("retries appended twice went unnoticed");
+    assert!(report.contains("committed twice"), "seed {seed} failed otherwise: {report}");
 }
 
 // ---- Scripted scenarios ----
@@ -2048,4 +2524,40 @@ fn restarted_follower_scenario() -> Result<Sim, String> {
 #[test]
 fn a_restarted_follower_rejoins_the_isr_only_after_fetching() {
     restarted_follower_scenario().unwrap_or_else(|e| panic!("{e}"));
+}
+
+/// An idempotent producer's batch is committed but its answer is lost, and its leader
+/// dies. The retry (same producer id, epoch and sequence) reaches the new leader, which
+/// built the producer state from the batches it replicated and answers with the batch's
+/// original offsets; the batch is in the log once. `appends_retries`: a leader that
+/// appends the retry again instead.
+fn idempotent_retry_scenario(appends_retries: bool) -> Result<Sim, String> {
+    let mut sim = Sim::scripted(Rule::Epoch);
+    sim.knobs.appends_retries = appends_retries;
+    sim.client.idempotent = Some(IdempotentProducer::new(1));
+    sim.run_ms(300)?;
+    sim.set_filter(|_, to, body| to == Node::Client && matches!(body, Body::ProduceAnswer { .. }));
+    let ids = sim.idempotent_batch(P0, 2);
+    sim.run_until("the batch committed", 500, |s| s.hist.committed[P0].len() == 2)?;
+    sim.filter = None;
+    sim.crash(1, false);
+    sim.run_until("2 leads epoch 1", 3_000, |s| s.leads(2, 1))?;
+    sim.run_until("the retry acked", 6_000, |s| ids.iter().all(|id| s.is_acked(*id)))?;
+    sim.restart(1);
+    sim.converged_to(&[(0, ids[0]), (0, ids[1])])?;
+    Ok(sim)
+}
+
+#[test]
+fn a_retry_after_a_failover_is_answered_with_the_original_offsets() {
+    let sim = idempotent_retry_scenario(false).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(sim.hist.counts.get("retries answered as duplicates"), Some(&1));
+    let acked: Vec<(i64, u64)> = sim.hist.acked.iter().map(|(_, offset, r)| (*offset, r.id)).collect();
+    assert_eq!(acked, [(0, 1), (1, 2)], "acknowledged at the offsets the first leader gave");
+}
+
+#[test]
+fn a_retry_after_a_failover_is_appended_twice_without_the_producer_state() {
+    let e = idempotent_retry_scenario(true).err().expect("the retry was appended again");
+    assert!(e.contains("committed twice"), "{e}");
 }

@@ -27,6 +27,7 @@ INVALID_PRODUCER_EPOCH = 47
 UNKNOWN_PRODUCER_ID = 59
 INVALID_RECORD = 87
 UNSUPPORTED_VERSION = 35
+INVALID_REQUEST = 42
 
 
 def scrape(port):
@@ -185,10 +186,17 @@ def test_hostile_idempotent_batches_are_refused_and_append_nothing(broker_factor
     assert produce(wire.record_batch([b"x"], pid, 0, 9))[0] == OUT_OF_ORDER_SEQUENCE_NUMBER
     # An epoch above the current one must start at sequence 0.
     assert produce(wire.record_batch([b"x"], pid, 4, 3))[0] == OUT_OF_ORDER_SEQUENCE_NUMBER
-    # KIP-360: the producer bumps its epoch, then the old epoch is fenced.
+    # InitProducerId with the producer's id and epoch (v3+, KIP-360): as in Kafka, a
+    # producer without a transactional id gets a new id, epoch 0, never its claimed id
+    # with a bumped epoch (nothing could verify the claim). An id without an epoch, or
+    # an epoch without an id, is an invalid request.
     err, pid2, epoch2 = wire.parse_init_producer_id(
         wire.call(b.port, wire.init_producer_id(producer_id=pid, producer_epoch=0)))
-    assert (err, pid2, epoch2) == (NONE, pid, 1)
+    assert err == NONE and pid2 > pid and epoch2 == 0, (err, pid2, epoch2)
+    for half in (dict(producer_id=pid), dict(producer_epoch=0)):
+        assert wire.parse_init_producer_id(wire.call(b.port, wire.init_producer_id(**half))) == (INVALID_REQUEST, -1, -1)
+    # KIP-360: the producer bumps its epoch itself (as the Java client does), then the
+    # old epoch is fenced.
     assert produce(wire.record_batch([b"d"], pid, 1, 0)) == (NONE, 3)
     assert produce(wire.record_batch([b"x"], pid, 0, 3))[0] == INVALID_PRODUCER_EPOCH
     # A producer id never issued.

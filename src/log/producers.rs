@@ -107,9 +107,8 @@ pub fn rebuild(
     Ok((states, replayed))
 }
 
-/// Read and check one snapshot file: decodable (`decode_snapshot`), no larger than
-/// `producer_snapshot_entries_max` entries allow (checked before reading it), and every
-/// entry's last batch below the offset the snapshot was taken at.
+/// Read and check one snapshot file: no larger than `producer_snapshot_entries_max`
+/// entries allow (checked before reading it), then `decode_snapshot_at`.
 fn read_snapshot(path: &Path, offset: i64) -> std::io::Result<Result<ProducerStates, String>> {
     use crate::txn::producer_state::{SNAPSHOT_ENTRY_BYTES, SNAPSHOT_HEADER_BYTES};
     let size_max = SNAPSHOT_HEADER_BYTES + crate::model::limits::producer_snapshot_entries_max * SNAPSHOT_ENTRY_BYTES;
@@ -118,12 +117,7 @@ fn read_snapshot(path: &Path, offset: i64) -> std::io::Result<Result<ProducerSta
         return Ok(Err(format!("{size} bytes, above the {size_max} a snapshot may have")));
     }
     let bytes = std::fs::read(path)?;
-    Ok(ProducerStates::decode_snapshot(&bytes).and_then(|states| {
-        match states.entries().into_iter().find(|(_, e)| e.last_offset() >= offset) {
-            Some((id, e)) => Err(format!("producer {id} has a batch at {} in a snapshot at {offset}", e.last_offset())),
-            None => Ok(states),
-        }
-    }))
+    Ok(ProducerStates::decode_snapshot_at(&bytes, offset))
 }
 
 /// Apply every producer batch of `segments` at or after `from`. Returns the number of

@@ -372,6 +372,17 @@ impl ProducerStates {
         out
     }
 
+    /// Read the bytes of the snapshot taken at `offset` (`<offset>.snapshot`): decodable
+    /// (`decode_snapshot`), and every producer's last batch below `offset`. Untrusted:
+    /// any mismatch is an error, never a panic.
+    pub fn decode_snapshot_at(bytes: &[u8], offset: i64) -> Result<ProducerStates, String> {
+        let states = Self::decode_snapshot(bytes)?;
+        match states.entries().into_iter().find(|(_, e)| e.last_offset() >= offset) {
+            Some((id, e)) => Err(format!("producer {id} has a batch at {} in a snapshot at {offset}", e.last_offset())),
+            None => Ok(states),
+        }
+    }
+
     /// Read a `.snapshot` file's bytes. Untrusted: any mismatch is an error, never a panic.
     pub fn decode_snapshot(bytes: &[u8]) -> Result<ProducerStates, String> {
         if bytes.len() < SNAPSHOT_HEADER_BYTES {
@@ -645,6 +656,18 @@ mod tests {
         }
         for len in 0..good.len() {
             assert!(ProducerStates::decode_snapshot(&good[..len]).is_err(), "torn at {len} accepted");
+        }
+    }
+
+    #[test]
+    fn a_snapshot_holding_a_batch_at_or_past_its_offset_is_refused() {
+        let mut s = ProducerStates::new();
+        s.apply(&batch(5, 0, 0, 3, 0), 2);
+        s.apply(&batch(6, 0, 0, 1, 0), 7);
+        let bytes = s.encode_snapshot();
+        assert_eq!(ProducerStates::decode_snapshot_at(&bytes, 8), Ok(ProducerStates::decode_snapshot(&bytes).unwrap()));
+        for offset in [0, 3, 7] {
+            assert!(ProducerStates::decode_snapshot_at(&bytes, offset).is_err(), "accepted at {offset}");
         }
     }
 

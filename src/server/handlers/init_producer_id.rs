@@ -1,8 +1,19 @@
 //! InitProducerId (v0-5) for idempotent producers: a new producer id with epoch 0, from
 //! the block the active coordinator reserved in `/latest_producer_id_block` (a broker
-//! that is not the coordinator forwards the request, `server/forward.rs`). KIP-360: a
-//! producer that passes its current id and epoch (v3+) keeps its id with epoch + 1, or
-//! gets a new id when the epoch is exhausted.
+//! that is not the coordinator forwards the request, `server/forward.rs`).
+//!
+//! The id and epoch a request carries (v3+, KIP-360) are checked as Kafka's
+//! `KafkaApis.handleInitProducerIdRequest` checks them: both -1 (a first request) or
+//! both set; one without the other is INVALID_REQUEST. A producer without a
+//! transactional id then always gets a new id with epoch 0, whatever id and epoch it
+//! passed (Kafka's `TransactionCoordinator.handleInitProducerId`: "if the transactional
+//! id is null, then always blindly accept the request and return a new producerId").
+//! Nothing tracks a non-transactional producer's epoch outside the partitions it wrote
+//! to, so the broker cannot verify that the caller owns the id it names; handing out
+//! epoch + 1 on its word would let any client fence another producer's id. An
+//! idempotent client bumps its epoch itself (the Java client does so locally, KIP-360)
+//! and asks for a new id when the epoch is exhausted; the partitions check the epochs
+//! of the batches (`txn::producer_state`).
 //!
 //! A transactional id is answered UNSUPPORTED_VERSION (fatal in every client):
 //! transactions are not implemented, and FindCoordinator refuses transaction keys.
@@ -17,19 +28,39 @@ use crate::protocol::{decode_body, error_code, ProtocolError, RequestFrame};
 use super::super::context::ShardContext;
 use super::respond;
 
-/// The last epoch a bump may reach (Kafka keeps `Short.MaxValue` out of use).
-const producer_epoch_bump_max: i16 = i16::MAX - 1;
+/// What an InitProducerId request gets, from its fields alone.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Decision {
+    /// A new producer id, epoch 0.
+    NewProducerId,
+    /// Refused with this error code.
+    Refuse(i16),
+}
+
+/// Kafka's rules for the request's transactional id, producer id and producer epoch
+/// (the last two are -1 below v3, where the request has no such fields).
+fn decide(transactional_id: Option<&str>, producer_id: i64, producer_epoch: i16) -> Decision {
+    let no_id = producer_id == ProducerId::NONE.0;
+    let no_epoch = producer_epoch == ProducerEpoch::NONE.0;
+    if no_id != no_epoch {
+        return Decision::Refuse(error_code::INVALID_REQUEST);
+    }
+    if transactional_id.is_some() {
+        return Decision::Refuse(error_code::UNSUPPORTED_VERSION);
+    }
+    Decision::NewProducerId
+}
 
 pub async fn handle(ctx: &ShardContext, frame: &RequestFrame) -> Result<Bytes, ProtocolError> {
     let req: InitProducerIdRequest = decode_body(frame)?;
-    let outcome: Result<(ProducerId, ProducerEpoch), i16> = if req.transactional_id.is_some() {
-        tracing::debug!(transactional_id = ?req.transactional_id, "InitProducerId for a transactional id refused");
-        Err(error_code::UNSUPPORTED_VERSION)
-    } else if req.producer_id.0 >= 0 && req.producer_epoch >= 0 && req.producer_epoch < producer_epoch_bump_max {
-        // KIP-360 epoch bump: same id, next epoch.
-        Ok((ProducerId(req.producer_id.0), ProducerEpoch(req.producer_epoch + 1)))
-    } else {
-        match ctx.metadata.write(|reg| reg.next_producer_id()).await {
+    let decision = decide(req.transactional_id.as_deref().map(|s| &**s), req.producer_id.0, req.producer_epoch);
+    let outcome: Result<(ProducerId, ProducerEpoch), i16> = match decision {
+        Decision::Refuse(code) => {
+            tracing::debug!(transactional_id = ?req.transactional_id, producer_id = req.producer_id.0,
+                producer_epoch = req.producer_epoch, code, "InitProducerId refused");
+            Err(code)
+        }
+        Decision::NewProducerId => match ctx.metadata.write(|reg| reg.next_producer_id()).await {
             Ok(id) => Ok((id, ProducerEpoch(0))),
             Err(e) => {
                 tracing::warn!(error = %e, "cannot issue a producer id");
@@ -38,7 +69,7 @@ pub async fn handle(ctx: &ShardContext, frame: &RequestFrame) -> Result<Bytes, P
                     _ => error_code::COORDINATOR_NOT_AVAILABLE,
                 })
             }
-        }
+        },
     };
     let body = match outcome {
         Ok((id, epoch)) => {
@@ -51,4 +82,47 @@ pub async fn handle(ctx: &ShardContext, frame: &RequestFrame) -> Result<Bytes, P
             .with_producer_epoch(-1),
     };
     respond(ApiKey::InitProducerId, frame, &body)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_first_request_gets_a_new_id() {
+        assert_eq!(decide(None, -1, -1), Decision::NewProducerId);
+    }
+
+    #[test]
+    fn a_producer_passing_its_id_and_epoch_gets_a_new_id_as_in_kafka() {
+        // Kafka: a null transactional id "always blindly" gets a new id, epoch 0; the
+        // broker cannot tell a producer's current epoch from a claimed one.
+        assert_eq!(decide(None, 7, 0), Decision::NewProducerId);
+        assert_eq!(decide(None, 7, 41), Decision::NewProducerId);
+        // An exhausted epoch, and ids and epochs no one was ever issued: a new id too,
+        // never the claimed id with a bumped epoch.
+        assert_eq!(decide(None, 7, i16::MAX - 1), Decision::NewProducerId);
+        assert_eq!(decide(None, 7, i16::MAX), Decision::NewProducerId);
+        assert_eq!(decide(None, i64::MAX, 3), Decision::NewProducerId);
+    }
+
+    #[test]
+    fn an_id_without_an_epoch_or_an_epoch_without_an_id_is_an_invalid_request() {
+        assert_eq!(decide(None, 7, -1), Decision::Refuse(error_code::INVALID_REQUEST));
+        assert_eq!(decide(None, -1, 0), Decision::Refuse(error_code::INVALID_REQUEST));
+        assert_eq!(decide(Some("tx"), -1, 5), Decision::Refuse(error_code::INVALID_REQUEST));
+    }
+
+    #[test]
+    fn other_negative_ids_and_epochs_are_ids_and_epochs_kafka_passes_on() {
+        // Kafka compares with -1 only; with no transactional id the values are then ignored.
+        assert_eq!(decide(None, -5, -5), Decision::NewProducerId);
+        assert_eq!(decide(None, i64::MIN, i16::MIN), Decision::NewProducerId);
+    }
+
+    #[test]
+    fn a_transactional_id_is_refused_until_transactions_exist() {
+        assert_eq!(decide(Some("tx"), -1, -1), Decision::Refuse(error_code::UNSUPPORTED_VERSION));
+        assert_eq!(decide(Some("tx"), 7, 2), Decision::Refuse(error_code::UNSUPPORTED_VERSION));
+    }
 }
