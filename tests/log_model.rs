@@ -219,8 +219,11 @@ fn run(ops: Vec<Op>) {
         }
         check_whole_log(log.as_ref().unwrap(), &m);
     }
-    log.unwrap().delete().unwrap();
-    assert!(!dir.path().exists());
+    let trash = log.unwrap().delete().unwrap();
+    assert!(!dir.path().exists(), "the partition's name is free at once");
+    assert!(spate::log::is_trash_dir_name(trash.file_name().unwrap().to_str().unwrap()), "{trash:?}");
+    assert!(spate::shard::parse_partition_dir(trash.file_name().unwrap().to_str().unwrap()).is_none());
+    std::fs::remove_dir_all(trash).unwrap();
 }
 
 /// Apply Kafka's rule to the model's segments (from the log's segment list): delete the

@@ -1188,12 +1188,12 @@ impl PartitionLog {
         Ok(())
     }
 
-    /// Remove the log and its directory (topic deletion).
-    pub fn delete(self) -> Result<(), LogError> {
+    /// Close the log and move its directory aside for removal (topic deletion): one
+    /// rename here; the caller removes the returned directory off the data core.
+    pub fn delete(self) -> Result<PathBuf, LogError> {
         let dir = self.dir.clone();
         drop(self);
-        std::fs::remove_dir_all(&dir)?;
-        Ok(())
+        Ok(move_to_trash(&dir)?)
     }
 
     pub fn size_bytes(&self) -> u64 {
@@ -1224,6 +1224,31 @@ pub struct FlushHandle {
 fn file_mtime_ms(file: &File) -> Option<i64> {
     let modified = file.metadata().ok()?.modified().ok()?;
     Some(modified.duration_since(std::time::UNIX_EPOCH).ok()?.as_millis() as i64)
+}
+
+/// How a deleted partition's directory name ends once moved aside (Kafka's
+/// `<topic>-<partition>.<id>-delete`): never a partition directory (those end in digits).
+pub const DELETED_DIR_SUFFIX: &str = "-delete";
+/// A directory name's longest length on the file systems a data dir lives on.
+const file_name_bytes_max: usize = 255;
+
+/// Rename a partition directory to `<name>.<random id>-delete` beside it (the name cut
+/// to fit `file_name_bytes_max`), to be removed later: a rename is quick and atomic,
+/// and the partition's name is free at once for a topic created again.
+pub fn move_to_trash(dir: &Path) -> std::io::Result<PathBuf> {
+    let name = dir.file_name().and_then(|n| n.to_str()).unwrap_or("partition");
+    let id = uuid::Uuid::new_v4().simple().to_string();
+    let keep = file_name_bytes_max - 1 - id.len() - DELETED_DIR_SUFFIX.len();
+    // Partition directory names are ASCII (Kafka's topic name rule).
+    let prefix = name.get(..name.len().min(keep)).unwrap_or("partition");
+    let trash = dir.with_file_name(format!("{prefix}.{id}{DELETED_DIR_SUFFIX}"));
+    std::fs::rename(dir, &trash)?;
+    Ok(trash)
+}
+
+/// Whether a data-dir entry is a deleted partition's directory waiting for removal.
+pub fn is_trash_dir_name(name: &str) -> bool {
+    name.ends_with(DELETED_DIR_SUFFIX) && name.contains('.')
 }
 
 pub fn checkpoint_text(offset: i64) -> String {

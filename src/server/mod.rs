@@ -153,6 +153,17 @@ pub fn run(config: BrokerConfig) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Remove deleted partitions' directories (blocking: run it on the blocking pool).
+fn remove_trash(dirs: Vec<std::path::PathBuf>) {
+    for dir in dirs {
+        match std::fs::remove_dir_all(&dir) {
+            Ok(()) => tracing::debug!(dir = %dir.display(), "removed a deleted partition's directory"),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => tracing::warn!(dir = %dir.display(), error = %e, "cannot remove a deleted partition's directory"),
+        }
+    }
+}
+
 /// This broker as it registers.
 fn local_broker(config: &BrokerConfig, nr_shards: usize) -> crate::coordinator::registry::LocalBroker {
     let (host, port) = crate::config::split_host_port(config.advertised()).expect("validated at startup");
@@ -580,6 +591,11 @@ async fn run_shard(
                     if let Err(e) = written {
                         tracing::warn!(shard = ctx.id.0, error = %e, "cannot checkpoint high watermarks");
                     }
+                }
+                // Deleted partitions' directories, moved aside: removed off the data core.
+                let trash = ctx.shard.borrow_mut().take_trash();
+                if !trash.is_empty() {
+                    glommio::executor().spawn_blocking(move || remove_trash(trash)).await;
                 }
                 if ctx.id.0 == 0 {
                     // The controller's heartbeat and fencing tick (a store write only when

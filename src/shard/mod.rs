@@ -279,6 +279,9 @@ pub struct Shard {
     /// NOT_LEADER_OR_FOLLOWER, which clients retry.
     opening: std::collections::HashSet<TopicPartition>,
     open_queue: Vec<OpenJob>,
+    /// Directories of deleted partitions, moved aside, to remove off the data core
+    /// (`take_trash`).
+    trash: Vec<PathBuf>,
 }
 
 impl Shard {
@@ -306,6 +309,7 @@ impl Shard {
             closing: false,
             opening: Default::default(),
             open_queue: Vec::new(),
+            trash: Vec::new(),
             id,
             nr_shards,
             data_dir,
@@ -405,6 +409,11 @@ impl Shard {
             if !entry.file_type()?.is_dir() {
                 continue;
             }
+            // Deleted before a stop, not removed yet: shard 0 finishes the job.
+            if self.id.0 == 0 && entry.file_name().to_str().is_some_and(crate::log::is_trash_dir_name) {
+                self.trash.push(entry.path());
+                continue;
+            }
             let Some(tp) = entry.file_name().to_str().and_then(parse_partition_dir) else {
                 continue;
             };
@@ -424,7 +433,7 @@ impl Shard {
                 }
                 Err(PartitionError::UnknownTopicOrPartition(_)) if known => {
                     tracing::info!(shard = self.id.0, partition = %tp, "removing partition of a deleted topic");
-                    std::fs::remove_dir_all(self.data_dir.join(tp.dir_name()))?;
+                    self.trash.push(crate::log::move_to_trash(&self.data_dir.join(tp.dir_name()))?);
                 }
                 Err(PartitionError::UnknownTopicOrPartition(_)) => {
                     tracing::info!(shard = self.id.0, partition = %tp, "partition kept until cluster metadata arrives");
@@ -442,6 +451,11 @@ impl Shard {
         let count = self.install(opened, now_ms);
         tracing::info!(shard = self.id.0, partitions = count, "opened the partitions on disk");
         self.log_roles_taken();
+    }
+
+    /// Directories of deleted partitions to remove, off the data core.
+    pub fn take_trash(&mut self) -> Vec<PathBuf> {
+        std::mem::take(&mut self.trash)
     }
 
     /// Whether `tp`'s log is being opened off the data core (see `opening`).
@@ -733,11 +747,11 @@ impl Shard {
                     for (_, w) in p.durable_waiters {
                         let _ = w.send(Err(format!("partition {tp} deleted")));
                     }
-                    p.log.delete()?;
+                    self.trash.push(p.log.delete()?);
                 } else {
                     let dir = self.data_dir.join(tp.dir_name());
-                    match std::fs::remove_dir_all(&dir) {
-                        Ok(()) => {}
+                    match crate::log::move_to_trash(&dir) {
+                        Ok(trash) => self.trash.push(trash),
                         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
                         Err(e) => return Err(PartitionError::Log(LogError::Io(e))),
                     }
