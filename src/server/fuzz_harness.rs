@@ -186,7 +186,7 @@ async fn serve(mut jobs: mpsc::UnboundedReceiver<Job>) {
             let mut shard = ctx.shard.borrow_mut();
             shard.sync_registry();
             shard.group_tick(now);
-            if inputs % retention_inputs_interval == 0 {
+            if inputs.is_multiple_of(retention_inputs_interval) {
                 shard.tick(now, true);
             }
         }
