@@ -20,8 +20,8 @@
 //! `partitions_max` (max.broker.partitions).
 //!
 //! A panic anywhere on the executor thread is re-raised on the fuzzer's thread (so
-//! libFuzzer reports it); a request that never yields hangs the executor and shows as a
-//! libFuzzer timeout.
+//! libFuzzer reports it), and so is an input that blocks the executor for
+//! `input_ms_max` (a request that never yields).
 
 use std::rc::Rc;
 use std::sync::{Arc, Mutex, OnceLock, RwLock};
@@ -45,6 +45,11 @@ use super::ShardMessage;
 /// How long one input's request may take before it is cancelled (long polls and acks
 /// waits are legitimate; the fuzzer only needs them to start).
 const request_wait_ms_max: u64 = 20;
+/// How long one input may take in all: waits are cut at `request_wait_ms_max`, so an
+/// input still running after this has blocked the core (a loop that never yields). A
+/// panic says so, on stable (tests/fuzz_corpus.rs) as under libFuzzer (whose -timeout
+/// is longer).
+const input_ms_max: u64 = 5_000;
 /// How often (in inputs) segment roll and retention run.
 const retention_inputs_interval: u64 = 256;
 /// max.broker.partitions of the fuzzed broker: inputs that create topics stop here.
@@ -76,8 +81,12 @@ pub fn handle_frame(frame: &[u8]) {
     if sender.unbounded_send((Bytes::copy_from_slice(frame), done_tx)).is_err() {
         panic!("the fuzzed broker's executor is gone (it panicked on an earlier input)");
     }
-    if done_rx.recv().is_err() {
-        panic!("the fuzzed broker panicked on this input");
+    match done_rx.recv_timeout(Duration::from_millis(input_ms_max)) {
+        Ok(()) => {}
+        Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
+            panic!("the fuzzed broker did not finish an input within {input_ms_max} ms: its core is blocked")
+        }
+        Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => panic!("the fuzzed broker panicked on this input"),
     }
 }
 
