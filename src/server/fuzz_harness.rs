@@ -19,6 +19,7 @@
 //! data directory stays small. Topics created by inputs count against
 //! `partitions_max` (max.broker.partitions).
 //!
+//! It lives in src/server because it names glommio (only this module does).
 //! A panic anywhere on the executor thread is re-raised on the fuzzer's thread (so
 //! libFuzzer reports it), and so is an input that blocks the executor for
 //! `input_ms_max` (a request that never yields).
@@ -68,13 +69,13 @@ const seed_topics: [(&str, i32); 8] = [
     ("spate-kafkajs-smoke", 1),
 ];
 
-/// One input and the way to say it is done (Err: the executor thread panicked).
+/// One input and the way to say it is done (dropped unsent: the executor panicked).
 type Job = (Bytes, std::sync::mpsc::SyncSender<()>);
 
 static HARNESS: OnceLock<Mutex<mpsc::UnboundedSender<Job>>> = OnceLock::new();
 
 /// Handle `frame` on the fuzzed broker and wait for its answer. Panics if the broker
-/// panicked (on this input or an earlier one).
+/// panicked (on this input or an earlier one) or took longer than `input_ms_max`.
 pub fn handle_frame(frame: &[u8]) {
     let sender = HARNESS.get_or_init(|| Mutex::new(start())).lock().unwrap_or_else(|p| p.into_inner()).clone();
     let (done_tx, done_rx) = std::sync::mpsc::sync_channel(1);
