@@ -27,6 +27,15 @@ pub fn request(data: &[u8]) {
     }
 }
 
+/// A request frame (without its length prefix) handled by a real broker: one shard on a
+/// glommio executor over a data directory of its own, built once per process and kept
+/// from input to input (src/server/fuzz_harness.rs), with the frame taking a
+/// connection's path (header, shape check, codec, handler, shard, answer). Seeded from
+/// the `request` corpus.
+pub fn request_handler(data: &[u8]) {
+    crate::server::fuzz_harness::handle_frame(data);
+}
+
 /// A peer's response: i16 api key, i16 version, then the frame without its prefix, as
 /// the brokers' clients (replication fetchers, the coordinator link, the CLI) read it.
 pub fn response(data: &[u8]) {

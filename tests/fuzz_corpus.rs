@@ -6,9 +6,14 @@
 use std::path::Path;
 
 fn replay(target: &str, run: fn(&[u8])) -> usize {
+    replay_seeded(target, target, run)
+}
+
+/// A target whose corpus is another target's (`corpus`), with regressions of its own.
+fn replay_seeded(target: &str, corpus: &str, run: fn(&[u8])) -> usize {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("fuzz");
     let mut count = 0;
-    for dir in [root.join("corpus").join(target), root.join("regressions").join(target)] {
+    for dir in [root.join("corpus").join(corpus), root.join("regressions").join(target)] {
         let Ok(entries) = std::fs::read_dir(&dir) else { continue };
         let mut files: Vec<_> = entries.map(|e| e.unwrap().path()).filter(|p| p.is_file()).collect();
         files.sort();
@@ -23,6 +28,13 @@ fn replay(target: &str, run: fn(&[u8])) -> usize {
 #[test]
 fn request_corpus() {
     assert!(replay("request", spate::fuzzing::request) >= 50);
+}
+
+/// Every request of the corpus (and every finding) handled by a real shard, one after
+/// the other on the same broker, as the `request_handler` fuzz target does.
+#[test]
+fn request_handler_corpus() {
+    assert!(replay_seeded("request_handler", "request", spate::fuzzing::request_handler) >= 50);
 }
 
 #[test]

@@ -1,6 +1,7 @@
 """Fetch long-poll semantics: answer when max_wait expires even if min_bytes is not
 reached, and answer early when data arrives."""
 
+import os
 import threading
 import time
 
@@ -51,5 +52,38 @@ def test_long_poll_wakes_up_when_data_arrives(broker):
         latency = time.monotonic() - sent["t"]
         assert latency < 5, (f"record arrived {latency:.1f}s after it was produced: the"
                              f" parked fetch (max wait 10 s) did not wake up on new data")
+    finally:
+        c.close()
+
+
+def broker_cpu_seconds(broker):
+    """User + system CPU time the broker process has used (/proc/PID/stat)."""
+    with open(f"/proc/{broker.pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def test_fetch_waiting_for_min_bytes_does_not_spin(broker):
+    """A fetch whose partition has some data, but less than min_bytes, waits for new
+    data without using the core: it once re-read the partition in a loop that never
+    yielded, taking a whole core (and stalling the shard's other connections) until
+    max_wait_ms. Found by the request_handler fuzz target (a Fetch with min_bytes
+    mutated high: fuzz/regressions/request_handler/)."""
+    create_topic(broker.bootstrap, "minbytes-cpu", 1)
+    cf_produce(broker.bootstrap, "minbytes-cpu", [{"value": b"tiny"}])
+    c = cf_consumer(broker.bootstrap, **{"fetch.min.bytes": 10_000_000, "fetch.wait.max.ms": 4000,
+                                         "enable.partition.eof": False})
+    try:
+        # The first fetch (offset 0) finds 1 record, far below min_bytes: it waits its
+        # full 4 s, then answers what there is.
+        cpu0, t0 = broker_cpu_seconds(broker), time.monotonic()
+        c.assign([TopicPartition("minbytes-cpu", 0, 0)])
+        m = None
+        while m is None and time.monotonic() - t0 < 20:
+            m = c.poll(0.1)
+        waited, cpu = time.monotonic() - t0, broker_cpu_seconds(broker) - cpu0
+        assert m is not None and not m.error() and m.value() == b"tiny", m
+        assert waited >= 3, f"the fetch answered after {waited:.1f} s, before max_wait_ms"
+        assert cpu < 1.0, f"the broker used {cpu:.1f} s of CPU in {waited:.1f} s while a fetch waited for min_bytes"
     finally:
         c.close()

@@ -13,6 +13,7 @@ mod context;
 mod disk;
 mod fetch_sessions;
 mod forward;
+pub(crate) mod fuzz_harness;
 mod handlers;
 mod link;
 pub mod metrics;

@@ -145,6 +145,10 @@ pub struct PartitionStatus {
 #[derive(Debug)]
 pub struct FetchData {
     pub high_watermark: Offset,
+    /// Where the data this fetch could read ends: the high watermark for consumers, the
+    /// written log end for followers. A fetch waiting for more (min_bytes) waits for
+    /// the partition to grow past it.
+    pub readable_end: Offset,
     pub log_start_offset: Offset,
     pub records: FetchRecords,
 }
@@ -684,6 +688,7 @@ impl Shard {
                 };
                 Ok(PartitionReply::Fetched(FetchData {
                     high_watermark,
+                    readable_end: upper,
                     log_start_offset: p.log.log_start_offset(),
                     records,
                 }))

@@ -47,7 +47,7 @@ pub async fn handle(ctx: &ShardContext, frame: &RequestFrame) -> Result<Response
         (req.max_bytes as usize).min(limits::fetch_response_bytes_max)
     };
     loop {
-        let (topics, topic_bytes, ranges, total_bytes, any_error) =
+        let (topics, topic_bytes, ranges, total_bytes, any_error, readable_ends) =
             fetch_once(ctx, &req, frame.api_version, response_bytes_max).await;
         let now = Instant::now();
         if total_bytes >= req.min_bytes.max(1) as usize || any_error || now >= deadline || ctx.stopping.get() {
@@ -67,14 +67,16 @@ pub async fn handle(ctx: &ShardContext, frame: &RequestFrame) -> Result<Response
             let flexible = frame.api_version >= 12;
             return splice_file_ranges(encoded, flexible, ranges);
         }
-        // Nothing (enough) yet: wait until any partition grows, or the deadline.
-        let waits = req.topics.iter().flat_map(|t| {
-            t.partitions.iter().map(move |p| {
-                ctx.call(PartitionOp::WaitForData {
-                    tp: TopicPartition::new(t.topic.as_str(), p.partition),
-                    offset: Offset(p.fetch_offset),
-                    replica: req.replica_id.0 >= 0,
-                })
+        // Nothing (enough) yet: wait until any partition grows past what this pass could
+        // read, or the deadline. (Waiting on the fetch offset instead would wake at once
+        // whenever some data is there but less than min_bytes: a busy loop on the core
+        // until max_wait_ms.)
+        let partitions = req.topics.iter().flat_map(|t| t.partitions.iter().map(move |p| (t, p)));
+        let waits = partitions.zip(readable_ends).map(|((t, p), readable_end)| {
+            ctx.call(PartitionOp::WaitForData {
+                tp: TopicPartition::new(t.topic.as_str(), p.partition),
+                offset: Offset(p.fetch_offset.max(readable_end.0)),
+                replica: req.replica_id.0 >= 0,
             })
         });
         let receivers: Vec<_> = futures::future::join_all(waits)
@@ -95,13 +97,14 @@ pub async fn handle(ctx: &ShardContext, frame: &RequestFrame) -> Result<Response
 }
 
 /// One pass over every requested partition. Returns the topics, the record bytes
-/// gathered, and whether any partition failed (an error is answered at once).
+/// gathered, whether any partition failed (an error is answered at once), and, per
+/// partition in request order, where its readable data ended (-1 when it failed).
 async fn fetch_once(
     ctx: &ShardContext,
     req: &FetchRequest,
     req_version: i16,
     response_bytes_max: usize,
-) -> (Vec<FetchableTopicResponse>, Vec<u64>, Vec<FileRange>, usize, bool) {
+) -> (Vec<FetchableTopicResponse>, Vec<u64>, Vec<FileRange>, usize, bool, Vec<Offset>) {
     let calls = req.topics.iter().flat_map(|t| {
         t.partitions.iter().map(move |p| {
             let max_bytes = (p.partition_max_bytes.max(0) as usize).min(response_bytes_max);
@@ -120,6 +123,7 @@ async fn fetch_once(
     let mut total_bytes = 0usize;
     let mut any_error = false;
     let mut ranges = Vec::new();
+    let mut readable_ends = Vec::new();
     let mut topic_bytes = Vec::with_capacity(req.topics.len());
     let mut topics = Vec::with_capacity(req.topics.len());
     for t in &req.topics {
@@ -130,6 +134,7 @@ async fn fetch_once(
             let d = PartitionData::default().with_partition_index(p.partition).with_aborted_transactions(None);
             partitions.push(match reply {
                 Ok(PartitionReply::Fetched(data)) => {
+                    readable_ends.push(data.readable_end);
                     // Whole batches only: a partition that would overflow the response
                     // budget contributes nothing this time, unless it is the first.
                     let records = if total_bytes > 0 && total_bytes + data.records.len() > response_bytes_max {
@@ -162,6 +167,7 @@ async fn fetch_once(
                 }
                 Ok(other) => unreachable!("Fetch answered {other:?}"),
                 Err(e) => {
+                    readable_ends.push(Offset(-1));
                     any_error = true;
                     d.with_error_code(partition_error_code(&e)).with_high_watermark(-1).with_records(Some(Bytes::new()))
                 }
@@ -170,5 +176,5 @@ async fn fetch_once(
         topic_bytes.push((total_bytes - topic_start_bytes) as u64);
         topics.push(FetchableTopicResponse::default().with_topic(t.topic.clone()).with_partitions(partitions));
     }
-    (topics, topic_bytes, ranges, total_bytes, any_error)
+    (topics, topic_bytes, ranges, total_bytes, any_error, readable_ends)
 }

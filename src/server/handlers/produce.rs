@@ -1,7 +1,15 @@
 //! Produce: each partition's record set goes to its owner shard, which validates and
 //! appends it. acks=0 gets no answer; acks=1 is answered after the append (and after
 //! the fsync when the operator chose `--fsync always` or the topic's flush policy is
-//! due); acks=-1 behaves as acks=1 until replication exists.
+//! due); acks=-1 also waits until the high watermark covers it (the in-sync replicas
+//! have it), within the request timeout.
+//!
+//! Memory under a slow disk: every partition's append is awaited here (written, then
+//! fsynced when asked) before the request is done, acks=0 included, and the request
+//! keeps its frame's share of `queued.max.request.bytes` until then (connection.rs). So
+//! record bytes staged in the append ring or waiting for an fdatasync are always part
+//! of a reserved frame: their total never exceeds that budget, and once it is used up
+//! connections stop reading, which slows producers to the disk's rate.
 
 use std::time::Duration;
 

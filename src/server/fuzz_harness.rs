@@ -1,0 +1,231 @@
+//! The broker the `request_handler` fuzz target (src/fuzzing.rs) sends its frames to: one
+//! real shard on a real glommio executor, over a data directory of its own, with a real
+//! registry on the embedded store (single broker, active coordinator), the internal
+//! offsets topic and a few topics named as in the seed corpus (fuzz/corpus/request).
+//!
+//! Built once per process, on first use, on a thread of its own that runs the executor;
+//! each input is one request frame (without its length prefix), handed over a channel
+//! and answered before the next is sent, so the channel holds at most one. The frame
+//! takes the path a connection gives it (`connection::serve`): `decode_frame`, then
+//! `handlers::handle`, on a task of its own, with the shard's append-write and
+//! group-commit loops running beside it. State carries over from input to input, as it
+//! does from request to request on a broker.
+//!
+//! What differs from a connection, so that one input cannot stall the next: requests
+//! that wait by design (a long-poll fetch, an acks=all produce, a rebalance) are
+//! cancelled after `request_wait_ms_max`, as if the client had gone; before each input
+//! the shard acts on registry changes and runs its group timers, and every
+//! `retention_inputs_interval` inputs its housekeeping (roll, retention) runs, so the
+//! data directory stays small. Topics created by inputs count against
+//! `partitions_max` (max.broker.partitions).
+//!
+//! It lives in src/server because it names glommio (only this module does).
+//! A panic anywhere on the executor thread is re-raised on the fuzzer's thread (so
+//! libFuzzer reports it), and so is an input that blocks the executor for
+//! `input_ms_max` (a request that never yields).
+
+use std::rc::Rc;
+use std::sync::{Arc, Mutex, OnceLock, RwLock};
+use std::time::Duration;
+
+use bytes::Bytes;
+use futures::channel::mpsc;
+use futures::StreamExt;
+use glommio::channels::channel_mesh::MeshBuilder;
+use glommio::{LocalExecutorBuilder, Placement};
+
+use crate::config::BrokerConfig;
+use crate::coordinator::registry::Registry;
+use crate::coordinator::store::LocalStore;
+use crate::model::ShardId;
+use crate::shard::Shard;
+
+use super::context::ShardContext;
+use super::ShardMessage;
+
+/// How long one input's request may take before it is cancelled (long polls and acks
+/// waits are legitimate; the fuzzer only needs them to start).
+const request_wait_ms_max: u64 = 20;
+/// How long one input may take in all: waits are cut at `request_wait_ms_max`, so an
+/// input still running after this has blocked the core (a loop that never yields). A
+/// panic says so, on stable (tests/fuzz_corpus.rs) as under libFuzzer (whose -timeout
+/// is longer).
+const input_ms_max: u64 = 5_000;
+/// How often (in inputs) segment roll and retention run.
+const retention_inputs_interval: u64 = 256;
+/// max.broker.partitions of the fuzzed broker: inputs that create topics stop here.
+const partitions_max: usize = 256;
+/// Topic configs that keep the data directory small under a flood of produce.
+const topic_defaults: [(&str, &str); 2] = [("segment.bytes", "1048576"), ("retention.bytes", "2097152")];
+/// Topics created at start: (name, partitions), as named in the seed corpus.
+const seed_topics: [(&str, i32); 8] = [
+    ("plain", 1),
+    ("corpus", 3),
+    ("x-multi", 2),
+    ("x-seq", 1),
+    ("x-bin", 1),
+    ("x-batch", 1),
+    ("x-empty", 1),
+    ("spate-kafkajs-smoke", 1),
+];
+
+/// One input and the way to say it is done (dropped unsent: the executor panicked).
+type Job = (Bytes, std::sync::mpsc::SyncSender<()>);
+
+static HARNESS: OnceLock<Mutex<mpsc::UnboundedSender<Job>>> = OnceLock::new();
+
+/// Handle `frame` on the fuzzed broker and wait for its answer. Panics if the broker
+/// panicked (on this input or an earlier one) or took longer than `input_ms_max`.
+pub fn handle_frame(frame: &[u8]) {
+    let sender = HARNESS.get_or_init(|| Mutex::new(start())).lock().unwrap_or_else(|p| p.into_inner()).clone();
+    let (done_tx, done_rx) = std::sync::mpsc::sync_channel(1);
+    if sender.unbounded_send((Bytes::copy_from_slice(frame), done_tx)).is_err() {
+        panic!("the fuzzed broker's executor is gone (it panicked on an earlier input)");
+    }
+    match done_rx.recv_timeout(Duration::from_millis(input_ms_max)) {
+        Ok(()) => {}
+        Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
+            panic!("the fuzzed broker did not finish an input within {input_ms_max} ms: its core is blocked")
+        }
+        Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => panic!("the fuzzed broker panicked on this input"),
+    }
+}
+
+fn start() -> mpsc::UnboundedSender<Job> {
+    let (tx, rx) = mpsc::unbounded::<Job>();
+    let handle = LocalExecutorBuilder::new(Placement::Unbound)
+        .name("spate-fuzz-shard")
+        .io_memory(super::shard_io_memory_bytes)
+        .spawn(move || async move { serve(rx).await })
+        .expect("cannot start the fuzzed broker's executor");
+    // The executor runs until the process ends; a panic on it drops the job senders, so
+    // `handle_frame` sees it.
+    std::mem::forget(handle);
+    tx
+}
+
+/// A fresh data directory on tmpfs when there is one (fsync costs nothing there). Left
+/// behind by earlier fuzzing processes that are gone, directories are removed.
+fn data_dir() -> std::path::PathBuf {
+    let shm = std::path::Path::new("/dev/shm");
+    let base = if shm.is_dir() { shm.to_path_buf() } else { std::env::temp_dir() };
+    if let Ok(entries) = std::fs::read_dir(&base) {
+        for e in entries.flatten() {
+            let name = e.file_name().to_string_lossy().into_owned();
+            let Some(pid) = name.strip_prefix("spate-fuzz-handler-") else { continue };
+            if !std::path::Path::new("/proc").join(pid).exists() {
+                let _ = std::fs::remove_dir_all(e.path());
+            }
+        }
+    }
+    let dir = base.join(format!("spate-fuzz-handler-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("cannot create the fuzzed broker's data dir");
+    dir
+}
+
+async fn context() -> anyhow::Result<Rc<ShardContext>> {
+    let config = BrokerConfig {
+        data_dir: data_dir(),
+        cores: Some(1),
+        group_initial_rebalance_delay_ms: 0,
+        max_broker_partitions: Some(partitions_max),
+        topic_defaults: topic_defaults.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
+        ..BrokerConfig::default()
+    };
+    let store = Box::new(LocalStore::open(&config.data_dir)?);
+    let registry = Registry::open_with(
+        store,
+        super::local_broker(&config, 1),
+        super::now_ms() as u64,
+        super::controller_config(&config),
+    )?;
+    let registry = Arc::new(RwLock::new(registry));
+    super::ensure_offsets_topic(&registry)?;
+    for (name, partitions) in seed_topics {
+        let configs =
+            crate::config::TopicConfig::from_pairs([], &Default::default()).map_err(|e| anyhow::anyhow!(e))?;
+        registry.write().expect("registry lock").create(name, partitions, configs)?;
+    }
+    let mesh: MeshBuilder<ShardMessage, _> = MeshBuilder::full(1, crate::model::limits::shard_channel_depth_max);
+    let (senders, _receivers) = mesh.join().await.map_err(|_| anyhow::anyhow!("channel mesh join failed"))?;
+    let mut shard = Shard::new(
+        ShardId(0),
+        1,
+        config.data_dir.clone(),
+        registry.clone(),
+        config.topic_defaults.clone(),
+        config.group_config(),
+    );
+    shard.set_zero_copy_bytes_min(config.fetch_zero_copy_bytes_min);
+    shard.set_append_ring(crate::shard::AppendRing::new()?);
+    let jobs = shard.open_jobs()?;
+    shard.install_opened(crate::shard::open_logs(jobs, super::now_ms()), super::now_ms());
+    shard.load_groups(super::now_ms());
+    shard.sync_registry();
+    let admission = super::admission::Admission::new(
+        config.max_connections,
+        config.max_connections_per_ip,
+        config.queued_max_request_bytes,
+    );
+    let disk = super::disk::DiskSpace::new(&config);
+    let _ = disk.refresh();
+    Ok(Rc::new(ShardContext::new(
+        ShardId(0),
+        1,
+        Arc::new(config),
+        registry,
+        shard,
+        senders,
+        Arc::new(super::metrics::Metrics::new(1)),
+        "spate-fuzz".to_string(),
+        admission,
+        disk,
+    )))
+}
+
+async fn serve(mut jobs: mpsc::UnboundedReceiver<Job>) {
+    let ctx = context().await.expect("cannot build the fuzzed broker");
+    glommio::spawn_local(ctx.clone().append_io_loop()).detach();
+    glommio::spawn_local(ctx.clone().group_commit_loop()).detach();
+    let mut inputs: u64 = 0;
+    while let Some((bytes, done)) = jobs.next().await {
+        inputs += 1;
+        let now = super::now_ms();
+        {
+            let mut shard = ctx.shard.borrow_mut();
+            shard.sync_registry();
+            shard.group_tick(now);
+            if inputs.is_multiple_of(retention_inputs_interval) {
+                shard.tick(now, true);
+            }
+        }
+        handle_one(&ctx, bytes).await;
+        let _ = done.send(());
+    }
+}
+
+/// One frame as `connection::serve` takes it, answer included: file ranges of the answer
+/// are read as sendfile would send them.
+async fn handle_one(ctx: &Rc<ShardContext>, bytes: Bytes) {
+    let Ok(mut frame) = crate::protocol::decode_frame(bytes) else { return };
+    frame.client_host = "/127.0.0.1".to_string();
+    let task = {
+        let ctx = ctx.clone();
+        glommio::spawn_local(async move { super::handlers::handle(&ctx, frame).await })
+    };
+    let timer = Box::pin(glommio::timer::sleep(Duration::from_millis(request_wait_ms_max)));
+    let answer = match futures::future::select(task, timer).await {
+        futures::future::Either::Left((answer, _)) => answer,
+        // Dropping the task cancels it, as a connection's would end with its client.
+        futures::future::Either::Right(((), _task)) => return,
+    };
+    let Ok(Some(response)) = answer else { return };
+    for part in response.parts {
+        if let crate::protocol::zero_copy::ResponsePart::File { file, position, length } = part {
+            use std::os::unix::fs::FileExt;
+            let mut buf = vec![0u8; length as usize];
+            file.read_exact_at(&mut buf, position).expect("a fetch answer's file range lies inside its segment");
+        }
+    }
+}
