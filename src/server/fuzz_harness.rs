@@ -25,7 +25,7 @@
 //! `input_ms_max` (a request that never yields).
 
 use std::rc::Rc;
-use std::sync::{Arc, Mutex, OnceLock, RwLock};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -35,6 +35,7 @@ use glommio::channels::channel_mesh::MeshBuilder;
 use glommio::{LocalExecutorBuilder, Placement};
 
 use crate::config::BrokerConfig;
+use crate::coordinator::owner::Metadata;
 use crate::coordinator::registry::Registry;
 use crate::coordinator::store::LocalStore;
 use crate::model::ShardId;
@@ -140,12 +141,12 @@ async fn context() -> anyhow::Result<Rc<ShardContext>> {
         super::now_ms() as u64,
         super::controller_config(&config),
     )?;
-    let registry = Arc::new(RwLock::new(registry));
-    super::ensure_offsets_topic(&registry)?;
+    let metadata = Metadata::start(registry)?;
+    super::ensure_offsets_topic(&metadata)?;
     for (name, partitions) in seed_topics {
         let configs =
             crate::config::TopicConfig::from_pairs([], &Default::default()).map_err(|e| anyhow::anyhow!(e))?;
-        registry.write().expect("registry lock").create(name, partitions, configs)?;
+        metadata.write_blocking(move |reg| reg.create(name, partitions, configs))?;
     }
     let mesh: MeshBuilder<ShardMessage, _> = MeshBuilder::full(1, crate::model::limits::shard_channel_depth_max);
     let (senders, _receivers) = mesh.join().await.map_err(|_| anyhow::anyhow!("channel mesh join failed"))?;
@@ -153,7 +154,7 @@ async fn context() -> anyhow::Result<Rc<ShardContext>> {
         ShardId(0),
         1,
         config.data_dir.clone(),
-        registry.clone(),
+        metadata.clone(),
         config.topic_defaults.clone(),
         config.group_config(),
     );
@@ -163,6 +164,10 @@ async fn context() -> anyhow::Result<Rc<ShardContext>> {
     shard.install_opened(crate::shard::open_logs(jobs, super::now_ms()), super::now_ms());
     shard.load_groups(super::now_ms());
     shard.sync_registry();
+    // The seed topics' logs, opened here rather than in the background, so every input
+    // finds them open.
+    let opens = shard.take_open_jobs();
+    shard.install_opened_later(crate::shard::open_logs(opens, super::now_ms()), super::now_ms());
     let admission = super::admission::Admission::new(
         config.max_connections,
         config.max_connections_per_ip,
@@ -170,18 +175,21 @@ async fn context() -> anyhow::Result<Rc<ShardContext>> {
     );
     let disk = super::disk::DiskSpace::new(&config);
     let _ = disk.refresh();
-    Ok(Rc::new(ShardContext::new(
-        ShardId(0),
-        1,
-        Arc::new(config),
-        registry,
-        shard,
-        senders,
-        Arc::new(super::metrics::Metrics::new(1)),
-        "spate-fuzz".to_string(),
-        admission,
-        disk,
-    )))
+    Ok(Rc::new_cyclic(|me| {
+        ShardContext::new(
+            ShardId(0),
+            1,
+            Arc::new(config),
+            metadata,
+            shard,
+            senders,
+            Arc::new(super::metrics::Metrics::new(1)),
+            "spate-fuzz".to_string(),
+            admission,
+            disk,
+            me.clone(),
+        )
+    }))
 }
 
 async fn serve(mut jobs: mpsc::UnboundedReceiver<Job>) {
