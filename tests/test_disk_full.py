@@ -139,3 +139,64 @@ def test_full_disk_refuses_produce_and_recovers(small_disk, broker_factory):
     assert delivered == [None], delivered
     got = cf_consume(broker.bootstrap, "keep", 1, count=len(keep_values) + 1, timeout=30)
     assert [r.value for r in got[0]] == keep_values + [b"after"]
+
+
+def isr_of(bootstrap, topic):
+    md = admin(bootstrap).list_topics(topic, timeout=10)
+    return {p.id: sorted(p.isrs) for p in md.topics[topic].partitions.values()}
+
+
+def test_follower_below_the_floor_stops_fetching_and_catches_up_later(small_disk, broker_factory, tmp_path):
+    """Broker 1 (plenty of disk) leads; broker 2, whose data dir is the small tmpfs,
+    follows. Produced past broker 2's floor, broker 2 stops fetching (it falls out of the
+    ISR) instead of filling its disk and taking its logs offline; once space is freed it
+    fetches again and rejoins the ISR."""
+    lag = ["--replica-lag-time-max-ms", "3000", "--broker-heartbeat-interval-ms", "300"]
+    b1 = broker_factory("--node-id", "1", *lag, name="b1", cores=1)
+    b2 = broker_factory("--node-id", "2", *lag, "--coordinator", b1.bootstrap,
+                        "--disk-free-min-bytes", str(THRESHOLD_BYTES), "--disk-free-min-percent", "0",
+                        name="b2", cores=1, data_dir=small_disk / "data")
+    deadline = time.monotonic() + 20
+    while len(admin(b1.bootstrap).list_topics(timeout=10).brokers) < 2:
+        assert time.monotonic() < deadline, "broker 2 did not join"
+        time.sleep(0.2)
+    create_topic(b1.bootstrap, "rep", 4, replication_factor=2, config={"segment.bytes": str(1 << 20)})
+    md = admin(b1.bootstrap).list_topics("rep", timeout=10)
+    led_by_1 = sorted(p.id for p in md.topics["rep"].partitions.values() if p.leader == 1)
+    assert led_by_1, "no partition led by broker 1"
+
+    # 60 MB through broker 1: more than broker 2's 64 MiB disk minus its 16 MiB floor.
+    p = Producer(cf_conf(b1.bootstrap, **{"linger.ms": 5}))
+    for i in range(6000):
+        p.produce("rep", VALUE, partition=led_by_1[i % len(led_by_1)])
+        p.poll(0)
+    assert p.flush(60) == 0
+    deadline = time.monotonic() + 30
+    while "replica fetch paused: disk below the free-space floor" not in b2.log_text():
+        assert time.monotonic() < deadline, f"broker 2 never paused fetching; {free_bytes(small_disk)} free"
+        time.sleep(0.2)
+    deadline = time.monotonic() + 30
+    while any(isr_of(b1.bootstrap, "rep")[q] != [1] for q in led_by_1):
+        assert time.monotonic() < deadline, f"broker 2 stayed in the ISR: {isr_of(b1.bootstrap, 'rep')}"
+        time.sleep(0.3)
+    free = free_bytes(small_disk)
+    print(f"\nbroker 2 paused with {free} bytes free (floor {THRESHOLD_BYTES}); ISR {isr_of(b1.bootstrap, 'rep')}")
+    assert free > THRESHOLD_BYTES // 2, free
+    assert b2.alive
+    text = b2.log_text()
+    assert "No space left" not in text and "partition log goes offline" not in text, b2.log_tail()
+
+    # Space freed on broker 2 (what an operator or retention would do): it fetches
+    # again and every partition is back to both replicas.
+    a = admin(b1.bootstrap)
+    fs = a.delete_topics(["rep"], operation_timeout=30)
+    fs["rep"].result(30)
+    wait_for_topic_gone(b1.bootstrap, "rep")
+    create_topic(b1.bootstrap, "after", 2, replication_factor=2, config={"min.insync.replicas": "2"})
+    cf_produce(b1.bootstrap, "after", [{"value": b"a%d" % i, "partition": i % 2} for i in range(20)])
+    deadline = time.monotonic() + 30
+    while any(isr != [1, 2] for isr in isr_of(b1.bootstrap, "after").values()):
+        assert time.monotonic() < deadline, f"ISR not back: {isr_of(b1.bootstrap, 'after')}"
+        time.sleep(0.3)
+    got = cf_consume(b2.bootstrap, "after", 2, count=20, timeout=30)
+    assert sorted(r.value for part in got.values() for r in part) == sorted(b"a%d" % i for i in range(20))

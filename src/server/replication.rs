@@ -174,11 +174,26 @@ async fn fetcher(ctx: Rc<ShardContext>, start: FetcherStart) {
     let mut session = FollowerSession::default();
     let mut truncated = false;
     let mut last_error = String::new();
+    let mut paused_for_disk = false;
     tracing::debug!(partition = %tp, leader, leader_epoch, "fetcher started");
     loop {
         if ctx.stopping.get() || !ctx.shard.borrow().follows(&tp, leader, leader_epoch) {
             tracing::debug!(partition = %tp, leader, leader_epoch, "fetcher stopped");
             return;
+        }
+        // Below the free-space floor a follower takes no more data (it falls out of the
+        // ISR, as a slow one does) rather than fill the disk and take its log offline.
+        if let Some(reason) = ctx.disk.produce_refusal() {
+            if !paused_for_disk {
+                tracing::warn!(partition = %tp, leader, %reason, "replica fetch paused: disk below the free-space floor");
+                paused_for_disk = true;
+            }
+            glommio::timer::sleep(Duration::from_millis(replica_fetch_backoff_ms)).await;
+            continue;
+        }
+        if paused_for_disk {
+            tracing::info!(partition = %tp, leader, "replica fetch resumed: disk above the free-space floor");
+            paused_for_disk = false;
         }
         let step = async {
             if peer.is_none() {
@@ -332,6 +347,7 @@ async fn fetch(
                 .borrow_mut()
                 .replica_append(tp, leader, leader_epoch, &records, p.high_watermark, now_ms())
                 .map_err(|e| format!("append: {e}"))?;
+            ctx.disk.note_appended(records.len() as u64);
             Ok(FetchOutcome::Fetched)
         }
         error_code::OFFSET_OUT_OF_RANGE => {
