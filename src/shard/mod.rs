@@ -97,7 +97,8 @@ pub enum PartitionOp {
     WaitForData { tp: TopicPartition, offset: Offset, replica: bool },
     /// OffsetForLeaderEpoch: the end offset of `leader_epoch` in the leader's log.
     EpochEndOffset { tp: TopicPartition, current_leader_epoch: i32, leader_epoch: i32 },
-    /// The topic is gone from the registry: remove this partition's log and directory.
+    /// The topic is gone from the registry: close this partition's log and move its
+    /// directory aside, to be removed off the core (`take_trash`).
     DeletePartition { tp: TopicPartition },
     /// The topic's config changed in the registry: apply it to the open log.
     RefreshConfig { tp: TopicPartition },

@@ -159,9 +159,10 @@ impl Shard {
         }
     }
 
-    /// Act on registry changes (a cheap atomic load when there are none): open every
-    /// partition this shard hosts, set each one's role (leader, follower, offline),
-    /// apply config changes, and remove partitions whose topic is gone.
+    /// Act on metadata changes (a cheap atomic load when there are none): queue the logs
+    /// of newly hosted partitions to be opened off the core (`take_open_jobs`), set each
+    /// open one's role (leader, follower, offline), apply config changes, and remove
+    /// partitions whose topic is gone.
     pub fn sync_registry(&mut self) {
         self.log_roles_taken();
         self.refresh_view();
