@@ -98,13 +98,15 @@ async fn alter_isr(ctx: Rc<ShardContext>, tp: TopicPartition, proposal: IsrPropo
     tracing::info!(partition = %tp, isr = ?proposal.new_isr, "proposing an ISR change");
     let active = ctx.view().is_active();
     let sent = proposal.clone();
+    let isr_with_epochs: Vec<(i32, i64)> =
+        proposal.new_isr.iter().copied().zip(proposal.broker_epochs.iter().copied()).collect();
     // Err((outcome, why)): Refused when the coordinator answered no, Unknown when there
     // was no answer (the change may have been committed).
     let result: Result<(Vec<i32>, i32), (IsrOutcome, String)> = if active {
         let (topic, p) = (tp.topic.clone(), tp.partition);
         ctx.metadata
             .write(move |reg| {
-                reg.alter_partition(&topic, p, me, proposal.leader_epoch, proposal.partition_epoch, &proposal.new_isr)
+                reg.alter_partition(&topic, p, me, proposal.leader_epoch, proposal.partition_epoch, &isr_with_epochs)
                     .map(|s| (s.isr, s.partition_epoch))
                     .map_err(|e| match e {
                         RegistryError::Store(_) | RegistryError::Corrupt { .. } => (IsrOutcome::Unknown, e.to_string()),
@@ -118,7 +120,7 @@ async fn alter_isr(ctx: Rc<ShardContext>, tp: TopicPartition, proposal: IsrPropo
         };
         let partition = tp.partition;
         super::forward::with_coordinator(&ctx, move |conn, _| {
-            // v3 carries the ISR with broker epochs, v2 as plain ids.
+            // v3 carries the ISR with broker epochs (KIP-903), v2 as plain ids.
             let unknown = |e: crate::client::Error| (IsrOutcome::Unknown, e.to_string());
             let version = conn.version(ApiKey::AlterPartition).map_err(unknown)?;
             let mut data = PartitionData::default()
@@ -126,10 +128,9 @@ async fn alter_isr(ctx: Rc<ShardContext>, tp: TopicPartition, proposal: IsrPropo
                 .with_leader_epoch(proposal.leader_epoch)
                 .with_partition_epoch(proposal.partition_epoch);
             if version >= 3 {
-                data.new_isr_with_epochs = proposal
-                    .new_isr
+                data.new_isr_with_epochs = isr_with_epochs
                     .iter()
-                    .map(|b| BrokerState::default().with_broker_id(BrokerId(*b)).with_broker_epoch(-1))
+                    .map(|(b, epoch)| BrokerState::default().with_broker_id(BrokerId(*b)).with_broker_epoch(*epoch))
                     .collect();
             } else {
                 data.new_isr = proposal.new_isr.iter().map(|b| BrokerId(*b)).collect();

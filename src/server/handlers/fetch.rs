@@ -17,6 +17,7 @@ use crate::coordinator::registry::CLUSTER_METADATA_TOPIC;
 use crate::model::{limits, Offset, TopicPartition};
 use crate::protocol::zero_copy::{new_marker, splice_file_ranges, FileRange, Response};
 use crate::protocol::{decode_body, ProtocolError, RequestFrame};
+use crate::replication::NO_BROKER_EPOCH;
 use crate::shard::{FetchRecords, PartitionOp, PartitionReply};
 
 use super::super::context::ShardContext;
@@ -102,6 +103,8 @@ async fn fetch_once(
     req_version: i16,
     response_bytes_max: usize,
 ) -> (Vec<FetchableTopicResponse>, Vec<u64>, Vec<FileRange>, usize, bool) {
+    // KIP-903: the follower's broker epoch (ReplicaState, v15+).
+    let replica_epoch = if req_version >= 15 { req.replica_state.replica_epoch } else { NO_BROKER_EPOCH };
     let calls = req.topics.iter().flat_map(|t| {
         t.partitions.iter().map(move |p| {
             let max_bytes = (p.partition_max_bytes.max(0) as usize).min(response_bytes_max);
@@ -111,6 +114,7 @@ async fn fetch_once(
                 max_bytes,
                 min_one_batch: true,
                 replica: req.replica_id.0,
+                replica_epoch,
                 current_leader_epoch: p.current_leader_epoch,
                 now_ms: now_ms(),
             })

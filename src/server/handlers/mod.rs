@@ -115,6 +115,8 @@ fn partition_error_code(e: &PartitionError) -> i16 {
     match e {
         PartitionError::UnknownTopicOrPartition(_) => error_code::UNKNOWN_TOPIC_OR_PARTITION,
         PartitionError::NotLeader(_) => error_code::NOT_LEADER_OR_FOLLOWER,
+        // Kafka's answer to a fetch from a dead incarnation (KIP-903).
+        PartitionError::StaleBrokerEpoch { .. } => error_code::NOT_LEADER_OR_FOLLOWER,
         PartitionError::FencedLeaderEpoch { .. } => error_code::FENCED_LEADER_EPOCH,
         PartitionError::UnknownLeaderEpoch { .. } => error_code::UNKNOWN_LEADER_EPOCH,
         PartitionError::NotEnoughReplicas { .. } => error_code::NOT_ENOUGH_REPLICAS,
