@@ -5,15 +5,16 @@
 //! A fetcher runs on the shard that owns the follower replica and talks straight to the
 //! leader (another node, or another core of this one), as a Kafka follower does:
 //! OffsetForLeaderEpoch first, truncating by leader epoch (never by high watermark),
-//! then Fetch with its broker id as replica id, appending what comes byte for byte and
-//! learning the leader's high watermark. It stops when its partition's leader or epoch
-//! changes (a new fetcher starts for the new epoch).
+//! then Fetch (v15) with its broker id and broker epoch (KIP-903: the leader refuses a
+//! dead incarnation's fetches and names each ISR member's epoch to the coordinator),
+//! appending what comes byte for byte and learning the leader's high watermark. It stops
+//! when its partition's leader or epoch changes (a new fetcher starts for the new epoch).
 
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 
 use kafka_protocol::messages::alter_partition_request::{BrokerState, PartitionData, TopicData};
-use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
+use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic, ReplicaState};
 use kafka_protocol::messages::offset_for_leader_epoch_request::{OffsetForLeaderPartition, OffsetForLeaderTopic};
 use kafka_protocol::messages::{
     AlterPartitionRequest, ApiKey, BrokerId, FetchRequest, OffsetForLeaderEpochRequest, TopicName,
@@ -22,7 +23,7 @@ use kafka_protocol::messages::{
 use crate::coordinator::registry::RegistryError;
 use crate::model::TopicPartition;
 use crate::protocol::error_code;
-use crate::replication::{truncation_offset, IsrProposal};
+use crate::replication::{truncation_offset, IsrProposal, NO_BROKER_EPOCH};
 use crate::shard::{FetcherStart, IsrOutcome};
 
 use super::context::ShardContext;
@@ -39,6 +40,9 @@ const replica_fetch_wait_ms: i32 = 500;
 const replica_fetch_bytes_max: i32 = 1024 * 1024;
 /// Pause after an error before a fetcher tries again (replica.fetch.backoff.ms).
 const replica_fetch_backoff_ms: u64 = 200;
+/// The Fetch version followers send: the first with the follower's broker epoch
+/// (ReplicaState, KIP-903).
+const replica_fetch_version: i16 = 15;
 /// A replica request's answer may take this long (the long-poll included).
 const replica_request_timeout_ms: u64 = 10_000;
 
@@ -291,8 +295,17 @@ async fn fetch(
 ) -> Result<FetchOutcome, String> {
     let state = ctx.shard.borrow().replica_state(tp).ok_or("partition gone")?;
     let position = (state.log_end_offset, state.log_start_offset);
+    let me = ctx.config.node_id;
+    // v15 names the topic by id and this incarnation by its broker epoch (KIP-903): what
+    // the coordinator has for us, which is this incarnation's registration once roles are
+    // taken (`ClusterView::may_take_roles`).
+    let (topic_id, broker_epoch) = {
+        let view = ctx.view();
+        let topic_id = view.get(&tp.topic).map(|m| m.id).ok_or("topic gone")?;
+        (topic_id, view.broker_info(me).map_or(NO_BROKER_EPOCH, |b| b.registration_epoch))
+    };
     let mut req = FetchRequest::default()
-        .with_replica_id(BrokerId(ctx.config.node_id))
+        .with_replica_state(ReplicaState::default().with_replica_id(BrokerId(me)).with_replica_epoch(broker_epoch))
         .with_max_wait_ms(replica_fetch_wait_ms)
         .with_min_bytes(1)
         .with_max_bytes(replica_fetch_bytes_max)
@@ -300,16 +313,14 @@ async fn fetch(
         .with_session_epoch(if session.id == 0 { 0 } else { session.next_epoch });
     if session.id == 0 || session.sent != Some(position) {
         req.topics =
-            vec![FetchTopic::default().with_topic(TopicName(crate::client::sb(&tp.topic))).with_partitions(vec![
-                FetchPartition::default()
-                    .with_partition(tp.partition)
-                    .with_current_leader_epoch(leader_epoch)
-                    .with_fetch_offset(state.log_end_offset)
-                    .with_log_start_offset(state.log_start_offset)
-                    .with_partition_max_bytes(replica_fetch_bytes_max),
-            ])];
+            vec![FetchTopic::default().with_topic_id(topic_id).with_partitions(vec![FetchPartition::default()
+                .with_partition(tp.partition)
+                .with_current_leader_epoch(leader_epoch)
+                .with_fetch_offset(state.log_end_offset)
+                .with_log_start_offset(state.log_start_offset)
+                .with_partition_max_bytes(replica_fetch_bytes_max)])];
     }
-    let resp = conn.call(12, &req, Duration::from_millis(replica_request_timeout_ms)).await?;
+    let resp = conn.call(replica_fetch_version, &req, Duration::from_millis(replica_request_timeout_ms)).await?;
     if resp.error_code != 0 {
         // FETCH_SESSION_ID_NOT_FOUND, INVALID_FETCH_SESSION_EPOCH: start a new session.
         *session = FollowerSession::default();

@@ -40,7 +40,7 @@ use crate::coordinator::registry::RegistryError;
 use crate::group::GroupError;
 use crate::log::LogError;
 use crate::protocol::zero_copy::Response;
-use crate::protocol::{encode_response, error_code, supported_range, ProtocolError, RequestFrame};
+use crate::protocol::{encode_response, error_code, handled_version, supported_range, ProtocolError, RequestFrame};
 use crate::shard::PartitionError;
 use crate::txn::producer_state::ProducerStateError;
 
@@ -58,7 +58,7 @@ pub async fn handle(ctx: &ShardContext, frame: RequestFrame) -> Result<Option<Re
         ctx.metrics.shard(ctx.id).unsupported_requests.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         return Err(ProtocolError::BadHeader(format!("unsupported API key {}", frame.api_key)));
     };
-    if frame.api_version < lo || frame.api_version > hi {
+    if !handled_version(key, frame.api_version) {
         ctx.metrics.shard(ctx.id).unsupported_requests.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         return Err(ProtocolError::BadHeader(format!(
             "unsupported version {} of {key:?} (we support {lo}..={hi})",
