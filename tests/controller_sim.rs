@@ -15,6 +15,7 @@ use spate::coordinator::controller::{
     TopicInfo, NO_LEADER, UNCLEAN_LEADER_ELECTION_CONFIG,
 };
 use spate::coordinator::layout;
+use spate::replication::NO_BROKER_EPOCH;
 use uuid::Uuid;
 
 /// SplitMix64: small, seedable, good enough to drive a simulation.
@@ -431,7 +432,7 @@ fn run_seed(seed: u64) -> Result<(), String> {
                                 s.isr.iter().copied().filter(|&r| r == s.leader || rng.chance(50)).collect();
                             action = format!("shrink {topic}-{p} {:?} -> {isr:?}", s.isr);
                             changes.extend(
-                                c.alter_partition(&topic, p, s.leader, s.leader_epoch, s.partition_epoch, &isr)
+                                c.alter_partition(&topic, p, s.leader, s.leader_epoch, s.partition_epoch, &ids(&isr))
                                     .map_err(|e| format!("{action}: {e}"))?,
                             );
                         } else if kind < 8 {
@@ -445,30 +446,58 @@ fn run_seed(seed: u64) -> Result<(), String> {
                             }
                             action = format!("expand {topic}-{p} {:?} -> {isr:?}", s.isr);
                             changes.extend(
-                                c.alter_partition(&topic, p, s.leader, s.leader_epoch, s.partition_epoch, &isr)
+                                c.alter_partition(&topic, p, s.leader, s.leader_epoch, s.partition_epoch, &ids(&isr))
                                     .map_err(|e| format!("{action}: {e}"))?,
                             );
                         } else {
                             action = format!("stale alter {topic}-{p}");
                             let isr = vec![s.leader];
                             let before = c.partition_state(&topic, p).unwrap().clone();
-                            match c.alter_partition(&topic, p, s.leader, s.leader_epoch - 1, s.partition_epoch, &isr) {
+                            match c.alter_partition(
+                                &topic,
+                                p,
+                                s.leader,
+                                s.leader_epoch - 1,
+                                s.partition_epoch,
+                                &ids(&isr),
+                            ) {
                                 Err(ControllerError::FencedLeaderEpoch { .. }) => {}
                                 other => return Err(format!("{action}: old leader epoch gave {other:?}")),
                             }
-                            match c.alter_partition(&topic, p, s.leader, s.leader_epoch, s.partition_epoch - 1, &isr) {
+                            match c.alter_partition(
+                                &topic,
+                                p,
+                                s.leader,
+                                s.leader_epoch,
+                                s.partition_epoch - 1,
+                                &ids(&isr),
+                            ) {
                                 Err(ControllerError::InvalidUpdateVersion { .. }) => {}
                                 other => return Err(format!("{action}: old partition epoch gave {other:?}")),
                             }
                             if let Some(&other) = replicas.iter().find(|&&r| r != s.leader) {
-                                match c.alter_partition(&topic, p, other, s.leader_epoch, s.partition_epoch, &[other]) {
+                                match c.alter_partition(
+                                    &topic,
+                                    p,
+                                    other,
+                                    s.leader_epoch,
+                                    s.partition_epoch,
+                                    &ids(&[other]),
+                                ) {
                                     Err(ControllerError::NotLeader { .. }) => {}
                                     o => return Err(format!("{action}: follower {other} altering gave {o:?}")),
                                 }
                             }
                             if let Some(&dead) = replicas.iter().find(|&&r| c.broker(r).is_none_or(|b| b.fenced)) {
                                 let isr = vec![s.leader, dead];
-                                match c.alter_partition(&topic, p, s.leader, s.leader_epoch, s.partition_epoch, &isr) {
+                                match c.alter_partition(
+                                    &topic,
+                                    p,
+                                    s.leader,
+                                    s.leader_epoch,
+                                    s.partition_epoch,
+                                    &ids(&isr),
+                                ) {
                                     Err(ControllerError::IneligibleReplica { .. }) => {}
                                     o => return Err(format!("{action}: dead {dead} in isr gave {o:?}")),
                                 }
@@ -585,6 +614,11 @@ fn heartbeat_all_but(c: &mut Controller, dead: &[i32], now_ms: u64) {
     }
 }
 
+/// An ISR as AlterPartition v2 names it: ids without broker epochs.
+fn ids(isr: &[i32]) -> Vec<(i32, i64)> {
+    isr.iter().map(|id| (*id, NO_BROKER_EPOCH)).collect()
+}
+
 #[test]
 fn rack_aware_placement_through_create_topic() {
     let mut c = cluster(&[1, 2, 3, 4, 5, 6], true);
@@ -644,7 +678,7 @@ fn fencing_moves_leadership_to_an_isr_member() {
     // Broker 1 comes back: unfenced, but not in the ISR until the leader says so.
     let changes = c.heartbeat(1, 10_000).unwrap();
     assert_eq!(changes, vec![Change::BrokerUnfenced { id: 1 }]);
-    c.alter_partition("t", 0, 2, 1, 1, &[1, 2, 3]).unwrap();
+    c.alter_partition("t", 0, 2, 1, 1, &ids(&[1, 2, 3])).unwrap();
     let s = c.partition_state("t", 0).unwrap().clone();
     assert_eq!((s.leader, s.leader_epoch, s.isr.clone(), s.partition_epoch), (2, 1, vec![1, 2, 3], 2));
     // Preferred leader election hands it back to 1.
@@ -658,7 +692,7 @@ fn partition_goes_offline_when_no_isr_member_is_live_and_returns_with_it() {
     let mut c = cluster(&[1, 2, 3], false);
     c.create_topic_with_assignment("t", Uuid::from_u128(1), vec![vec![1, 2, 3]], BTreeMap::new()).unwrap();
     // The ISR shrinks to the leader alone.
-    c.alter_partition("t", 0, 1, 0, 0, &[1]).unwrap();
+    c.alter_partition("t", 0, 1, 0, 0, &ids(&[1])).unwrap();
     heartbeat_all_but(&mut c, &[1], 8_000);
     c.tick(9_500);
     let s = c.partition_state("t", 0).unwrap().clone();
@@ -678,8 +712,8 @@ fn unclean_election_is_off_by_default_and_on_per_topic() {
     c.create_topic_with_assignment("clean", Uuid::from_u128(1), vec![vec![1, 2]], BTreeMap::new()).unwrap();
     let unclean = BTreeMap::from([(UNCLEAN_LEADER_ELECTION_CONFIG.to_string(), "true".to_string())]);
     c.create_topic_with_assignment("unclean", Uuid::from_u128(2), vec![vec![1, 2]], unclean).unwrap();
-    c.alter_partition("clean", 0, 1, 0, 0, &[1]).unwrap();
-    c.alter_partition("unclean", 0, 1, 0, 0, &[1]).unwrap();
+    c.alter_partition("clean", 0, 1, 0, 0, &ids(&[1])).unwrap();
+    c.alter_partition("unclean", 0, 1, 0, 0, &ids(&[1])).unwrap();
     heartbeat_all_but(&mut c, &[1], 9_000);
     c.tick(10_000);
     assert_eq!(c.leader_of("clean", 0), None);
@@ -692,7 +726,7 @@ fn unclean_election_is_off_by_default_and_on_per_topic() {
     c.register_broker(1, Endpoint::new("h", 1), None, 1, 0).unwrap();
     c.register_broker(2, Endpoint::new("h", 2), None, 1, 0).unwrap();
     c.create_topic_with_assignment("t", Uuid::from_u128(1), vec![vec![1, 2]], BTreeMap::new()).unwrap();
-    c.alter_partition("t", 0, 1, 0, 0, &[1]).unwrap();
+    c.alter_partition("t", 0, 1, 0, 0, &ids(&[1])).unwrap();
     c.heartbeat(2, 9_000).unwrap();
     c.tick(10_000);
     assert_eq!(c.leader_of("t", 0), Some(2));
@@ -735,26 +769,29 @@ fn fencing_says_why() {
 fn alter_partition_rejects_stale_and_ineligible_requests() {
     let mut c = cluster(&[1, 2, 3], false);
     c.create_topic_with_assignment("t", Uuid::from_u128(1), vec![vec![1, 2, 3]], BTreeMap::new()).unwrap();
-    assert!(matches!(c.alter_partition("t", 0, 1, 0, 0, &[1, 2]), Ok(ch) if ch.len() == 1));
+    assert!(matches!(c.alter_partition("t", 0, 1, 0, 0, &ids(&[1, 2])), Ok(ch) if ch.len() == 1));
     assert!(matches!(
-        c.alter_partition("t", 0, 1, 0, 0, &[1]),
+        c.alter_partition("t", 0, 1, 0, 0, &ids(&[1])),
         Err(ControllerError::InvalidUpdateVersion { request: 0, current: 1 })
     ));
-    assert!(matches!(c.alter_partition("t", 0, 1, 1, 1, &[1]), Err(ControllerError::UnknownLeaderEpoch { .. })));
-    assert!(matches!(c.alter_partition("t", 0, 2, 0, 1, &[2]), Err(ControllerError::NotLeader { .. })));
-    assert!(matches!(c.alter_partition("t", 0, 1, 0, 1, &[2]), Err(ControllerError::InvalidIsr(_))));
-    assert!(matches!(c.alter_partition("t", 0, 1, 0, 1, &[1, 1]), Err(ControllerError::InvalidIsr(_))));
+    assert!(matches!(c.alter_partition("t", 0, 1, 1, 1, &ids(&[1])), Err(ControllerError::UnknownLeaderEpoch { .. })));
+    assert!(matches!(c.alter_partition("t", 0, 2, 0, 1, &ids(&[2])), Err(ControllerError::NotLeader { .. })));
+    assert!(matches!(c.alter_partition("t", 0, 1, 0, 1, &ids(&[2])), Err(ControllerError::InvalidIsr(_))));
+    assert!(matches!(c.alter_partition("t", 0, 1, 0, 1, &ids(&[1, 1])), Err(ControllerError::InvalidIsr(_))));
     assert!(matches!(
-        c.alter_partition("t", 0, 1, 0, 1, &[1, 4]),
+        c.alter_partition("t", 0, 1, 0, 1, &ids(&[1, 4])),
         Err(ControllerError::IneligibleReplica { replica: 4, .. })
     ));
-    assert!(matches!(c.alter_partition("t", 1, 1, 0, 1, &[1]), Err(ControllerError::UnknownTopicOrPartition { .. })));
+    assert!(matches!(
+        c.alter_partition("t", 1, 1, 0, 1, &ids(&[1])),
+        Err(ControllerError::UnknownTopicOrPartition { .. })
+    ));
     // Same set, other order: nothing changes.
-    assert_eq!(c.alter_partition("t", 0, 1, 0, 1, &[2, 1]).unwrap(), vec![]);
+    assert_eq!(c.alter_partition("t", 0, 1, 0, 1, &ids(&[2, 1])).unwrap(), vec![]);
     heartbeat_all_but(&mut c, &[3], 9_000);
     c.tick(9_001);
     assert!(matches!(
-        c.alter_partition("t", 0, 1, 0, 1, &[1, 2, 3]),
+        c.alter_partition("t", 0, 1, 0, 1, &ids(&[1, 2, 3])),
         Err(ControllerError::IneligibleReplica { replica: 3, .. })
     ));
     // After a leader change the old leader's epoch is fenced.
@@ -763,9 +800,40 @@ fn alter_partition_rejects_stale_and_ineligible_requests() {
     let s = c.partition_state("t", 0).unwrap().clone();
     assert_eq!(s.leader, 2);
     assert!(matches!(
-        c.alter_partition("t", 0, 1, 0, 1, &[1, 2]),
+        c.alter_partition("t", 0, 1, 0, 1, &ids(&[1, 2])),
         Err(ControllerError::FencedLeaderEpoch { request: 0, current: 1 })
     ));
+}
+
+/// KIP-903: a leader names each ISR member with the broker epoch of the incarnation it
+/// saw fetching; the controller refuses a member that has registered again since (it may
+/// have lost what that incarnation fetched), and accepts its current registration.
+#[test]
+fn alter_partition_refuses_a_member_from_a_previous_incarnation() {
+    let mut c = cluster(&[1, 2, 3], false);
+    c.create_topic_with_assignment("t", Uuid::from_u128(1), vec![vec![1, 2, 3]], BTreeMap::new()).unwrap();
+    let epoch = |c: &Controller, id: i32| c.broker_epoch(id).unwrap();
+    let (e1, e2, e3) = (epoch(&c, 1), epoch(&c, 2), epoch(&c, 3));
+    c.alter_partition("t", 0, 1, 0, 0, &[(1, e1), (2, e2)]).unwrap();
+    // 3 restarts: its new incarnation registers with a new broker epoch.
+    c.register_broker(3, Endpoint::new("127.0.0.1", 9093), None, 4, 1_000).unwrap();
+    let e3_new = epoch(&c, 3);
+    assert!(e3_new > e3);
+    let pe = c.partition_state("t", 0).unwrap().partition_epoch;
+    assert!(matches!(
+        c.alter_partition("t", 0, 1, 0, pe, &[(1, e1), (2, e2), (3, e3)]),
+        Err(ControllerError::IneligibleReplica { replica: 3, .. })
+    ));
+    assert!(
+        matches!(
+            c.alter_partition("t", 0, 1, 0, pe, &[(1, e1), (2, e2 + 1), (3, e3_new)]),
+            Err(ControllerError::IneligibleReplica { replica: 2, .. })
+        ),
+        "every member is checked, not only the added one"
+    );
+    assert_eq!(c.partition_state("t", 0).unwrap().isr, vec![1, 2], "refusals change nothing");
+    c.alter_partition("t", 0, 1, 0, pe, &[(1, NO_BROKER_EPOCH), (2, e2), (3, e3_new)]).unwrap();
+    assert_eq!(c.partition_state("t", 0).unwrap().isr, vec![1, 2, 3]);
 }
 
 #[test]

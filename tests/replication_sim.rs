@@ -14,9 +14,10 @@
 //! roles from the controller's partition state (a new leader records its epoch at its log
 //! end and starts from the high watermark it knew; spate keeps no high watermark across a
 //! restart), a follower's fetcher runs OffsetForLeaderEpoch rounds (KIP-101, KIP-279)
-//! then fetches from its log end, one request at a time, the leader checks the request's
-//! leader epoch (KIP-320) and records follower fetch offsets, acks=all is answered once
-//! the high watermark passes the batch, leaders send ISR changes as AlterPartition. As
+//! then fetches from its log end with its broker epoch, one request at a time, the leader
+//! checks the request's leader epoch (KIP-320) and records follower fetch offsets with
+//! their broker epochs (KIP-903), acks=all is answered once the high watermark passes the
+//! batch, leaders send ISR changes as AlterPartition with each member's broker epoch. As
 //! shipped, any AlterPartition error or timeout goes to `on_isr_change_failed`; half the
 //! seeds instead report the controller's refusals to `on_isr_change_refused`.
 //!
@@ -77,7 +78,8 @@
 //!
 //! Simplified away: log start offsets and retention, producer expiry, transactions,
 //! consumers, controller failover (`controller_sim.rs` covers it), partition
-//! reassignment, broker epochs in Fetch (KIP-903, which spate does not send either).
+//! reassignment. Messages from a crashed broker die with it, so a dead incarnation's late
+//! fetch never reaches a leader here (`LeaderState`'s unit tests cover its refusal).
 //!
 //! `sim_seeds` runs `SEEDS_DEFAULT` seeds of `STEPS_PER_SEED` steps on the available
 //! cores. A failure prints its seed and the last events; replay it with
@@ -85,9 +87,8 @@
 //! --nocapture`. `SPATE_SIM_SEEDS=<n>` runs seeds 0..n. The scripted tests at the end
 //! replay KIP-101 and KIP-279 and a bug the simulation found, on a fixed schedule. The
 //! `sim_catches_*` tests run the seeds with a known bug put back and check that the
-//! invariants catch it. The ignored test replays a seed that finds a known spate bug
-//! (KIP-903); it fails until that is fixed (`cargo test --release --test replication_sim
-//! -- --ignored`).
+//! invariants catch it; seed 11107, past the default seeds, replays the bug that broker
+//! epochs in Fetch and AlterPartition (KIP-903) fixed.
 
 use std::cmp::Ordering;
 use std::collections::{BTreeMap, BinaryHeap, VecDeque};
@@ -96,7 +97,9 @@ use std::rc::Rc;
 use spate::coordinator::controller::{Change, Controller, ControllerConfig, Endpoint, PartitionState, NO_LEADER};
 use spate::log::leader_epoch::LeaderEpochCache;
 use spate::model::{ProducerEpoch, ProducerId};
-use spate::replication::{truncation_offset, IsrProposal, LeaderState, UNDEFINED_EPOCH, UNDEFINED_OFFSET};
+use spate::replication::{
+    truncation_offset, FollowerFetchError, IsrProposal, LeaderState, NO_BROKER_EPOCH, UNDEFINED_EPOCH, UNDEFINED_OFFSET,
+};
 use spate::txn::producer_state::{increment_sequence, ProducerBatch, ProducerStateError, ProducerStates, Verdict};
 use uuid::Uuid;
 
@@ -210,6 +213,8 @@ struct Knobs {
     segment_records: i64,
     /// Leaders append retries again (`AsSpate::appends_retries`).
     appends_retries: bool,
+    /// Followers send no broker epoch with their fetches (`AsSpate::no_broker_epochs`).
+    no_broker_epochs: bool,
 }
 
 impl Knobs {
@@ -236,6 +241,7 @@ impl Knobs {
             idempotent: false,
             segment_records: 0,
             appends_retries: false,
+            no_broker_epochs: false,
         }
     }
 
@@ -262,6 +268,7 @@ impl Knobs {
             idempotent: false,
             segment_records: 16,
             appends_retries: false,
+            no_broker_epochs: false,
         }
     }
 }
@@ -559,11 +566,11 @@ enum Body {
     Registered { incarnation: u32, registration_epoch: i64 },
     Heartbeat { registration_epoch: i64 },
     Snapshot(Rc<Snapshot>),
-    AlterPartition { req: u64, partition: usize, leader_epoch: i32, partition_epoch: i32, new_isr: Vec<i32> },
+    AlterPartition { req: u64, partition: usize, leader_epoch: i32, partition_epoch: i32, new_isr: Vec<(i32, i64)> },
     AlterPartitionAnswer { req: u64, result: Result<(Vec<i32>, i32), String> },
     EpochQuery { req: u64, partition: usize, current_leader_epoch: i32, leader_epoch: i32 },
     EpochAnswer { req: u64, partition: usize, result: Result<(i32, i64), Refusal> },
-    Fetch { req: u64, partition: usize, current_leader_epoch: i32, fetch_offset: i64 },
+    Fetch { req: u64, partition: usize, current_leader_epoch: i32, broker_epoch: i64, fetch_offset: i64 },
     FetchAnswer { req: u64, partition: usize, result: Result<Fetched, Refusal> },
     Produce { req: u64, partition: usize, ids: Vec<u64>, batch: Option<ProducerBatch> },
     ProduceAnswer { req: u64, result: Result<(i64, i32), Refusal> },
@@ -1264,8 +1271,8 @@ impl Sim {
                 self.send(Node::Broker(b.id), from, Body::EpochAnswer { req, partition, result });
             }
             Body::EpochAnswer { req, partition, result } => self.on_epoch_answer(b, partition, req, result),
-            Body::Fetch { req, partition, current_leader_epoch, fetch_offset } => {
-                self.on_fetch(b, from, req, partition, current_leader_epoch, fetch_offset)
+            Body::Fetch { req, partition, current_leader_epoch, broker_epoch, fetch_offset } => {
+                self.on_fetch(b, from, req, partition, current_leader_epoch, broker_epoch, fetch_offset)
             }
             Body::FetchAnswer { req, partition, result } => self.on_fetch_answer(b, partition, req, result),
             Body::Produce { req, partition, ids, batch } => self.on_produce(b, req, partition, ids, batch),
@@ -1395,7 +1402,7 @@ impl Sim {
                     partition: p,
                     leader_epoch: proposal.leader_epoch,
                     partition_epoch: proposal.partition_epoch,
-                    new_isr: proposal.new_isr.clone(),
+                    new_isr: proposal.new_isr.iter().copied().zip(proposal.broker_epochs.iter().copied()).collect(),
                 };
                 b.alters.insert(req, (p, proposal, now));
                 self.send(Node::Broker(b.id), Node::Controller, body);
@@ -1481,7 +1488,11 @@ impl Sim {
         } else {
             let req = self.req();
             f.inflight = Some((req, now));
-            let body = Body::Fetch { req, partition: p, current_leader_epoch, fetch_offset: leo };
+            let broker_epoch = match b.registration_epoch {
+                Some(epoch) if !self.knobs.no_broker_epochs => epoch,
+                _ => NO_BROKER_EPOCH,
+            };
+            let body = Body::Fetch { req, partition: p, current_leader_epoch, broker_epoch, fetch_offset: leo };
             self.send(Node::Broker(me), Node::Broker(leader), body);
         }
     }
@@ -1549,7 +1560,17 @@ impl Sim {
     }
 
     /// The leader's side of a follower fetch (`PartitionOp::Fetch` with a replica id).
-    fn on_fetch(&mut self, b: &mut Broker, from: Node, req: u64, p: usize, current_leader_epoch: i32, offset: i64) {
+    #[allow(clippy::too_many_arguments)]
+    fn on_fetch(
+        &mut self,
+        b: &mut Broker,
+        from: Node,
+        req: u64,
+        p: usize,
+        current_leader_epoch: i32,
+        broker_epoch: i64,
+        offset: i64,
+    ) {
         let Node::Broker(follower) = from else { return };
         let (me, now) = (b.id, self.now_ms);
         let r = &mut b.replicas[p];
@@ -1557,18 +1578,26 @@ impl Sim {
         let mut moved = false;
         let result = match leader_of(&mut r.role, current_leader_epoch) {
             Err(e) => Err(e),
-            Ok(l) if !l.is_replica(follower) => Err(Refusal::NotLeader),
-            Ok(l) => {
-                moved = l.on_follower_fetch(follower, offset, leo, now as i64).is_some();
-                let high_watermark = l.high_watermark();
-                if offset < 0 || offset > leo {
-                    Err(Refusal::OffsetOutOfRange)
-                } else {
-                    let end = r.log.read_end(offset as usize, self.knobs.fetch_records_max);
-                    let records = r.log.records[offset as usize..end].to_vec();
-                    Ok(Fetched { base_offset: offset, records, high_watermark })
+            Ok(l) => match l.on_follower_fetch(follower, broker_epoch, offset, leo, now as i64) {
+                // Not a replica, or a dead incarnation (KIP-903): NOT_LEADER_OR_FOLLOWER.
+                Err(e) => {
+                    if matches!(e, FollowerFetchError::StaleBrokerEpoch { .. }) {
+                        self.count("fetches from a dead incarnation");
+                    }
+                    Err(Refusal::NotLeader)
                 }
-            }
+                Ok(hw_moved) => {
+                    moved = hw_moved.is_some();
+                    let high_watermark = l.high_watermark();
+                    if offset < 0 || offset > leo {
+                        Err(Refusal::OffsetOutOfRange)
+                    } else {
+                        let end = r.log.read_end(offset as usize, self.knobs.fetch_records_max);
+                        let records = r.log.records[offset as usize..end].to_vec();
+                        Ok(Fetched { base_offset: offset, records, high_watermark })
+                    }
+                }
+            },
         };
         if moved {
             r.release(me, &mut self.out);
@@ -2123,16 +2152,20 @@ struct AsSpate {
     /// A leader that checks sequences and epochs but appends a retry of one of the
     /// producer's last 5 batches again instead of answering it with its offsets.
     appends_retries: bool,
+    /// Followers fetch without their broker epoch (spate before KIP-903): leaders propose
+    /// members with `NO_BROKER_EPOCH`, which the controller does not check.
+    no_broker_epochs: bool,
 }
 
 impl AsSpate {
     /// `SPATE_SIM_SPATE_EPOCH_CACHE=1`, `SPATE_SIM_CACHED_SNAPSHOT=1`,
-    /// `SPATE_SIM_APPENDS_RETRIES=1`.
+    /// `SPATE_SIM_APPENDS_RETRIES=1`, `SPATE_SIM_NO_BROKER_EPOCHS=1`.
     fn from_env() -> Self {
         Self {
             epoch_cache: std::env::var("SPATE_SIM_SPATE_EPOCH_CACHE").is_ok(),
             cached_snapshot: std::env::var("SPATE_SIM_CACHED_SNAPSHOT").is_ok(),
             appends_retries: std::env::var("SPATE_SIM_APPENDS_RETRIES").is_ok(),
+            no_broker_epochs: std::env::var("SPATE_SIM_NO_BROKER_EPOCHS").is_ok(),
         }
     }
 }
@@ -2157,6 +2190,7 @@ fn run_seed(seed: u64, as_spate: AsSpate, producers: Producers) -> Result<Summar
         cached_snapshot: as_spate.cached_snapshot,
         idempotent: producers == Producers::BySeed && seed % 2 == 1,
         appends_retries: as_spate.appends_retries,
+        no_broker_epochs: as_spate.no_broker_epochs,
         segment_records: 4 + segment_rng.below(60) as i64,
         ..Knobs::random(&mut rng)
     };
@@ -2275,20 +2309,29 @@ fn sim_catches_leading_from_a_cached_snapshot() {
     assert!(found.is_some(), "leading from a cached snapshot went unnoticed over {} seeds", seeds.len());
 }
 
-/// A known spate bug that seed 11107 (beyond the `SEEDS_DEFAULT` that CI runs) finds; it
-/// fails until spate has broker epochs in Fetch and AlterPartition (Kafka's KIP-903; see
-/// `replication::LeaderState`, "a follower that restarts while outside the ISR is not
-/// detected here"). Broker 1, outside the ISR of p0, caught up with its leader (3), then
-/// crashed and lost its unsynced suffix; 3 kept proposing to add 1 on the fetch offset
-/// of its previous incarnation, which the controller refused while 1 was down and took
-/// once 1 registered again; a preferred election then made 1 leader without committed
-/// records (invariant 3). Unrelated to the idempotent producer the seed runs.
+/// A bug seed 11107 (beyond the `SEEDS_DEFAULT` that CI runs) found and spate fixed with
+/// broker epochs in Fetch and AlterPartition (Kafka's KIP-903; `replication::LeaderState`,
+/// `Controller::alter_partition`). Broker 1, outside the ISR of p0, caught up with its
+/// leader (3), then crashed and lost its unsynced suffix; 3 kept proposing to add 1 on the
+/// fetch offset of its previous incarnation, which the controller refused while 1 was
+/// down and took once 1 registered again; a preferred election then made 1 leader
+/// without committed records (invariant 3). Now the proposal names 1's old broker epoch
+/// and the controller refuses it until 1's new incarnation has caught up. Unrelated to
+/// the idempotent producer the seed runs.
 #[test]
-#[ignore = "known bug: needs KIP-903 broker epochs in Fetch and AlterPartition"]
 fn sim_seed_11107_a_restarted_follower_rejoins_on_its_previous_incarnations_offset() {
     if let Err(e) = run_seed(11107, AsSpate::default(), Producers::BySeed) {
         panic!("{e}");
     }
+}
+
+/// The same seed with followers that send no broker epoch (spate before KIP-903): the
+/// invariants catch the restarted follower elected without committed records.
+#[test]
+fn sim_catches_a_restarted_follower_without_broker_epochs() {
+    let e = run_seed(11107, AsSpate { no_broker_epochs: true, ..AsSpate::default() }, Producers::BySeed)
+        .expect_err("seed 11107 without broker epochs went unnoticed");
+    assert!(e.contains("committed"), "{e}");
 }
 
 /// The idempotence invariant (7.) has teeth: with leaders that append a retried batch

@@ -25,6 +25,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use uuid::Uuid;
 
 use crate::model::limits;
+use crate::replication::NO_BROKER_EPOCH;
 
 /// `leader` of a partition that has none (Kafka's `LeaderAndIsr.NoLeader`).
 pub const NO_LEADER: i32 = -1;
@@ -771,9 +772,14 @@ impl Controller {
         Ok(changes)
     }
 
-    /// AlterPartition: the leader of `topic`-`partition` reports a new ISR. Rejected when
-    /// `leader_id` is not the leader, an epoch is stale, or the ISR is not made of live
-    /// replicas including the leader. An unchanged ISR changes nothing.
+    /// AlterPartition: the leader of `topic`-`partition` reports a new ISR, each member
+    /// with the broker epoch of the incarnation the leader saw (AlterPartition v3's
+    /// NewIsrWithEpochs; `NO_BROKER_EPOCH` is not checked, as for v2's plain ids).
+    /// Rejected when `leader_id` is not the leader, an epoch is stale, or a member is not
+    /// a live replica in its current registration (KIP-903: the leader's view of a member
+    /// may come from an incarnation that has since restarted and lost data; Kafka's
+    /// `ineligibleReplicasForIsr` answers INELIGIBLE_REPLICA). An unchanged ISR changes
+    /// nothing.
     pub fn alter_partition(
         &mut self,
         topic: &str,
@@ -781,7 +787,7 @@ impl Controller {
         leader_id: i32,
         leader_epoch: i32,
         partition_epoch: i32,
-        new_isr: &[i32],
+        new_isr_with_epochs: &[(i32, i64)],
     ) -> Result<Vec<Change>, ControllerError> {
         let unknown = || ControllerError::UnknownTopicOrPartition { topic: topic.to_string(), partition };
         let t = self.topics.get(topic).ok_or_else(unknown)?;
@@ -808,11 +814,12 @@ impl Controller {
                 current: state.partition_epoch,
             });
         }
+        let new_isr: Vec<i32> = new_isr_with_epochs.iter().map(|(r, _)| *r).collect();
         if !new_isr.contains(&leader_id) {
             return Err(ControllerError::InvalidIsr(format!("{new_isr:?} does not contain the leader {leader_id}")));
         }
         let mut seen = BTreeSet::new();
-        for &r in new_isr {
+        for &(r, broker_epoch) in new_isr_with_epochs {
             if !seen.insert(r) {
                 return Err(ControllerError::InvalidIsr(format!("{new_isr:?} names {r} twice")));
             }
@@ -821,6 +828,12 @@ impl Controller {
             }
             if !self.is_live(r) {
                 return Err(ControllerError::IneligibleReplica { replica: r, reason: "not a live broker" });
+            }
+            if broker_epoch != NO_BROKER_EPOCH && self.broker_epoch(r) != Some(broker_epoch) {
+                return Err(ControllerError::IneligibleReplica {
+                    replica: r,
+                    reason: "broker epoch is not its current registration (a restarted broker)",
+                });
             }
         }
         // Keep the ISR in assignment order, so that equal sets compare equal.

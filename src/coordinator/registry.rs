@@ -581,8 +581,9 @@ impl Registry {
         }
     }
 
-    /// AlterPartition from a partition's leader: a new ISR, checked against the leader's
-    /// epoch and the partition epoch. Returns the committed state.
+    /// AlterPartition from a partition's leader: a new ISR of (broker id, broker epoch),
+    /// checked against the leader's epoch, the partition epoch and the members' current
+    /// registrations (`Controller::alter_partition`). Returns the committed state.
     pub fn alter_partition(
         &mut self,
         topic: &str,
@@ -590,13 +591,19 @@ impl Registry {
         leader_id: i32,
         leader_epoch: i32,
         partition_epoch: i32,
-        new_isr: &[i32],
+        new_isr_with_epochs: &[(i32, i64)],
     ) -> Result<PartitionState, RegistryError> {
         self.store()?;
-        let changes =
-            self.controller.alter_partition(topic, partition, leader_id, leader_epoch, partition_epoch, new_isr)?;
+        let changes = self.controller.alter_partition(
+            topic,
+            partition,
+            leader_id,
+            leader_epoch,
+            partition_epoch,
+            new_isr_with_epochs,
+        )?;
         self.persist(&changes)?;
-        tracing::info!(topic, partition, isr = ?new_isr, "ISR changed");
+        tracing::info!(topic, partition, isr = ?new_isr_with_epochs, "ISR changed");
         Ok(self.controller.partition_state(topic, partition).expect("just altered").clone())
     }
 

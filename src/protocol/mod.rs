@@ -55,6 +55,18 @@ pub const SUPPORTED_APIS: &[(ApiKey, i16, i16)] = &[
     (ApiKey::DescribeProducers, 0, 0),
 ];
 
+/// Versions handled beyond the advertised ranges, for Spate's own brokers, which talk to
+/// each other at fixed versions (`server/peer.rs`): Fetch v15 carries the follower's broker
+/// epoch (ReplicaState.ReplicaEpoch, KIP-903) and names topics by id (v13+). Not
+/// advertised to clients until their topic-id fetches are tested.
+pub const PEER_APIS: &[(ApiKey, i16, i16)] = &[(ApiKey::Fetch, 13, 15)];
+
+/// Whether `version` of `key` is handled: advertised, or sent between Spate brokers.
+pub fn handled_version(key: ApiKey, version: i16) -> bool {
+    let within = |(k, lo, hi): &&(ApiKey, i16, i16)| *k == key && (*lo..=*hi).contains(&version);
+    SUPPORTED_APIS.iter().any(|r| within(&r)) || PEER_APIS.iter().any(|r| within(&r))
+}
+
 pub fn supported_range(key: ApiKey) -> Option<(i16, i16)> {
     SUPPORTED_APIS.iter().find(|(k, _, _)| *k == key).map(|(_, lo, hi)| (*lo, *hi))
 }
@@ -222,6 +234,7 @@ pub mod error_code {
     pub const OFFSET_OUT_OF_RANGE: i16 = 1;
     pub const CORRUPT_MESSAGE: i16 = 2;
     pub const UNKNOWN_TOPIC_OR_PARTITION: i16 = 3;
+    pub const UNKNOWN_TOPIC_ID: i16 = 100;
     pub const LEADER_NOT_AVAILABLE: i16 = 5;
     pub const NOT_LEADER_OR_FOLLOWER: i16 = 6;
     pub const REQUEST_TIMED_OUT: i16 = 7;
@@ -276,6 +289,33 @@ pub mod error_code {
 mod tests {
     use super::*;
     use kafka_protocol::messages::ApiVersionsResponse;
+
+    #[test]
+    fn peer_fetch_versions_are_handled_but_not_advertised() {
+        assert_eq!(supported_range(ApiKey::Fetch), Some((4, 12)));
+        for v in [4, 12, 13, 15] {
+            assert!(handled_version(ApiKey::Fetch, v), "Fetch v{v}");
+        }
+        assert!(!handled_version(ApiKey::Fetch, 16));
+        assert!(!handled_version(ApiKey::Fetch, 3));
+        assert!(!handled_version(ApiKey::Produce, 13));
+    }
+
+    /// A follower's Fetch v15 carries its broker epoch (KIP-903) and reads back as sent.
+    #[test]
+    fn fetch_v15_carries_the_replica_epoch() {
+        use kafka_protocol::messages::fetch_request::{FetchTopic, ReplicaState};
+        use kafka_protocol::messages::{BrokerId, FetchRequest};
+        use kafka_protocol::protocol::{Decodable, Encodable};
+        let req = FetchRequest::default()
+            .with_replica_state(ReplicaState::default().with_replica_id(BrokerId(2)).with_replica_epoch(41))
+            .with_topics(vec![FetchTopic::default().with_topic_id(uuid::Uuid::from_u128(9))]);
+        let mut buf = bytes::BytesMut::new();
+        req.encode(&mut buf, 15).unwrap();
+        let back = FetchRequest::decode(&mut buf.freeze(), 15).unwrap();
+        assert_eq!((back.replica_id.0, back.replica_state.replica_id.0, back.replica_state.replica_epoch), (-1, 2, 41));
+        assert_eq!(back.topics[0].topic_id, uuid::Uuid::from_u128(9));
+    }
 
     #[test]
     fn frame_limits() {

@@ -324,7 +324,7 @@ mod tests {
 
     #[test]
     fn every_advertised_request_has_a_shape_for_every_version() {
-        for (key, lo, hi) in crate::protocol::SUPPORTED_APIS {
+        for (key, lo, hi) in crate::protocol::SUPPORTED_APIS.iter().chain(crate::protocol::PEER_APIS) {
             let shape = request_shape(*key as i16).unwrap_or_else(|| panic!("{key:?} has no request shape"));
             assert!(shape.valid.contains(*lo) && shape.valid.contains(*hi), "{key:?} {lo}..{hi} vs {:?}", shape.valid);
             assert!(response_shape(*key as i16).is_some(), "{key:?} has no response shape");

@@ -131,7 +131,7 @@ mod tests {
         let content: Vec<u8> = (0..300_000u32).map(|i| (i * 7 % 251) as u8).collect();
         f.write_all(&content).unwrap();
         let file = Arc::new(f);
-        for version in [4i16, 11, 12] {
+        for version in [4i16, 11, 12, 15] {
             let ranges_spec = [(10u64, 200_000u64), (5u64, 130u64)];
             let mut ranges = Vec::new();
             let mut with_markers = Vec::new();
@@ -146,8 +146,10 @@ mod tests {
                 );
             }
             let topic = |ps| {
+                // v13+ name the topic by id.
                 FetchResponse::default().with_responses(vec![FetchableTopicResponse::default()
                     .with_topic(TopicName(StrBytes::from_static_str("t")))
+                    .with_topic_id(uuid::Uuid::from_u128(7))
                     .with_partitions(ps)])
             };
             let framed = crate::protocol::encode_response(ApiKey::Fetch, version, 5, &topic(with_markers)).unwrap();

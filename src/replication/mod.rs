@@ -19,8 +19,16 @@
 //!   refusal, `on_isr_change_refused`) settles it. A replica that left the ISR forgets its
 //!   log end offset: it rejoins on a fetch made after it left, not on one from before a
 //!   restart that lost its unsynced suffix (the coordinator takes a restarted broker out
-//!   of every ISR). A follower that restarts while outside the ISR is not detected here:
-//!   that needs broker epochs in Fetch and AlterPartition (Kafka's KIP-903).
+//!   of every ISR);
+//! - broker epochs (KIP-903): each follower's progress carries the broker epoch (its
+//!   registration with the coordinator) of the incarnation that fetched. A fetch with a
+//!   newer epoch is a restarted follower: its old progress is forgotten before the fetch
+//!   counts. A fetch with an older epoch than the one known comes from a dead incarnation
+//!   and is refused (Kafka answers NOT_LEADER_OR_FOLLOWER). An ISR proposal names each
+//!   member with the epoch its progress was made in, and the coordinator refuses it
+//!   (INELIGIBLE_REPLICA) unless that is the member's current registration: so a follower
+//!   that restarted while outside the ISR cannot rejoin on its previous incarnation's
+//!   offset. `NO_BROKER_EPOCH` (-1: a follower that sends none) is not checked, as in Kafka.
 //!
 //! Follower side (`truncation_offset`): truncation by leader epoch (KIP-101, KIP-279),
 //! never by high watermark.
@@ -32,6 +40,9 @@ pub const REPLICA_LAG_TIME_MAX_MS_DEFAULT: i64 = 30_000;
 /// Kafka's UNDEFINED_EPOCH / UNDEFINED_EPOCH_OFFSET in OffsetForLeaderEpoch answers.
 pub const UNDEFINED_EPOCH: i32 = -1;
 pub const UNDEFINED_OFFSET: i64 = -1;
+/// A broker epoch that is not known or not sent (Kafka's -1 in Fetch's ReplicaEpoch and
+/// AlterPartition's BrokerEpoch): not checked.
+pub const NO_BROKER_EPOCH: i64 = -1;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct FollowerProgress {
@@ -42,12 +53,29 @@ struct FollowerProgress {
     last_fetch_ms: i64,
     /// The leader's log end offset at the follower's previous fetch.
     leader_leo_at_last_fetch: i64,
+    /// The broker epoch of the incarnation whose fetches made this progress
+    /// (`NO_BROKER_EPOCH`: unknown).
+    broker_epoch: i64,
+}
+
+/// Why a follower's fetch was refused (no effect on the leader's state).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FollowerFetchError {
+    /// The broker is not a replica of the partition.
+    NotReplica,
+    /// The fetch comes from an incarnation older than one already seen (KIP-903; Kafka
+    /// answers NOT_LEADER_OR_FOLLOWER).
+    StaleBrokerEpoch { broker_epoch: i64, current: i64 },
 }
 
 /// An ISR change for the coordinator (AlterPartition).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct IsrProposal {
     pub new_isr: Vec<i32>,
+    /// Each member's broker epoch, in `new_isr`'s order (AlterPartition v3's
+    /// NewIsrWithEpochs): the incarnation whose fetches put it there; `NO_BROKER_EPOCH`
+    /// for the leader itself and for followers that sent none.
+    pub broker_epochs: Vec<i64>,
     pub leader_epoch: i32,
     pub partition_epoch: i32,
 }
@@ -102,6 +130,7 @@ impl LeaderState {
                         last_caught_up_ms: caught_up,
                         last_fetch_ms: 0,
                         leader_leo_at_last_fetch: -1,
+                        broker_epoch: NO_BROKER_EPOCH,
                     },
                 )
             })
@@ -139,12 +168,33 @@ impl LeaderState {
         &self.replicas
     }
 
-    /// A follower's fetch at `fetch_offset` (its log end offset), while the leader's log
-    /// end offset is `leader_leo`. Returns the new high watermark if it moved. Fetches
-    /// from brokers that are not replicas are refused (`None` with no effect, and
-    /// `is_replica` tells the caller).
-    pub fn on_follower_fetch(&mut self, replica: i32, fetch_offset: i64, leader_leo: i64, now_ms: i64) -> Option<i64> {
-        let f = self.followers.get_mut(&replica)?;
+    /// A follower's fetch at `fetch_offset` (its log end offset), made by the incarnation
+    /// with `broker_epoch`, while the leader's log end offset is `leader_leo`. Returns the
+    /// new high watermark if it moved. Refused, with no effect, from brokers that are not
+    /// replicas and from an incarnation older than one already seen (KIP-903); a newer
+    /// incarnation's first fetch forgets the progress of the previous one first.
+    pub fn on_follower_fetch(
+        &mut self,
+        replica: i32,
+        broker_epoch: i64,
+        fetch_offset: i64,
+        leader_leo: i64,
+        now_ms: i64,
+    ) -> Result<Option<i64>, FollowerFetchError> {
+        let f = self.followers.get_mut(&replica).ok_or(FollowerFetchError::NotReplica)?;
+        if broker_epoch != NO_BROKER_EPOCH && f.broker_epoch != NO_BROKER_EPOCH {
+            if broker_epoch < f.broker_epoch {
+                return Err(FollowerFetchError::StaleBrokerEpoch { broker_epoch, current: f.broker_epoch });
+            }
+            if broker_epoch > f.broker_epoch {
+                // A restarted follower: what its previous incarnation fetched may be gone
+                // (the unsynced suffix), and its old fetches prove nothing about the new one.
+                f.leo = -1;
+                f.leader_leo_at_last_fetch = -1;
+                f.last_fetch_ms = 0;
+            }
+        }
+        f.broker_epoch = broker_epoch;
         if fetch_offset >= leader_leo {
             f.last_caught_up_ms = now_ms;
         } else if fetch_offset >= f.leader_leo_at_last_fetch && f.leader_leo_at_last_fetch >= 0 {
@@ -153,7 +203,7 @@ impl LeaderState {
         f.leo = fetch_offset;
         f.last_fetch_ms = now_ms;
         f.leader_leo_at_last_fetch = leader_leo;
-        self.update_high_watermark(leader_leo)
+        Ok(self.update_high_watermark(leader_leo))
     }
 
     pub fn is_replica(&self, broker: i32) -> bool {
@@ -217,7 +267,14 @@ impl LeaderState {
             }
             self.replicas.iter().copied().filter(|r| self.isr.contains(r) || joining.contains(r)).collect()
         };
-        let proposal = IsrProposal { new_isr, leader_epoch: self.leader_epoch, partition_epoch: self.partition_epoch };
+        let broker_epochs =
+            new_isr.iter().map(|r| self.followers.get(r).map_or(NO_BROKER_EPOCH, |f| f.broker_epoch)).collect();
+        let proposal = IsrProposal {
+            new_isr,
+            broker_epochs,
+            leader_epoch: self.leader_epoch,
+            partition_epoch: self.partition_epoch,
+        };
         self.pending = Some(proposal.clone());
         Some(proposal)
     }
@@ -289,6 +346,11 @@ impl LeaderState {
     pub fn follower_leo(&self, replica: i32) -> Option<i64> {
         self.followers.get(&replica).map(|f| f.leo)
     }
+
+    /// The broker epoch a follower's progress was made in (for tests).
+    pub fn follower_broker_epoch(&self, replica: i32) -> Option<i64> {
+        self.followers.get(&replica).map(|f| f.broker_epoch)
+    }
 }
 
 /// Whether two ISRs hold the same replicas (the coordinator keeps its own order).
@@ -335,18 +397,28 @@ mod tests {
         LeaderState::new(1, 5, vec![1, 2, 3], isr, 10, leo, 0, now, 30_000)
     }
 
+    /// Every follower's broker epoch in these tests, unless one restarts.
+    const EPOCH: i64 = 7;
+
+    impl LeaderState {
+        /// A fetch from the follower's incarnation with `EPOCH`.
+        fn fetch(&mut self, replica: i32, offset: i64, leader_leo: i64, now_ms: i64) -> Option<i64> {
+            self.on_follower_fetch(replica, EPOCH, offset, leader_leo, now_ms).expect("fetch accepted")
+        }
+    }
+
     #[test]
     fn high_watermark_is_the_minimum_over_the_isr_and_never_moves_back() {
         let mut l = leader(vec![1, 2, 3], 100, 0);
         assert_eq!(l.high_watermark(), 0, "followers have not fetched yet");
-        assert_eq!(l.on_follower_fetch(2, 80, 100, 10), None, "3 has not fetched");
-        assert_eq!(l.on_follower_fetch(3, 60, 100, 10), Some(60));
-        assert_eq!(l.on_follower_fetch(3, 100, 100, 20), Some(80));
-        assert_eq!(l.on_follower_fetch(2, 100, 100, 20), Some(100));
+        assert_eq!(l.fetch(2, 80, 100, 10), None, "3 has not fetched");
+        assert_eq!(l.fetch(3, 60, 100, 10), Some(60));
+        assert_eq!(l.fetch(3, 100, 100, 20), Some(80));
+        assert_eq!(l.fetch(2, 100, 100, 20), Some(100));
         // A follower that truncated (fetches lower) does not pull the HW back.
-        assert_eq!(l.on_follower_fetch(2, 90, 120, 30), None);
+        assert_eq!(l.fetch(2, 90, 120, 30), None);
         assert_eq!(l.high_watermark(), 100);
-        assert_eq!(l.on_follower_fetch(9, 500, 120, 30), None, "not a replica");
+        assert_eq!(l.on_follower_fetch(9, 1, 500, 120, 30), Err(FollowerFetchError::NotReplica));
         assert!(!l.is_replica(9));
     }
 
@@ -360,19 +432,19 @@ mod tests {
     #[test]
     fn laggards_leave_and_caught_up_replicas_join_through_the_coordinator() {
         let mut l = leader(vec![1, 2, 3], 100, 0);
-        l.on_follower_fetch(2, 100, 100, 1_000);
-        l.on_follower_fetch(3, 50, 100, 1_000);
+        l.fetch(2, 100, 100, 1_000);
+        l.fetch(3, 50, 100, 1_000);
         assert_eq!(l.isr_change(20_000), None, "within replica.lag.time.max.ms");
         // Broker 3 keeps fetching but never catches up; 2 stays caught up.
-        l.on_follower_fetch(2, 100, 100, 31_000);
-        l.on_follower_fetch(3, 60, 100, 31_000);
+        l.fetch(2, 100, 100, 31_000);
+        l.fetch(3, 60, 100, 31_000);
         let p = l.isr_change(31_000).expect("3 lags");
         assert_eq!((p.new_isr.clone(), p.partition_epoch), (vec![1, 2], 10));
         assert_eq!(l.isr_change(31_000), None, "one change in flight at a time");
         assert_eq!(l.high_watermark(), 60, "HW over the committed ISR until the change commits");
         assert_eq!(l.on_isr_committed(vec![1, 2], 11, 100), Some(100));
         // 3 catches up: reaches the HW and the epoch start offset.
-        l.on_follower_fetch(3, 100, 100, 32_000);
+        l.fetch(3, 100, 100, 32_000);
         let p = l.isr_change(32_000).expect("3 is back");
         assert_eq!((p.new_isr, p.partition_epoch), (vec![1, 2, 3], 11));
         l.on_isr_change_failed();
@@ -386,21 +458,21 @@ mod tests {
         // it, then elected that replica (preferred election, or the leader died), and
         // acknowledged records were gone.
         let mut l = leader(vec![1, 2], 100, 0);
-        l.on_follower_fetch(2, 100, 100, 10);
-        l.on_follower_fetch(3, 100, 100, 10);
+        l.fetch(2, 100, 100, 10);
+        l.fetch(3, 100, 100, 10);
         assert_eq!(l.high_watermark(), 100);
         let p = l.isr_change(20).expect("3 caught up");
         assert_eq!(p.new_isr, vec![1, 2, 3]);
         // The leader appends; 2 follows, 3 has not fetched yet.
         assert_eq!(l.update_high_watermark(120), None);
-        assert_eq!(l.on_follower_fetch(2, 120, 120, 30), None, "3, maybe in the ISR already, is at 100");
+        assert_eq!(l.fetch(2, 120, 120, 30), None, "3, maybe in the ISR already, is at 100");
         assert_eq!(l.high_watermark(), 100);
         // A snapshot of the same partition epoch (sent for another reason) settles nothing.
         assert_eq!(l.on_isr_committed(vec![1, 2], 10, 120), None);
         assert_eq!(l.pending_change(), Some(&p));
         assert_eq!(l.on_isr_committed(vec![1, 2, 3], 11, 120), None);
         assert_eq!(l.pending_change(), None);
-        assert_eq!(l.on_follower_fetch(3, 120, 120, 40), Some(120));
+        assert_eq!(l.fetch(3, 120, 120, 40), Some(120));
     }
 
     #[test]
@@ -409,12 +481,12 @@ mod tests {
         // (the leader was cut off from the coordinator), the leader took the timeout for a
         // refusal and let the high watermark pass the new member's log end.
         let mut l = leader(vec![1, 2], 100, 0);
-        l.on_follower_fetch(2, 100, 100, 10);
-        l.on_follower_fetch(3, 100, 100, 10);
+        l.fetch(2, 100, 100, 10);
+        l.fetch(3, 100, 100, 10);
         l.isr_change(20).expect("3 caught up");
         l.on_isr_change_failed();
         l.update_high_watermark(120);
-        assert_eq!(l.on_follower_fetch(2, 120, 120, 30), None, "3 may be in the ISR");
+        assert_eq!(l.fetch(2, 120, 120, 30), None, "3 may be in the ISR");
         assert!(l.isr_change(40).is_some(), "proposed again");
         l.on_isr_change_failed();
         assert_eq!(l.on_isr_committed(vec![1, 2], 10, 120), None, "same partition epoch: still unknown");
@@ -425,14 +497,14 @@ mod tests {
     #[test]
     fn a_refused_expansion_stops_counting_but_a_stale_refusal_changes_nothing() {
         let mut l = leader(vec![1, 2], 100, 0);
-        l.on_follower_fetch(2, 100, 100, 10);
-        l.on_follower_fetch(3, 100, 100, 10);
+        l.fetch(2, 100, 100, 10);
+        l.fetch(3, 100, 100, 10);
         let p = l.isr_change(20).expect("3 caught up");
         let older = IsrProposal { partition_epoch: 9, ..p.clone() };
         l.on_isr_change_refused(&older);
         assert_eq!(l.pending_change(), Some(&p), "the answer to another proposal");
         l.update_high_watermark(120);
-        assert_eq!(l.on_follower_fetch(2, 120, 120, 30), None);
+        assert_eq!(l.fetch(2, 120, 120, 30), None);
         l.on_isr_change_refused(&p);
         assert_eq!(l.pending_change(), None);
         assert_eq!(l.update_high_watermark(120), Some(120), "3 is not in the ISR");
@@ -445,16 +517,79 @@ mod tests {
         // the leader put it back on the fetch offset it remembered from before the crash,
         // the leader died and 3 was elected without acknowledged records.
         let mut l = leader(vec![1, 2, 3], 100, 0);
-        l.on_follower_fetch(2, 100, 100, 10);
-        l.on_follower_fetch(3, 100, 100, 10);
+        l.fetch(2, 100, 100, 10);
+        l.fetch(3, 100, 100, 10);
         assert_eq!(l.high_watermark(), 100);
         assert_eq!(l.on_isr_committed(vec![1, 2], 11, 100), None);
         assert_eq!(l.follower_leo(3), Some(-1));
         assert_eq!(l.isr_change(20), None, "3 has not fetched since it left");
-        l.on_follower_fetch(3, 0, 100, 30);
+        l.fetch(3, 0, 100, 30);
         assert_eq!(l.isr_change(40), None, "its log is empty now");
-        l.on_follower_fetch(3, 100, 100, 50);
+        l.fetch(3, 100, 100, 50);
         assert_eq!(l.isr_change(60).map(|p| p.new_isr), Some(vec![1, 2, 3]));
+    }
+
+    #[test]
+    fn isr_proposals_carry_the_broker_epoch_each_member_fetched_in() {
+        let mut l = leader(vec![1, 2], 100, 0);
+        l.fetch(2, 100, 100, 10);
+        assert_eq!(l.on_follower_fetch(3, EPOCH + 1, 100, 100, 10), Ok(None));
+        let p = l.isr_change(20).expect("3 caught up");
+        assert_eq!(p.new_isr, vec![1, 2, 3]);
+        assert_eq!(p.broker_epochs, vec![NO_BROKER_EPOCH, EPOCH, EPOCH + 1], "the leader sends none for itself");
+    }
+
+    #[test]
+    fn a_fetch_from_a_dead_incarnation_is_refused_and_a_new_one_starts_over() {
+        // Found by tests/replication_sim.rs (seed 11107): 3, outside the ISR, caught up,
+        // crashed and lost its unsynced suffix; the leader kept proposing to add it on the
+        // fetch offset of its previous incarnation, and once it registered again the
+        // coordinator took the proposal; a preferred election then made 3 leader without
+        // committed records. Now the proposal names the old incarnation's broker epoch,
+        // which the coordinator refuses, and the new incarnation's fetches start over.
+        let mut l = leader(vec![1, 2], 100, 0);
+        l.fetch(2, 100, 100, 10);
+        l.fetch(3, 100, 100, 10);
+        let p = l.isr_change(20).expect("3 caught up");
+        assert_eq!(p.broker_epochs, vec![NO_BROKER_EPOCH, EPOCH, EPOCH]);
+        // The coordinator refuses it: 3 was fenced, or has registered again since.
+        l.on_isr_change_refused(&p);
+        // 3's new incarnation (epoch 9) fetches from its empty log.
+        assert_eq!(l.on_follower_fetch(3, 9, 0, 100, 30), Ok(None));
+        assert_eq!((l.follower_leo(3), l.follower_broker_epoch(3)), (Some(0), Some(9)));
+        assert_eq!(l.isr_change(40), None, "3 must catch up again");
+        // A late fetch of the dead incarnation (a long poll answered after the restart).
+        assert_eq!(
+            l.on_follower_fetch(3, EPOCH, 100, 100, 50),
+            Err(FollowerFetchError::StaleBrokerEpoch { broker_epoch: EPOCH, current: 9 })
+        );
+        assert_eq!(l.follower_leo(3), Some(0), "a refused fetch changes nothing");
+        assert_eq!(l.on_follower_fetch(3, 9, 100, 100, 60), Ok(None));
+        let p = l.isr_change(70).expect("3 caught up in its new incarnation");
+        assert_eq!(p.broker_epochs, vec![NO_BROKER_EPOCH, EPOCH, 9]);
+    }
+
+    #[test]
+    fn a_restarted_isr_member_does_not_count_for_the_high_watermark_with_its_old_offset() {
+        let mut l = leader(vec![1, 2, 3], 100, 0);
+        l.fetch(2, 100, 100, 10);
+        l.fetch(3, 90, 100, 10);
+        assert_eq!(l.high_watermark(), 90);
+        // 3 restarts with 50 records; the coordinator has not taken it out of the ISR yet.
+        assert_eq!(l.on_follower_fetch(3, EPOCH + 1, 50, 100, 20), Ok(None));
+        assert_eq!(l.high_watermark(), 90, "never moves back");
+        assert_eq!(l.on_follower_fetch(3, EPOCH + 1, 95, 100, 30), Ok(Some(95)));
+    }
+
+    #[test]
+    fn followers_that_send_no_broker_epoch_are_not_checked() {
+        let mut l = leader(vec![1, 2], 100, 0);
+        assert_eq!(l.on_follower_fetch(3, NO_BROKER_EPOCH, 100, 100, 10), Ok(None));
+        assert_eq!(l.on_follower_fetch(3, EPOCH, 100, 100, 20), Ok(None));
+        assert_eq!(l.on_follower_fetch(3, NO_BROKER_EPOCH, 100, 100, 30), Ok(None));
+        assert_eq!(l.follower_broker_epoch(3), Some(NO_BROKER_EPOCH));
+        l.fetch(2, 100, 100, 30);
+        assert_eq!(l.isr_change(40).map(|p| p.broker_epochs), Some(vec![NO_BROKER_EPOCH, EPOCH, NO_BROKER_EPOCH]));
     }
 
     #[test]

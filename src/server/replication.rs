@@ -5,15 +5,16 @@
 //! A fetcher runs on the shard that owns the follower replica and talks straight to the
 //! leader (another node, or another core of this one), as a Kafka follower does:
 //! OffsetForLeaderEpoch first, truncating by leader epoch (never by high watermark),
-//! then Fetch with its broker id as replica id, appending what comes byte for byte and
-//! learning the leader's high watermark. It stops when its partition's leader or epoch
-//! changes (a new fetcher starts for the new epoch).
+//! then Fetch (v15) with its broker id and broker epoch (KIP-903: the leader refuses a
+//! dead incarnation's fetches and names each ISR member's epoch to the coordinator),
+//! appending what comes byte for byte and learning the leader's high watermark. It stops
+//! when its partition's leader or epoch changes (a new fetcher starts for the new epoch).
 
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 
 use kafka_protocol::messages::alter_partition_request::{BrokerState, PartitionData, TopicData};
-use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
+use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic, ReplicaState};
 use kafka_protocol::messages::offset_for_leader_epoch_request::{OffsetForLeaderPartition, OffsetForLeaderTopic};
 use kafka_protocol::messages::{
     AlterPartitionRequest, ApiKey, BrokerId, FetchRequest, OffsetForLeaderEpochRequest, TopicName,
@@ -22,7 +23,7 @@ use kafka_protocol::messages::{
 use crate::coordinator::registry::RegistryError;
 use crate::model::TopicPartition;
 use crate::protocol::error_code;
-use crate::replication::{truncation_offset, IsrProposal};
+use crate::replication::{truncation_offset, IsrProposal, NO_BROKER_EPOCH};
 use crate::shard::{FetcherStart, IsrOutcome};
 
 use super::context::ShardContext;
@@ -39,6 +40,9 @@ const replica_fetch_wait_ms: i32 = 500;
 const replica_fetch_bytes_max: i32 = 1024 * 1024;
 /// Pause after an error before a fetcher tries again (replica.fetch.backoff.ms).
 const replica_fetch_backoff_ms: u64 = 200;
+/// The Fetch version followers send: the first with the follower's broker epoch
+/// (ReplicaState, KIP-903).
+const replica_fetch_version: i16 = 15;
 /// A replica request's answer may take this long (the long-poll included).
 const replica_request_timeout_ms: u64 = 10_000;
 
@@ -98,13 +102,15 @@ async fn alter_isr(ctx: Rc<ShardContext>, tp: TopicPartition, proposal: IsrPropo
     tracing::info!(partition = %tp, isr = ?proposal.new_isr, "proposing an ISR change");
     let active = ctx.view().is_active();
     let sent = proposal.clone();
+    let isr_with_epochs: Vec<(i32, i64)> =
+        proposal.new_isr.iter().copied().zip(proposal.broker_epochs.iter().copied()).collect();
     // Err((outcome, why)): Refused when the coordinator answered no, Unknown when there
     // was no answer (the change may have been committed).
     let result: Result<(Vec<i32>, i32), (IsrOutcome, String)> = if active {
         let (topic, p) = (tp.topic.clone(), tp.partition);
         ctx.metadata
             .write(move |reg| {
-                reg.alter_partition(&topic, p, me, proposal.leader_epoch, proposal.partition_epoch, &proposal.new_isr)
+                reg.alter_partition(&topic, p, me, proposal.leader_epoch, proposal.partition_epoch, &isr_with_epochs)
                     .map(|s| (s.isr, s.partition_epoch))
                     .map_err(|e| match e {
                         RegistryError::Store(_) | RegistryError::Corrupt { .. } => (IsrOutcome::Unknown, e.to_string()),
@@ -118,7 +124,7 @@ async fn alter_isr(ctx: Rc<ShardContext>, tp: TopicPartition, proposal: IsrPropo
         };
         let partition = tp.partition;
         super::forward::with_coordinator(&ctx, move |conn, _| {
-            // v3 carries the ISR with broker epochs, v2 as plain ids.
+            // v3 carries the ISR with broker epochs (KIP-903), v2 as plain ids.
             let unknown = |e: crate::client::Error| (IsrOutcome::Unknown, e.to_string());
             let version = conn.version(ApiKey::AlterPartition).map_err(unknown)?;
             let mut data = PartitionData::default()
@@ -126,10 +132,9 @@ async fn alter_isr(ctx: Rc<ShardContext>, tp: TopicPartition, proposal: IsrPropo
                 .with_leader_epoch(proposal.leader_epoch)
                 .with_partition_epoch(proposal.partition_epoch);
             if version >= 3 {
-                data.new_isr_with_epochs = proposal
-                    .new_isr
+                data.new_isr_with_epochs = isr_with_epochs
                     .iter()
-                    .map(|b| BrokerState::default().with_broker_id(BrokerId(*b)).with_broker_epoch(-1))
+                    .map(|(b, epoch)| BrokerState::default().with_broker_id(BrokerId(*b)).with_broker_epoch(*epoch))
                     .collect();
             } else {
                 data.new_isr = proposal.new_isr.iter().map(|b| BrokerId(*b)).collect();
@@ -305,8 +310,17 @@ async fn fetch(
 ) -> Result<FetchOutcome, String> {
     let state = ctx.shard.borrow().replica_state(tp).ok_or("partition gone")?;
     let position = (state.log_end_offset, state.log_start_offset);
+    let me = ctx.config.node_id;
+    // v15 names the topic by id and this incarnation by its broker epoch (KIP-903): what
+    // the coordinator has for us, which is this incarnation's registration once roles are
+    // taken (`ClusterView::may_take_roles`).
+    let (topic_id, broker_epoch) = {
+        let view = ctx.view();
+        let topic_id = view.get(&tp.topic).map(|m| m.id).ok_or("topic gone")?;
+        (topic_id, view.broker_info(me).map_or(NO_BROKER_EPOCH, |b| b.registration_epoch))
+    };
     let mut req = FetchRequest::default()
-        .with_replica_id(BrokerId(ctx.config.node_id))
+        .with_replica_state(ReplicaState::default().with_replica_id(BrokerId(me)).with_replica_epoch(broker_epoch))
         .with_max_wait_ms(replica_fetch_wait_ms)
         .with_min_bytes(1)
         .with_max_bytes(replica_fetch_bytes_max)
@@ -314,16 +328,14 @@ async fn fetch(
         .with_session_epoch(if session.id == 0 { 0 } else { session.next_epoch });
     if session.id == 0 || session.sent != Some(position) {
         req.topics =
-            vec![FetchTopic::default().with_topic(TopicName(crate::client::sb(&tp.topic))).with_partitions(vec![
-                FetchPartition::default()
-                    .with_partition(tp.partition)
-                    .with_current_leader_epoch(leader_epoch)
-                    .with_fetch_offset(state.log_end_offset)
-                    .with_log_start_offset(state.log_start_offset)
-                    .with_partition_max_bytes(replica_fetch_bytes_max),
-            ])];
+            vec![FetchTopic::default().with_topic_id(topic_id).with_partitions(vec![FetchPartition::default()
+                .with_partition(tp.partition)
+                .with_current_leader_epoch(leader_epoch)
+                .with_fetch_offset(state.log_end_offset)
+                .with_log_start_offset(state.log_start_offset)
+                .with_partition_max_bytes(replica_fetch_bytes_max)])];
     }
-    let resp = conn.call(12, &req, Duration::from_millis(replica_request_timeout_ms)).await?;
+    let resp = conn.call(replica_fetch_version, &req, Duration::from_millis(replica_request_timeout_ms)).await?;
     if resp.error_code != 0 {
         // FETCH_SESSION_ID_NOT_FOUND, INVALID_FETCH_SESSION_EPOCH: start a new session.
         *session = FollowerSession::default();

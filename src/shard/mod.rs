@@ -30,6 +30,7 @@ use crate::coordinator::view::ClusterView;
 use crate::group::{GroupConfig, GroupCoordinator};
 use crate::log::{AppendInfo, FlushHandle, LogError, PartitionLog};
 use crate::model::{Offset, ShardId, TopicPartition};
+use crate::replication::FollowerFetchError;
 
 /// Which shard owns a partition: a stable hash of the topic name, then partitions of one
 /// topic round-robin over the shards.
@@ -65,6 +66,9 @@ pub enum PartitionError {
     /// acks=all, and fewer in-sync replicas than min.insync.replicas.
     #[error("{tp}: {isr} in-sync replicas, min.insync.replicas is {min}")]
     NotEnoughReplicas { tp: TopicPartition, isr: usize, min: usize },
+    /// A follower's fetch from an incarnation older than one the leader has seen (KIP-903).
+    #[error("{tp}: fetch from broker {replica} with broker epoch {broker_epoch}, older than {current}")]
+    StaleBrokerEpoch { tp: TopicPartition, replica: i32, broker_epoch: i64, current: i64 },
     #[error("{0}")]
     Log(#[from] LogError),
 }
@@ -80,13 +84,15 @@ pub enum PartitionOp {
     /// `min_one_batch`).
     /// `replica`: the fetching follower's broker id, -1 for a consumer (who reads only
     /// below the high watermark); `current_leader_epoch`: -1 or the epoch the fetcher
-    /// believes current (KIP-320).
+    /// believes current (KIP-320); `replica_epoch`: the follower's broker epoch
+    /// (`replication::NO_BROKER_EPOCH` when it sends none; KIP-903).
     Fetch {
         tp: TopicPartition,
         offset: Offset,
         max_bytes: usize,
         min_one_batch: bool,
         replica: i32,
+        replica_epoch: i64,
         current_leader_epoch: i32,
         now_ms: i64,
     },
@@ -662,18 +668,29 @@ impl Shard {
                 });
                 Ok(PartitionReply::Produced { info, log_start_offset, written, durable, replicated, duplicate: false })
             }
-            PartitionOp::Fetch { tp, offset, max_bytes, min_one_batch, replica, current_leader_epoch, now_ms } => {
+            PartitionOp::Fetch {
+                tp,
+                offset,
+                max_bytes,
+                min_one_batch,
+                replica,
+                replica_epoch,
+                current_leader_epoch,
+                now_ms,
+            } => {
                 let zero_copy_bytes_min = self.zero_copy_bytes_min;
                 let p = self.partition_mut(&tp, now_ms)?;
                 let written = p.log.written_end_offset();
                 if replica >= 0 {
                     // A follower's fetch offset is its log end offset.
                     let leader = replica::leader_of(p, &tp, current_leader_epoch)?;
-                    if !leader.is_replica(replica) {
-                        return Err(PartitionError::NotLeader(tp));
-                    }
-                    if leader.on_follower_fetch(replica, offset.0, written.0, now_ms).is_some() {
-                        replica::release_hw_waiters(p);
+                    match leader.on_follower_fetch(replica, replica_epoch, offset.0, written.0, now_ms) {
+                        Ok(Some(_)) => replica::release_hw_waiters(p),
+                        Ok(None) => {}
+                        Err(FollowerFetchError::NotReplica) => return Err(PartitionError::NotLeader(tp)),
+                        Err(FollowerFetchError::StaleBrokerEpoch { broker_epoch, current }) => {
+                            return Err(PartitionError::StaleBrokerEpoch { tp, replica, broker_epoch, current })
+                        }
                     }
                 }
                 let high_watermark = replica::high_watermark(p);

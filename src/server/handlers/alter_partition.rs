@@ -1,7 +1,8 @@
 //! AlterPartition (between brokers): a partition's leader asks the active coordinator to
 //! shrink or expand the ISR. The controller checks the leader, its epoch and the
 //! partition epoch (a stale one gets INVALID_UPDATE_VERSION), and only live replicas may
-//! join; the answer carries the committed state.
+//! be members, each in its current registration when the request names its broker epoch
+//! (v3, KIP-903; else INELIGIBLE_REPLICA); the answer carries the committed state.
 
 use bytes::Bytes;
 use kafka_protocol::messages::alter_partition_response::{PartitionData, TopicData};
@@ -10,6 +11,7 @@ use kafka_protocol::messages::{AlterPartitionRequest, AlterPartitionResponse, Ap
 use crate::coordinator::controller::ControllerError;
 use crate::coordinator::registry::RegistryError;
 use crate::protocol::{decode_body, error_code, ProtocolError, RequestFrame};
+use crate::replication::NO_BROKER_EPOCH;
 
 use super::super::context::ShardContext;
 use super::{registry_error_code, respond};
@@ -28,10 +30,11 @@ pub async fn handle(ctx: &ShardContext, frame: &RequestFrame) -> Result<Bytes, P
                 partitions.push(answer.with_error_code(error_code::UNKNOWN_TOPIC_OR_PARTITION));
                 continue;
             };
-            let isr: Vec<i32> = if version >= 3 {
-                p.new_isr_with_epochs.iter().map(|b| b.broker_id.0).collect()
+            // v3 names each member with its broker epoch (KIP-903), v2 with its id alone.
+            let isr: Vec<(i32, i64)> = if version >= 3 {
+                p.new_isr_with_epochs.iter().map(|b| (b.broker_id.0, b.broker_epoch)).collect()
             } else {
-                p.new_isr.iter().map(|b| b.0).collect()
+                p.new_isr.iter().map(|b| (b.0, NO_BROKER_EPOCH)).collect()
             };
             let (partition, leader_epoch, partition_epoch) = (p.partition_index, p.leader_epoch, p.partition_epoch);
             let outcome = ctx

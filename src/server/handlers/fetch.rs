@@ -2,21 +2,24 @@
 //! within the response and partition byte limits (the first batch is returned even if
 //! larger, KIP-74). Long-polls until `min_bytes` are there or `max_wait_ms` passes, then
 //! returns what there is. Incremental fetch sessions (KIP-227) in `fetch_sessions.rs`:
-//! a session's answers list only partitions with something new. Followers (replica id
-//! >= 0) read up to the log end and report their position; consumers read below the
-//! high watermark.
+//! a session's answers list only partitions with something new. Followers (a replica id
+//! of 0 or more) read up to the log end and report their position, with their broker
+//! epoch from v15 on (KIP-903); consumers read below the high watermark. v13+ name
+//! topics by id; Spate advertises up to v12 and takes v13..=15 from its own brokers
+//! (`protocol::PEER_APIS`).
 
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use futures::future::{select, select_all, Either};
 use kafka_protocol::messages::fetch_response::{FetchableTopicResponse, PartitionData};
-use kafka_protocol::messages::{ApiKey, FetchRequest, FetchResponse};
+use kafka_protocol::messages::{ApiKey, FetchRequest, FetchResponse, TopicName};
 
 use crate::coordinator::registry::CLUSTER_METADATA_TOPIC;
 use crate::model::{limits, Offset, TopicPartition};
 use crate::protocol::zero_copy::{new_marker, splice_file_ranges, FileRange, Response};
-use crate::protocol::{decode_body, ProtocolError, RequestFrame};
+use crate::protocol::{decode_body, error_code, ProtocolError, RequestFrame};
+use crate::replication::NO_BROKER_EPOCH;
 use crate::shard::{FetchRecords, PartitionOp, PartitionReply};
 
 use super::super::context::ShardContext;
@@ -28,9 +31,14 @@ use super::{partition_error_code, respond};
 const fetch_wait_ms_max: i32 = 60_000;
 
 pub async fn handle(ctx: &ShardContext, frame: &RequestFrame) -> Result<Response, ProtocolError> {
-    let req: FetchRequest = decode_body(frame)?;
+    let mut req: FetchRequest = decode_body(frame)?;
     if req.topics.iter().any(|t| t.topic.as_str() == CLUSTER_METADATA_TOPIC) {
         return super::cluster_metadata::handle(ctx, frame, req).await.map(Response::from);
+    }
+    // v13+ names topics by id, v15+ the follower in ReplicaState (with its broker epoch).
+    let unknown_ids = if frame.api_version >= 13 { resolve_topic_ids(ctx, &mut req) } else { Vec::new() };
+    if frame.api_version >= 15 {
+        req.replica_id = req.replica_state.replica_id;
     }
     let (req, mode) = match ctx.fetch_sessions.borrow_mut().prepare(&req, frame.api_version) {
         Ok(prepared) => prepared,
@@ -50,6 +58,7 @@ pub async fn handle(ctx: &ShardContext, frame: &RequestFrame) -> Result<Response
         let (topics, topic_bytes, ranges, total_bytes, any_error, readable_ends) =
             fetch_once(ctx, &req, frame.api_version, response_bytes_max).await;
         let now = Instant::now();
+        let any_error = any_error || !unknown_ids.is_empty();
         if total_bytes >= req.min_bytes.max(1) as usize || any_error || now >= deadline || ctx.stopping.get() {
             for (t, bytes) in topics.iter().zip(topic_bytes) {
                 if bytes > 0 {
@@ -58,6 +67,13 @@ pub async fn handle(ctx: &ShardContext, frame: &RequestFrame) -> Result<Response
             }
             let mut topics = topics;
             ctx.fetch_sessions.borrow_mut().finish(mode, &mut topics);
+            if frame.api_version >= 13 {
+                let view = ctx.view();
+                for t in &mut topics {
+                    t.topic_id = view.get(t.topic.as_str()).map(|m| m.id).unwrap_or_default();
+                }
+                topics.extend(unknown_ids.iter().cloned());
+            }
             let session_id = match mode {
                 fetch_sessions::Mode::Session { id, .. } => id,
                 fetch_sessions::Mode::Sessionless => 0,
@@ -96,6 +112,43 @@ pub async fn handle(ctx: &ShardContext, frame: &RequestFrame) -> Result<Response
     }
 }
 
+/// Fetch v13+ names topics by id (KIP-516): name each from the cluster view, so that the
+/// rest of the handler and fetch sessions work by name. Topics whose id is unknown leave
+/// the request; their answer (UNKNOWN_TOPIC_ID) is returned.
+fn resolve_topic_ids(ctx: &ShardContext, req: &mut FetchRequest) -> Vec<FetchableTopicResponse> {
+    let view = ctx.view();
+    let mut unknown = Vec::new();
+    req.topics.retain_mut(|t| match view.by_id(t.topic_id) {
+        Some((name, _)) => {
+            t.topic = TopicName(crate::client::sb(name));
+            true
+        }
+        None => {
+            let partitions = t
+                .partitions
+                .iter()
+                .map(|p| {
+                    PartitionData::default()
+                        .with_partition_index(p.partition)
+                        .with_error_code(error_code::UNKNOWN_TOPIC_ID)
+                        .with_high_watermark(-1)
+                        .with_records(Some(Bytes::new()))
+                })
+                .collect();
+            unknown.push(FetchableTopicResponse::default().with_topic_id(t.topic_id).with_partitions(partitions));
+            false
+        }
+    });
+    req.forgotten_topics_data.retain_mut(|t| match view.by_id(t.topic_id) {
+        Some((name, _)) => {
+            t.topic = TopicName(crate::client::sb(name));
+            true
+        }
+        None => false,
+    });
+    unknown
+}
+
 /// One pass over every requested partition. Returns the topics, the record bytes
 /// gathered, whether any partition failed (an error is answered at once), and, per
 /// partition in request order, where its readable data ended (-1 when it failed).
@@ -105,6 +158,8 @@ async fn fetch_once(
     req_version: i16,
     response_bytes_max: usize,
 ) -> (Vec<FetchableTopicResponse>, Vec<u64>, Vec<FileRange>, usize, bool, Vec<Offset>) {
+    // KIP-903: the follower's broker epoch (ReplicaState, v15+).
+    let replica_epoch = if req_version >= 15 { req.replica_state.replica_epoch } else { NO_BROKER_EPOCH };
     let calls = req.topics.iter().flat_map(|t| {
         t.partitions.iter().map(move |p| {
             let max_bytes = (p.partition_max_bytes.max(0) as usize).min(response_bytes_max);
@@ -114,6 +169,7 @@ async fn fetch_once(
                 max_bytes,
                 min_one_batch: true,
                 replica: req.replica_id.0,
+                replica_epoch,
                 current_leader_epoch: p.current_leader_epoch,
                 now_ms: now_ms(),
             })

@@ -40,7 +40,7 @@ use crate::coordinator::registry::RegistryError;
 use crate::group::GroupError;
 use crate::log::LogError;
 use crate::protocol::zero_copy::Response;
-use crate::protocol::{encode_response, error_code, supported_range, ProtocolError, RequestFrame};
+use crate::protocol::{encode_response, error_code, handled_version, supported_range, ProtocolError, RequestFrame};
 use crate::shard::PartitionError;
 use crate::txn::producer_state::ProducerStateError;
 
@@ -58,7 +58,7 @@ pub async fn handle(ctx: &ShardContext, frame: RequestFrame) -> Result<Option<Re
         ctx.metrics.shard(ctx.id).unsupported_requests.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         return Err(ProtocolError::BadHeader(format!("unsupported API key {}", frame.api_key)));
     };
-    if frame.api_version < lo || frame.api_version > hi {
+    if !handled_version(key, frame.api_version) {
         ctx.metrics.shard(ctx.id).unsupported_requests.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         return Err(ProtocolError::BadHeader(format!(
             "unsupported version {} of {key:?} (we support {lo}..={hi})",
@@ -115,6 +115,8 @@ fn partition_error_code(e: &PartitionError) -> i16 {
     match e {
         PartitionError::UnknownTopicOrPartition(_) => error_code::UNKNOWN_TOPIC_OR_PARTITION,
         PartitionError::NotLeader(_) => error_code::NOT_LEADER_OR_FOLLOWER,
+        // Kafka's answer to a fetch from a dead incarnation (KIP-903).
+        PartitionError::StaleBrokerEpoch { .. } => error_code::NOT_LEADER_OR_FOLLOWER,
         PartitionError::FencedLeaderEpoch { .. } => error_code::FENCED_LEADER_EPOCH,
         PartitionError::UnknownLeaderEpoch { .. } => error_code::UNKNOWN_LEADER_EPOCH,
         PartitionError::NotEnoughReplicas { .. } => error_code::NOT_ENOUGH_REPLICAS,
