@@ -923,7 +923,7 @@ fn write_changes(s: &dyn MetaStore, changes: &[Change]) -> Result<(), StoreError
                 let path = paths::broker(broker.id);
                 match s.delete(&path, None) {
                     Ok(()) | Err(StoreError::NoNode(_)) => {}
-                    Err(e) => return Err(e.into()),
+                    Err(e) => return Err(e),
                 }
                 s.create_all(&path, &layout::encode_broker(&doc), CreateMode::Ephemeral)?;
             }
@@ -939,7 +939,7 @@ fn write_changes(s: &dyn MetaStore, changes: &[Change]) -> Result<(), StoreError
             Change::BrokerUnfenced { id } => tracing::info!(broker = id, "broker unfenced: heartbeating again"),
             Change::BrokerUnregistered { id } => match s.delete(&paths::broker(*id), None) {
                 Ok(()) | Err(StoreError::NoNode(_)) => {}
-                Err(e) => return Err(e.into()),
+                Err(e) => return Err(e),
             },
             Change::TopicCreated { name, topic_id, assignment, configs } => {
                 s.put(&paths::topic_config(name), &layout::encode_topic_config(configs))?;

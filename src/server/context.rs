@@ -40,8 +40,10 @@ pub struct ShardContext {
     pub config: Arc<BrokerConfig>,
     /// Cluster metadata: the published view, and the way to change it.
     pub metadata: Arc<Metadata>,
-    /// The view this shard's handlers read, until the generation moves (held here so
-    /// that reading it never touches the shared reference count).
+    /// The view this shard's handlers read, until the generation moves. The `Rc` is on
+    /// purpose: handing it out touches only this core's count, never the `Arc`'s, which
+    /// every shard shares.
+    #[allow(clippy::redundant_allocation)]
     view: RefCell<Rc<Arc<ClusterView>>>,
     pub shard: RefCell<Shard>,
     senders: Senders<ShardMessage>,
@@ -104,6 +106,7 @@ impl ShardContext {
 
     /// The cluster metadata as last published: the view held here, or the new one when
     /// the generation moved. No lock, and no shared write unless it moved.
+    #[allow(clippy::redundant_allocation)]
     pub fn view(&self) -> Rc<Arc<ClusterView>> {
         let generation = self.metadata.generation();
         let mut view = self.view.borrow_mut();
