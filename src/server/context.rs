@@ -29,8 +29,6 @@ const client_error_logs_per_second_max: u32 = 10;
 /// The longest an operation waits for its partition's log to be opened off the data
 /// core (a topic just created); then it is answered NOT_LEADER_OR_FOLLOWER.
 const partition_open_wait_ms_max: u64 = 5_000;
-/// How often a waiting operation looks again.
-const partition_open_poll_ms: u64 = 1;
 /// How often completions are polled while an append write is still in flight.
 const io_poll_interval_us: u64 = 20;
 
@@ -119,13 +117,18 @@ impl ShardContext {
     /// Run `op` on the partition's owner: here, or across the mesh.
     pub async fn call(&self, op: PartitionOp) -> Result<PartitionReply, PartitionError> {
         let owner = owner_shard(op.tp(), self.nr_shards);
-        if owner == self.id {
-            self.opened(op.tp()).await;
-            let result = self.shard.borrow_mut().execute(op);
-            self.wakeup();
-            return result;
-        }
         let tp = op.tp().clone();
+        if owner == self.id {
+            if !self.shard.borrow_mut().parks(&tp) {
+                let result = self.shard.borrow_mut().execute(op);
+                self.wakeup();
+                return result;
+            }
+            let (reply, rx) = oneshot::channel();
+            self.shard.borrow_mut().execute_or_park(op, reply);
+            self.start_queued_opens();
+            return rx.await.unwrap_or_else(|_| Err(shard_gone(tp)));
+        }
         let (reply, rx) = oneshot::channel();
         if self.senders.send_to(owner.0, ShardMessage::Partition { op, reply }).await.is_err() {
             return Err(shard_gone(tp));
@@ -179,46 +182,42 @@ impl ShardContext {
 
     /// Wait while `tp`'s log is being opened off this core (a partition newly hosted
     /// here), at most `partition_open_wait_ms_max`; the operation then runs and finds
-    /// it open. Never blocks the core.
+    /// it open. Waiters are woken in arrival order. Never blocks the core.
     pub async fn opened(&self, tp: &TopicPartition) {
-        let deadline = std::time::Instant::now() + std::time::Duration::from_millis(partition_open_wait_ms_max);
-        loop {
-            let opens = {
-                let mut shard = self.shard.borrow_mut();
-                shard.sync_registry();
-                if !shard.is_opening(tp) {
-                    return;
-                }
-                shard.take_open_jobs()
-            };
-            if let Some(ctx) = self.me.upgrade() {
-                super::replication::start_opens(&ctx, opens);
-            }
-            if std::time::Instant::now() >= deadline {
-                return;
-            }
-            glommio::timer::sleep(std::time::Duration::from_millis(partition_open_poll_ms)).await;
+        let installed = {
+            let mut shard = self.shard.borrow_mut();
+            shard.sync_registry();
+            let Some(installed) = shard.wait_opened(tp) else { return };
+            installed
+        };
+        self.start_queued_opens();
+        let timeout = glommio::timer::sleep(std::time::Duration::from_millis(partition_open_wait_ms_max));
+        let _ = futures::future::select(installed, Box::pin(timeout)).await;
+    }
+
+    /// Start opening the logs `sync_registry` queued (newly hosted partitions).
+    fn start_queued_opens(&self) {
+        let opens = self.shard.borrow_mut().take_open_jobs();
+        if let Some(ctx) = self.me.upgrade() {
+            super::replication::start_opens(&ctx, opens);
         }
     }
 
-    /// The partition whose log `msg` must wait for (see `opened`), if any.
+    /// The group partition whose log a group message must wait for (see `opened`).
     pub fn opening_for(&self, msg: &ShardMessage) -> Option<TopicPartition> {
-        let tp = match msg {
-            ShardMessage::Partition { op, .. } => op.tp().clone(),
-            ShardMessage::Group { op, .. } => group_partition(op.group_id()?),
-        };
-        let mut shard = self.shard.borrow_mut();
-        shard.sync_registry();
-        shard.is_opening(&tp).then_some(tp)
+        let ShardMessage::Group { op, .. } = msg else { return None };
+        let tp = group_partition(op.group_id()?);
+        self.shard.borrow_mut().parks(&tp).then_some(tp)
     }
 
     /// Serve work another shard sent us.
     pub fn serve_remote(&self, msg: ShardMessage) {
         match msg {
             ShardMessage::Partition { op, reply } => {
-                let result = self.shard.borrow_mut().execute(op);
+                if self.shard.borrow_mut().execute_or_park(op, reply) {
+                    self.start_queued_opens();
+                }
                 self.wakeup();
-                let _ = reply.send(result);
             }
             ShardMessage::Group { op, reply } => {
                 let result = self.shard.borrow_mut().execute_group(op);

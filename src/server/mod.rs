@@ -520,7 +520,9 @@ async fn run_shard(
             while let Some(msg) = rx.recv().await {
                 match ctx.opening_for(&msg) {
                     None => ctx.serve_remote(msg),
-                    // Its partition's log is being opened: wait in a task of its own.
+                    // A group operation whose `__consumer_offsets` partition's log is
+                    // being opened: it waits in a task of its own. (Partition operations
+                    // are parked by the shard, in order.)
                     Some(tp) => {
                         let ctx = ctx.clone();
                         glommio::spawn_local(async move {

@@ -288,7 +288,8 @@ pub struct Shard {
     /// Partitions newly hosted here whose logs are being opened off the data core
     /// (`take_open_jobs`, `install_opened_later`); requests for them meanwhile get
     /// NOT_LEADER_OR_FOLLOWER, which clients retry.
-    opening: std::collections::HashSet<TopicPartition>,
+    /// With each, what waits for it (see `Opening`).
+    opening: HashMap<TopicPartition, Opening>,
     open_queue: Vec<OpenJob>,
     /// Directories of deleted partitions, moved aside, to remove off the data core
     /// (`take_trash`).
@@ -471,7 +472,35 @@ impl Shard {
 
     /// Whether `tp`'s log is being opened off the data core (see `opening`).
     pub fn is_opening(&self, tp: &TopicPartition) -> bool {
-        self.opening.contains(tp)
+        self.opening.contains_key(tp)
+    }
+
+    /// Queue behind `tp`'s log being opened: resolves once it is installed (or failed).
+    /// None when it is not being opened.
+    pub fn wait_opened(&mut self, tp: &TopicPartition) -> Option<futures::channel::oneshot::Receiver<()>> {
+        let opening = self.opening.get_mut(tp)?;
+        let (tx, rx) = futures::channel::oneshot::channel();
+        opening.waiters.push(tx);
+        Some(rx)
+    }
+
+    /// Run `op` now and answer on `reply`; or, when its partition's log is being opened
+    /// off the core, park it to run (in arrival order) once the log is installed.
+    /// Returns whether it was parked.
+    pub fn execute_or_park(&mut self, op: PartitionOp, reply: PartitionReplySender) -> bool {
+        self.sync_registry();
+        if let Some(opening) = self.opening.get_mut(op.tp()) {
+            opening.parked.push((op, reply));
+            return true;
+        }
+        let _ = reply.send(self.execute(op));
+        false
+    }
+
+    /// Whether an operation on `tp` would be parked now (see `execute_or_park`).
+    pub fn parks(&mut self, tp: &TopicPartition) -> bool {
+        self.sync_registry();
+        self.opening.contains_key(tp)
     }
 
     /// Logs of newly hosted partitions, to open off the data core (`open_logs`) and hand
@@ -484,17 +513,23 @@ impl Shard {
     /// topic deleted, a leader changed): the next `sync_registry` looks at everything
     /// again.
     pub fn install_opened_later(&mut self, opened: Vec<(OpenJob, Result<PartitionLog, LogError>)>, now_ms: i64) {
-        for (job, _) in &opened {
-            self.opening.remove(&job.tp);
+        let waiting: Vec<Opening> = opened.iter().filter_map(|(job, _)| self.opening.remove(&job.tp)).collect();
+        if !self.closing {
+            self.install(opened, now_ms);
+            self.seen_generation = 0;
+            self.sync_registry();
         }
-        if self.closing {
-            // Handed over for a clean close already: these just-created logs are
-            // dropped unclosed, and recovered (empty) at the next start.
-            return;
+        // else handed over for a clean close already: these just-created logs are
+        // dropped unclosed, and recovered (empty) at the next start; what waited gets
+        // the shutting-down error.
+        for opening in waiting {
+            for (op, reply) in opening.parked {
+                let _ = reply.send(self.execute(op));
+            }
+            for w in opening.waiters {
+                let _ = w.send(());
+            }
         }
-        self.install(opened, now_ms);
-        self.seen_generation = 0;
-        self.sync_registry();
     }
 
     fn install(&mut self, opened: Vec<(OpenJob, Result<PartitionLog, LogError>)>, now_ms: i64) -> usize {
@@ -552,7 +587,7 @@ impl Shard {
             if self.closing {
                 return Err(PartitionError::Log(LogError::Offline("the broker is shutting down".into())));
             }
-            if self.opening.contains(tp) {
+            if self.opening.contains_key(tp) {
                 return Err(PartitionError::NotLeader(tp.clone()));
             }
             let (config, min_insync) = self.open_config(tp)?;
@@ -895,6 +930,19 @@ impl Shard {
         self.closing = true;
         self.partitions.drain().map(|(tp, p)| (tp, p.log)).collect()
     }
+}
+
+/// Where an operation's answer goes.
+pub type PartitionReplySender = futures::channel::oneshot::Sender<Result<PartitionReply, PartitionError>>;
+
+/// What waits for a partition's log to be opened off the data core.
+#[derive(Default)]
+struct Opening {
+    /// Operations, in arrival order: run in that order as soon as the log is installed,
+    /// before anything that arrives later, so pipelined requests keep their order.
+    parked: Vec<(PartitionOp, PartitionReplySender)>,
+    /// Others to wake then (group operations on `__consumer_offsets`).
+    waiters: Vec<futures::channel::oneshot::Sender<()>>,
 }
 
 /// A partition log to open at startup (`Shard::open_jobs`).

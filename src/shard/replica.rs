@@ -202,7 +202,8 @@ impl Shard {
             if !self.partitions.contains_key(&tp) {
                 // Newly hosted: its log is created or recovered off the data core (a
                 // directory fsync at least), then installed with its role.
-                if !self.closing && self.opening.insert(tp.clone()) {
+                if !self.closing && !self.opening.contains_key(&tp) {
+                    self.opening.insert(tp.clone(), Default::default());
                     let leader_epoch = self.leader_epoch_here(&tp);
                     let dir = self.data_dir.join(tp.dir_name());
                     self.open_queue.push(super::OpenJob { tp, dir, config, min_insync, leader_epoch });
