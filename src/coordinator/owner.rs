@@ -120,12 +120,17 @@ mod tests {
     use crate::coordinator::registry::LocalBroker;
     use crate::coordinator::store::LocalStore;
 
-    #[test]
-    fn a_write_is_visible_in_the_view_when_it_returns_and_old_views_never_change() {
+    /// An owner on a single-broker registry in a fresh embedded store.
+    fn started() -> (tempfile::TempDir, Arc<Metadata>) {
         let dir = tempfile::tempdir().unwrap();
         let broker = LocalBroker { id: 1, endpoint: Endpoint::new("127.0.0.1", 9092), rack: None, shards: 1 };
         let registry = Registry::open(Box::new(LocalStore::open(dir.path()).unwrap()), broker, 1_000).unwrap();
-        let metadata = Metadata::start(registry).unwrap();
+        (dir, Metadata::start(registry).unwrap())
+    }
+
+    #[test]
+    fn a_write_is_visible_in_the_view_when_it_returns_and_old_views_never_change() {
+        let (_dir, metadata) = started();
         let before = metadata.view();
         let generation = metadata.generation();
         assert!(before.get("orders").is_none());
@@ -151,10 +156,7 @@ mod tests {
 
     #[test]
     fn readers_never_wait_for_a_change_in_progress() {
-        let dir = tempfile::tempdir().unwrap();
-        let broker = LocalBroker { id: 1, endpoint: Endpoint::new("127.0.0.1", 9092), rack: None, shards: 1 };
-        let registry = Registry::open(Box::new(LocalStore::open(dir.path()).unwrap()), broker, 1_000).unwrap();
-        let metadata = Metadata::start(registry).unwrap();
+        let (_dir, metadata) = started();
         // A change that stalls inside the owner (as a ZooKeeper round trip would) until
         // the test lets it go.
         let (entered_tx, entered_rx) = std::sync::mpsc::channel();

@@ -26,8 +26,9 @@ pub enum ShardMessage {
 
 /// Client-error log lines per second per shard before they are summarized.
 const client_error_logs_per_second_max: u32 = 10;
-/// The longest an operation waits for its partition's log to be opened off the data
-/// core (a topic just created); then it is answered NOT_LEADER_OR_FOLLOWER.
+/// The longest a group operation waits for its `__consumer_offsets` partition's log to
+/// be opened off the data core; then it runs (and finds no coordinator there yet).
+/// Partition operations are parked instead, and run as soon as the log is installed.
 const partition_open_wait_ms_max: u64 = 5_000;
 /// How often completions are polled while an append write is still in flight.
 const io_poll_interval_us: u64 = 20;
@@ -119,15 +120,15 @@ impl ShardContext {
         let owner = owner_shard(op.tp(), self.nr_shards);
         let tp = op.tp().clone();
         if owner == self.id {
-            if !self.shard.borrow_mut().parks(&tp) {
-                let result = self.shard.borrow_mut().execute(op);
-                self.wakeup();
-                return result;
+            if self.shard.borrow_mut().parks(&tp) {
+                let (reply, rx) = oneshot::channel();
+                self.shard.borrow_mut().park(op, reply);
+                self.start_queued_opens();
+                return rx.await.unwrap_or_else(|_| Err(shard_gone(tp)));
             }
-            let (reply, rx) = oneshot::channel();
-            self.shard.borrow_mut().execute_or_park(op, reply);
-            self.start_queued_opens();
-            return rx.await.unwrap_or_else(|_| Err(shard_gone(tp)));
+            let result = self.shard.borrow_mut().execute(op);
+            self.wakeup();
+            return result;
         }
         let (reply, rx) = oneshot::channel();
         if self.senders.send_to(owner.0, ShardMessage::Partition { op, reply }).await.is_err() {
@@ -181,8 +182,8 @@ impl ShardContext {
     }
 
     /// Wait while `tp`'s log is being opened off this core (a partition newly hosted
-    /// here), at most `partition_open_wait_ms_max`; the operation then runs and finds
-    /// it open. Waiters are woken in arrival order. Never blocks the core.
+    /// here), at most `partition_open_wait_ms_max`: for group operations, which the
+    /// shard cannot park. Never blocks the core.
     pub async fn opened(&self, tp: &TopicPartition) {
         let installed = {
             let mut shard = self.shard.borrow_mut();
@@ -214,10 +215,14 @@ impl ShardContext {
     pub fn serve_remote(&self, msg: ShardMessage) {
         match msg {
             ShardMessage::Partition { op, reply } => {
-                if self.shard.borrow_mut().execute_or_park(op, reply) {
+                if self.shard.borrow_mut().parks(op.tp()) {
+                    self.shard.borrow_mut().park(op, reply);
                     self.start_queued_opens();
+                    return;
                 }
+                let result = self.shard.borrow_mut().execute(op);
                 self.wakeup();
+                let _ = reply.send(result);
             }
             ShardMessage::Group { op, reply } => {
                 let result = self.shard.borrow_mut().execute_group(op);

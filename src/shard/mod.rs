@@ -470,11 +470,6 @@ impl Shard {
         std::mem::take(&mut self.trash)
     }
 
-    /// Whether `tp`'s log is being opened off the data core (see `opening`).
-    pub fn is_opening(&self, tp: &TopicPartition) -> bool {
-        self.opening.contains_key(tp)
-    }
-
     /// Queue behind `tp`'s log being opened: resolves once it is installed (or failed).
     /// None when it is not being opened.
     pub fn wait_opened(&mut self, tp: &TopicPartition) -> Option<futures::channel::oneshot::Receiver<()>> {
@@ -484,23 +479,23 @@ impl Shard {
         Some(rx)
     }
 
-    /// Run `op` now and answer on `reply`; or, when its partition's log is being opened
-    /// off the core, park it to run (in arrival order) once the log is installed.
-    /// Returns whether it was parked.
-    pub fn execute_or_park(&mut self, op: PartitionOp, reply: PartitionReplySender) -> bool {
-        self.sync_registry();
-        if let Some(opening) = self.opening.get_mut(op.tp()) {
-            opening.parked.push((op, reply));
-            return true;
-        }
-        let _ = reply.send(self.execute(op));
-        false
-    }
-
-    /// Whether an operation on `tp` would be parked now (see `execute_or_park`).
+    /// Whether `tp`'s log is being opened off the data core: an operation on it must
+    /// be parked (`park`), not executed.
     pub fn parks(&mut self, tp: &TopicPartition) -> bool {
         self.sync_registry();
         self.opening.contains_key(tp)
+    }
+
+    /// Park `op` (its partition's log is being opened, see `parks`): it runs, in arrival
+    /// order, as soon as the log is installed, and is answered on `reply`.
+    pub fn park(&mut self, op: PartitionOp, reply: PartitionReplySender) {
+        match self.opening.get_mut(op.tp()) {
+            Some(opening) => opening.parked.push((op, reply)),
+            None => {
+                debug_assert!(false, "parked {} whose log is not being opened", op.tp());
+                let _ = reply.send(self.execute(op));
+            }
+        }
     }
 
     /// Logs of newly hosted partitions, to open off the data core (`open_logs`) and hand
