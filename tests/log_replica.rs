@@ -329,6 +329,44 @@ fn kip_101_follower_truncates_to_the_leaders_epoch_end() {
     assert_eq!(entries(&a), vec![(0, 0), (1, 2)]);
 }
 
+/// A broker that led an epoch without appending (its cache says "epoch 1 starts at my
+/// log end") and then follows a new leader truncates at its log end: no record goes,
+/// but the epoch does (Kafka's `UnifiedLog.truncateTo` -> `truncateFromEnd`). Kept, it
+/// would cover the older-epoch records the follower appends next, and when this broker
+/// led again it would answer OffsetForLeaderEpoch(0) with 2 instead of 5: a follower
+/// asking would cut committed records 2..5 (found by tests/replication_sim.rs).
+#[test]
+fn truncation_at_the_log_end_cuts_an_epoch_with_no_record_behind_it() {
+    let root = tempfile::tempdir().unwrap();
+    let (ad, bd) = (root.path().join("a"), root.path().join("b"));
+    let mut a = open(&ad);
+    let mut b = open(&bd);
+    lead(&mut a, 0, 2); // 0..=1
+    replicate(&a, &mut b, 1 << 20);
+    lead(&mut a, 0, 3); // 2..=4, not yet on B
+    b.assign_leader_epoch(1).unwrap(); // B leads epoch 1, appends nothing
+    assert_eq!(entries(&b), vec![(0, 0), (1, 2)]);
+    a.assign_leader_epoch(2).unwrap(); // A leads again
+
+    // B follows A: OffsetForLeaderEpoch(1) -> (0, 5); B's epoch 0 ends at 2: cut at 2,
+    // its log end.
+    assert_eq!(reconcile(&a, &mut b), vec![2]);
+    assert_eq!(b.log_end_offset(), Offset(2));
+    assert_eq!(entries(&b), vec![(0, 0)], "the epoch with no record behind it is cut");
+    assert_eq!(checkpoint(&bd), vec![(0, 0)], "and the checkpoint says so");
+
+    replicate(&a, &mut b, 1 << 20);
+    assert_eq!(log_bytes(&b), log_bytes(&a));
+    assert_eq!(entries(&b), learnable(&a));
+    b.assign_leader_epoch(3).unwrap(); // B leads again
+    assert_eq!(b.end_offset_for_epoch(0), (0, 5), "epoch 0 ends where A's records end");
+
+    // Past the end: cut at the end.
+    b.truncate_to(Offset(9)).unwrap();
+    assert_eq!((b.log_end_offset(), entries(&b)), (Offset(5), vec![(0, 0)]));
+    assert_eq!(checkpoint(&bd), vec![(0, 0)]);
+}
+
 /// KIP-279: the leader does not know the follower's latest epoch, and the epoch it
 /// answers with is one the follower does not know either. A (leader) has epochs 0 at 0,
 /// 1 at 4, 3 at 8; B led epoch 2 from offset 4 without A's epoch-1 data. B asks for

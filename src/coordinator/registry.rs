@@ -1172,6 +1172,45 @@ mod tests {
         assert!(mirror.apply_snapshot(&old_json).is_err());
     }
 
+    /// `ClusterView::may_take_roles`, every case it decides: the active coordinator and
+    /// a mirror registered since this process started take every role; a mirror that
+    /// restarted on its cached snapshot (or has none yet) takes single-replica roles
+    /// only, until its link registers it (the snapshot may name it leader of an epoch
+    /// whose records its previous incarnation lost); registering moves the generation,
+    /// so the shards look again.
+    #[test]
+    fn a_restarted_mirror_takes_replicated_roles_only_once_registered() {
+        let dir = tempfile::tempdir().unwrap();
+        let (active, _) = cluster(dir.path());
+        for rf in [1, 2, 3] {
+            assert!(active.view().may_take_roles(rf), "active coordinator, rf {rf}");
+        }
+
+        let fresh = Registry::mirror(remote(2), None);
+        assert!(fresh.view().may_take_roles(1));
+        assert!(!fresh.view().may_take_roles(2), "a mirror with no snapshot, rf 2");
+
+        let cache = tempfile::tempdir().unwrap();
+        Registry::mirror(remote(2), Some(cache.path()))
+            .apply_snapshot(&active.view().snapshot_json().unwrap().1)
+            .unwrap();
+        let mut restarted = Registry::mirror(remote(2), Some(cache.path()));
+        assert!(restarted.view().has_metadata(), "the restart starts from its cached snapshot");
+        assert!(restarted.view().may_take_roles(1), "nobody to diverge from with one replica");
+        for rf in [2, 3] {
+            assert!(!restarted.view().may_take_roles(rf), "restarted mirror, rf {rf}, before registering");
+        }
+        let generation = restarted.generation();
+        restarted.set_registered();
+        assert!(restarted.generation() > generation, "the shards must notice");
+        for rf in [1, 2, 3] {
+            assert!(restarted.view().may_take_roles(rf), "registered mirror, rf {rf}");
+        }
+        let generation = restarted.generation();
+        restarted.set_registered();
+        assert_eq!(restarted.generation(), generation, "registering again changes nothing");
+    }
+
     #[test]
     fn interrupted_deletion_is_finished_at_open() {
         let dir = tempfile::tempdir().unwrap();

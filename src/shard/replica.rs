@@ -488,7 +488,131 @@ impl Shard {
 
 #[cfg(test)]
 mod tests {
+    use std::path::Path;
+    use std::sync::Arc;
+
     use super::*;
+    use crate::config::TopicConfig;
+    use crate::coordinator::controller::Endpoint;
+    use crate::coordinator::owner::Metadata;
+    use crate::coordinator::registry::{LocalBroker, Registry};
+    use crate::coordinator::store::LocalStore;
+    use crate::model::ShardId;
+
+    const TOPIC: &str = "replicated";
+    const PARTITIONS: i32 = 6;
+
+    fn broker(id: i32) -> LocalBroker {
+        LocalBroker { id, endpoint: Endpoint::new("127.0.0.1", 9090 + id as u16), rack: None, shards: 1 }
+    }
+
+    /// Broker 1 runs the coordinator with brokers 2 and 3 registered, and `TOPIC` has
+    /// three replicas per partition.
+    fn coordinator(dir: &Path) -> Registry {
+        let mut r = Registry::open(Box::new(LocalStore::open(dir).unwrap()), broker(1), 1_000).unwrap();
+        for id in [2, 3] {
+            r.register_remote(broker(id), uuid::Uuid::new_v4(), 1_000).unwrap();
+        }
+        r.create_replicated(TOPIC, PARTITIONS, 3, TopicConfig::default()).unwrap();
+        r
+    }
+
+    /// Broker 2 as a restart leaves it: a mirror registry read back from the snapshot
+    /// its previous incarnation cached, not registered with the coordinator yet; one
+    /// shard on it, its logs opened.
+    fn restarted_broker_2(coordinator: &Registry, cache: &Path, data: &Path) -> (Arc<Metadata>, Shard) {
+        let json = coordinator.view().snapshot_json().unwrap().1;
+        Registry::mirror(broker(2), Some(cache)).apply_snapshot(&json).unwrap();
+        let metadata = Metadata::start(Registry::mirror(broker(2), Some(cache))).unwrap();
+        let mut shard = Shard::new(
+            ShardId(0),
+            1,
+            data.to_path_buf(),
+            metadata.clone(),
+            Default::default(),
+            crate::group::GroupConfig::default(),
+        );
+        shard.sync_registry();
+        let jobs = shard.take_open_jobs();
+        assert_eq!(jobs.len(), PARTITIONS as usize, "broker 2 hosts a replica of every partition");
+        shard.install_opened_later(super::super::open_logs(jobs, 1_000), 1_000);
+        (metadata, shard)
+    }
+
+    fn tps() -> impl Iterator<Item = TopicPartition> {
+        (0..PARTITIONS).map(|p| TopicPartition::new(TOPIC, p))
+    }
+
+    /// A restarted broker takes no role in a replicated partition from its cached
+    /// snapshot (which may name it leader of an epoch whose records it lost in an unclean
+    /// stop) until its coordinator link has registered it: `refresh_role` and
+    /// `leader_epoch_here` ask `ClusterView::may_take_roles`.
+    #[test]
+    fn a_restarted_broker_takes_replicated_roles_only_once_registered() {
+        let (store, cache, data) =
+            (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+        let coordinator = coordinator(store.path());
+        let (metadata, mut shard) = restarted_broker_2(&coordinator, cache.path(), data.path());
+        let view = metadata.view();
+        let leading: Vec<TopicPartition> =
+            tps().filter(|tp| view.leader_of(&tp.topic, tp.partition) == Some(2)).collect();
+        assert!(!leading.is_empty() && leading.len() < PARTITIONS as usize, "broker 2 leads some, follows others");
+        for tp in tps() {
+            assert!(matches!(shard.partitions[&tp].role, Role::None), "{tp}: a role before registering");
+            assert_eq!(shard.leader_epoch_here(&tp), None, "{tp}");
+        }
+        assert!(shard.take_fetcher_starts().is_empty(), "no fetcher before registering");
+
+        metadata.write_blocking(|r| r.set_registered());
+        shard.sync_registry();
+        for tp in tps() {
+            let (leader, epoch) = {
+                let (_, s) = view.partition(&tp.topic, tp.partition).unwrap();
+                (s.leader, s.leader_epoch)
+            };
+            if leading.contains(&tp) {
+                assert!(matches!(&shard.partitions[&tp].role, Role::Leader(l) if l.leader_epoch() == epoch), "{tp}");
+                assert_eq!(shard.leader_epoch_here(&tp), Some(epoch));
+            } else {
+                assert!(shard.follows(&tp, leader, epoch), "{tp} follows {leader} in epoch {epoch}");
+            }
+        }
+        assert_eq!(shard.take_fetcher_starts().len(), PARTITIONS as usize - leading.len());
+    }
+
+    /// A follower's truncation at its log end still cuts the epoch cache there (an epoch
+    /// this broker recorded as leader without appending): `replica_truncate` calls
+    /// `PartitionLog::truncate_to` even when no record goes.
+    #[test]
+    fn a_follower_truncation_at_its_log_end_cuts_the_epoch_started_there() {
+        let (store, cache, data) =
+            (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+        let coordinator = coordinator(store.path());
+        let (metadata, mut shard) = restarted_broker_2(&coordinator, cache.path(), data.path());
+        metadata.write_blocking(|r| r.set_registered());
+        shard.sync_registry();
+        let view = metadata.view();
+        let (tp, leader, epoch) = tps()
+            .find_map(|tp| {
+                let (_, s) = view.partition(&tp.topic, tp.partition)?;
+                (s.leader != 2).then(|| (tp.clone(), s.leader, s.leader_epoch))
+            })
+            .expect("broker 2 follows a partition");
+        assert!(shard.follows(&tp, leader, epoch));
+        // As if this broker had led an older epoch here without appending.
+        let log = &mut shard.partitions.get_mut(&tp).unwrap().log;
+        log.assign_leader_epoch(epoch).unwrap();
+        assert_eq!(log.latest_epoch(), Some(epoch));
+        assert_eq!(shard.local_epoch_end(&tp, epoch), 0);
+
+        shard.replica_truncate(&tp, leader, epoch, 0).unwrap();
+        let log = &shard.partitions[&tp].log;
+        assert_eq!(log.log_end_offset(), Offset(0));
+        assert_eq!(log.latest_epoch(), None, "the epoch with no record behind it is cut");
+        let saved = crate::log::leader_epoch::LeaderEpochCache::load(log.dir()).unwrap();
+        assert!(saved.entries().is_empty(), "and its checkpoint: {:?}", saved.entries());
+        assert!(matches!(shard.replica_truncate(&tp, leader, epoch + 1, 0), Err(PartitionError::NotLeader(_))));
+    }
 
     #[test]
     fn hw_checkpoints_round_trip_and_merge() {
