@@ -185,6 +185,11 @@ fn run(ops: Vec<Op>) {
                     m.bytes.truncate(keep);
                     m.end = m.batches.last().map_or(m.start, |b| b.last_offset + 1);
                     m.epochs.retain(|&(_, start)| start < m.end);
+                } else {
+                    // No record goes, but the cache is cut at the log end all the same
+                    // (Kafka's `UnifiedLog.truncateTo` -> `truncateFromEnd(logEndOffset)`):
+                    // an epoch starting there has no record behind it.
+                    m.epochs.retain(|&(_, start)| start < m.end);
                 }
             }
             Op::RetainBytes(bytes) => {
@@ -277,6 +282,14 @@ fn read_errors_and_bounds() {
     assert_eq!(log.read(Offset(1), 10, Offset(3), false).unwrap().length_bytes, 0);
     assert_eq!(log.read(Offset(3), 10_000, Offset(3), true).unwrap().length_bytes, 0);
     assert!(matches!(log.read(Offset(4), 100, Offset(4), true), Err(LogError::OffsetOutOfRange { .. })));
+}
+
+/// Found by `log_matches_model`: retention leaves epoch 1 starting at the log end (1),
+/// and a truncation to the log end cuts it, in the log as in Kafka; the model used to
+/// keep it ("leader epoch cache: left [] right [(1, 1)]").
+#[test]
+fn truncation_at_the_log_end_cuts_the_epoch_retention_left_there() {
+    run(vec![Op::AppendEpoch(1, vec![(1, 0, 0)]), Op::Tick(10_000), Op::Roll, Op::RetainMs(0), Op::Truncate(1)]);
 }
 
 /// Retention that empties every segment but the (just rolled, empty) active one leaves the
