@@ -25,8 +25,12 @@
 //! `flush_interval_ms`. The leader epoch cache is a model of Kafka's
 //! `LeaderEpochFileCache` (`assign`, `endOffsetFor`, and `UnifiedLog.truncateTo`, which
 //! cuts the cache even when no record goes), checked against the records after every
-//! change; spate's `LeaderEpochCache` is fed alongside as spate feeds it, and can answer
-//! instead (`SPATE_SIM_SPATE_EPOCH_CACHE=1`, and `sim_seeds_with_spate_epoch_cache`).
+//! change; spate's own `LeaderEpochCache` is fed alongside as `PartitionLog` feeds it and
+//! must hold the same entries and give the same OffsetForLeaderEpoch answers at every
+//! step. That `PartitionLog::truncate_to` and `Shard::replica_truncate` really cut the
+//! cache at the log end is tested on the real code (tests/log_replica.rs
+//! `truncation_at_the_log_end_cuts_an_epoch_with_no_record_behind_it`, src/shard/replica.rs
+//! `a_follower_truncation_at_its_log_end_cuts_the_epoch_started_there`).
 //!
 //! Fault model (the one under which Kafka promises that an acks=all record survives):
 //! at most one broker crashed or cut off at a time; a fault ends when the broker is
@@ -36,9 +40,11 @@
 //! that keeps the page cache: losing that data would be a second failure). Registrations
 //! and heartbeats are not lost at random, so that only a faulty broker gets fenced.
 //! Messages to or from a crashed broker die with it (its connections are reset). A
-//! restarted broker acts on no snapshot older than its registration (as in Kafka; spate
-//! acts on its cached snapshot: `SPATE_SIM_CACHED_SNAPSHOT=1`, and
-//! `sim_seeds_with_cached_snapshot`).
+//! restarted broker acts on no snapshot older than its registration, as in Kafka; spate
+//! does the same (`ClusterView::may_take_roles`: a restarted mirror takes no replicated
+//! role from its cached snapshot until its link has registered it), tested on the real
+//! code in src/coordinator/registry.rs and src/shard/replica.rs
+//! (`a_restarted_*_takes_replicated_roles_only_once_registered`).
 //!
 //! Invariants, checked after every step:
 //! 1. no two brokers act as leader of a partition in the same leader epoch;
@@ -48,8 +54,7 @@
 //!    (per the controller, acting in the controller's epoch) holds all of it;
 //! 4. log matching: every replica's log below its high watermark is the committed log;
 //! 5. high watermark <= log end offset everywhere; a leader's high watermark never moves
-//!    back within its epoch (one incarnation leads an epoch, unless a restarted broker
-//!    acts on its cached snapshot);
+//!    back within its epoch (one incarnation leads an epoch);
 //! 6. a follower's truncation never removes a committed record it holds;
 //! 7. with the idempotent producer: no record is twice in the committed log (so, with 3.,
 //!    every acknowledged record is there exactly once, at the offset its answer gave),
@@ -84,11 +89,15 @@
 //! `sim_seeds` runs `SEEDS_DEFAULT` seeds of `STEPS_PER_SEED` steps on the available
 //! cores. A failure prints its seed and the last events; replay it with
 //! `SPATE_SIM_SEED=<seed> cargo test --release --test replication_sim sim_seeds --
-//! --nocapture`. `SPATE_SIM_SEEDS=<n>` runs seeds 0..n. The scripted tests at the end
-//! replay KIP-101 and KIP-279 and a bug the simulation found, on a fixed schedule. The
-//! `sim_catches_*` tests run the seeds with a known bug put back and check that the
-//! invariants catch it; seed 11107, past the default seeds, replays the bug that broker
-//! epochs in Fetch and AlterPartition (KIP-903) fixed.
+//! --nocapture`. `SPATE_SIM_SEEDS=<n>` runs seeds 0..n. Seed 11107, past the default
+//! seeds, replays the bug that broker epochs in Fetch and AlterPartition (KIP-903) fixed
+//! (`sim_seed_11107_*`). The `sim_catches_*` tests put a known bug back into the wiring
+//! this file simulates (followers without broker epochs; leaders that append retries
+//! again) and check that the invariants catch it. The scripted tests at the end replay,
+//! on a fixed schedule, KIP-101 (`kip101_*`: truncation to the high watermark loses an
+//! acknowledged record, truncation by leader epoch keeps it), KIP-279 (`kip279_*`), a
+//! restarted follower rejoining the ISR (`a_restarted_follower_rejoins_the_isr_only_after_fetching`)
+//! and an idempotent retry after a failover (`a_retry_after_a_failover_*`).
 
 use std::cmp::Ordering;
 use std::collections::{BTreeMap, BinaryHeap, VecDeque};
@@ -197,15 +206,9 @@ struct Knobs {
     /// this, answered or not.
     request_timeout_ms: u64,
     rule: Rule,
-    /// Answer OffsetForLeaderEpoch from spate's `LeaderEpochCache` as spate feeds it,
-    /// instead of the Kafka model.
-    spate_epoch_cache: bool,
     /// Leaders tell a refused AlterPartition (`on_isr_change_refused`) from one that got
     /// no answer; the network then does not duplicate AlterPartition (one TCP request).
     refusals: bool,
-    /// A restarted broker acts on the last snapshot it saw before registering (spate's
-    /// cached snapshot) instead of waiting for one that knows its new incarnation.
-    cached_snapshot: bool,
     /// The client is an idempotent producer that retries every batch whose answer is
     /// lost or refused (else a plain acks=all producer that gives up on a timeout).
     idempotent: bool,
@@ -234,9 +237,7 @@ impl Knobs {
             fetch_records_max: 1 + rng.below(32) as usize,
             request_timeout_ms: 40 + rng.below(300),
             rule: Rule::Epoch,
-            spate_epoch_cache: false,
             refusals: rng.chance(50),
-            cached_snapshot: false,
             // Chosen by `run_seed`, outside this draw.
             idempotent: false,
             segment_records: 0,
@@ -262,9 +263,7 @@ impl Knobs {
             fetch_records_max: 32,
             request_timeout_ms: 300,
             rule,
-            spate_epoch_cache: false,
             refusals: false,
-            cached_snapshot: false,
             idempotent: false,
             segment_records: 16,
             appends_retries: false,
@@ -308,10 +307,10 @@ struct Log {
     /// at every truncation point, even one at or past the log end (Kafka's
     /// `UnifiedLog.truncateTo`: a new leader's entry with no record behind it goes).
     epochs: Vec<(i32, i64)>,
-    /// Spate's cache, fed as `PartitionLog` and `Shard::replica_truncate` feed it.
+    /// Spate's own `LeaderEpochCache`, fed as `PartitionLog` feeds it (`assign_if_newer`,
+    /// `truncate_from_end`, at or past the log end too): it must hold the model's
+    /// entries after every change and answer OffsetForLeaderEpoch as the model does.
     spate: LeaderEpochCache,
-    /// Answer from spate's cache instead of the model (`Knobs::spate_epoch_cache`).
-    use_spate: bool,
     /// The prefix known to equal the committed log (kept by the checker).
     matches_committed: usize,
     /// The real producer state (`txn::producer_state`), fed as `PartitionLog` feeds it:
@@ -337,11 +336,7 @@ impl Log {
     }
 
     fn latest_epoch(&self) -> Option<i32> {
-        if self.use_spate {
-            self.spate.latest_epoch()
-        } else {
-            self.epochs.last().map(|e| e.0)
-        }
+        self.epochs.last().map(|e| e.0)
     }
 
     /// Kafka's `LeaderEpochFileCache.assign`: needed unless `epoch` is the latest and
@@ -388,13 +383,15 @@ impl Log {
         self.check_cache()
     }
 
-    /// A follower's truncation. At or past the log end no record goes, but the model's
-    /// cache is cut there (Kafka); spate's is left alone (`Shard::replica_truncate`).
+    /// A follower's truncation. At or past the log end no record goes, but the cache is
+    /// cut there (Kafka's `UnifiedLog.truncateTo`; spate's `PartitionLog::truncate_to`,
+    /// which `Shard::replica_truncate` always calls).
     fn truncate(&mut self, len: i64) -> Result<(), String> {
         let len = len.max(0);
         if len >= self.leo() {
             let leo = self.leo();
             self.epochs.retain(|&(_, s)| s < leo);
+            self.spate.truncate_from_end(leo);
             return self.check_cache();
         }
         self.cut(len as usize)
@@ -455,27 +452,20 @@ impl Log {
         end
     }
 
-    /// OffsetForLeaderEpoch, answered by the model (or spate's cache).
+    /// OffsetForLeaderEpoch, answered by the model; spate's cache answers the same.
     fn end_offset_for(&self, requested: i32) -> (i32, i64) {
-        if self.use_spate {
-            self.spate.end_offset_for(requested, self.leo())
-        } else {
-            let answer = end_offset_for(&self.epochs, requested, self.leo());
-            // Spate's `end_offset_for` on the same entries answers the same.
-            let mut spate = LeaderEpochCache::default();
-            for &(epoch, start) in &self.epochs {
-                spate.assign(epoch, start);
-            }
-            assert_eq!(spate.end_offset_for(requested, self.leo()), answer, "{:?} asked {requested}", self.epochs);
-            answer
-        }
+        let answer = end_offset_for(&self.epochs, requested, self.leo());
+        assert_eq!(self.spate.end_offset_for(requested, self.leo()), answer, "{:?} asked {requested}", self.epochs);
+        answer
     }
 
     /// The model describes the log: every epoch present in the records starts where the
-    /// cache says, and nothing else is cached but a new leader's epoch at the log end.
+    /// cache says, and nothing else is cached but a new leader's epoch at the log end;
+    /// spate's cache holds the same entries.
     fn check_cache(&self) -> Result<(), String> {
-        if self.use_spate {
-            return Ok(());
+        let spate: Vec<(i32, i64)> = self.spate.entries().iter().map(|e| (e.epoch, e.start_offset)).collect();
+        if spate != self.epochs {
+            return Err(format!("spate's epoch cache {spate:?} differs from Kafka's {:?}", self.epochs));
         }
         let mut derived: Vec<(i32, i64)> = Vec::new();
         for (i, r) in self.records.iter().enumerate() {
@@ -662,8 +652,8 @@ struct Replica {
 }
 
 impl Replica {
-    fn new(use_spate_cache: bool, segment_records: i64) -> Self {
-        let log = Log { use_spate: use_spate_cache, segment_records, ..Log::default() };
+    fn new(segment_records: i64) -> Self {
+        let log = Log { segment_records, ..Log::default() };
         Self { log, follower_hw: 0, role: Role::None, waiters: Vec::new() }
     }
 
@@ -735,12 +725,10 @@ struct Broker {
     replicas: Vec<Replica>,
     /// AlterPartition requests in flight: request -> (partition, proposal, sent at).
     alters: BTreeMap<u64, (usize, IsrProposal, u64)>,
-    /// The last snapshot applied, kept across restarts (`cluster-snapshot.json`).
-    cached_snapshot: Option<Rc<Snapshot>>,
 }
 
 impl Broker {
-    fn new(id: i32, partitions: usize, use_spate_cache: bool, segment_records: i64) -> Self {
+    fn new(id: i32, partitions: usize, segment_records: i64) -> Self {
         Self {
             id,
             up: true,
@@ -750,9 +738,8 @@ impl Broker {
             next_heartbeat_ms: 0,
             next_isr_check_ms: 0,
             next_flush_ms: 0,
-            replicas: (0..partitions).map(|_| Replica::new(use_spate_cache, segment_records)).collect(),
+            replicas: (0..partitions).map(|_| Replica::new(segment_records)).collect(),
             alters: BTreeMap::new(),
-            cached_snapshot: None,
         }
     }
 }
@@ -885,7 +872,7 @@ impl Sim {
         let mut registered = BTreeMap::new();
         for &id in &BROKER_IDS {
             controller.register_broker(id, Endpoint::new("sim", 9000 + id as u16), None, 1, 0).expect("register");
-            let mut b = Broker::new(id, knobs.partitions, knobs.spate_epoch_cache, knobs.segment_records);
+            let mut b = Broker::new(id, knobs.partitions, knobs.segment_records);
             b.registration_epoch = controller.broker_epoch(id);
             b.next_heartbeat_ms = rng.below(HEARTBEAT_INTERVAL_MS);
             b.next_isr_check_ms = rng.below(ISR_CHECK_INTERVAL_MS);
@@ -993,7 +980,7 @@ impl Sim {
     /// Run `f` on broker `i`, taken out of the sim so that `f` can use the rest of it.
     fn with_broker<R>(&mut self, i: usize, f: impl FnOnce(&mut Self, &mut Broker) -> R) -> R {
         let id = self.brokers[i].id;
-        let mut b = std::mem::replace(&mut self.brokers[i], Broker::new(id, 0, false, 0));
+        let mut b = std::mem::replace(&mut self.brokers[i], Broker::new(id, 0, 0));
         let r = f(self, &mut b);
         self.brokers[i] = b;
         r
@@ -1133,18 +1120,6 @@ impl Sim {
         b.next_isr_check_ms = now;
         let incarnation = b.incarnation;
         self.note(format!("b{id} restarts as incarnation {incarnation}"));
-        if self.knobs.cached_snapshot {
-            // Spate's mirror registry installs `cluster-snapshot.json` at startup and the
-            // shards act on it before the coordinator link has registered.
-            if let Some(s) = self.brokers[index(id)].cached_snapshot.clone() {
-                self.note(format!("b{id} acts on its cached snapshot {}", s.seq));
-                self.with_broker(index(id), |sim, b| {
-                    for p in 0..b.replicas.len() {
-                        sim.refresh_role(b, p, &s.assignment[p], &s.partitions[p]);
-                    }
-                });
-            }
-        }
     }
 
     // ---- Controller ----
@@ -1288,12 +1263,6 @@ impl Sim {
             return;
         }
         b.snapshot_seq = s.seq;
-        b.cached_snapshot = Some(Rc::new(Snapshot {
-            seq: s.seq,
-            registration_epochs: s.registration_epochs.clone(),
-            assignment: s.assignment.clone(),
-            partitions: s.partitions.clone(),
-        }));
         for p in 0..b.replicas.len() {
             self.refresh_role(b, p, &s.assignment[p], &s.partitions[p]);
         }
@@ -2143,12 +2112,11 @@ impl Sim {
 
 // ---- Random runs ----
 
-/// Spate behaviours the model replaces with Kafka's, to run the seeds with (each one a
-/// known bug, see `sim_seeds_with_spate_epoch_cache` and `sim_seeds_with_cached_snapshot`).
+/// Known bugs the simulated wiring can be run with, each to show that the invariants
+/// catch it (`sim_catches_*`). Only for behaviour the simulation itself implements: a
+/// bug in spate's own code is shown by a test of that code (see the module comment).
 #[derive(Debug, Clone, Copy, Default)]
 struct AsSpate {
-    epoch_cache: bool,
-    cached_snapshot: bool,
     /// A leader that checks sequences and epochs but appends a retry of one of the
     /// producer's last 5 batches again instead of answering it with its offsets.
     appends_retries: bool,
@@ -2158,37 +2126,24 @@ struct AsSpate {
 }
 
 impl AsSpate {
-    /// `SPATE_SIM_SPATE_EPOCH_CACHE=1`, `SPATE_SIM_CACHED_SNAPSHOT=1`,
     /// `SPATE_SIM_APPENDS_RETRIES=1`, `SPATE_SIM_NO_BROKER_EPOCHS=1`.
     fn from_env() -> Self {
         Self {
-            epoch_cache: std::env::var("SPATE_SIM_SPATE_EPOCH_CACHE").is_ok(),
-            cached_snapshot: std::env::var("SPATE_SIM_CACHED_SNAPSHOT").is_ok(),
             appends_retries: std::env::var("SPATE_SIM_APPENDS_RETRIES").is_ok(),
             no_broker_epochs: std::env::var("SPATE_SIM_NO_BROKER_EPOCHS").is_ok(),
         }
     }
 }
 
-/// Which producer the seeds run.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Producers {
-    /// Odd seeds the idempotent producer, even seeds the plain one.
-    BySeed,
-    /// The plain producer for every seed (the guards whose seeds were found with it).
-    Plain,
-}
-
 /// One seed: knobs and assignment drawn from it, `STEPS_PER_SEED` random steps, then the
-/// settle phase. The producer and the segment size come from the seed outside the main
-/// draw, so a plain-producer seed runs exactly as it did before the idempotent producer.
-fn run_seed(seed: u64, as_spate: AsSpate, producers: Producers) -> Result<Summary, String> {
+/// settle phase. The producer (idempotent for odd seeds, plain for even ones) and the
+/// segment size come from the seed outside the main draw, so a plain-producer seed runs
+/// exactly as it did before the idempotent producer.
+fn run_seed(seed: u64, as_spate: AsSpate) -> Result<Summary, String> {
     let mut rng = Rng(seed);
     let mut segment_rng = Rng(seed ^ 0x5e67_e475);
     let knobs = Knobs {
-        spate_epoch_cache: as_spate.epoch_cache,
-        cached_snapshot: as_spate.cached_snapshot,
-        idempotent: producers == Producers::BySeed && seed % 2 == 1,
+        idempotent: seed % 2 == 1,
         appends_retries: as_spate.appends_retries,
         no_broker_epochs: as_spate.no_broker_epochs,
         segment_records: 4 + segment_rng.below(60) as i64,
@@ -2233,7 +2188,7 @@ struct Summary {
 
 /// Run `seeds` on up to `SIM_THREADS_MAX` threads (each simulation is single-threaded
 /// and deterministic); the lowest failing seed, with its report.
-fn run_seeds(seeds: &[u64], as_spate: AsSpate, producers: Producers) -> Option<(u64, String)> {
+fn run_seeds(seeds: &[u64], as_spate: AsSpate) -> Option<(u64, String)> {
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get()).clamp(1, SIM_THREADS_MAX);
     let failures = std::sync::Mutex::new(Vec::new());
     std::thread::scope(|scope| {
@@ -2244,7 +2199,7 @@ fn run_seeds(seeds: &[u64], as_spate: AsSpate, producers: Producers) -> Option<(
                     if failures.lock().expect("lock").iter().any(|(s, _)| *s < seed) {
                         return;
                     }
-                    let failure = match std::panic::catch_unwind(|| run_seed(seed, as_spate, producers)) {
+                    let failure = match std::panic::catch_unwind(|| run_seed(seed, as_spate)) {
                         Ok(Ok(summary)) => {
                             if seeds.len() == 1 {
                                 println!("seed {seed} passed: {summary:?}");
@@ -2274,39 +2229,9 @@ fn sim_seeds() {
         }
     };
     let as_spate = AsSpate::from_env();
-    if let Some((seed, e)) = run_seeds(&seeds, as_spate, Producers::BySeed) {
+    if let Some((seed, e)) = run_seeds(&seeds, as_spate) {
         panic!("replication simulation failed ({as_spate:?}); replay with SPATE_SIM_SEED={seed}\n{e}");
     }
-}
-
-/// A bug this simulation found and Spate fixed (`PartitionLog::truncate_to` now cuts the
-/// epoch cache even when no record goes, and `Shard::replica_truncate` always calls it,
-/// as Kafka's `UnifiedLog.truncateTo`): a broker that led an epoch without appending kept
-/// the entry "epoch E starts at my log end" when it then followed a new leader, appended
-/// older-epoch records past it, and when it led again answered OffsetForLeaderEpoch with
-/// the stale start, so an ISR follower truncated committed records. The model cuts the
-/// cache as Kafka (and now Spate) does; this runs the seeds with the old behaviour and
-/// checks that the invariants catch it (a regression guard for the simulation itself),
-/// with the plain producer the seeds found it with.
-#[test]
-fn sim_catches_a_stale_epoch_cache_entry() {
-    let seeds: Vec<u64> = (0..SEEDS_DEFAULT).collect();
-    let found = run_seeds(&seeds, AsSpate { epoch_cache: true, ..AsSpate::default() }, Producers::Plain);
-    assert!(found.is_some(), "the stale epoch-cache behaviour went unnoticed over {} seeds", seeds.len());
-}
-
-/// A bug this simulation found and Spate fixed (`Registry::may_take_roles`: a restarted
-/// broker takes replicated roles only once the coordinator link has registered the new
-/// incarnation and pulled a snapshot after that; a restarted coordinator fences its own
-/// previous incarnation): a broker that restarted installed its cached snapshot and led
-/// its old epoch again without records that were committed. The model waits for a
-/// snapshot that knows the new incarnation, as Kafka's brokers do; this runs the seeds
-/// with the old behaviour and checks that the invariants catch it (plain producer).
-#[test]
-fn sim_catches_leading_from_a_cached_snapshot() {
-    let seeds: Vec<u64> = (0..SEEDS_DEFAULT).collect();
-    let found = run_seeds(&seeds, AsSpate { cached_snapshot: true, ..AsSpate::default() }, Producers::Plain);
-    assert!(found.is_some(), "leading from a cached snapshot went unnoticed over {} seeds", seeds.len());
 }
 
 /// A bug seed 11107 (beyond the `SEEDS_DEFAULT` that CI runs) found and spate fixed with
@@ -2320,7 +2245,7 @@ fn sim_catches_leading_from_a_cached_snapshot() {
 /// the idempotent producer the seed runs.
 #[test]
 fn sim_seed_11107_a_restarted_follower_rejoins_on_its_previous_incarnations_offset() {
-    if let Err(e) = run_seed(11107, AsSpate::default(), Producers::BySeed) {
+    if let Err(e) = run_seed(11107, AsSpate::default()) {
         panic!("{e}");
     }
 }
@@ -2329,7 +2254,7 @@ fn sim_seed_11107_a_restarted_follower_rejoins_on_its_previous_incarnations_offs
 /// invariants catch the restarted follower elected without committed records.
 #[test]
 fn sim_catches_a_restarted_follower_without_broker_epochs() {
-    let e = run_seed(11107, AsSpate { no_broker_epochs: true, ..AsSpate::default() }, Producers::BySeed)
+    let e = run_seed(11107, AsSpate { no_broker_epochs: true, ..AsSpate::default() })
         .expect_err("seed 11107 without broker epochs went unnoticed");
     assert!(e.contains("committed"), "{e}");
 }
@@ -2340,7 +2265,7 @@ fn sim_catches_a_restarted_follower_without_broker_epochs() {
 #[test]
 fn sim_catches_appended_retries() {
     let seeds: Vec<u64> = (0..IDEMPOTENCE_GUARD_SEEDS).map(|i| 2 * i + 1).collect();
-    let found = run_seeds(&seeds, AsSpate { appends_retries: true, ..AsSpate::default() }, Producers::BySeed);
+    let found = run_seeds(&seeds, AsSpate { appends_retries: true, ..AsSpate::default() });
     let (seed, report) = found.expect("retries appended twice went unnoticed");
     assert!(report.contains("committed twice"), "seed {seed} failed otherwise: {report}");
 }
