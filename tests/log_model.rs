@@ -6,6 +6,8 @@
 
 #[path = "log_common/mod.rs"]
 mod common;
+#[path = "proptest_config/mod.rs"]
+mod proptest_config;
 
 use common::*;
 use proptest::prelude::*;
@@ -263,7 +265,7 @@ fn expect_retention(l: &mut PartitionLog, m: &mut Model, now: i64, expired: impl
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 128, ..ProptestConfig::default() })]
+    #![proptest_config(proptest_config::config(128))]
     #[test]
     fn log_matches_model(ops in prop::collection::vec(op(), 1..40)) {
         run(ops);

@@ -5,6 +5,8 @@
 
 #[path = "log_common/mod.rs"]
 mod common;
+#[path = "proptest_config/mod.rs"]
+mod proptest_config;
 
 use std::os::unix::fs::FileExt;
 use std::path::Path;
@@ -669,7 +671,7 @@ fn run(ops: Vec<Op>) {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
+    #![proptest_config(proptest_config::config(64))]
     /// Whatever the leader does and however the follower diverges, reconciling by epoch
     /// and fetching leaves the two logs byte-identical with the same epoch caches.
     #[test]

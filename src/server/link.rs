@@ -208,7 +208,7 @@ impl Link {
         let epoch = resp.broker_epoch;
         tracing::info!(coordinator = %addr, broker_epoch = epoch, "registered with the active coordinator");
         // The coordinator has seen this process: once we hold a snapshot taken after that,
-        // replicated partitions may take their roles (see Registry::may_take_roles).
+        // replicated partitions may take their roles (see ClusterView::may_take_roles).
         pull_snapshot(&self.metadata, &mut conn, self.broker.id, Duration::ZERO)?;
         self.metadata.write_blocking(|reg| reg.set_registered());
         let result = self.registered(&mut conn, elected, epoch);

@@ -433,6 +433,11 @@ impl ProducerStates {
     }
 }
 
+/// Seeds and replays for the proptests below (shared with tests/*.rs).
+#[cfg(test)]
+#[path = "../../tests/proptest_config/mod.rs"]
+mod proptest_config;
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -672,6 +677,7 @@ mod tests {
     }
 
     proptest! {
+        #![proptest_config(super::proptest_config::config(256))]
         /// A producer sending batches and retrying any of its recent ones: every new batch
         /// is appended once, a retry inside the 5-batch window gets the original offsets,
         /// one outside it is out of order; nothing is appended twice.
