@@ -158,6 +158,8 @@ def test_sigterm_exits_promptly_and_cleanly(broker):
     assert rc == 0, f"exit status {rc} after SIGTERM"
     for name, log_end_offset in dirs.items():
         d = broker.data_dir / name
-        assert (d / ".spate-clean-shutdown").read_text() == "1\n", f"{name}: no clean-shutdown marker"
+        marker = d / ".spate-clean-shutdown"
+        assert marker.exists(), f"{name}: no clean-shutdown marker after SIGTERM: {sorted(f.name for f in d.iterdir())}"
+        assert marker.read_text() == "1\n", f"{name}: clean-shutdown marker {marker.read_text()!r}"
         version, offset, _crc = (d / "spate-recovery-point").read_text().split()
         assert (version, int(offset)) == ("1", log_end_offset), f"{name}: recovery point {version} {offset}"
