@@ -71,6 +71,10 @@ struct ServeArgs {
     /// never: Kafka's default, no fsync on the produce path; always: group commit, acks after fdatasync [default: never]
     #[arg(long, value_enum)]
     fsync: Option<FsyncMode>,
+    /// Tests only: sleep this long after each group-commit fdatasync round, before its
+    /// acks go out [default: 0]
+    #[arg(long, hide = true)]
+    test_fsync_delay_ms: Option<u64>,
     /// group.initial.rebalance.delay.ms [default: 3000]
     #[arg(long)]
     group_initial_rebalance_delay_ms: Option<i64>,
@@ -233,6 +237,9 @@ fn load_config(args: ServeArgs) -> Result<BrokerConfig, String> {
     }
     if let Some(v) = args.fsync {
         config.fsync = v;
+    }
+    if let Some(v) = args.test_fsync_delay_ms {
+        config.test_fsync_delay_ms = v;
     }
     if let Some(v) = args.max_connections {
         config.max_connections = v;

@@ -145,7 +145,21 @@ def test_topics_configs_and_data_survive_restart(broker):
 
 
 def test_sigterm_exits_promptly_and_cleanly(broker):
-    create_topic(broker.bootstrap, "bye", 1)
-    cf_produce(broker.bootstrap, "bye", [{"value": b"x"}])
+    """SIGTERM: exit status 0, and every partition log closed cleanly, as the broker
+    records it on disk (src/log/mod.rs): the clean-shutdown marker `.spate-clean-shutdown`
+    (`1\n`, absent while the log is open) and the recovery point `1 <offset> <crc>` at the
+    log end offset."""
+    create_topic(broker.bootstrap, "bye", 2)
+    cf_produce(broker.bootstrap, "bye", [{"value": b"x", "partition": 0}] * 3 + [{"value": b"y", "partition": 1}])
+    dirs = {"bye-0": 3, "bye-1": 1}
+    for name in dirs:
+        assert not (broker.data_dir / name / ".spate-clean-shutdown").exists(), f"{name}: marker while open"
     rc = broker.stop(signal.SIGTERM, timeout=15)
     assert rc == 0, f"exit status {rc} after SIGTERM"
+    for name, log_end_offset in dirs.items():
+        d = broker.data_dir / name
+        marker = d / ".spate-clean-shutdown"
+        assert marker.exists(), f"{name}: no clean-shutdown marker after SIGTERM: {sorted(f.name for f in d.iterdir())}"
+        assert marker.read_text() == "1\n", f"{name}: clean-shutdown marker {marker.read_text()!r}"
+        version, offset, _crc = (d / "spate-recovery-point").read_text().split()
+        assert (version, int(offset)) == ("1", log_end_offset), f"{name}: recovery point {version} {offset}"

@@ -1,9 +1,15 @@
 """Durability modes: `--fsync always` acknowledges only after an fdatasync that many
 concurrent appends share (group commit), and topic `flush.messages=1` does the same
-per topic. Shown with the broker's own fsync counter and kill -9."""
+per topic. Shown with the broker's own fsync counter, kill -9, and a slowed fsync
+(the hidden `--test-fsync-delay-ms`: each group-commit round sleeps after its
+fdatasyncs, before its acks go out), since data surviving kill -9 is in the page
+cache whether or not the ack waited for the disk."""
 
 import threading
+import time
 import urllib.request
+
+from confluent_kafka import Producer
 
 from helpers.broker import free_port
 from helpers.clients import cf_consume, cf_produce, create_topic
@@ -41,7 +47,8 @@ def test_fsync_always_group_commits_and_survives_kill9(broker_factory):
     b = broker_factory("--fsync", "always", "--metrics-listen", f"127.0.0.1:{mport}", cores=2)
     create_topic(b.bootstrap, "dur", 4)
     before = metric_sum(scrape(mport), "spate_fsyncs_total")
-    produce_concurrently(b.bootstrap, "dur", producers=4, per_producer=200)
+    producers, per_producer = 4, 200
+    produce_concurrently(b.bootstrap, "dur", producers, per_producer)
     m = scrape(mport)
     fsyncs = metric_sum(m, "spate_fsyncs_total") - before
     produces = metric_sum(m, 'spate_request_duration_seconds_count{shard="0",api="Produce"}') + metric_sum(
@@ -52,8 +59,15 @@ def test_fsync_always_group_commits_and_survives_kill9(broker_factory):
 
     b.kill()
     b.restart(new_port=True)
-    got = cf_consume(b.bootstrap, "dur", 4, count=800, timeout=60)
-    assert sum(len(v) for v in got.values()) == 800
+    got = cf_consume(b.bootstrap, "dur", 4, count=producers * per_producer, timeout=60)
+    # Every value, on its partition, each producer's in the order it sent them (the
+    # producers' records interleave).
+    for p in range(4):
+        values = [m.value.decode() for m in got[p]]
+        for i in range(producers):
+            mine = [v for v in values if v.startswith(f"{i}-")]
+            assert mine == [f"{i}-{n}" for n in range(p, per_producer, 4)], (p, i, mine[:10])
+        assert len(values) == producers * per_producer // 4, (p, len(values))
 
 
 def test_topic_flush_messages_1_fsyncs_without_the_broker_flag(broker_factory):
@@ -67,3 +81,51 @@ def test_topic_flush_messages_1_fsyncs_without_the_broker_flag(broker_factory):
     assert after_plain == base, "Kafka's default: no fsync on the produce path"
     cf_produce(b.bootstrap, "flushed", [{"value": b"x"}] * 20, timeout=30, **{"linger.ms": 0})
     assert metric_sum(scrape(mport), "spate_fsyncs_total") > after_plain
+
+
+FSYNC_DELAY_MS = 2000
+PRODUCES = 5
+
+
+def ack_latencies(bootstrap, topic, n=PRODUCES):
+    """Seconds from produce() to its acks=1 delivery report, for `n` records sent one at
+    a time by one producer (its connection and metadata made by a first record)."""
+    p = Producer({"bootstrap.servers": bootstrap, "acks": 1, "linger.ms": 0})
+    try:
+        latencies = []
+        for i in range(n + 1):
+            done = []
+            t0 = time.monotonic()
+            p.produce(topic, f"v{i}".encode(), on_delivery=lambda err, msg: done.append(err))
+            left = p.flush(60)
+            assert left == 0 and done == [None], (left, done)
+            latencies.append(time.monotonic() - t0)
+        return latencies[1:]
+    finally:
+        p.flush(10)
+
+
+def test_fsync_always_acks_wait_for_the_fsync(broker_factory):
+    """With `--fsync always` and each fsync round slowed by D, every acks=1 produce is
+    answered no sooner than D: the ack waits for the fsync. With the default mode the
+    same delay is never on the produce path (acks go out once the page cache has the
+    bytes), so the check fails both ways; a topic with flush.messages=1 waits again."""
+    delay_s = FSYNC_DELAY_MS / 1000
+    b = broker_factory("--fsync", "always", "--test-fsync-delay-ms", str(FSYNC_DELAY_MS), cores=1)
+    create_topic(b.bootstrap, "slow-sync", 1)
+    synced = ack_latencies(b.bootstrap, "slow-sync")
+    assert min(synced) >= delay_s, \
+        f"acks=1 answered in {min(synced):.3f} s, before the {delay_s} s fsync: {synced}"
+    got = cf_consume(b.bootstrap, "slow-sync", 1, count=PRODUCES + 1)
+    assert [m.value for m in got[0]] == [f"v{i}".encode() for i in range(PRODUCES + 1)]
+
+    b = broker_factory("--test-fsync-delay-ms", str(FSYNC_DELAY_MS), name="default-mode", cores=1)
+    create_topic(b.bootstrap, "page-cache", 1)
+    unsynced = ack_latencies(b.bootstrap, "page-cache")
+    # The fastest of several: one slow answer on a loaded machine is not the delay.
+    assert min(unsynced) < delay_s / 2, \
+        f"default mode: every ack took {min(unsynced):.3f} s or more, as if it waited for the fsync: {unsynced}"
+    create_topic(b.bootstrap, "flushed-each", 1, config={"flush.messages": "1"})
+    flushed = ack_latencies(b.bootstrap, "flushed-each")
+    assert min(flushed) >= delay_s, \
+        f"flush.messages=1: answered in {min(flushed):.3f} s, before the {delay_s} s fsync: {flushed}"

@@ -1,28 +1,77 @@
-"""Fetch long-poll semantics: answer when max_wait expires even if min_bytes is not
-reached, and answer early when data arrives."""
+"""Fetch long-poll semantics: answer when max_wait expires (not before) when min_bytes is
+not reached, empty partition included, and answer early when data arrives."""
 
 import os
 import threading
 import time
 
-from confluent_kafka import OFFSET_END, TopicPartition
+from confluent_kafka import OFFSET_END, KafkaError, TopicPartition
+from kafka import TopicPartition as KpTopicPartition
 
-from helpers.clients import cf_consume, cf_consumer, cf_produce, create_topic, kp_consume
+from helpers.clients import cf_consumer, cf_produce, create_topic, kp_consumer
+
+
+# Long enough that an answer given at once (a broker ignoring max_wait_ms / min_bytes)
+# is told apart from one given after the wait, even with a slow client start.
+MAX_WAIT_MS = 3000
+# A broker that waits must answer no sooner than max_wait_ms (its timer starts after
+# the clock below does), so the lower bound needs only timer slack; the upper bound is
+# generous for a loaded machine.
+EARLY_SLACK_S = 0.05
+LATE_MARGIN_S = 15
+
+
+def cf_time_to_first(bootstrap, topic, **conf):
+    """Seconds from assign() (offset 0, partition 0) to the first record or EOF, and it."""
+    c = cf_consumer(bootstrap, **{"fetch.wait.max.ms": MAX_WAIT_MS, **conf})
+    try:
+        t0 = time.monotonic()
+        c.assign([TopicPartition(topic, 0, 0)])
+        m = None
+        while m is None and time.monotonic() - t0 < MAX_WAIT_MS / 1000 + LATE_MARGIN_S:
+            m = c.poll(0.05)
+        return time.monotonic() - t0, m
+    finally:
+        c.close()
+
+
+def assert_waited(waited, what):
+    wait_s = MAX_WAIT_MS / 1000
+    assert waited >= wait_s - EARLY_SLACK_S, f"{what}: answered after {waited:.3f} s, before max_wait_ms ({wait_s} s)"
+    assert waited < wait_s + LATE_MARGIN_S, f"{what}: answered after {waited:.1f} s, long after max_wait_ms"
+
+
+def test_fetch_on_an_empty_partition_waits_max_wait(broker):
+    """Nothing to read, min_bytes 1: the fetch is answered (empty, the client reports
+    EOF) when max_wait_ms expires, not at once and not never."""
+    create_topic(broker.bootstrap, "empty-wait", 1)
+    waited, m = cf_time_to_first(broker.bootstrap, "empty-wait")
+    assert m is not None and m.error() is not None and m.error().code() == KafkaError._PARTITION_EOF, m
+    assert_waited(waited, "an empty partition")
 
 
 def test_fetch_min_bytes_never_reached_returns_at_max_wait(broker):
+    """Some data, far less than min_bytes: the fetch waits max_wait_ms, then answers
+    what there is (confluent-kafka and kafka-python)."""
     create_topic(broker.bootstrap, "minbytes", 1)
     cf_produce(broker.bootstrap, "minbytes", [{"value": b"tiny"}])
-    t0 = time.monotonic()
-    got = cf_consume(broker.bootstrap, "minbytes", 1, 1, timeout=20,
-                     **{"fetch.min.bytes": 10_000_000, "fetch.wait.max.ms": 500})
-    assert [m.value for m in got[0]] == [b"tiny"]
-    assert time.monotonic() - t0 < 10
-    t0 = time.monotonic()
-    got = kp_consume(broker.bootstrap, "minbytes", 1, 1, timeout=20,
-                     fetch_min_bytes=10_000_000, fetch_max_wait_ms=500)
-    assert [m.value for m in got[0]] == [b"tiny"]
-    assert time.monotonic() - t0 < 10
+    waited, m = cf_time_to_first(broker.bootstrap, "minbytes", **{"fetch.min.bytes": 10_000_000})
+    assert m is not None and not m.error() and m.value() == b"tiny", m
+    assert_waited(waited, "confluent-kafka, min_bytes not reached")
+
+    c = kp_consumer(broker.bootstrap, fetch_min_bytes=10_000_000, fetch_max_wait_ms=MAX_WAIT_MS)
+    try:
+        t0 = time.monotonic()
+        c.assign([KpTopicPartition("minbytes", 0)])
+        c.seek(KpTopicPartition("minbytes", 0), 0)
+        got = []
+        while not got and time.monotonic() - t0 < MAX_WAIT_MS / 1000 + LATE_MARGIN_S:
+            got = [r for recs in c.poll(timeout_ms=50).values() for r in recs]
+        waited = time.monotonic() - t0
+        assert [r.value for r in got] == [b"tiny"], got
+        assert_waited(waited, "kafka-python, min_bytes not reached")
+    finally:
+        c.close()
 
 
 def test_long_poll_wakes_up_when_data_arrives(broker):

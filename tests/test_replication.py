@@ -11,15 +11,16 @@
 
 import hashlib
 import os
+import re
 import signal
 import subprocess
 import threading
 import time
 
 import pytest
-from confluent_kafka import Producer
+from confluent_kafka import KafkaError, Producer, TopicPartition
 
-from helpers.clients import admin, cf_consume, create_topic
+from helpers.clients import admin, cf_consume, cf_consumer, create_topic
 from test_cluster import SESSION_MS, cluster_args, wait_brokers, wait_for
 
 LAG_MS = 3000
@@ -50,6 +51,10 @@ def full_isr(states):
     return all(l >= 0 and isr == sorted(r) for l, r, isr in states.values())
 
 
+def preferred_leaders(states):
+    return all(l == r[0] for l, r, _ in states.values())
+
+
 def log_digests(broker, topic, partition):
     d = broker.data_dir / f"{topic}-{partition}"
     h = hashlib.sha256()
@@ -59,10 +64,11 @@ def log_digests(broker, topic, partition):
     return h.hexdigest()
 
 
-def wait_identical_replicas(brokers, topic, partitions, timeout=30):
+def wait_identical_replicas(brokers, topic, partitions, timeout=30, first=0):
+    """Wait until partitions first..first+partitions-1 hold the same bytes on `brokers`."""
     deadline = time.monotonic() + timeout
     while True:
-        digests = {p: {i: log_digests(b, topic, p) for i, b in brokers.items()} for p in range(partitions)}
+        digests = {p: {i: log_digests(b, topic, p) for i, b in brokers.items()} for p in range(first, first + partitions)}
         if all(len(set(d.values())) == 1 for d in digests.values()):
             return
         if time.monotonic() > deadline:
@@ -137,6 +143,19 @@ def finish_and_verify(prod, brokers, topic, parts):
     return n
 
 
+def wait_acks_after(prod, partitions, t, timeout=60, what="acknowledgements"):
+    """Wait until each of `partitions` has an acknowledgement later than `t`: producing
+    to them goes on (instead of sleeping for a while and hoping it did)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        behind = [p for p in partitions if not any(pp == p and at > t for pp, _, _, at in list(prod.acked))]
+        if not behind:
+            return
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{what}: no acknowledgement on partitions {behind} within {timeout} s")
+        time.sleep(0.1)
+
+
 def failover_gap(acked, partitions, t_fault, window_s=60):
     """Longest pause between consecutive acknowledgements on `partitions` that ends after
     `t_fault` (within `window_s`): how long producing to them stalled."""
@@ -191,28 +210,35 @@ def test_not_enough_replicas_refuses_acks_all(broker_factory):
     r = subprocess.run([SPATE, "produce", "few", "--bootstrap", b1.bootstrap, "--acks", "all"],
                        input=b"z\n", capture_output=True, timeout=60)
     assert r.returncode == 0, r
+    # The refused write is nowhere, the accepted ones are there in order, and every
+    # replica holds the same bytes as the leader.
+    got = cf_consume(b1.bootstrap, "few", 1, count=2, timeout=60)
+    assert [m.value for m in got[0]] == [b"y", b"z"], got
     wait_identical_replicas(brokers, "few", 1)
 
 
-@pytest.mark.slow
-@pytest.mark.timeout(420)
 def kill_leaders_then_freeze(brokers, topic, prod, kills):
-    """Under `prod`'s load: `kills` times kill -9 a partition leader (never broker 1, which
-    runs the coordinator) and restart it once its leaderships moved; then freeze broker 3
-    (SIGSTOP: no heartbeats, no fetches) until it leaves the ISR, and let it come back.
-    Returns, per kill, the longest pause in acknowledgements of the partitions it led."""
+    """Under `prod`'s load: `kills` times kill -9 a broker that leads a partition (never
+    broker 1, which runs the coordinator) and restart it once its leaderships moved and
+    producing to them resumed; then freeze broker 3 (SIGSTOP: no heartbeats, no
+    fetches) until it leaves the ISR, and let it come back. The cluster must run with a
+    short leader-imbalance check, so each restarted broker gets its preferred
+    leaderships back and the next kill has a leader to hit. Returns, per kill, the
+    victim and the longest pause in acknowledgements of the partitions it led."""
     b1 = brokers[1]
     gaps = []
-    for round_ in range(kills):
-        states = wait_states(b1.bootstrap, topic, full_isr, timeout=60, what="full ISR")
-        victim = next((l for l, _, _ in states.values() if l != 1), 2 + round_ % 2)
+    for _ in range(kills):
+        states = wait_states(b1.bootstrap, topic, lambda s: full_isr(s) and any(l != 1 for l, _, _ in s.values()),
+                             timeout=60, what="full ISR and a leader other than broker 1")
+        victim = next(l for _, (l, _, _) in sorted(states.items()) if l != 1)
         led = [p for p, (l, _, _) in states.items() if l == victim]
+        assert led, (victim, states)
         t_kill = time.monotonic()
         brokers[victim].kill()
         wait_states(b1.bootstrap, topic, lambda s: all(s[p][0] not in (victim, -1) for p in led),
                     timeout=SESSION_MS / 1000 + 15, what=f"leaders moved off broker {victim}")
-        time.sleep(2)
-        gaps.append(failover_gap(prod.acked, led, t_kill))
+        wait_acks_after(prod, led, time.monotonic(), what=f"producing after broker {victim}'s leaderships moved")
+        gaps.append((victim, failover_gap(prod.acked, led, t_kill)))
         brokers[victim].restart()
     wait_states(b1.bootstrap, topic, full_isr, timeout=60, what="full ISR")
     frozen = 3
@@ -220,27 +246,30 @@ def kill_leaders_then_freeze(brokers, topic, prod, kills):
     try:
         wait_states(b1.bootstrap, topic, lambda s: all(frozen not in isr for _, _, isr in s.values()),
                     timeout=SESSION_MS / 1000 + 15, what="frozen broker out of the ISR")
-        time.sleep(2)
+        wait_acks_after(prod, range(prod.partitions), time.monotonic(), what="producing with broker 3 cut off")
     finally:
         os.kill(brokers[frozen].pid, signal.SIGCONT)
     wait_states(b1.bootstrap, topic, full_isr, timeout=60, what="full ISR after the cut-off broker returned")
-    time.sleep(2)
+    wait_acks_after(prod, range(prod.partitions), time.monotonic(), what="producing after broker 3 returned")
     return gaps
 
 
+@pytest.mark.slow
+@pytest.mark.timeout(600)
 def test_acks_all_survives_leader_kills_and_a_cut_off_broker(broker_factory):
-    brokers = start_cluster(broker_factory)
+    brokers = start_cluster(broker_factory, "--leader-imbalance-check-interval-ms", "2000")
     b1 = brokers[1]
     topic, parts = "durable", 3
     create_topic(b1.bootstrap, topic, parts, config={"min.insync.replicas": "2"}, replication_factor=3)
     prod = LoadProducer(brokers[1].bootstrap + "," + brokers[2].bootstrap + "," + brokers[3].bootstrap, topic, parts)
     prod.start()
-    time.sleep(2)
+    wait_acks_after(prod, range(parts), 0, what="producing before the first kill")
     gaps = kill_leaders_then_freeze(brokers, topic, prod, kills=3)
+    assert len(gaps) == 3, gaps
     n = finish_and_verify(prod, brokers, topic, parts)
     print(f"acks=all under 3 leader kills and a frozen broker: {len(prod.acked)} acknowledged, "
-          f"{len(prod.failed)} failed, {n} read back, lost 0; failover gaps (s): "
-          f"{', '.join(f'{g:.1f}' for g in gaps)} (broker.session.timeout.ms={SESSION_MS})")
+          f"{len(prod.failed)} failed, {n} read back, lost 0; killed leaders and failover gaps (s): "
+          f"{', '.join(f'broker {v} {g:.1f}' for v, g in gaps)} (broker.session.timeout.ms={SESSION_MS})")
 
 
 @pytest.mark.slow
@@ -254,25 +283,30 @@ def test_rolling_restart_with_sigterm_fails_no_produce(broker_factory):
     create_topic(b1.bootstrap, topic, parts, config={"min.insync.replicas": "2"}, replication_factor=3)
     prod = LoadProducer(",".join(b.bootstrap for b in brokers.values()), topic, parts)
     prod.start()
-    time.sleep(2)
+    wait_acks_after(prod, range(parts), 0, what="producing before the first restart")
     gaps = []
     for victim in (2, 3):  # broker 1 runs the embedded coordinator
-        states = wait_states(b1.bootstrap, topic, full_isr, timeout=60, what="full ISR")
+        states = wait_states(b1.bootstrap, topic, lambda s: full_isr(s) and preferred_leaders(s), timeout=60,
+                             what="full ISR, preferred leaders")
         led = [p for p, (l, _, _) in states.items() if l == victim]
+        assert led, (victim, states)
         t_stop = time.monotonic()
         assert brokers[victim].stop() == 0
+        # It exited after the coordinator moved its leaderships (a controlled shutdown),
+        # not after its session expired: the broker says so in its log.
+        last_run = brokers[victim].log_path.read_text(errors="replace").rsplit("===== start #", 1)[-1]
+        assert re.search(r"controlled shutdown: left the cluster.*done=true", last_run), last_run[-3000:]
         moved = wait_states(b1.bootstrap, topic, lambda s: all(s[p][0] not in (victim, -1) for p in led),
-                            timeout=SESSION_MS / 1000, what=f"leaders moved off broker {victim}")
+                            timeout=SESSION_MS / 1000 + 15, what=f"leaders moved off broker {victim}")
         assert all(victim not in isr for _, _, isr in moved.values()), moved
-        time.sleep(1)
+        wait_acks_after(prod, led, time.monotonic(), what=f"producing after broker {victim} stopped")
         gaps.append(failover_gap(prod.acked, led, t_stop))
         brokers[victim].restart()
     wait_states(b1.bootstrap, topic, full_isr, timeout=60, what="full ISR")
     # Leadership went to the brokers that stayed up; the periodic preferred-leader
     # election gives it back to each partition's first replica.
-    wait_states(b1.bootstrap, topic, lambda s: all(l == r[0] for l, r, _ in s.values()), timeout=30,
-                what="preferred leaders back")
-    time.sleep(1)
+    wait_states(b1.bootstrap, topic, preferred_leaders, timeout=30, what="preferred leaders back")
+    wait_acks_after(prod, range(parts), time.monotonic(), what="producing to the preferred leaders")
     prod.finish()
     assert not prod.failed, prod.failed[:5]
     check_everything_acked_is_there(b1.bootstrap, topic, parts, prod.acked)
@@ -291,20 +325,26 @@ def test_leaders_come_only_from_the_isr_unless_unclean_election_is_enabled(broke
     # A partition whose two replicas are not broker 1 (it runs the coordinator).
     p, (leader, replicas, _) = next((p, s) for p, s in sorted(states.items()) if 1 not in s[1])
     other = next(r for r in replicas if r != leader)
+    # Another partition `other` replicates, with its other replica on a broker that stays
+    # up: `other` rejoining its ISR shows the coordinator has dealt with its return.
+    q = next(q for q, (_, r, _) in sorted(states.items()) if other in r and leader not in r)
+    # Written to both replicas (acks=all, full ISR): it survives any election.
+    wait_states(b1.bootstrap, "isr-only", lambda s: s[p][2] == sorted(replicas), what="full ISR")
+    produce_one(b1.bootstrap, "isr-only", p, b"in-sync", "all")
     # The follower dies: out of the ISR; the leader takes writes it never sees.
     brokers[other].kill()
     wait_states(b1.bootstrap, "isr-only", lambda s: s[p][2] == [leader], timeout=SESSION_MS / 1000 + 10,
                 what="ISR shrunk to the leader")
-    r = subprocess.run([SPATE, "produce", "isr-only", "--bootstrap", b1.bootstrap, "--partition", str(p),
-                        "--acks", "1"], input=b"only-on-the-leader\n", capture_output=True, timeout=60)
-    assert r.returncode == 0, r
+    produce_one(b1.bootstrap, "isr-only", p, b"only-on-the-leader", "1")
     # The leader dies too: the last ISR member is kept, the partition is offline, and the
     # out-of-sync replica coming back does not lead it (no unclean election by default).
     brokers[leader].kill()
     wait_states(b1.bootstrap, "isr-only", lambda s: s[p][0] == -1, timeout=SESSION_MS / 1000 + 10, what="offline")
     brokers[other].restart()
     wait_brokers(b1.bootstrap, {brokers[i].port for i in brokers if i != leader})
-    time.sleep(3)
+    seen = wait_states(b1.bootstrap, "isr-only", lambda s: other in s[q][2] or s[p][0] != -1, timeout=60,
+                       what=f"broker {other} back in partition {q}'s ISR")
+    assert seen[p][0] == -1, f"an out-of-sync replica was elected: {seen[p]}"
     assert partition_states(b1.bootstrap, "isr-only")[p][0] == -1, "an out-of-sync replica was elected"
     # With unclean.leader.election.enable=true on the topic, it is (data loss accepted).
     a = admin(b1.bootstrap)
@@ -318,6 +358,44 @@ def test_leaders_come_only_from_the_isr_unless_unclean_election_is_enabled(broke
     brokers[other].restart()
     wait_states(b1.bootstrap, "isr-only", lambda s: s[p][0] == other, timeout=SESSION_MS / 1000 + 15,
                 what="unclean leader elected")
+    # The new leader takes writes. What is lost is exactly what unclean election allows:
+    # the write only the old leader had; the one both replicas had is kept.
+    produce_one(b1.bootstrap, "isr-only", p, b"after-unclean", "1")
+    assert read_partition(b1.bootstrap, "isr-only", p) == [b"in-sync", b"after-unclean"]
+    # The old leader comes back as a follower: it drops its divergent write and holds
+    # the new leader's bytes.
+    brokers[leader].restart()
+    wait_states(b1.bootstrap, "isr-only", lambda s: s[p][0] == other and s[p][2] == sorted(replicas),
+                timeout=60, what=f"broker {leader} back in partition {p}'s ISR")
+    wait_identical_replicas({i: brokers[i] for i in replicas}, "isr-only", 1, first=p)
+    assert read_partition(b1.bootstrap, "isr-only", p) == [b"in-sync", b"after-unclean"]
+
+
+def produce_one(bootstrap, topic, partition, value, acks):
+    r = subprocess.run([SPATE, "produce", topic, "--bootstrap", bootstrap, "--partition", str(partition),
+                        "--acks", acks], input=value + b"\n", capture_output=True, timeout=60)
+    assert r.returncode == 0, r
+
+
+def read_partition(bootstrap, topic, partition, timeout=60):
+    """Every value in one partition, from offset 0 to its end."""
+    c = cf_consumer(bootstrap)
+    try:
+        c.assign([TopicPartition(topic, partition, 0)])
+        values = []
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            m = c.poll(0.2)
+            if m is None:
+                continue
+            if m.error():
+                if m.error().code() == KafkaError._PARTITION_EOF:
+                    return values
+                continue
+            values.append(m.value())
+        raise AssertionError(f"{topic}-{partition}: no end of partition within {timeout} s; read {values}")
+    finally:
+        c.close()
 
 
 # ---- a broker cut off by the network (Linux network namespaces, iproute2) ----

@@ -35,6 +35,11 @@ pub struct BrokerConfig {
     pub auto_create_topics: bool,
     pub num_partitions: i32,
     pub fsync: FsyncMode,
+    /// Tests only (hidden flag `--test-fsync-delay-ms`): each group-commit fdatasync
+    /// round sleeps this long after its fdatasyncs, before the appends it covers are
+    /// acknowledged, so a test can tell whether acks wait for the fsync (kill -9 keeps
+    /// the page cache, so data surviving it cannot). 0, the default: no sleep.
+    pub test_fsync_delay_ms: u64,
     /// Broker-wide defaults for topic configs, by Kafka name (`log.retention.ms` style
     /// broker names are accepted in their topic form: `retention.ms`).
     pub topic_defaults: BTreeMap<String, String>,
@@ -118,6 +123,7 @@ impl Default for BrokerConfig {
             auto_create_topics: true,
             num_partitions: 1,
             fsync: FsyncMode::Never,
+            test_fsync_delay_ms: 0,
             topic_defaults: BTreeMap::new(),
             group_initial_rebalance_delay_ms: 3000,
             group_min_session_timeout_ms: 6000,

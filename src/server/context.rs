@@ -307,9 +307,10 @@ impl ShardContext {
             }
             let batch = self.shard.borrow_mut().take_flush_batch();
             let started = std::time::Instant::now();
+            let test_delay = std::time::Duration::from_millis(self.config.test_fsync_delay_ms);
             let results = glommio::executor()
                 .spawn_blocking(move || {
-                    batch
+                    let results = batch
                         .items
                         .into_iter()
                         .map(|(tp, handle)| {
@@ -322,7 +323,13 @@ impl ShardContext {
                             }
                             (tp, handle.upto, result)
                         })
-                        .collect::<Vec<_>>()
+                        .collect::<Vec<_>>();
+                    // Tests only (`--test-fsync-delay-ms`): a slow disk's fsync, on the
+                    // blocking thread, before the round's acks are released.
+                    if !test_delay.is_zero() {
+                        std::thread::sleep(test_delay);
+                    }
+                    results
                 })
                 .await;
             self.metrics.record_fsync(self.id, started.elapsed());
