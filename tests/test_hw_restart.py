@@ -22,9 +22,9 @@ import os
 import signal
 import time
 
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Producer, TopicPartition
+from confluent_kafka import Consumer, Producer, TopicPartition
 
-from helpers.clients import cf_conf, create_topic
+from helpers.clients import cf_conf, cf_read_partition, create_topic
 from test_cluster import wait_brokers, wait_for
 from test_replication import partition_states
 
@@ -70,29 +70,6 @@ def latest(bootstrap, topic, partition):
         c.close()
 
 
-def read_to_end(bootstrap, topic, partition, timeout=60):
-    """Values of `topic`-`partition` from the beginning up to the partition EOF (the
-    high watermark), with a confluent consumer (assign(), no group)."""
-    c = Consumer(cf_conf(bootstrap, **{"group.id": "hw-reader", "enable.partition.eof": True,
-                                        "enable.auto.commit": False}))
-    try:
-        c.assign([TopicPartition(topic, partition, OFFSET_BEGINNING)])
-        out = []
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            m = c.poll(0.2)
-            if m is None:
-                continue
-            if m.error():
-                if m.error().code() == KafkaError._PARTITION_EOF:
-                    return out
-                continue
-            out.append(m.value())
-        raise AssertionError(f"no end of partition within {timeout}s; read {len(out)}")
-    finally:
-        c.close()
-
-
 def test_a_restarted_follower_keeps_its_checkpointed_high_watermark(broker_factory):
     brokers = cluster(broker_factory)
     b1, b2, b3 = brokers[1], brokers[2], brokers[3]
@@ -110,7 +87,7 @@ def test_a_restarted_follower_keeps_its_checkpointed_high_watermark(broker_facto
     assert p.flush(60) == 0
     assert reports == [None] * RECORDS, reports
     assert latest(b2.bootstrap, "hw", part) == (0, RECORDS)
-    assert read_to_end(b2.bootstrap, "hw", part) == values
+    assert cf_read_partition(b2.bootstrap, "hw", part) == values
 
     wait_for(lambda: checkpointed_hw(checkpoint_files(b3), "hw", part), lambda hw: hw == RECORDS, 30,
              f"follower 3 checkpoints high watermark {RECORDS}")
