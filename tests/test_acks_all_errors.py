@@ -20,6 +20,7 @@ import signal
 import threading
 import time
 
+from helpers.broker import threads_stopped
 from helpers.clients import cf_read_partition, create_topic
 from helpers.wire import call, parse_produce_v3, produce_v3, record_batch
 from test_cluster import wait_brokers, wait_for
@@ -70,6 +71,7 @@ def test_acks_all_times_out_then_fails_after_append_when_followers_freeze(broker
     for i in (2, 3):
         os.kill(brokers[i].pid, signal.SIGSTOP)
     try:
+        wait_for(lambda: [threads_stopped(brokers[i].pid) for i in (2, 3)], all, 30, "followers stopped")
         t_freeze = time.monotonic()
         slow = threading.Thread(target=produce, args=(b1, part, b"after-append", 120_000, results, "long"))
         slow.start()

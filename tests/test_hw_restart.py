@@ -24,6 +24,7 @@ import time
 
 from confluent_kafka import Consumer, Producer, TopicPartition
 
+from helpers.broker import threads_stopped
 from helpers.clients import cf_conf, cf_read_partition, create_topic
 from test_cluster import wait_brokers, wait_for
 from test_replication import partition_states
@@ -95,6 +96,7 @@ def test_a_restarted_follower_keeps_its_checkpointed_high_watermark(broker_facto
     before = {f.name: f.stat().st_mtime_ns for f in checkpoint_files(b3)}
     os.kill(b2.pid, signal.SIGSTOP)
     try:
+        wait_for(lambda: threads_stopped(b2.pid), bool, 30, "leader 2 stopped")
         b3.restart()
 
         def rewritten():
