@@ -123,6 +123,9 @@ struct ServeArgs {
     /// How often leadership goes back to preferred replicas; 0: never [default: 300000]
     #[arg(long)]
     leader_imbalance_check_interval_ms: Option<u64>,
+    /// log.retention.check.interval.ms: how often segments past retention are deleted [default: 300000]
+    #[arg(long)]
+    log_retention_check_interval_ms: Option<u64>,
     /// unclean.leader.election.enable: elect leaders outside the ISR (data loss) [default: false]
     #[arg(long)]
     unclean_leader_election_enable: Option<bool>,
@@ -234,6 +237,12 @@ fn load_config(args: ServeArgs) -> Result<BrokerConfig, String> {
     }
     if let Some(v) = args.leader_imbalance_check_interval_ms {
         config.leader_imbalance_check_interval_ms = v;
+    }
+    if let Some(v) = args.log_retention_check_interval_ms {
+        if v == 0 {
+            return Err("--log-retention-check-interval-ms must be at least 1".into());
+        }
+        config.log_retention_check_interval_ms = v;
     }
     if let Some(v) = args.fsync {
         config.fsync = v;

@@ -173,7 +173,8 @@ fn memlock() -> Check {
 
 fn open_files() -> Check {
     match rlimit(libc::RLIMIT_NOFILE) {
-        Some(v) if v >= open_files_min => check("open files ulimit", Verdict::Ok, human_limit(v), ""),
+        // A count of files, not bytes: "unlimited" or the number.
+        Some(v) if v >= open_files_min => check("open files ulimit", Verdict::Ok, count_limit(v), ""),
         Some(v) => check(
             "open files ulimit",
             Verdict::Warn,
@@ -181,6 +182,14 @@ fn open_files() -> Check {
             format!("ulimit -n {open_files_min} (LimitNOFILE= in systemd)"),
         ),
         None => check("open files ulimit", Verdict::Unknown, "getrlimit failed", ""),
+    }
+}
+
+fn count_limit(v: u64) -> String {
+    if v == libc::RLIM_INFINITY as u64 {
+        "unlimited".into()
+    } else {
+        v.to_string()
     }
 }
 
@@ -336,5 +345,20 @@ fn irq_balance() -> Check {
         )
     } else {
         check("irq affinity", Verdict::Ok, "irqbalance not running", "")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn limits_are_shown_in_their_own_units() {
+        // Open files are a count (this once read "97 KiB" for 100000 files).
+        assert_eq!(count_limit(open_files_min), "100000");
+        assert_eq!(count_limit(libc::RLIM_INFINITY as u64), "unlimited");
+        // memlock is bytes.
+        assert_eq!(human_limit(memlock_bytes_min), "64 MiB");
+        assert_eq!(human_limit(512 << 10), "512 KiB");
     }
 }

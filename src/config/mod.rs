@@ -84,6 +84,10 @@ pub struct BrokerConfig {
     /// leader.imbalance.check.interval.ms: how often leadership goes back to preferred
     /// replicas (auto.leader.rebalance.enable); 0 disables it.
     pub leader_imbalance_check_interval_ms: u64,
+    /// log.retention.check.interval.ms: how often each shard deletes segments past
+    /// retention.ms / retention.bytes (at once, every second, while the disk is short of
+    /// space).
+    pub log_retention_check_interval_ms: u64,
     /// unclean.leader.election.enable (broker-wide; a topic config overrides it): elect a
     /// leader outside the ISR, losing data, rather than leave a partition offline.
     pub unclean_leader_election_enable: bool,
@@ -141,6 +145,7 @@ impl Default for BrokerConfig {
             replica_lag_time_max_ms: 30_000,
             producer_id_expiration_ms: limits::producer_id_expiration_ms_default,
             leader_imbalance_check_interval_ms: 300_000,
+            log_retention_check_interval_ms: 300_000,
             unclean_leader_election_enable: false,
             max_broker_partitions: None,
             max_connections: limits::connections_max_default,

@@ -48,8 +48,6 @@ const group_tick_interval_ms: u64 = 100;
 const housekeeping_interval_ms: u64 = 1_000;
 /// glommio's registered buffer pool per shard (only DMA file I/O uses it).
 const shard_io_memory_bytes: usize = 1024 * 1024;
-/// Kafka's `log.retention.check.interval.ms` default.
-const retention_check_interval_ms: u64 = 300_000;
 
 pub fn now_ms() -> i64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as i64).unwrap_or(0)
@@ -572,13 +570,14 @@ async fn run_shard(
     // Housekeeping.
     {
         let ctx = ctx.clone();
+        let retention_check_interval = Duration::from_millis(config.log_retention_check_interval_ms);
         glommio::spawn_local(async move {
             let mut last_retention = std::time::Instant::now();
             loop {
                 glommio::timer::sleep(Duration::from_millis(housekeeping_interval_ms)).await;
                 // A disk short of space runs retention every tick: a lowered retention.ms
-                // or retention.bytes frees space at once, not within 5 minutes.
-                let retention = last_retention.elapsed() >= Duration::from_millis(retention_check_interval_ms)
+                // or retention.bytes frees space at once, not within log.retention.check.interval.ms.
+                let retention = last_retention.elapsed() >= retention_check_interval
                     || ctx.disk.produce_refusal().is_some();
                 if retention {
                     last_retention = std::time::Instant::now();

@@ -29,6 +29,21 @@ def port_open(host, port, timeout=0.5):
         return False
 
 
+def threads_stopped(pid):
+    """Whether every thread of `pid` is stopped (state T): SIGSTOP reaches each thread on
+    its next trip through the kernel, not when kill() returns."""
+    tasks = os.listdir(f"/proc/{pid}/task")
+    for t in tasks:
+        try:
+            with open(f"/proc/{pid}/task/{t}/stat") as f:
+                state = f.read().rsplit(")", 1)[1].split()[0]
+        except FileNotFoundError:
+            continue
+        if state not in ("T", "t"):
+            return False
+    return True
+
+
 class BrokerDied(RuntimeError):
     pass
 

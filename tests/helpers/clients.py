@@ -188,6 +188,30 @@ def cf_consume(bootstrap, topic, partitions, count=None, timeout=30, **conf):
         c.close()
 
 
+def cf_read_partition(bootstrap, topic, partition, timeout=60):
+    """Values of `topic`-`partition` from the beginning up to the partition EOF (the
+    high watermark), with a confluent consumer (assign(), no group)."""
+    c = Consumer(cf_conf(bootstrap, **{"group.id": "spate-tests-reader", "enable.partition.eof": True,
+                                        "enable.auto.commit": False}))
+    try:
+        c.assign([TopicPartition(topic, partition, OFFSET_BEGINNING)])
+        out = []
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            m = c.poll(0.2)
+            if m is None:
+                continue
+            if m.error():
+                if m.error().code() == KafkaError._PARTITION_EOF:
+                    return out
+                continue
+            out.append(m.value())
+        raise AssertionError(f"no end of partition within {timeout}s; read {len(out)}")
+    finally:
+        c.close()
+
+
+
 # ---------------------------------------------------------------- kafka-python
 
 def kp_common(bootstrap):
