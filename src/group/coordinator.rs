@@ -1233,12 +1233,12 @@ mod tests {
         let (a, b) = ("my-group", "other-group");
         assert_ne!(super::super::offsets_partition_for(a, parts), super::super::offsets_partition_for(b, parts));
         let mut c = GroupCoordinator::new(GroupConfig::default());
-        let _ = c.commit_records(
+        let (recs, _) = c.commit_records(
             b,
             &[OffsetCommit { topic: "t".into(), partition: 0, offset: 5, leader_epoch: -1, metadata: "".into() }],
             1,
         );
-        for r in c.take_pending_records() {
+        for r in recs {
             c.apply_record(records::decode(&r.key, r.value.as_ref()).unwrap(), 1);
         }
         let _ = now(c.join(join_req(a, "", None), 0, "m1".into()));
