@@ -114,6 +114,9 @@ pub enum GroupReply {
     Describe(Option<GroupDescription>),
     Delete(Result<(), GroupError>),
     DeleteOffsets(Result<Vec<Result<(), GroupError>>, GroupError>),
+    /// This shard does not lead the group's offsets partition (yet, or any more): its
+    /// groups are not loaded here. Answered COORDINATOR_NOT_AVAILABLE or NOT_COORDINATOR.
+    Unavailable,
 }
 
 impl std::fmt::Debug for GroupReply {
@@ -201,6 +204,9 @@ impl Shard {
         if let Some(g) = op.group_id() {
             let tp = group_partition(g);
             assert!(self.owns(&tp), "shard {} got group {g} coordinated by another shard", self.id.0);
+            if !self.partitions.get(&tp).is_some_and(|p| matches!(p.role, super::replica::Role::Leader(_))) {
+                return GroupReply::Unavailable;
+            }
         }
         let mut now = 0;
         let reply = match op {
