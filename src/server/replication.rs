@@ -196,13 +196,13 @@ pub type FetcherPartitions = Rc<RefCell<BTreeMap<TopicPartition, Followed>>>;
 pub(super) fn start_fetchers(ctx: &Rc<ShardContext>, starts: Vec<FetcherStart>) {
     for FetcherStart { tp, leader, leader_epoch } in starts {
         let followed = Followed { leader_epoch, truncated: false, retry_at: None, last_error: String::new() };
-        let mut fetchers = ctx.fetchers.borrow_mut();
-        if let Some(parts) = fetchers.get(&leader) {
+        if let Some(parts) = ctx.fetchers.borrow().get(&leader) {
             parts.borrow_mut().insert(tp, followed);
             continue;
         }
         let parts: FetcherPartitions = Rc::new(RefCell::new(BTreeMap::from([(tp, followed)])));
-        fetchers.insert(leader, parts.clone());
+        ctx.fetchers.borrow_mut().insert(leader, parts.clone());
+        // (No borrow held here: the new task may run before this returns.)
         let ctx = ctx.clone();
         glommio::spawn_local(async move { fetcher(ctx, leader, parts).await }).detach();
     }
@@ -218,7 +218,8 @@ async fn fetcher(ctx: Rc<ShardContext>, leader: i32, parts: FetcherPartitions) {
     let mut paused_for_disk = false;
     tracing::debug!(leader, partitions = parts.borrow().len(), "fetcher started");
     loop {
-        {
+        // Once stopping, the shard is being closed (and held): nothing more to fetch.
+        if !ctx.stopping.get() {
             // Partitions that moved (new leader, new epoch: re-entered by
             // `start_fetchers`) or are gone leave this fetcher.
             let shard = ctx.shard.borrow();
