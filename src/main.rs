@@ -114,6 +114,9 @@ struct ServeArgs {
     /// default.replication.factor for topics created without one [default: 1]
     #[arg(long)]
     default_replication_factor: Option<i32>,
+    /// offsets.topic.replication.factor: replicas of __consumer_offsets, capped by the live brokers at its creation [default: 3]
+    #[arg(long)]
+    offsets_topic_replication_factor: Option<i32>,
     /// replica.lag.time.max.ms: followers not caught up this long leave the ISR [default: 30000]
     #[arg(long)]
     replica_lag_time_max_ms: Option<i64>,
@@ -222,6 +225,9 @@ fn load_config(args: ServeArgs) -> Result<BrokerConfig, String> {
     }
     if let Some(v) = args.default_replication_factor {
         config.default_replication_factor = v;
+    }
+    if let Some(v) = args.offsets_topic_replication_factor {
+        config.offsets_topic_replication_factor = v.max(1);
     }
     if let Some(v) = args.replica_lag_time_max_ms {
         config.replica_lag_time_max_ms = v;

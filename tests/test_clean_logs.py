@@ -28,6 +28,12 @@ def start_stop_lines(broker, start_no):
 def test_clean_start_and_stop_log_no_warning_and_one_line_per_shard_for_roles(broker):
     create_topic(broker.bootstrap, "t", 3)
     cf_produce(broker.bootstrap, "t", [{"value": b"x", "partition": p} for p in range(3)])
+    # A group's first FindCoordinator creates `__consumer_offsets` (50 partitions).
+    c = Consumer(cf_conf(broker.bootstrap, **{"group.id": "g"}))
+    try:
+        assert commit_errors(c, [TopicPartition("t", 0, 1)]) == {("t", 0): None}
+    finally:
+        c.close()
     assert broker.stop(signal.SIGTERM) == 0
     broker.start()  # a restart: the registration fences the previous incarnation
     assert broker.stop(signal.SIGTERM) == 0

@@ -76,6 +76,11 @@ pub struct BrokerConfig {
     pub zookeeper_session_timeout_ms: u64,
     /// default.replication.factor: for topics created without one (and auto-created).
     pub default_replication_factor: i32,
+    /// offsets.topic.replication.factor: replicas of each `__consumer_offsets`
+    /// partition. The active coordinator creates the topic once this many brokers are
+    /// live, or at the first FindCoordinator it answers with fewer live (then with as
+    /// many replicas as there are live brokers: a single broker works as it is).
+    pub offsets_topic_replication_factor: i32,
     /// replica.lag.time.max.ms: a follower not caught up for this long leaves the ISR.
     pub replica_lag_time_max_ms: i64,
     /// producer.id.expiration.ms: a producer id idle this long (by its last batch's
@@ -142,6 +147,7 @@ impl Default for BrokerConfig {
             broker_heartbeat_interval_ms: 1_000,
             zookeeper_session_timeout_ms: 18_000,
             default_replication_factor: 1,
+            offsets_topic_replication_factor: 3,
             replica_lag_time_max_ms: 30_000,
             producer_id_expiration_ms: limits::producer_id_expiration_ms_default,
             leader_imbalance_check_interval_ms: 300_000,

@@ -399,6 +399,29 @@ impl GroupCoordinator {
         v
     }
 
+    /// Forget the groups that `__consumer_offsets` partition `partition` (of
+    /// `partitions`) holds: this broker no longer leads it. Joins and syncs waiting in
+    /// those groups are dropped, so their requests are answered NOT_COORDINATOR and the
+    /// clients look for the new coordinator, which loads the groups from the log.
+    /// Returns how many groups were dropped.
+    pub fn unload_partition(&mut self, partition: i32, partitions: i32) -> usize {
+        let held = |g: &str| super::offsets_partition_for(g, partitions) == partition;
+        let gone: Vec<String> = self.groups.keys().filter(|g| held(g)).cloned().collect();
+        for id in &gone {
+            if let Some(g) = self.groups.remove(id) {
+                self.retired_rebalances += g.rebalances;
+            }
+        }
+        self.discard_pending_records(partition, partitions);
+        gone.len()
+    }
+
+    /// Drop the records not yet written for the groups of offsets partition `partition`
+    /// (after loading it: restored groups write nothing until they are touched).
+    pub fn discard_pending_records(&mut self, partition: i32, partitions: i32) {
+        self.pending_records.retain(|r| super::offsets_partition_for(&r.group_id, partitions) != partition);
+    }
+
     /// Records produced since the last call, to append to `__consumer_offsets`.
     pub fn take_pending_records(&mut self) -> Vec<PendingRecord> {
         std::mem::take(&mut self.pending_records)
@@ -1200,6 +1223,31 @@ mod tests {
         assert_eq!(c.describe("g").unwrap().state, GroupState::Stable);
         assert_eq!(c.heartbeat("g", follower.0, Some(follower.1), 1, 101), Err(GroupError::FencedInstanceId));
         assert_eq!(c.heartbeat("g", &leader, None, 1, 101), Ok(()));
+    }
+
+    /// Leadership of an offsets partition moved away: its groups go (a waiting join is
+    /// answered by the dropped channel: NOT_COORDINATOR), other partitions' stay.
+    #[test]
+    fn unloading_a_partition_drops_only_its_groups_and_their_waiters() {
+        let parts = 50;
+        let (a, b) = ("my-group", "other-group");
+        assert_ne!(super::super::offsets_partition_for(a, parts), super::super::offsets_partition_for(b, parts));
+        let mut c = GroupCoordinator::new(GroupConfig::default());
+        let (recs, _) = c.commit_records(
+            b,
+            &[OffsetCommit { topic: "t".into(), partition: 0, offset: 5, leader_epoch: -1, metadata: "".into() }],
+            1,
+        );
+        for r in recs {
+            c.apply_record(records::decode(&r.key, r.value.as_ref()).unwrap(), 1);
+        }
+        let _ = now(c.join(join_req(a, "", None), 0, "m1".into()));
+        let mut waiting = later(c.join(join_req(a, "m1", None), 10, "x".into()));
+        assert_eq!(c.unload_partition(super::super::offsets_partition_for(a, parts), parts), 1);
+        assert!(waiting.try_recv().is_err(), "the waiting join's sender was dropped");
+        assert!(c.describe(a).is_none());
+        assert!(c.take_pending_records().iter().all(|r| r.group_id != a), "nothing left to write for it");
+        assert_eq!(c.fetch_offsets(b, None)[0].2.as_ref().map(|o| o.offset), Some(5));
     }
 
     #[test]

@@ -2,6 +2,7 @@
 //! the registry and the config. Lives on one core (`Rc`, never sent).
 
 use std::cell::{Cell, RefCell};
+use std::collections::HashMap;
 use std::rc::Rc;
 use std::sync::Arc;
 
@@ -62,6 +63,8 @@ pub struct ShardContext {
     pub admission: Arc<super::admission::Admission>,
     /// Free space on the data dir: produce is refused while it is short.
     pub disk: Arc<super::disk::DiskSpace>,
+    /// The replica fetchers of this shard, by source broker (`replication::start_fetchers`).
+    pub fetchers: RefCell<HashMap<i32, super::replication::FetcherPartitions>>,
     /// This context, for tasks it starts (it lives in an `Rc` built with `new_cyclic`).
     me: std::rc::Weak<ShardContext>,
 }
@@ -99,6 +102,7 @@ impl ShardContext {
             fetch_sessions: RefCell::new(super::fetch_sessions::FetchSessions::new(id.0)),
             admission,
             disk,
+            fetchers: RefCell::new(HashMap::new()),
             me,
         }
     }

@@ -142,7 +142,7 @@ async fn context() -> anyhow::Result<Rc<ShardContext>> {
         super::controller_config(&config),
     )?;
     let metadata = Metadata::start(registry)?;
-    super::ensure_offsets_topic(&metadata)?;
+    super::ensure_offsets_topic(&metadata, 1, true)?;
     for (name, partitions) in seed_topics {
         let configs =
             crate::config::TopicConfig::from_pairs([], &Default::default()).map_err(|e| anyhow::anyhow!(e))?;
@@ -162,7 +162,6 @@ async fn context() -> anyhow::Result<Rc<ShardContext>> {
     shard.set_append_ring(crate::shard::AppendRing::new()?);
     let jobs = shard.open_jobs()?;
     shard.install_opened(crate::shard::open_logs(jobs, super::now_ms()), super::now_ms());
-    shard.load_groups(super::now_ms());
     shard.sync_registry();
     // The seed topics' logs, opened here rather than in the background, so every input
     // finds them open.

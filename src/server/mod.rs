@@ -77,7 +77,7 @@ pub fn run(config: BrokerConfig) -> anyhow::Result<()> {
     install_signal_handlers(shutdown.clone())?;
     disk::spawn_monitor(disk.clone(), shutdown.clone())?;
     if metadata.view().is_active() {
-        ensure_offsets_topic(&metadata)?;
+        ensure_offsets_topic(&metadata, config.offsets_topic_replication_factor, false)?;
     }
     let link = match locator {
         None => None,
@@ -262,6 +262,7 @@ fn start_link(
     cluster_id: &str,
     shutdown: &Arc<AtomicBool>,
 ) -> anyhow::Result<std::thread::JoinHandle<()>> {
+    let offsets_replication_factor = config.offsets_topic_replication_factor;
     let handle = link::Link {
         metadata: metadata.clone(),
         broker: local_broker(config, nr_shards),
@@ -270,8 +271,8 @@ fn start_link(
         heartbeat_interval: Duration::from_millis(config.broker_heartbeat_interval_ms),
         controller_config: controller_config(config),
         shutdown: shutdown.clone(),
-        on_active: Box::new(|metadata| {
-            if let Err(e) = ensure_offsets_topic(metadata) {
+        on_active: Box::new(move |metadata| {
+            if let Err(e) = ensure_offsets_topic(metadata, offsets_replication_factor, false) {
                 tracing::error!(error = %e, "cannot create the offsets topic");
             }
         }),
@@ -288,25 +289,41 @@ fn start_link(
     Ok(handle)
 }
 
-/// `__consumer_offsets` exists from the start, as Kafka's internal topics do. Kafka
-/// compacts it; until Spate has compaction it keeps every record (retention.ms=-1).
-fn ensure_offsets_topic(metadata: &Metadata) -> anyhow::Result<()> {
+/// Create `__consumer_offsets` on the active coordinator if it does not exist yet:
+/// with `replication_factor` replicas once that many brokers are live, or, when
+/// `capped` (a FindCoordinator asked for a group's coordinator), with as many as are
+/// live. Kafka creates it at the first FindCoordinator too. Kafka compacts it; until
+/// Spate has compaction it keeps every record (retention.ms=-1). Returns whether it
+/// was created.
+pub(crate) fn create_offsets_topic(
+    reg: &mut crate::coordinator::registry::Registry,
+    replication_factor: i32,
+    capped: bool,
+) -> anyhow::Result<bool> {
     use crate::group::{offsets_topic_partitions, OFFSETS_TOPIC};
+    if !reg.is_active() || reg.get(OFFSETS_TOPIC).is_some() {
+        return Ok(false);
+    }
+    let live = reg.live_broker_count() as i32;
+    let replicas = match (live >= replication_factor, capped) {
+        (true, _) => replication_factor,
+        (false, true) if live > 0 => live,
+        _ => return Ok(false),
+    };
     let configs = crate::config::TopicConfig::from_pairs(
         [("retention.ms", Some("-1")), ("segment.bytes", Some("104857600"))],
         &Default::default(),
     )
     .map_err(|e| anyhow::anyhow!(e))?;
-    let created = metadata.write_blocking(move |reg| {
-        if reg.get(OFFSETS_TOPIC).is_some() {
-            return Ok(false);
-        }
-        reg.create(OFFSETS_TOPIC, offsets_topic_partitions, configs).map(|_| true)
-    })?;
-    if created {
-        tracing::info!(topic = OFFSETS_TOPIC, partitions = offsets_topic_partitions, "created internal topic");
-    }
-    Ok(())
+    reg.create_replicated(OFFSETS_TOPIC, offsets_topic_partitions, replicas, configs)?;
+    tracing::info!(topic = OFFSETS_TOPIC, partitions = offsets_topic_partitions, replication_factor = replicas,
+        configured = replication_factor, "created internal topic");
+    Ok(true)
+}
+
+/// `create_offsets_topic` from a thread that may block (startup, the coordinator link).
+fn ensure_offsets_topic(metadata: &Metadata, replication_factor: i32, capped: bool) -> anyhow::Result<()> {
+    metadata.write_blocking(move |reg| create_offsets_topic(reg, replication_factor, capped)).map(|_| ())
 }
 
 /// Take Kafka's `.lock` on the data directory: an exclusive `flock`, held for the
@@ -493,7 +510,6 @@ async fn run_shard(
     let opened = glommio::executor().spawn_blocking(move || crate::shard::open_logs(jobs, started_ms)).await;
     shard.install_opened(opened, now_ms());
     tracing::info!(shard = id.0, open_ms = now_ms() - started_ms, "partition logs open");
-    shard.load_groups(now_ms());
     let ctx = Rc::new_cyclic(|me| {
         ShardContext::new(
             id,
@@ -605,6 +621,15 @@ async fn run_shard(
                     let now = now_ms() as u64;
                     if let Err(e) = ctx.metadata.write(move |r| r.tick(now)).await {
                         tracing::warn!(error = %e, "metadata tick failed");
+                    }
+                    // `__consumer_offsets` at its full replication factor as soon as
+                    // enough brokers are live.
+                    let view = ctx.view();
+                    if view.is_active() && view.get(crate::group::OFFSETS_TOPIC).is_none() {
+                        let rf = ctx.config.offsets_topic_replication_factor;
+                        if let Err(e) = ctx.metadata.write(move |r| create_offsets_topic(r, rf, false)).await {
+                            tracing::warn!(error = %e, "cannot create the offsets topic");
+                        }
                     }
                 }
                 let status = ctx.shard.borrow().status();

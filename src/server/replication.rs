@@ -2,19 +2,25 @@
 //! the partitions this shard hosts), starts a fetcher for each follower partition and
 //! sends the ISR changes its leader partitions propose; and the fetchers themselves.
 //!
-//! A fetcher runs on the shard that owns the follower replica and talks straight to the
-//! leader (another node, or another core of this one), as a Kafka follower does:
-//! OffsetForLeaderEpoch first, truncating by leader epoch (never by high watermark),
-//! then Fetch (v15) with its broker id and broker epoch (KIP-903: the leader refuses a
-//! dead incarnation's fetches and names each ISR member's epoch to the coordinator),
-//! appending what comes byte for byte and learning the leader's high watermark. It stops
-//! when its partition's leader or epoch changes (a new fetcher starts for the new epoch).
+//! Each shard runs one fetcher per source broker, carrying every follower partition of
+//! this shard that broker leads over one connection and one incremental fetch session
+//! (Kafka's ReplicaFetcherThread; here per core, as the partitions are). For each
+//! partition it does what a Kafka follower does: OffsetForLeaderEpoch first (one
+//! request for all partitions that need it), truncating by leader epoch (never by high
+//! watermark), then Fetch (v15) with its broker id and broker epoch (KIP-903: the
+//! leader refuses a dead incarnation's fetches and names each ISR member's epoch to the
+//! coordinator), appending what comes byte for byte and learning the leader's high
+//! watermark. A partition leaves its fetcher when its leader or epoch changes (it
+//! enters the new leader's fetcher, truncating again); an error on one partition
+//! pauses that partition only; the fetcher ends when it carries none.
 
+use std::cell::RefCell;
+use std::collections::{BTreeMap, HashMap};
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 
 use kafka_protocol::messages::alter_partition_request::{BrokerState, PartitionData, TopicData};
-use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic, ReplicaState};
+use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic, ForgottenTopic, ReplicaState};
 use kafka_protocol::messages::offset_for_leader_epoch_request::{OffsetForLeaderPartition, OffsetForLeaderTopic};
 use kafka_protocol::messages::{
     AlterPartitionRequest, ApiKey, BrokerId, FetchRequest, OffsetForLeaderEpochRequest, TopicName,
@@ -38,6 +44,9 @@ const isr_check_interval_ms: u64 = 250;
 const replica_fetch_wait_ms: i32 = 500;
 /// Bytes per partition per fetch (Kafka's replica.fetch.max.bytes).
 const replica_fetch_bytes_max: i32 = 1024 * 1024;
+/// Bytes per fetch answer, all partitions together (Kafka's
+/// replica.fetch.response.max.bytes).
+const replica_fetch_response_bytes_max: i32 = 10 * 1024 * 1024;
 /// Pause after an error before a fetcher tries again (replica.fetch.backoff.ms).
 const replica_fetch_backoff_ms: u64 = 200;
 /// The Fetch version followers send: the first with the follower's broker epoch
@@ -56,10 +65,7 @@ pub async fn manager(ctx: Rc<ShardContext>) {
             (shard.take_fetcher_starts(), shard.take_open_jobs())
         };
         start_opens(&ctx, opens);
-        for start in starts {
-            let ctx = ctx.clone();
-            glommio::spawn_local(async move { fetcher(ctx, start).await }).detach();
-        }
+        start_fetchers(&ctx, starts);
         if last_isr_check.elapsed() >= Duration::from_millis(isr_check_interval_ms) {
             last_isr_check = Instant::now();
             let proposals = ctx.shard.borrow_mut().isr_proposals(now_ms());
@@ -86,10 +92,7 @@ pub(super) fn start_opens(ctx: &Rc<ShardContext>, opens: Vec<crate::shard::OpenJ
             shard.install_opened_later(opened, now_ms());
             shard.take_fetcher_starts()
         };
-        for start in starts {
-            let ctx = ctx.clone();
-            glommio::spawn_local(async move { fetcher(ctx, start).await }).detach();
-        }
+        start_fetchers(&ctx, starts);
         ctx.wakeup();
     })
     .detach();
@@ -171,33 +174,77 @@ async fn alter_isr(ctx: Rc<ShardContext>, tp: TopicPartition, proposal: IsrPropo
     ctx.shard.borrow_mut().isr_result(&tp, &sent, outcome);
 }
 
-/// One follower partition's fetcher (see the module comment).
-async fn fetcher(ctx: Rc<ShardContext>, start: FetcherStart) {
-    let FetcherStart { tp, leader, leader_epoch } = start;
+/// A follower partition a fetcher carries.
+#[derive(Debug, Clone)]
+pub struct Followed {
+    leader_epoch: i32,
+    /// Truncated by leader epoch for this epoch: it may fetch.
+    truncated: bool,
+    /// After an error on this partition alone: left out of requests until then.
+    retry_at: Option<Instant>,
+    last_error: String,
+}
+
+/// The partitions one fetcher carries (shared between the shard's replication tasks and
+/// that fetcher).
+pub type FetcherPartitions = Rc<RefCell<BTreeMap<TopicPartition, Followed>>>;
+
+/// Hand follower partitions to their fetchers: this shard has one fetcher per source
+/// broker, carrying every partition of this shard that broker leads, over one
+/// connection and one fetch session (Kafka's ReplicaFetcherThread, per core). A new
+/// leader epoch re-enters its partition for truncation.
+pub(super) fn start_fetchers(ctx: &Rc<ShardContext>, starts: Vec<FetcherStart>) {
+    for FetcherStart { tp, leader, leader_epoch } in starts {
+        let followed = Followed { leader_epoch, truncated: false, retry_at: None, last_error: String::new() };
+        if let Some(parts) = ctx.fetchers.borrow().get(&leader) {
+            parts.borrow_mut().insert(tp, followed);
+            continue;
+        }
+        let parts: FetcherPartitions = Rc::new(RefCell::new(BTreeMap::from([(tp, followed)])));
+        ctx.fetchers.borrow_mut().insert(leader, parts.clone());
+        // (No borrow held here: the new task may run before this returns.)
+        let ctx = ctx.clone();
+        glommio::spawn_local(async move { fetcher(ctx, leader, parts).await }).detach();
+    }
+}
+
+/// The fetcher of the partitions this shard follows on broker `leader` (see the module
+/// comment). It ends when it carries none.
+async fn fetcher(ctx: Rc<ShardContext>, leader: i32, parts: FetcherPartitions) {
     let me = ctx.config.node_id;
     let mut peer: Option<Peer> = None;
     let mut session = FollowerSession::default();
-    let mut truncated = false;
     let mut last_error = String::new();
     let mut paused_for_disk = false;
-    tracing::debug!(partition = %tp, leader, leader_epoch, "fetcher started");
+    tracing::debug!(leader, partitions = parts.borrow().len(), "fetcher started");
     loop {
-        if ctx.stopping.get() || !ctx.shard.borrow().follows(&tp, leader, leader_epoch) {
-            tracing::debug!(partition = %tp, leader, leader_epoch, "fetcher stopped");
+        // Once stopping, the shard is being closed (and held): nothing more to fetch.
+        if !ctx.stopping.get() {
+            // Partitions that moved (new leader, new epoch: re-entered by
+            // `start_fetchers`) or are gone leave this fetcher.
+            let shard = ctx.shard.borrow();
+            parts.borrow_mut().retain(|tp, f| shard.follows(tp, leader, f.leader_epoch));
+        }
+        if ctx.stopping.get() || parts.borrow().is_empty() {
+            let mut fetchers = ctx.fetchers.borrow_mut();
+            if fetchers.get(&leader).is_some_and(|p| Rc::ptr_eq(p, &parts)) {
+                fetchers.remove(&leader);
+            }
+            tracing::debug!(leader, "fetcher stopped");
             return;
         }
         // Below the free-space floor a follower takes no more data (it falls out of the
         // ISR, as a slow one does) rather than fill the disk and take its log offline.
         if let Some(reason) = ctx.disk.produce_refusal() {
             if !paused_for_disk {
-                tracing::warn!(partition = %tp, leader, %reason, "replica fetch paused: disk below the free-space floor");
+                tracing::warn!(leader, %reason, "replica fetch paused: disk below the free-space floor");
                 paused_for_disk = true;
             }
             glommio::timer::sleep(Duration::from_millis(replica_fetch_backoff_ms)).await;
             continue;
         }
         if paused_for_disk {
-            tracing::info!(partition = %tp, leader, "replica fetch resumed: disk above the free-space floor");
+            tracing::info!(leader, "replica fetch resumed: disk above the free-space floor");
             paused_for_disk = false;
         }
         let step = async {
@@ -211,21 +258,29 @@ async fn fetcher(ctx: Rc<ShardContext>, start: FetcherStart) {
                 peer = Some(Peer::connect(&addr, &format!("spate-replica-{me}")).await?);
             }
             let conn = peer.as_mut().expect("connected above");
-            if !truncated {
-                truncated = truncate(&ctx, conn, &tp, leader, leader_epoch).await?;
-                return Ok(());
+            let now = Instant::now();
+            let pending: Vec<(TopicPartition, i32)> = parts
+                .borrow()
+                .iter()
+                .filter(|(_, f)| !f.truncated && f.retry_at.is_none_or(|t| t <= now))
+                .map(|(tp, f)| (tp.clone(), f.leader_epoch))
+                .collect();
+            if !pending.is_empty() {
+                truncate(&ctx, conn, leader, &parts, pending).await?;
             }
-            if fetch(&ctx, conn, &mut session, &tp, leader, leader_epoch).await? == FetchOutcome::Retruncate {
-                truncated = false;
+            let idle = fetch(&ctx, conn, &mut session, leader, &parts).await?;
+            if idle {
+                // Nothing may fetch now (all waiting to retry): do not spin.
                 glommio::timer::sleep(Duration::from_millis(replica_fetch_backoff_ms)).await;
             }
-            Ok(())
+            Ok::<(), String>(())
         };
         match step.await {
             Ok(()) => last_error.clear(),
             Err(e) => {
                 if e != last_error {
-                    tracing::warn!(partition = %tp, leader, error = %e, "replica fetch failed; retrying");
+                    tracing::warn!(leader, partitions = parts.borrow().len(), error = %e,
+                        "replica fetch failed; retrying");
                     last_error = e;
                 }
                 peer = None;
@@ -235,107 +290,209 @@ async fn fetcher(ctx: Rc<ShardContext>, start: FetcherStart) {
     }
 }
 
-/// One round of truncation by leader epoch. Returns true when done (our latest epoch
-/// is one the leader has, and we end where it ends in the leader's log).
+/// Note an error on one partition of a fetcher: logged once per new error, the
+/// partition truncates again after a pause, the others go on.
+fn partition_failed(parts: &FetcherPartitions, tp: &TopicPartition, leader: i32, error: String) {
+    let mut parts = parts.borrow_mut();
+    let Some(f) = parts.get_mut(tp) else { return };
+    if f.last_error != error {
+        tracing::warn!(partition = %tp, leader, %error, "replica fetch failed; retrying");
+        f.last_error = error;
+    }
+    f.truncated = false;
+    f.retry_at = Some(Instant::now() + Duration::from_millis(replica_fetch_backoff_ms));
+}
+
+/// One round of truncation by leader epoch for `pending` (partition, leader epoch)
+/// pairs, in one OffsetForLeaderEpoch request. A partition is done when our latest
+/// epoch is one the leader has and we end where it ends in the leader's log; one with
+/// no epoch at all keeps only its high watermark.
 async fn truncate(
     ctx: &ShardContext,
     conn: &mut Peer,
-    tp: &TopicPartition,
     leader: i32,
-    leader_epoch: i32,
-) -> Result<bool, String> {
-    let state = ctx.shard.borrow().replica_state(tp).ok_or("partition gone")?;
-    let Some(epoch) = state.latest_epoch else {
-        // No epochs (nothing written here with one): only the high watermark is proven.
-        ctx.shard
-            .borrow_mut()
-            .replica_truncate(tp, leader, leader_epoch, state.high_watermark.min(state.log_end_offset))
-            .map_err(|e| e.to_string())?;
-        return Ok(true);
-    };
-    let req = OffsetForLeaderEpochRequest::default().with_replica_id(BrokerId(ctx.config.node_id)).with_topics(vec![
-        OffsetForLeaderTopic::default().with_topic(TopicName(crate::client::sb(&tp.topic))).with_partitions(vec![
-            OffsetForLeaderPartition::default()
-                .with_partition(tp.partition)
-                .with_current_leader_epoch(leader_epoch)
-                .with_leader_epoch(epoch),
-        ]),
-    ]);
-    let resp = conn.call(3, &req, Duration::from_millis(replica_request_timeout_ms)).await?;
-    let p = resp.topics.first().and_then(|t| t.partitions.first()).ok_or("empty OffsetForLeaderEpoch answer")?;
-    if p.error_code != 0 {
-        return Err(format!("OffsetForLeaderEpoch answered error code {}", p.error_code));
+    parts: &FetcherPartitions,
+    pending: Vec<(TopicPartition, i32)>,
+) -> Result<(), String> {
+    let mut asked: Vec<(TopicPartition, i32, crate::shard::ReplicaState, i32)> = Vec::new();
+    for (tp, leader_epoch) in pending {
+        let Some(state) = ctx.shard.borrow().replica_state(&tp) else { continue };
+        match state.latest_epoch {
+            None => {
+                let result = ctx.shard.borrow_mut().replica_truncate(
+                    &tp,
+                    leader,
+                    leader_epoch,
+                    state.high_watermark.min(state.log_end_offset),
+                );
+                match result {
+                    Ok(()) => mark_truncated(parts, &tp, leader_epoch),
+                    Err(e) => partition_failed(parts, &tp, leader, e.to_string()),
+                }
+            }
+            Some(epoch) => asked.push((tp, leader_epoch, state, epoch)),
+        }
     }
-    let offset = {
-        let shard = ctx.shard.borrow();
-        truncation_offset(
-            state.log_end_offset,
-            state.high_watermark,
-            Some(epoch),
-            (p.leader_epoch, p.end_offset),
-            |e| shard.local_epoch_end(tp, e),
-        )
-    };
-    ctx.shard.borrow_mut().replica_truncate(tp, leader, leader_epoch, offset).map_err(|e| e.to_string())?;
-    // KIP-279: when the leader answered an earlier epoch, ask again with our new latest.
-    let done = p.leader_epoch == epoch || offset >= state.log_end_offset || p.leader_epoch < 0;
-    Ok(done)
+    if asked.is_empty() {
+        return Ok(());
+    }
+    let mut topics: Vec<OffsetForLeaderTopic> = Vec::new();
+    for (tp, leader_epoch, _, epoch) in &asked {
+        let partition = OffsetForLeaderPartition::default()
+            .with_partition(tp.partition)
+            .with_current_leader_epoch(*leader_epoch)
+            .with_leader_epoch(*epoch);
+        match topics.iter_mut().find(|t| t.topic.as_str() == tp.topic.as_str()) {
+            Some(t) => t.partitions.push(partition),
+            None => topics.push(
+                OffsetForLeaderTopic::default()
+                    .with_topic(TopicName(crate::client::sb(&tp.topic)))
+                    .with_partitions(vec![partition]),
+            ),
+        }
+    }
+    let req = OffsetForLeaderEpochRequest::default().with_replica_id(BrokerId(ctx.config.node_id)).with_topics(topics);
+    let resp = conn.call(3, &req, Duration::from_millis(replica_request_timeout_ms)).await?;
+    for (tp, leader_epoch, state, epoch) in asked {
+        let answer = resp
+            .topics
+            .iter()
+            .filter(|t| t.topic.as_str() == tp.topic.as_str())
+            .flat_map(|t| t.partitions.iter())
+            .find(|p| p.partition == tp.partition);
+        let Some(p) = answer else {
+            partition_failed(parts, &tp, leader, "not in the OffsetForLeaderEpoch answer".into());
+            continue;
+        };
+        if p.error_code != 0 {
+            partition_failed(parts, &tp, leader, format!("OffsetForLeaderEpoch answered error code {}", p.error_code));
+            continue;
+        }
+        let offset = {
+            let shard = ctx.shard.borrow();
+            truncation_offset(
+                state.log_end_offset,
+                state.high_watermark,
+                Some(epoch),
+                (p.leader_epoch, p.end_offset),
+                |e| shard.local_epoch_end(&tp, e),
+            )
+        };
+        if let Err(e) = ctx.shard.borrow_mut().replica_truncate(&tp, leader, leader_epoch, offset) {
+            partition_failed(parts, &tp, leader, e.to_string());
+            continue;
+        }
+        // KIP-279: when the leader answered an earlier epoch, ask again with our new
+        // latest (the next round).
+        if p.leader_epoch == epoch || offset >= state.log_end_offset || p.leader_epoch < 0 {
+            mark_truncated(parts, &tp, leader_epoch);
+        }
+    }
+    Ok(())
 }
 
-#[derive(Debug, PartialEq, Eq)]
-enum FetchOutcome {
-    Fetched,
-    /// The leader does not have our fetch offset: truncate by epoch again.
-    Retruncate,
+fn mark_truncated(parts: &FetcherPartitions, tp: &TopicPartition, leader_epoch: i32) {
+    if let Some(f) = parts.borrow_mut().get_mut(tp).filter(|f| f.leader_epoch == leader_epoch) {
+        f.truncated = true;
+        f.retry_at = None;
+        f.last_error.clear();
+    }
 }
 
 /// A follower's incremental fetch session with its leader (KIP-227): after the first
-/// full request, the partition is named only when its fetch position moved, and the
-/// leader answers with it only when something is new.
+/// full request, a partition is named only when its fetch position moved (or it is new),
+/// partitions that left are named as forgotten, and the leader answers with a partition
+/// only when something is new.
 #[derive(Debug, Default)]
 struct FollowerSession {
     id: i32,
     next_epoch: i32,
-    /// (fetch offset, log start offset) last sent.
-    sent: Option<(i64, i64)>,
+    /// Per partition in the session: (fetch offset, log start offset) last sent.
+    sent: HashMap<TopicPartition, (i64, i64)>,
 }
 
+/// One Fetch (v15) for every truncated partition of the fetcher. Returns true when no
+/// partition could be fetched (nothing was sent).
 async fn fetch(
     ctx: &ShardContext,
     conn: &mut Peer,
     session: &mut FollowerSession,
-    tp: &TopicPartition,
     leader: i32,
-    leader_epoch: i32,
-) -> Result<FetchOutcome, String> {
-    let state = ctx.shard.borrow().replica_state(tp).ok_or("partition gone")?;
-    let position = (state.log_end_offset, state.log_start_offset);
+    parts: &FetcherPartitions,
+) -> Result<bool, String> {
     let me = ctx.config.node_id;
-    // v15 names the topic by id and this incarnation by its broker epoch (KIP-903): what
-    // the coordinator has for us, which is this incarnation's registration once roles are
+    // Position of every partition that may fetch now.
+    let mut ready: Vec<(TopicPartition, i32, crate::shard::ReplicaState)> = Vec::new();
+    for (tp, f) in parts.borrow().iter().filter(|(_, f)| f.truncated) {
+        if let Some(state) = ctx.shard.borrow().replica_state(tp) {
+            ready.push((tp.clone(), f.leader_epoch, state));
+        }
+    }
+    if ready.is_empty() && session.sent.is_empty() {
+        return Ok(true);
+    }
+    // v15 names topics by id and this incarnation by its broker epoch (KIP-903): what the
+    // coordinator has for us, which is this incarnation's registration once roles are
     // taken (`ClusterView::may_take_roles`).
-    let (topic_id, broker_epoch) = {
-        let view = ctx.view();
-        let topic_id = view.get(&tp.topic).map(|m| m.id).ok_or("topic gone")?;
-        (topic_id, view.broker_info(me).map_or(NO_BROKER_EPOCH, |b| b.registration_epoch))
-    };
+    let view = ctx.view();
+    let broker_epoch = view.broker_info(me).map_or(NO_BROKER_EPOCH, |b| b.registration_epoch);
     let mut req = FetchRequest::default()
         .with_replica_state(ReplicaState::default().with_replica_id(BrokerId(me)).with_replica_epoch(broker_epoch))
         .with_max_wait_ms(replica_fetch_wait_ms)
         .with_min_bytes(1)
-        .with_max_bytes(replica_fetch_bytes_max)
+        .with_max_bytes(replica_fetch_response_bytes_max)
         .with_session_id(session.id)
         .with_session_epoch(if session.id == 0 { 0 } else { session.next_epoch });
-    if session.id == 0 || session.sent != Some(position) {
-        req.topics =
-            vec![FetchTopic::default().with_topic_id(topic_id).with_partitions(vec![FetchPartition::default()
-                .with_partition(tp.partition)
-                .with_current_leader_epoch(leader_epoch)
-                .with_fetch_offset(state.log_end_offset)
-                .with_log_start_offset(state.log_start_offset)
-                .with_partition_max_bytes(replica_fetch_bytes_max)])];
+    let full = session.id == 0;
+    if full {
+        session.sent.clear();
     }
-    let resp = conn.call(replica_fetch_version, &req, Duration::from_millis(replica_request_timeout_ms)).await?;
+    let mut sending: Vec<(TopicPartition, (i64, i64))> = Vec::new();
+    for (tp, leader_epoch, state) in &ready {
+        let position = (state.log_end_offset, state.log_start_offset);
+        if !full && session.sent.get(tp) == Some(&position) {
+            continue;
+        }
+        let Some(topic_id) = view.get(&tp.topic).map(|m| m.id) else { continue };
+        let partition = FetchPartition::default()
+            .with_partition(tp.partition)
+            .with_current_leader_epoch(*leader_epoch)
+            .with_fetch_offset(state.log_end_offset)
+            .with_log_start_offset(state.log_start_offset)
+            .with_partition_max_bytes(replica_fetch_bytes_max);
+        match req.topics.iter_mut().find(|t| t.topic_id == topic_id) {
+            Some(t) => t.partitions.push(partition),
+            None => req.topics.push(FetchTopic::default().with_topic_id(topic_id).with_partitions(vec![partition])),
+        }
+        sending.push((tp.clone(), position));
+    }
+    // Partitions in the session that may not fetch now (left, or truncating again).
+    let forgotten: Vec<TopicPartition> =
+        session.sent.keys().filter(|tp| !ready.iter().any(|(r, _, _)| r == *tp)).cloned().collect();
+    for tp in &forgotten {
+        session.sent.remove(tp);
+        let Some(topic_id) = view.get(&tp.topic).map(|m| m.id) else { continue };
+        match req.forgotten_topics_data.iter_mut().find(|t| t.topic_id == topic_id) {
+            Some(t) => t.partitions.push(tp.partition),
+            None => req
+                .forgotten_topics_data
+                .push(ForgottenTopic::default().with_topic_id(topic_id).with_partitions(vec![tp.partition])),
+        }
+    }
+    drop(view);
+    if ready.is_empty() && session.sent.is_empty() {
+        // Only forgetting left: the session is dropped by starting a new one next time.
+        *session = FollowerSession::default();
+        return Ok(true);
+    }
+    let resp = conn.call(replica_fetch_version, &req, Duration::from_millis(replica_request_timeout_ms)).await;
+    let resp = match resp {
+        Ok(r) => r,
+        Err(e) => {
+            *session = FollowerSession::default();
+            return Err(e);
+        }
+    };
     if resp.error_code != 0 {
         // FETCH_SESSION_ID_NOT_FOUND, INVALID_FETCH_SESSION_EPOCH: start a new session.
         *session = FollowerSession::default();
@@ -347,28 +504,52 @@ async fn fetch(
     } else {
         session.next_epoch = if session.next_epoch == i32::MAX { 1 } else { session.next_epoch + 1 };
     }
-    session.sent = (session.id != 0).then_some(position);
-    let Some(p) = resp.responses.iter().flat_map(|t| t.partitions.iter()).find(|p| p.partition_index == tp.partition)
-    else {
-        return Ok(FetchOutcome::Fetched); // nothing new in the session
-    };
-    match p.error_code {
-        error_code::NONE => {
-            let records = p.records.clone().unwrap_or_default();
-            ctx.shard
-                .borrow_mut()
-                .replica_append(tp, leader, leader_epoch, &records, p.high_watermark, now_ms())
-                .map_err(|e| format!("append: {e}"))?;
-            ctx.disk.note_appended(records.len() as u64);
-            Ok(FetchOutcome::Fetched)
-        }
-        error_code::OFFSET_OUT_OF_RANGE => {
-            // Our log end is not in the leader's log: truncate by epoch again (never
-            // throw away what may be committed; starting over below the leader's log start
-            // after retention is not handled yet).
-            tracing::warn!(partition = %tp, fetch_offset = state.log_end_offset, "fetch offset out of the leader's range: truncating by epoch again");
-            Ok(FetchOutcome::Retruncate)
-        }
-        code => Err(format!("Fetch answered error code {code}")),
+    if session.id == 0 {
+        session.sent.clear(); // no session: every request names every partition
+    } else {
+        session.sent.extend(sending);
     }
+    let view = ctx.view();
+    for t in &resp.responses {
+        let Some(topic) = view.by_id(t.topic_id).map(|(name, _)| name.to_string()) else { continue };
+        for p in &t.partitions {
+            let tp = TopicPartition::new(topic.as_str(), p.partition_index);
+            let Some(leader_epoch) = parts.borrow().get(&tp).filter(|f| f.truncated).map(|f| f.leader_epoch) else {
+                continue;
+            };
+            match p.error_code {
+                error_code::NONE => {
+                    let records = p.records.clone().unwrap_or_default();
+                    let appended = ctx.shard.borrow_mut().replica_append(
+                        &tp,
+                        leader,
+                        leader_epoch,
+                        &records,
+                        p.high_watermark,
+                        now_ms(),
+                    );
+                    match appended {
+                        Ok(_) => ctx.disk.note_appended(records.len() as u64),
+                        Err(e) => {
+                            session.sent.remove(&tp);
+                            partition_failed(parts, &tp, leader, format!("append: {e}"));
+                        }
+                    }
+                }
+                error_code::OFFSET_OUT_OF_RANGE => {
+                    // Our log end is not in the leader's log: truncate by epoch again
+                    // (never throw away what may be committed; starting over below the
+                    // leader's log start after retention is not handled yet).
+                    tracing::warn!(partition = %tp, "fetch offset out of the leader's range: truncating by epoch again");
+                    session.sent.remove(&tp);
+                    partition_failed(parts, &tp, leader, "fetch offset out of the leader's range".into());
+                }
+                code => {
+                    session.sent.remove(&tp);
+                    partition_failed(parts, &tp, leader, format!("Fetch answered error code {code}"));
+                }
+            }
+        }
+    }
+    Ok(false)
 }

@@ -12,7 +12,7 @@ use crate::group::{
 use crate::log::LogError;
 use crate::model::{Offset, TopicPartition};
 
-use super::{DurableWait, PartitionError, PartitionOp, PartitionReply, Shard};
+use super::{DurableWait, PartitionError, PartitionOp, PartitionReply, ReplicatedWait, Shard};
 
 /// Bytes read per step when replaying an offsets partition at startup.
 const offsets_load_read_bytes_max: usize = 1024 * 1024;
@@ -105,12 +105,18 @@ pub enum GroupReply {
         results: Result<Vec<Result<(), GroupError>>, Option<GroupError>>,
         /// The records' write, and their fsync when asked: the answer waits for all.
         waits: Vec<DurableWait>,
+        /// The in-sync replicas having the records (acks=all, as Kafka writes offsets):
+        /// a commit acknowledged survives the coordinator's broker.
+        replicated: Option<ReplicatedWait>,
     },
     Offsets(OffsetList),
     List(Vec<(String, String, GroupState)>),
     Describe(Option<GroupDescription>),
     Delete(Result<(), GroupError>),
     DeleteOffsets(Result<Vec<Result<(), GroupError>>, GroupError>),
+    /// This shard does not lead the group's offsets partition (yet, or any more): its
+    /// groups are not loaded here. Answered COORDINATOR_NOT_AVAILABLE or NOT_COORDINATOR.
+    Unavailable,
 }
 
 impl std::fmt::Debug for GroupReply {
@@ -155,19 +161,23 @@ fn encode_batch(recs: &[PendingRecord], now_ms: i64) -> Result<Vec<u8>, LogError
 }
 
 impl Shard {
-    /// Append group records to their offsets partition. Returns the durability wait.
+    /// Append group records to their offsets partition with `acks` (1 or -1). Returns
+    /// the write and durability waits, and with acks=-1 the replication wait.
     fn append_group_records(
         &mut self,
         recs: &[PendingRecord],
         now_ms: i64,
         durable: bool,
-    ) -> Result<Vec<DurableWait>, PartitionError> {
-        let Some(first) = recs.first() else { return Ok(Vec::new()) };
+        acks: i16,
+    ) -> Result<(Vec<DurableWait>, Option<ReplicatedWait>), PartitionError> {
+        let Some(first) = recs.first() else { return Ok((Vec::new(), None)) };
         let tp = group_partition(&first.group_id);
         assert!(recs.iter().all(|r| group_partition(&r.group_id) == tp), "one group's records share a partition");
         let batch = encode_batch(recs, now_ms)?;
-        match self.execute(PartitionOp::Produce { tp, records: Bytes::from(batch), now_ms, durable, acks: 1 })? {
-            PartitionReply::Produced { written, durable, .. } => Ok(written.into_iter().chain(durable).collect()),
+        match self.execute(PartitionOp::Produce { tp, records: Bytes::from(batch), now_ms, durable, acks })? {
+            PartitionReply::Produced { written, durable, replicated, .. } => {
+                Ok((written.into_iter().chain(durable).collect(), replicated))
+            }
             other => unreachable!("Produce answered {other:?}"),
         }
     }
@@ -184,7 +194,7 @@ impl Shard {
             }
         }
         for (group, recs) in by_group {
-            if let Err(e) = self.append_group_records(&recs, now_ms, false) {
+            if let Err(e) = self.append_group_records(&recs, now_ms, false, 1) {
                 tracing::error!(group, error = %e, "writing group records failed");
             }
         }
@@ -194,6 +204,9 @@ impl Shard {
         if let Some(g) = op.group_id() {
             let tp = group_partition(g);
             assert!(self.owns(&tp), "shard {} got group {g} coordinated by another shard", self.id.0);
+            if !self.partitions.get(&tp).is_some_and(|p| matches!(p.role, super::replica::Role::Leader(_))) {
+                return GroupReply::Unavailable;
+            }
         }
         let mut now = 0;
         let reply = match op {
@@ -214,22 +227,22 @@ impl Shard {
             }
             GroupOp::Commit { group_id, member_id, instance, generation, offsets, now_ms, durable } => {
                 match self.groups.validate_commit(&group_id, &member_id, instance.as_deref(), generation) {
-                    Err(e) => GroupReply::Commit { results: Err(Some(e)), waits: Vec::new() },
+                    Err(e) => GroupReply::Commit { results: Err(Some(e)), waits: Vec::new(), replicated: None },
                     Ok(()) => {
                         let (recs, results) = self.groups.commit_records(&group_id, &offsets, now_ms);
-                        match self.append_group_records(&recs, now_ms, durable) {
-                            Ok(waits) => {
+                        match self.append_group_records(&recs, now_ms, durable, -1) {
+                            Ok((waits, replicated)) => {
                                 for r in recs {
                                     match group_records::decode(&r.key, r.value.as_ref()) {
                                         Ok(rec) => self.groups.apply_record(rec, now_ms),
                                         Err(e) => unreachable!("we just encoded this record: {e}"),
                                     }
                                 }
-                                GroupReply::Commit { results: Ok(results), waits }
+                                GroupReply::Commit { results: Ok(results), waits, replicated }
                             }
                             Err(e) => {
                                 tracing::error!(group = %group_id, error = %e, "offset commit not written");
-                                GroupReply::Commit { results: Err(None), waits: Vec::new() }
+                                GroupReply::Commit { results: Err(None), waits: Vec::new(), replicated: None }
                             }
                         }
                     }
@@ -259,76 +272,89 @@ impl Shard {
         self.flush_group_records(now_ms);
     }
 
-    /// Rebuild groups and offsets from this shard's `__consumer_offsets` partitions.
-    pub fn load_groups(&mut self, now_ms: i64) {
-        let tps: Vec<TopicPartition> = self.partitions.keys().filter(|tp| tp.topic == OFFSETS_TOPIC).cloned().collect();
-        for tp in tps {
-            let (mut loaded, mut skipped) = (0usize, 0usize);
-            let mut offset = self.partitions[&tp].log.log_start_offset();
-            loop {
-                let p = &self.partitions[&tp];
-                let end = p.log.log_end_offset();
-                if offset >= end {
+    /// This broker took the leadership of offsets partition `tp` (at start, or from
+    /// another broker): rebuild its groups and offsets from the log, replacing whatever
+    /// this shard held of them. Runs before any group operation of the partition (the
+    /// shard runs one thing at a time), so nothing is answered from a half-loaded state.
+    /// The reads are page-cache reads of the partition's segments, on this core.
+    pub(super) fn load_group_partition(&mut self, tp: &TopicPartition, now_ms: i64) {
+        let dropped = self.groups.unload_partition(tp.partition, offsets_topic_partitions);
+        let Some(p) = self.partitions.get(tp) else { return };
+        let (mut loaded, mut skipped) = (0usize, 0usize);
+        let mut offset = p.log.log_start_offset();
+        loop {
+            let p = &self.partitions[tp];
+            let end = p.log.log_end_offset();
+            if offset >= end {
+                break;
+            }
+            let bytes = match p.log.read(offset, offsets_load_read_bytes_max, end, true).and_then(|plan| {
+                if plan.length_bytes == 0 {
+                    Ok(Vec::new())
+                } else {
+                    plan.read_to_vec().map_err(LogError::Io)
+                }
+            }) {
+                Ok(b) => b,
+                Err(LogError::OffsetOutOfRange { .. }) => break,
+                Err(e) => {
+                    tracing::error!(partition = %tp, error = %e, "cannot load groups");
                     break;
                 }
-                let bytes = match p.log.read(offset, offsets_load_read_bytes_max, end, true).and_then(|plan| {
-                    if plan.length_bytes == 0 {
-                        Ok(Vec::new())
-                    } else {
-                        plan.read_to_vec().map_err(LogError::Io)
-                    }
-                }) {
-                    Ok(b) => b,
-                    Err(LogError::OffsetOutOfRange { .. }) => break,
-                    Err(e) => {
-                        tracing::error!(partition = %tp, error = %e, "cannot load groups");
-                        break;
-                    }
-                };
-                if bytes.is_empty() {
-                    // A gap (e.g. after truncation): move to the next segment's batches.
-                    offset = Offset(offset.0 + 1);
-                    continue;
-                }
-                if let Err(e) = crate::log::batch::check_batches_records(&bytes) {
-                    tracing::error!(partition = %tp, %offset, error = %e, "malformed offsets batch; stopping load");
+            };
+            if bytes.is_empty() {
+                // A gap (e.g. after truncation): move to the next segment's batches.
+                offset = Offset(offset.0 + 1);
+                continue;
+            }
+            if let Err(e) = crate::log::batch::check_batches_records(&bytes) {
+                tracing::error!(partition = %tp, %offset, error = %e, "malformed offsets batch; stopping load");
+                break;
+            }
+            let mut buf = Bytes::from(bytes);
+            let sets = match RecordBatchDecoder::decode_all(&mut buf) {
+                Ok(s) => s,
+                Err(e) => {
+                    tracing::error!(partition = %tp, %offset, error = %e, "undecodable offsets batch; stopping load");
                     break;
                 }
-                let mut buf = Bytes::from(bytes);
-                let sets = match RecordBatchDecoder::decode_all(&mut buf) {
-                    Ok(s) => s,
-                    Err(e) => {
-                        tracing::error!(partition = %tp, %offset, error = %e, "undecodable offsets batch; stopping load");
-                        break;
-                    }
-                };
-                let mut next = offset;
-                for set in sets {
-                    for r in set.records {
-                        next = next.max(Offset(r.offset + 1));
-                        let Some(key) = r.key else { continue };
-                        match group_records::decode(&key, r.value.as_ref()) {
-                            Ok(rec) => {
-                                self.groups.apply_record(rec, now_ms);
-                                loaded += 1;
-                            }
-                            Err(e) => {
-                                skipped += 1;
-                                tracing::warn!(partition = %tp, offset = r.offset, error = %e, "skipping offsets record");
-                            }
+            };
+            let mut next = offset;
+            for set in sets {
+                for r in set.records {
+                    next = next.max(Offset(r.offset + 1));
+                    let Some(key) = r.key else { continue };
+                    match group_records::decode(&key, r.value.as_ref()) {
+                        Ok(rec) => {
+                            self.groups.apply_record(rec, now_ms);
+                            loaded += 1;
+                        }
+                        Err(e) => {
+                            skipped += 1;
+                            tracing::warn!(partition = %tp, offset = r.offset, error = %e, "skipping offsets record");
                         }
                     }
                 }
-                if next <= offset {
-                    break;
-                }
-                offset = next;
             }
-            if loaded + skipped > 0 {
-                tracing::info!(partition = %tp, records = loaded, skipped, "loaded groups and offsets");
+            if next <= offset {
+                break;
             }
+            offset = next;
+        }
+        if loaded + skipped + dropped > 0 {
+            tracing::info!(partition = %tp, records = loaded, skipped, replaced_groups = dropped,
+                "loaded groups and offsets");
         }
         // Restored groups must not write anything before they are touched.
-        let _ = self.groups.take_pending_records();
+        self.groups.discard_pending_records(tp.partition, offsets_topic_partitions);
+    }
+
+    /// This broker no longer leads offsets partition `tp`: forget its groups (their
+    /// waiting requests are answered NOT_COORDINATOR; the new leader loads them).
+    pub(super) fn unload_group_partition(&mut self, tp: &TopicPartition) {
+        let dropped = self.groups.unload_partition(tp.partition, offsets_topic_partitions);
+        if dropped > 0 {
+            tracing::info!(partition = %tp, groups = dropped, "no longer coordinating the groups of this partition");
+        }
     }
 }

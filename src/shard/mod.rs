@@ -183,6 +183,9 @@ impl FetchRecords {
 
 /// Resolves when an fsync covering the append completed (Err: the log went offline).
 pub type DurableWait = oneshot::Receiver<Result<(), String>>;
+/// acks=all: resolves when the high watermark passes the batch (Err: a Kafka error
+/// code, NOT_ENOUGH_REPLICAS_AFTER_APPEND or NOT_LEADER_OR_FOLLOWER).
+pub type ReplicatedWait = oneshot::Receiver<Result<(), i16>>;
 
 #[derive(Debug)]
 pub enum PartitionReply {
@@ -193,9 +196,8 @@ pub enum PartitionReply {
         log_start_offset: Offset,
         written: Option<DurableWait>,
         durable: Option<DurableWait>,
-        /// acks=all: resolves when the high watermark passes the batch (Err: a Kafka
-        /// error code, NOT_ENOUGH_REPLICAS_AFTER_APPEND or NOT_LEADER_OR_FOLLOWER).
-        replicated: Option<oneshot::Receiver<Result<(), i16>>>,
+        /// acks=all: resolves when the high watermark passes the batch.
+        replicated: Option<ReplicatedWait>,
         /// An idempotent producer's retry of a batch already in the log: `info` holds
         /// the original offsets and nothing was appended.
         duplicate: bool,

@@ -250,8 +250,23 @@ impl Shard {
             .map(|(_, s)| s.leader_epoch)
     }
 
-    /// Set `tp`'s role from the registry's partition state.
+    /// Set `tp`'s role from the registry's partition state. For a `__consumer_offsets`
+    /// partition, taking the leadership loads its groups and losing it drops them.
     pub(super) fn refresh_role(&mut self, tp: &TopicPartition, now_ms: i64) {
+        let was_leading = self.partitions.get(tp).is_some_and(|p| matches!(p.role, Role::Leader(_)));
+        self.set_role(tp, now_ms);
+        if tp.topic != crate::group::OFFSETS_TOPIC {
+            return;
+        }
+        let leading = self.partitions.get(tp).is_some_and(|p| matches!(p.role, Role::Leader(_)));
+        match (was_leading, leading) {
+            (false, true) => self.load_group_partition(tp, now_ms),
+            (true, false) => self.unload_group_partition(tp),
+            _ => {}
+        }
+    }
+
+    fn set_role(&mut self, tp: &TopicPartition, now_ms: i64) {
         let state = {
             let reg = &self.view;
             reg.partition(&tp.topic, tp.partition)

@@ -28,8 +28,22 @@ pub async fn create_topic(
 }
 
 /// Auto-creation (Metadata for an unknown topic): here on the active coordinator, else
-/// through it.
+/// through it. `__consumer_offsets` is never auto-created as a user topic: the active
+/// coordinator creates it as the internal topic it is, once enough brokers are live
+/// (`create_offsets_topic`); until then it is LEADER_NOT_AVAILABLE.
 pub async fn auto_create(ctx: &ShardContext, name: &str, partitions: i32) -> Result<TopicMeta, (i16, String)> {
+    if name == crate::group::OFFSETS_TOPIC {
+        if ctx.view().is_active() {
+            let rf = ctx.config.offsets_topic_replication_factor;
+            if let Err(e) = ctx.metadata.write(move |r| super::super::create_offsets_topic(r, rf, false)).await {
+                tracing::warn!(error = %e, "cannot create the offsets topic");
+            }
+        }
+        return ctx.view().get(name).cloned().ok_or_else(|| {
+            (error_code::LEADER_NOT_AVAILABLE, format!("{name} is created once {} brokers are live or a group \
+                 coordinator is asked for", ctx.config.offsets_topic_replication_factor))
+        });
+    }
     if ctx.view().is_active() {
         let rf = ctx.config.default_replication_factor;
         return create_topic(ctx, name, partitions, rf, TopicConfig::default(), false).await;
@@ -73,6 +87,13 @@ pub async fn handle(ctx: &ShardContext, frame: &RequestFrame) -> Result<Bytes, P
         let name = t.name.0.to_string();
         let partitions = if t.num_partitions == -1 { ctx.config.num_partitions } else { t.num_partitions };
         let checked = (|| {
+            if name == crate::group::OFFSETS_TOPIC {
+                // As Kafka: the internal topic is the coordinator's to create.
+                return Err((
+                    error_code::INVALID_REQUEST,
+                    format!("creation of internal topic {name} is prohibited"),
+                ));
+            }
             if !t.assignments.is_empty() {
                 return Err((
                     error_code::INVALID_REQUEST,

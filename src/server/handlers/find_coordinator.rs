@@ -1,6 +1,10 @@
 //! FindCoordinator: a group's coordinator is the broker that leads the group's partition
 //! of `__consumer_offsets` (as in Kafka). v4+ asks for several keys at once. Transaction
 //! coordinators do not exist yet.
+//!
+//! The first one asked of the active coordinator's broker before `__consumer_offsets`
+//! exists creates it (see `create_offsets_topic`); other brokers answer
+//! COORDINATOR_NOT_AVAILABLE until it exists, and the client asks again.
 
 use bytes::Bytes;
 use kafka_protocol::messages::find_coordinator_response::Coordinator;
@@ -15,8 +19,17 @@ use super::{respond, str_bytes};
 
 const KEY_TYPE_GROUP: i8 = 0;
 
-pub fn handle(ctx: &ShardContext, frame: &RequestFrame) -> Result<Bytes, ProtocolError> {
+pub async fn handle(ctx: &ShardContext, frame: &RequestFrame) -> Result<Bytes, ProtocolError> {
     let req: FindCoordinatorRequest = decode_body(frame)?;
+    if req.key_type == KEY_TYPE_GROUP {
+        let view = ctx.view();
+        if view.is_active() && view.get(crate::group::OFFSETS_TOPIC).is_none() {
+            let rf = ctx.config.offsets_topic_replication_factor;
+            if let Err(e) = ctx.metadata.write(move |r| super::super::create_offsets_topic(r, rf, true)).await {
+                tracing::warn!(error = %e, "cannot create the offsets topic");
+            }
+        }
+    }
     let reg = ctx.view();
     let answer = |key: &str| -> Result<(BrokerId, String, i32), (i16, Option<String>)> {
         if req.key_type != KEY_TYPE_GROUP {

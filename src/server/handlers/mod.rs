@@ -82,7 +82,7 @@ pub async fn handle(ctx: &ShardContext, frame: RequestFrame) -> Result<Option<Re
         ApiKey::AlterConfigs => alter_configs::handle_alter(ctx, &frame).await.map(Some),
         ApiKey::IncrementalAlterConfigs => alter_configs::handle_incremental(ctx, &frame).await.map(Some),
         ApiKey::CreatePartitions => create_partitions::handle(ctx, &frame).await.map(Some),
-        ApiKey::FindCoordinator => find_coordinator::handle(ctx, &frame).map(Some),
+        ApiKey::FindCoordinator => find_coordinator::handle(ctx, &frame).await.map(Some),
         ApiKey::JoinGroup => join_group::handle(ctx, &frame).await.map(Some),
         ApiKey::SyncGroup => sync_group::handle(ctx, &frame).await.map(Some),
         ApiKey::Heartbeat => heartbeat::handle(ctx, &frame).await.map(Some),

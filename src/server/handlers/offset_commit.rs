@@ -1,5 +1,8 @@
 //! OffsetCommit: validated by the group's coordinator, written to `__consumer_offsets`
-//! (and fsynced first under `--fsync always`), then visible to OffsetFetch. A partition
+//! (and fsynced first under `--fsync always`) with acks=all, as Kafka writes offsets:
+//! the answer waits until the partition's in-sync replicas have the commit, so an
+//! acknowledged commit survives the loss of the coordinator's broker. The coordinator
+//! serves OffsetFetch from memory, where the commit is applied at once. A partition
 //! of a topic the metadata does not know (or past its partition count) is answered
 //! UNKNOWN_TOPIC_OR_PARTITION and not committed, as Kafka does; the rest go ahead.
 
@@ -58,18 +61,26 @@ pub async fn handle(ctx: &ShardContext, frame: &RequestFrame) -> Result<Bytes, P
         Vec::new() // nothing to commit: the group is not consulted (as Kafka)
     } else {
         match ctx.call_group(op, None).await {
-            Some(GroupReply::Commit { results: Ok(results), waits }) => {
+            Some(GroupReply::Commit { results: Ok(results), waits, replicated }) => {
                 // Written (io_uring), and fsynced under --fsync always, before the answer.
                 let mut flushed = true;
                 for wait in waits {
                     flushed &= matches!(wait.await, Ok(Ok(())));
                 }
+                let failed = if !flushed {
+                    Some(error_code::COORDINATOR_NOT_AVAILABLE)
+                } else {
+                    match replicated {
+                        None => None,
+                        Some(wait) => replication_failure(wait).await,
+                    }
+                };
                 results
                     .iter()
-                    .map(|r| match r {
-                        _ if !flushed => error_code::COORDINATOR_NOT_AVAILABLE,
-                        Ok(()) => error_code::NONE,
-                        Err(e) => group_error_code(e),
+                    .map(|r| match (r, failed) {
+                        (_, Some(code)) => code,
+                        (Ok(()), None) => error_code::NONE,
+                        (Err(e), None) => group_error_code(e),
                     })
                     .collect()
             }
@@ -99,4 +110,25 @@ pub async fn handle(ctx: &ShardContext, frame: &RequestFrame) -> Result<Bytes, P
         })
         .collect();
     respond(ApiKey::OffsetCommit, frame, &OffsetCommitResponse::default().with_topics(topics))
+}
+
+/// Kafka's `offsets.commit.timeout.ms` default: how long a commit waits for the in-sync
+/// replicas of its offsets partition.
+const offsets_commit_timeout_ms: u64 = 5_000;
+
+/// Wait for the in-sync replicas to have a commit; the error to answer if they do not,
+/// mapped as Kafka's group coordinator maps append errors: too few replicas means the
+/// coordinator is not available (retry), a moved partition that it is not the
+/// coordinator any more (find the new one).
+async fn replication_failure(wait: crate::shard::ReplicatedWait) -> Option<i16> {
+    use futures::future::{select, Either};
+    let timer = Box::pin(glommio::timer::sleep(std::time::Duration::from_millis(offsets_commit_timeout_ms)));
+    match select(wait, timer).await {
+        Either::Left((Ok(Ok(())), _)) => None,
+        Either::Left((Ok(Err(error_code::NOT_LEADER_OR_FOLLOWER)), _)) | Either::Left((Err(_), _)) => {
+            Some(error_code::NOT_COORDINATOR)
+        }
+        Either::Left((Ok(Err(_)), _)) => Some(error_code::COORDINATOR_NOT_AVAILABLE),
+        Either::Right(_) => Some(error_code::REQUEST_TIMED_OUT),
+    }
 }
