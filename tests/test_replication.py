@@ -77,13 +77,19 @@ def wait_identical_replicas(brokers, topic, partitions, timeout=30, first=0):
 
 
 class LoadProducer:
-    """acks=all, one request in flight per connection (so retries keep the order) unless
-    `conf` says otherwise, explicit partitions (message n goes to partition n mod
-    partitions, its value is n); records what was acknowledged and when."""
+    """acks=all, idempotent, one request in flight per connection unless `conf` says
+    otherwise, explicit partitions (message n goes to partition n mod partitions, its
+    value is n); records what was acknowledged and when.
+
+    Idempotent because the checks read acknowledged messages back in order: without it
+    librdkafka's in-flight limit is per connection, not per partition, so across a
+    leader change a batch retried on the new leader can land after a later one (seen
+    once under load: "acknowledged messages out of order"); Kafka promises the order
+    only to idempotent producers then."""
 
     def __init__(self, bootstrap, topic, partitions, **conf):
         self.topic, self.partitions = topic, partitions
-        self.p = Producer({"bootstrap.servers": bootstrap, "acks": "all",
+        self.p = Producer({"bootstrap.servers": bootstrap, "acks": "all", "enable.idempotence": True,
                            "max.in.flight.requests.per.connection": 1, "linger.ms": 2,
                            "message.timeout.ms": 120000, "retry.backoff.ms": 100,
                            "topic.metadata.refresh.interval.ms": 1000, **conf})
