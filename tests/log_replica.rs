@@ -679,3 +679,40 @@ proptest! {
         run(ops);
     }
 }
+
+/// A follower whose log ends below its leader's log start (retention removed what it
+/// would fetch next) starts over, empty, at the leader's log start (Kafka's
+/// truncateFullyAndStartAt): no segment, epoch or producer snapshot of its old log is
+/// left, it takes the leader's batches from there, and a reopen without a clean close
+/// finds the same log.
+#[test]
+fn a_follower_starts_over_at_the_leaders_log_start() {
+    let root = tempfile::tempdir().unwrap();
+    let (ld, fd) = (root.path().join("leader"), root.path().join("follower"));
+    let leader = leader_with_epochs_0_0_1_1_3(&ld);
+    let mut follower = open(&fd);
+    // The follower has the first batch only (offsets 0-1, epoch 0), then falls behind the
+    // leader's log start, taken here as 5 (the batch of epoch 1 starting there).
+    let first = leader.read(Offset(0), 1, leader.log_end_offset(), true).unwrap().read_to_vec().unwrap();
+    follower.append_replicated(&first, 2_000).unwrap();
+    assert_eq!((follower.log_end_offset(), entries(&follower)), (Offset(2), vec![(0, 0)]));
+    follower.truncate_fully_and_start_at(Offset(5)).unwrap();
+    assert_eq!((follower.log_start_offset(), follower.log_end_offset()), (Offset(5), Offset(5)));
+    assert_eq!((entries(&follower), checkpoint(&fd)), (vec![], vec![]), "every epoch went");
+    let names: Vec<String> = std::fs::read_dir(&fd)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .filter(|n| n.ends_with(".log") || n.ends_with(".snapshot"))
+        .collect();
+    assert_eq!(names, vec!["00000000000000000005.log".to_string()], "only the new segment is left");
+    let rest = fetch(&leader, 5, usize::MAX);
+    let info = follower.append_replicated(&rest, 2_000).unwrap();
+    assert_eq!(info.base_offset, Offset(5));
+    assert_eq!(entries(&follower), vec![(1, 5), (3, 8)]);
+    assert_eq!(log_bytes(&follower), rest);
+    drop(follower); // no clean close: the next open recovers
+    let reopened = open(&fd);
+    assert_eq!((reopened.log_start_offset(), reopened.log_end_offset()), (Offset(5), Offset(11)));
+    assert_eq!(entries(&reopened), vec![(1, 5), (3, 8)]);
+    assert_eq!(log_bytes(&reopened), rest);
+}

@@ -1140,6 +1140,42 @@ impl PartitionLog {
         Ok(())
     }
 
+    /// Drop the whole log and start it, empty, at `offset` (Kafka's
+    /// `truncateFullyAndStartAt`): a follower whose log ends below its leader's log start
+    /// (retention removed what it would fetch next) has nothing the leader still has, so
+    /// it starts over where the leader's log starts. Segments, producer snapshots and
+    /// leader epochs all go (the epochs come back with the leader's batches); the new
+    /// segment, the emptied epoch checkpoint and the recovery point are durable before
+    /// this returns. A crash half way leaves either the old log (the follower fetches,
+    /// is out of range again, and starts over again) or an empty one at `offset` or at
+    /// 0 (it fetches from there).
+    pub fn truncate_fully_and_start_at(&mut self, offset: Offset) -> Result<(), LogError> {
+        self.check_online()?;
+        assert!(self.pending_writes.is_empty(), "truncate with appends still being written");
+        let offset = offset.0;
+        while let Some(seg) = self.segments.pop() {
+            let r = seg.delete_files();
+            self.offline_on_err("start over: delete segment", r)?;
+        }
+        let r = producers::delete_snapshots_outside(&self.dir, i64::MAX, i64::MAX);
+        self.offline_on_err("start over: producer snapshots", r)?;
+        let r = Segment::create(&self.dir, offset, self.config.segment_index_bytes);
+        let seg = self.offline_on_err("start over: create segment", r)?;
+        self.segments.push(seg);
+        let r = self.dir_file.sync_all();
+        self.offline_on_err("start over: directory fsync", r)?;
+        self.leader_epochs.truncate_from_end(i64::MIN); // every epoch goes
+        self.save_leader_epochs("start over: leader-epoch-checkpoint", offset)?;
+        self.producers = ProducerStates::new();
+        self.recovery_point = offset;
+        self.checkpointed_recovery_point = offset;
+        let r = write_checkpoint(&self.dir, offset, true, true);
+        self.offline_on_err("start over: checkpoint", r)?;
+        self.truncated_below.set(Some(offset));
+        self.first_unflushed_append_ms = None;
+        Ok(())
+    }
+
     /// Every producer's state (DescribeProducers).
     pub fn producer_states(&self) -> &ProducerStates {
         &self.producers

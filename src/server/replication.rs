@@ -395,7 +395,6 @@ fn mark_truncated(parts: &FetcherPartitions, tp: &TopicPartition, leader_epoch: 
     if let Some(f) = parts.borrow_mut().get_mut(tp).filter(|f| f.leader_epoch == leader_epoch) {
         f.truncated = true;
         f.retry_at = None;
-        f.last_error.clear();
     }
 }
 
@@ -529,7 +528,12 @@ async fn fetch(
                         now_ms(),
                     );
                     match appended {
-                        Ok(_) => ctx.disk.note_appended(records.len() as u64),
+                        Ok(_) => {
+                            ctx.disk.note_appended(records.len() as u64);
+                            if let Some(f) = parts.borrow_mut().get_mut(&tp) {
+                                f.last_error.clear(); // the next error is news again
+                            }
+                        }
                         Err(e) => {
                             session.sent.remove(&tp);
                             partition_failed(parts, &tp, leader, format!("append: {e}"));
@@ -537,11 +541,28 @@ async fn fetch(
                     }
                 }
                 error_code::OFFSET_OUT_OF_RANGE => {
-                    // Our log end is not in the leader's log: truncate by epoch again
-                    // (never throw away what may be committed; starting over below the
-                    // leader's log start after retention is not handled yet).
-                    tracing::warn!(partition = %tp, "fetch offset out of the leader's range: truncating by epoch again");
                     session.sent.remove(&tp);
+                    // Below the leader's log start (retention removed what we would
+                    // fetch next)? Then start over there, as Kafka's follower does
+                    // (it asks the leader with ListOffsets too).
+                    let end = ctx.shard.borrow().replica_state(&tp).map(|s| s.log_end_offset);
+                    let start = match leader_log_start(ctx, conn, &tp, leader_epoch).await {
+                        Ok(start) => start,
+                        Err(e) => {
+                            partition_failed(parts, &tp, leader, e);
+                            continue;
+                        }
+                    };
+                    if end.is_some_and(|end| end < start) {
+                        let started = ctx.shard.borrow_mut().replica_start_at(&tp, leader, leader_epoch, start);
+                        if let Err(e) = started {
+                            partition_failed(parts, &tp, leader, format!("start over: {e}"));
+                        }
+                        continue;
+                    }
+                    // Our log end is not in the leader's log: truncate by epoch again
+                    // (never throw away what may be committed).
+                    tracing::warn!(partition = %tp, "fetch offset out of the leader's range: truncating by epoch again");
                     partition_failed(parts, &tp, leader, "fetch offset out of the leader's range".into());
                 }
                 code => {
@@ -552,4 +573,36 @@ async fn fetch(
         }
     }
     Ok(false)
+}
+
+/// The leader's log start offset for `tp` (ListOffsets, earliest), as a follower asks
+/// when its fetch offset is out of the leader's range.
+async fn leader_log_start(
+    ctx: &ShardContext,
+    conn: &mut Peer,
+    tp: &TopicPartition,
+    leader_epoch: i32,
+) -> Result<i64, String> {
+    use kafka_protocol::messages::list_offsets_request::{ListOffsetsPartition, ListOffsetsTopic};
+    use kafka_protocol::messages::ListOffsetsRequest;
+    const EARLIEST: i64 = -2;
+    let req = ListOffsetsRequest::default().with_replica_id(BrokerId(ctx.config.node_id)).with_topics(vec![
+        ListOffsetsTopic::default().with_name(TopicName(crate::client::sb(&tp.topic))).with_partitions(vec![
+            ListOffsetsPartition::default()
+                .with_partition_index(tp.partition)
+                .with_current_leader_epoch(leader_epoch)
+                .with_timestamp(EARLIEST),
+        ]),
+    ]);
+    let resp = conn.call(4, &req, Duration::from_millis(replica_request_timeout_ms)).await?;
+    let p = resp
+        .topics
+        .iter()
+        .flat_map(|t| t.partitions.iter())
+        .find(|p| p.partition_index == tp.partition)
+        .ok_or("empty ListOffsets answer")?;
+    if p.error_code != 0 {
+        return Err(format!("ListOffsets answered error code {}", p.error_code));
+    }
+    Ok(p.offset)
 }

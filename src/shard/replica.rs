@@ -386,6 +386,31 @@ impl Shard {
         Ok(())
     }
 
+    /// A follower whose log ends below the leader's log start `offset` (retention on the
+    /// leader removed what it would fetch next) drops its log and starts over, empty, at
+    /// `offset` (Kafka's truncateFullyAndStartAt), then fetches from there.
+    pub fn replica_start_at(
+        &mut self,
+        tp: &TopicPartition,
+        leader: i32,
+        leader_epoch: i32,
+        offset: i64,
+    ) -> Result<(), PartitionError> {
+        if !self.follows(tp, leader, leader_epoch) {
+            return Err(PartitionError::NotLeader(tp.clone()));
+        }
+        let p = self.partitions.get_mut(tp).expect("follows");
+        let end = p.log.log_end_offset().0;
+        if offset <= end {
+            return Ok(()); // not below the leader's log start: truncation by epoch applies
+        }
+        tracing::warn!(partition = %tp, log_end = end, leader_log_start = offset,
+            "log ends below the leader's log start: starting over at the leader's log start");
+        p.log.truncate_fully_and_start_at(Offset(offset))?;
+        p.follower_hw = p.follower_hw.max(offset);
+        Ok(())
+    }
+
     /// A follower appends what it fetched (offsets as the leader assigned them) and learns
     /// the leader's high watermark. Returns the new log end offset.
     pub fn replica_append(
