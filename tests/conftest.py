@@ -12,6 +12,8 @@ Environment knobs:
                       memory, so restart tests fail there, and spate-only flags are
                       ignored)
   RUST_LOG            passed through to the broker (default: info)
+  CI                  when "true" (set by .ci/run), a skipped test FAILS: see
+                      pytest_runtest_makereport below and tests/README.md
 """
 
 import os
@@ -30,6 +32,28 @@ ZK_JAR = "/usr/share/java/zookeeper.jar"
 
 # Per-test wall-clock limit; overridable with `--timeout` on the command line.
 DEFAULT_TEST_TIMEOUT = 180
+
+# Under CI every test must run: a skip there means CI lacks a dependency (node, root,
+# a cgroup, ...) and would report as passed what it never ran. Every skip, however it
+# was asked for (pytest.skip in a test or fixture, a skip/skipif marker, a module-level
+# skip or importorskip at collection), is reported as a failure with its reason.
+# Deselection (-k, -m) is not a skip and is unaffected.
+SKIPS_FAIL = os.environ.get("CI", "").lower() in ("1", "true", "yes")
+
+
+def skip_reason(rep):
+    longrepr = rep.longrepr
+    if isinstance(longrepr, tuple) and len(longrepr) == 3:
+        return longrepr[2]
+    return str(longrepr)
+
+
+def fail_skip_under_ci(rep):
+    """Turns a skipped report into a failed one when SKIPS_FAIL (an xfail stays one)."""
+    if SKIPS_FAIL and rep.skipped and not hasattr(rep, "wasxfail"):
+        rep.outcome = "failed"
+        rep.longrepr = (f"skipped under CI=true, which must run every test: {skip_reason(rep)}\n"
+                        "(install what it needs in scripts/install-deps; see tests/README.md)")
 
 
 def pytest_configure(config):
@@ -50,9 +74,16 @@ def pytest_collection_modifyitems(config, items):
 def pytest_runtest_makereport(item, call):
     outcome = yield
     rep = outcome.get_result()
+    fail_skip_under_ci(rep)
     if rep.failed:
         for b in getattr(item, "_spate_brokers", []):
             rep.sections.append((f"broker {b.name} log ({b.log_path})", b.log_tail()))
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_make_collect_report(collector):
+    outcome = yield
+    fail_skip_under_ci(outcome.get_result())
 
 
 @pytest.fixture

@@ -1,5 +1,10 @@
-"""Malformed and hostile input on raw sockets: the broker closes (or answers) and keeps
-serving everyone else."""
+"""Malformed and hostile input on raw sockets: the broker closes the connection, and keeps
+serving everyone else.
+
+A frame the broker cannot read (a length prefix out of bounds, a body that is no request
+header it knows) has no correlation id to answer to: like Kafka, the broker closes the
+connection without a byte in return. An answer would be a response to a request the
+client never sent."""
 
 import random
 import socket
@@ -54,10 +59,14 @@ GARBAGE = {
 }
 
 
+def assert_closed_unanswered(outcome, what):
+    # send_and_observe already failed if the broker neither answered nor closed.
+    assert outcome == "closed", f"{what}: the broker answered {outcome[1][:64]!r} instead of closing"
+
+
 @pytest.mark.parametrize("kind", list(GARBAGE))
-def test_garbage_closes_or_answers(broker, kind):
-    outcome = send_and_observe(broker, GARBAGE[kind])
-    assert outcome == "closed" or outcome[0] == "answered"
+def test_garbage_closes_the_connection(broker, kind):
+    assert_closed_unanswered(send_and_observe(broker, GARBAGE[kind]), kind)
     assert_still_serving(broker)
 
 
@@ -92,7 +101,7 @@ def test_stalled_partial_frame_does_not_block_others(broker):
 def test_two_gib_length_prefix(broker):
     rss_before = broker.rss_bytes()
     outcome = send_and_observe(broker, b"\x7f\xff\xff\xff" + b"\x00\x12\x00\x00" * 16)
-    assert outcome == "closed" or outcome[0] == "answered"
+    assert_closed_unanswered(outcome, "2 GiB length prefix")
     rss_after = broker.rss_bytes()
     if rss_before and rss_after:
         assert rss_after - rss_before < 512 * 1024 * 1024, (

@@ -62,6 +62,8 @@ def run_until_killed(broker, topic, start_at, min_acked):
     assert sp.n_acked() >= min_acked, f"only {sp.n_acked()} acked in 60s"
     broker.kill()  # SIGKILL mid-stream
     acked_at_kill = sp.n_acked()
+    # Deliberate: the producer keeps sending into the dead broker for a moment (its
+    # in-flight batches fail), as a real client would; nothing waits on this.
     time.sleep(0.5)
     sp.stop_flag.set()
     sp.join(30)

@@ -248,6 +248,25 @@ def test_committed_offsets_survive_broker_kill(broker_factory, members, member_e
 
 # ------------------------------------------------------------------------ 4
 
+NO_REBALANCE_WAIT_S = 5.0
+
+
+def group_state(a, group):
+    """(state, number of members) as the broker describes the group."""
+    g = a.describe_consumer_groups([group], request_timeout=15)[group].result(20)
+    return g.state, len(g.members)
+
+
+def settled(a, group, ms, n_members):
+    """The broker says Stable with n_members, and every member's last callback assigned
+    what it owns now."""
+    for m in ms:
+        cbs = m.callbacks()
+        if not cbs or cbs[-1]["ev"] != "assign" or tuple(cbs[-1]["parts"]) != m.assignment:
+            return False
+    return group_state(a, group) == (ConsumerGroupState.STABLE, n_members)
+
+
 @pytest.mark.parametrize("how", ["kill", "close"])
 def test_static_member_restart_without_rebalance(broker_factory, members, how):
     """Static members (group.instance.id): one stops (SIGKILL, or close(), which for a
@@ -264,9 +283,11 @@ def test_static_member_restart_without_rebalance(broker_factory, members, how):
                       session_timeout_ms=session_ms) for i in ids}
     wait_until(lambda: balanced(list(cur.values()), sizes=[2, 2, 2]), 40,
                "three static members with two partitions each", diag=diag(cur.values()))
-    # Let callbacks of the initial rebalances settle.
-    time.sleep(1.0)
-    wait_until(lambda: balanced(list(cur.values()), sizes=[2, 2, 2]), 10, "still balanced")
+    # The initial rebalances are over: the broker says Stable with the three members, and
+    # each member's last callback assigned what it owns (no callback is still to come).
+    a = admin(b.bootstrap)
+    wait_until(lambda: settled(a, group, list(cur.values()), 3), 30,
+               "the initial rebalances settled", diag=diag(cur.values()))
     produced = produce_per_partition(b.bootstrap, topic, 5, "x")  # noqa: F841
     for round_, inst in enumerate(ids):
         old = cur[inst]
@@ -288,8 +309,15 @@ def test_static_member_restart_without_rebalance(broker_factory, members, how):
             f"{inst} took {elapsed:.1f}s to come back: not within the session timeout"
         assert new.assignment == parts, \
             f"{inst} had {parts} before the restart and {new.assignment} after"
-        # Give a rebalance, had one started, time to reach the others (heartbeat 500ms).
-        time.sleep(2.0)
+        # Had the rejoin started a rebalance, the broker would say so now (it leaves
+        # Stable before any other member hears of it, at its next heartbeat).
+        state = group_state(a, group)
+        assert state == (ConsumerGroupState.STABLE, 3), \
+            f"restart of {inst}: group is {state} after the static member rejoined\n{diag(cur.values())()}"
+        # And no member heard of one: a rebalance reaches them at their next heartbeat
+        # (every 500 ms). Proving that something does NOT happen takes time: this wait
+        # is deliberate, ten heartbeat intervals.
+        time.sleep(NO_REBALANCE_WAIT_S)
         for m in others:
             assert len(m.callbacks()) == cb_before[m.name], \
                 (f"restart of {inst}: {m.name} saw rebalance callbacks "

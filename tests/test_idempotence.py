@@ -127,6 +127,8 @@ def test_confluent_idempotent_through_kill9_and_restart(broker_factory):
             # Batches are in flight now: kill -9 in the middle of the stream.
             b.kill()
             killed = True
+            # Deliberate: the broker stays down a moment, so the producer's in-flight
+            # batches fail and are retried (the case under test); nothing waits on this.
             time.sleep(0.5)
             b.restart()
     left = p.flush(90)

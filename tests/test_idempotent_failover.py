@@ -21,7 +21,11 @@ def test_idempotent_producer_exactly_once_through_kills_and_a_freeze(broker_fact
                         **{"enable.idempotence": True, "max.in.flight.requests.per.connection": 5,
                            "message.timeout.ms": 180000, "logger": RDKAFKA_LOGGER})
     load.start()
-    time.sleep(2)
+    # The load is flowing (acknowledged on every partition) before the first kill.
+    deadline = time.monotonic() + 60
+    while {a[0] for a in load.acked} != set(range(parts)):
+        assert time.monotonic() < deadline, f"no acknowledged write on some partition in 60 s: {len(load.acked)} acked"
+        time.sleep(0.1)
     kill_leaders_then_freeze(brokers, topic, load, kills=2)
     load.finish()
     acked = len(load.acked)

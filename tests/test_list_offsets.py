@@ -1,5 +1,6 @@
 """ListOffsets: earliest / latest (watermarks) and by timestamp, from every client."""
 
+import json
 import time
 
 import pytest
@@ -102,9 +103,13 @@ def test_list_offsets_kafka_python(broker, timed_topic):
 
 def test_list_offsets_kcat(broker, timed_topic):
     for ts, want in BY_TIME:
-        r = kcat(broker.bootstrap, "-Q", "-t", f"{timed_topic}:0:{ts}")
+        # -J: one JSON document {topic: {partition: {"offset": n, ...}}}, read exactly
+        # (a substring match of "offset 1" would accept "offset 10").
+        r = kcat(broker.bootstrap, "-Q", "-J", "-t", f"{timed_topic}:0:{ts}")
         out = r.stdout.decode()
-        assert f"offset {want}" in out, f"kcat -Q {ts - TS0:+d}: {out!r}, want offset {want}"
+        got = json.loads(out)[timed_topic]["0"]
+        assert "error" not in got, f"kcat -Q {ts - TS0:+d}: {out!r}"
+        assert got["offset"] == want, f"kcat -Q {ts - TS0:+d}: offset {got['offset']}, want {want} ({out!r})"
 
 
 def test_log_append_time_topic(broker):

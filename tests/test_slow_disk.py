@@ -23,10 +23,10 @@ import time
 from pathlib import Path
 
 import pytest
-from confluent_kafka import KafkaError, Producer
+from confluent_kafka import KafkaError, Producer, TopicPartition
 
 from helpers.broker import REPO_ROOT
-from helpers.clients import RDKAFKA_LOGGER, cf_consume, create_topic
+from helpers.clients import RDKAFKA_LOGGER, cf_consume, cf_consumer, create_topic
 
 MiB = 1024 * 1024
 
@@ -133,7 +133,14 @@ def test_producers_faster_than_the_disk_are_slowed_and_memory_stays_bounded(brok
                             data_dir=data_dir, wrap=wrap)
     topic = "slow-disk"
     create_topic(broker.bootstrap, topic, PARTITIONS)
-    time.sleep(1)
+    # The idle baseline once every partition's log is open and answering (its
+    # watermarks), not a moment after CreateTopics returned.
+    c = cf_consumer(broker.bootstrap)
+    try:
+        for p in range(PARTITIONS):
+            assert tuple(c.get_watermark_offsets(TopicPartition(topic, p), timeout=30, cached=False)) == (0, 0)
+    finally:
+        c.close()
     rss_idle = broker.rss_bytes()
 
     acked = {}  # value -> (partition, offset)
