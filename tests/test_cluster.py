@@ -298,6 +298,9 @@ def test_broker_cut_off_from_the_coordinator_keeps_serving(broker_factory):
     lead = leaders(b1.bootstrap, "island")
     mine = sorted(p for p, l in lead.items() if l == 2)
     assert mine, lead
+    # Broker 2 has the topic's metadata before the coordinator dies (it comes over the
+    # coordinator link; under load it can lag the CreateTopics answer).
+    wait_leaders(b2.bootstrap, "island", lambda l: l == lead)
 
     b1.kill()  # the coordinator
     # Broker 2 still serves the partitions it leads, with the metadata it has.
