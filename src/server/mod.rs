@@ -316,8 +316,13 @@ pub(crate) fn create_offsets_topic(
     )
     .map_err(|e| anyhow::anyhow!(e))?;
     reg.create_replicated(OFFSETS_TOPIC, offsets_topic_partitions, replicas, configs)?;
-    tracing::info!(topic = OFFSETS_TOPIC, partitions = offsets_topic_partitions, replication_factor = replicas,
-        configured = replication_factor, "created internal topic");
+    tracing::info!(
+        topic = OFFSETS_TOPIC,
+        partitions = offsets_topic_partitions,
+        replication_factor = replicas,
+        configured = replication_factor,
+        "created internal topic"
+    );
     Ok(true)
 }
 
@@ -593,8 +598,8 @@ async fn run_shard(
                 glommio::timer::sleep(Duration::from_millis(housekeeping_interval_ms)).await;
                 // A disk short of space runs retention every tick: a lowered retention.ms
                 // or retention.bytes frees space at once, not within log.retention.check.interval.ms.
-                let retention = last_retention.elapsed() >= retention_check_interval
-                    || ctx.disk.produce_refusal().is_some();
+                let retention =
+                    last_retention.elapsed() >= retention_check_interval || ctx.disk.produce_refusal().is_some();
                 if retention {
                     last_retention = std::time::Instant::now();
                 }

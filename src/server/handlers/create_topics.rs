@@ -40,8 +40,14 @@ pub async fn auto_create(ctx: &ShardContext, name: &str, partitions: i32) -> Res
             }
         }
         return ctx.view().get(name).cloned().ok_or_else(|| {
-            (error_code::LEADER_NOT_AVAILABLE, format!("{name} is created once {} brokers are live or a group \
-                 coordinator is asked for", ctx.config.offsets_topic_replication_factor))
+            (
+                error_code::LEADER_NOT_AVAILABLE,
+                format!(
+                    "{name} is created once {} brokers are live or a group \
+                 coordinator is asked for",
+                    ctx.config.offsets_topic_replication_factor
+                ),
+            )
         });
     }
     if ctx.view().is_active() {
@@ -89,10 +95,7 @@ pub async fn handle(ctx: &ShardContext, frame: &RequestFrame) -> Result<Bytes, P
         let checked = (|| {
             if name == crate::group::OFFSETS_TOPIC {
                 // As Kafka: the internal topic is the coordinator's to create.
-                return Err((
-                    error_code::INVALID_REQUEST,
-                    format!("creation of internal topic {name} is prohibited"),
-                ));
+                return Err((error_code::INVALID_REQUEST, format!("creation of internal topic {name} is prohibited")));
             }
             if !t.assignments.is_empty() {
                 return Err((
