@@ -72,7 +72,7 @@ struct ServeArgs {
     #[arg(long, value_enum)]
     fsync: Option<FsyncMode>,
     /// Tests only: sleep this long after each group-commit fdatasync round, before its
-    /// acks go out [default: 0]
+    /// acks go out, and before the logs close at a clean shutdown [default: 0]
     #[arg(long, hide = true)]
     test_fsync_delay_ms: Option<u64>,
     /// group.initial.rebalance.delay.ms [default: 3000]

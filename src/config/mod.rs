@@ -38,7 +38,9 @@ pub struct BrokerConfig {
     /// Tests only (hidden flag `--test-fsync-delay-ms`): each group-commit fdatasync
     /// round sleeps this long after its fdatasyncs, before the appends it covers are
     /// acknowledged, so a test can tell whether acks wait for the fsync (kill -9 keeps
-    /// the page cache, so data surviving it cannot). 0, the default: no sleep.
+    /// the page cache, so data surviving it cannot). A clean shutdown's close of the logs
+    /// sleeps as long first (a slow disk's close: housekeeping ticks meanwhile). 0, the
+    /// default: no sleep.
     pub test_fsync_delay_ms: u64,
     /// Broker-wide defaults for topic configs, by Kafka name (`log.retention.ms` style
     /// broker names are accepted in their topic form: `retention.ms`).

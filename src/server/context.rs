@@ -53,6 +53,8 @@ pub struct ShardContext {
     pub in_flight: Cell<usize>,
     /// Set once shutdown began: connections stop reading new requests.
     pub stopping: Cell<bool>,
+    /// Work sent to glommio's blocking pool and not answered yet (`run_blocking`).
+    blocking_in_flight: Cell<usize>,
     flush_notify: RefCell<Option<oneshot::Sender<()>>>,
     /// Client-error log lines in the current second, and how many were suppressed.
     client_error_log: Cell<(std::time::Instant, u32, u64)>,
@@ -96,6 +98,7 @@ impl ShardContext {
             cluster_id,
             in_flight: Cell::new(0),
             stopping: Cell::new(false),
+            blocking_in_flight: Cell::new(0),
             flush_notify: RefCell::new(None),
             client_error_log: Cell::new((std::time::Instant::now(), 0, 0)),
             io_notify: RefCell::new(None),
@@ -299,6 +302,27 @@ impl ShardContext {
         }
     }
 
+    /// Run `f` on glommio's blocking pool, counted until it answers: a stopping shard
+    /// waits for this work before it closes its logs and its executor ends (glommio 0.9's
+    /// blocking thread panics when its answer finds the executor gone, and the work, a
+    /// checkpoint write or an fsync round, would race the close).
+    pub async fn run_blocking<R: Send + 'static>(&self, f: impl FnOnce() -> R + Send + 'static) -> R {
+        struct Answered<'a>(&'a Cell<usize>);
+        impl Drop for Answered<'_> {
+            fn drop(&mut self) {
+                self.0.set(self.0.get() - 1);
+            }
+        }
+        self.blocking_in_flight.set(self.blocking_in_flight.get() + 1);
+        let _answered = Answered(&self.blocking_in_flight);
+        glommio::executor().spawn_blocking(f).await
+    }
+
+    /// Blocking-pool work started with `run_blocking` and not answered yet.
+    pub fn blocking_in_flight(&self) -> usize {
+        self.blocking_in_flight.get()
+    }
+
     /// Group commit: while an fdatasync round runs on the blocking pool, new appends
     /// queue up and share the next round. Acks are released only after their round.
     pub async fn group_commit_loop(self: Rc<Self>) {
@@ -312,8 +336,8 @@ impl ShardContext {
             let batch = self.shard.borrow_mut().take_flush_batch();
             let started = std::time::Instant::now();
             let test_delay = std::time::Duration::from_millis(self.config.test_fsync_delay_ms);
-            let results = glommio::executor()
-                .spawn_blocking(move || {
+            let results = self
+                .run_blocking(move || {
                     let results = batch
                         .items
                         .into_iter()

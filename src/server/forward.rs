@@ -74,8 +74,8 @@ pub(super) async fn with_coordinator<T: Send + 'static>(
     loop {
         if let Some(addr) = coordinator_address(&ctx.view()) {
             let (f, metadata) = (f.clone(), ctx.metadata.clone());
-            let attempt = glommio::executor()
-                .spawn_blocking(move || {
+            let attempt = ctx
+                .run_blocking(move || {
                     match Connection::open(&addr, Duration::from_millis(forward_timeout_ms), "spate-forward") {
                         Ok(mut conn) => Attempt::Done(f(&mut conn, &metadata)),
                         Err(e) => Attempt::Unreachable(e.to_string()),

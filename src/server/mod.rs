@@ -4,8 +4,9 @@
 //!
 //! Lifecycle: `run` opens the topic registry, starts N shard threads, waits for them.
 //! SIGINT/SIGTERM sets the shutdown flag: shards stop accepting, let in-flight requests
-//! finish (bounded by `shutdown_grace_ms`), close their logs (flush + clean-shutdown
-//! marker) and exit. A second signal exits the process at once.
+//! and their blocking-pool work (`ShardContext::run_blocking`) finish (bounded by
+//! `shutdown_grace_ms`), write a last high-watermark checkpoint, close their logs (flush +
+//! clean-shutdown marker) and exit. A second signal exits the process at once.
 
 mod admission;
 mod connection;
@@ -596,6 +597,11 @@ async fn run_shard(
             let mut last_retention = std::time::Instant::now();
             loop {
                 glommio::timer::sleep(Duration::from_millis(housekeeping_interval_ms)).await;
+                // Once stopping, the shutdown path writes the last checkpoint and closes
+                // the logs; nothing here may start blocking work behind its back.
+                if ctx.stopping.get() {
+                    break;
+                }
                 // A disk short of space runs retention every tick: a lowered retention.ms
                 // or retention.bytes frees space at once, not within log.retention.check.interval.ms.
                 let retention =
@@ -608,9 +614,8 @@ async fn run_shard(
                 // written off the data core, atomically, when any moved.
                 let checkpoint = ctx.shard.borrow_mut().hw_checkpoint_due();
                 if let Some((path, text)) = checkpoint {
-                    let written = glommio::executor()
-                        .spawn_blocking(move || crate::model::write_file_atomically(&path, text.as_bytes()))
-                        .await;
+                    let written =
+                        ctx.run_blocking(move || crate::model::write_file_atomically(&path, text.as_bytes())).await;
                     if let Err(e) = written {
                         tracing::warn!(shard = ctx.id.0, error = %e, "cannot checkpoint high watermarks");
                     }
@@ -618,7 +623,7 @@ async fn run_shard(
                 // Deleted partitions' directories, moved aside: removed off the data core.
                 let trash = ctx.shard.borrow_mut().take_trash();
                 if !trash.is_empty() {
-                    glommio::executor().spawn_blocking(move || remove_trash(trash)).await;
+                    ctx.run_blocking(move || remove_trash(trash)).await;
                 }
                 if ctx.id.0 == 0 {
                     // The controller's heartbeat and fencing tick (a store write only when
@@ -702,9 +707,30 @@ async fn run_shard(
     while ctx.in_flight.get() > 0 && std::time::Instant::now() < deadline {
         glommio::timer::sleep(Duration::from_millis(10)).await;
     }
+    // Blocking work still out (a checkpoint write, an fsync round, partitions being
+    // opened) ends before the logs close: it would race the close, and its thread would
+    // panic answering an executor that is gone.
+    while ctx.blocking_in_flight() > 0 && std::time::Instant::now() < deadline {
+        glommio::timer::sleep(Duration::from_millis(10)).await;
+    }
+    // The high watermarks as they stand now, the last checkpoint before the close.
+    let checkpoint = ctx.shard.borrow_mut().hw_checkpoint_due();
+    if let Some((path, text)) = checkpoint {
+        if let Err(e) = ctx.run_blocking(move || crate::model::write_file_atomically(&path, text.as_bytes())).await {
+            tracing::warn!(shard = id.0, error = %e, "cannot checkpoint high watermarks");
+        }
+    }
     let logs = ctx.shard.borrow_mut().take_logs_for_close();
     let closing_ms = now_ms();
-    glommio::executor().spawn_blocking(move || crate::shard::close_logs(logs)).await;
+    let test_delay = Duration::from_millis(ctx.config.test_fsync_delay_ms);
+    ctx.run_blocking(move || {
+        // Tests only (`--test-fsync-delay-ms`): a slow disk's close.
+        if !test_delay.is_zero() {
+            std::thread::sleep(test_delay);
+        }
+        crate::shard::close_logs(logs)
+    })
+    .await;
     tracing::info!(shard = id.0, close_ms = now_ms() - closing_ms, "partition logs closed");
     tracing::info!(shard = id.0, "shard stopped");
     Ok(())

@@ -80,13 +80,15 @@ pub async fn manager(ctx: Rc<ShardContext>) {
 /// Open the logs of newly hosted partitions on the blocking pool, then install them
 /// (with their roles; followers get their fetchers).
 pub(super) fn start_opens(ctx: &Rc<ShardContext>, opens: Vec<crate::shard::OpenJob>) {
-    if opens.is_empty() {
+    // A stopping shard opens nothing more: its logs are about to close (the partitions
+    // open at the next start).
+    if opens.is_empty() || ctx.stopping.get() {
         return;
     }
     let ctx = ctx.clone();
     glommio::spawn_local(async move {
         let started_ms = now_ms();
-        let opened = glommio::executor().spawn_blocking(move || crate::shard::open_logs(opens, started_ms)).await;
+        let opened = ctx.run_blocking(move || crate::shard::open_logs(opens, started_ms)).await;
         let starts = {
             let mut shard = ctx.shard.borrow_mut();
             shard.install_opened_later(opened, now_ms());

@@ -512,8 +512,13 @@ pub fn load_hw_checkpoints(data_dir: &std::path::Path) -> std::collections::Hash
 
 impl Shard {
     /// The high watermarks to checkpoint, when any changed since the last call: the
-    /// file to write and its contents (the caller writes it off the data core).
+    /// file to write and its contents (the caller writes it off the data core). `None`
+    /// once the logs were taken for close: the partitions are gone from the shard then,
+    /// and an empty checkpoint would erase every high watermark the file holds.
     pub fn hw_checkpoint_due(&mut self) -> Option<(std::path::PathBuf, String)> {
+        if self.closing {
+            return None;
+        }
         let mut entries: Vec<(TopicPartition, i64)> =
             self.partitions.iter().map(|(tp, p)| (tp.clone(), high_watermark(p).0)).collect();
         entries.sort();
@@ -652,6 +657,21 @@ mod tests {
         let saved = crate::log::leader_epoch::LeaderEpochCache::load(log.dir()).unwrap();
         assert!(saved.entries().is_empty(), "and its checkpoint: {:?}", saved.entries());
         assert!(matches!(shard.replica_truncate(&tp, leader, epoch + 1, 0), Err(PartitionError::NotLeader(_))));
+    }
+
+    /// A housekeeping tick while the logs close (a slow close: a large dirty page cache)
+    /// must not checkpoint the emptied shard: that erased every high watermark on disk.
+    #[test]
+    fn no_hw_checkpoint_once_the_logs_are_taken_for_close() {
+        let (store, cache, data) =
+            (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+        let coordinator = coordinator(store.path());
+        let (_metadata, mut shard) = restarted_broker_2(&coordinator, cache.path(), data.path());
+        let (_, text) = shard.hw_checkpoint_due().expect("the first checkpoint");
+        assert!(text.starts_with(&format!("0\n{PARTITIONS}\n")), "{text}");
+        let logs = shard.take_logs_for_close();
+        assert_eq!(logs.len(), PARTITIONS as usize);
+        assert_eq!(shard.hw_checkpoint_due(), None, "a checkpoint of the emptied shard");
     }
 
     #[test]
