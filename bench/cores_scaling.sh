@@ -34,6 +34,28 @@ wait_port() { # PORT -> 0 once something answers there, 1 after 20 s
   return 1
 }
 
+threads_cpu() { # PID -> one line per thread: tid, name, CPU ticks (user + system)
+  for t in /proc/"$1"/task/*; do
+    [ -r "$t/stat" ] || continue
+    python3 -c 'import sys; s=open(sys.argv[1]).read(); n=s[s.index("(")+1:s.rindex(")")]; f=s[s.rindex(")")+2:].split(); print(sys.argv[2], n.replace(" ", "_"), int(f[11])+int(f[12]))' "$t/stat" "${t##*/}" 2>/dev/null
+  done
+}
+threads_report() { # BEFORE AFTER SECONDS -> the broker's CPU during the produce run, by thread name
+  python3 - "$@" <<'PY'
+import os, re, sys
+hz = os.sysconf("SC_CLK_TCK")
+read = lambda p: {l.split()[0]: (l.split()[1], int(l.split()[2])) for l in open(p) if l.strip()}
+before, after, secs = read(sys.argv[1]), read(sys.argv[2]), float(sys.argv[3])
+groups = {}
+for tid, (name, ticks) in after.items():
+    used = ticks - before.get(tid, (name, 0))[1]
+    key = re.sub(r"[-_]?\d+$", "-N", name)
+    g = groups.setdefault(key, [0, 0]); g[0] += 1; g[1] += used
+for key, (count, ticks) in sorted(groups.items(), key=lambda kv: -kv[1][1]):
+    print(f"  broker threads {key:24} x{count:<3} {100.0 * ticks / hz / secs:7.1f}% of one CPU")
+PY
+}
+
 printf 'cores\tproduce MB/s\tproduce msg/s\tpublish p50 ms\tpublish p99 ms\tconsume MB/s\n' > "$OUT/results.tsv"
 port=19092
 for n in $CORES; do
@@ -48,9 +70,12 @@ for n in $CORES; do
   fi
   B="taskset -c $CLIENT_CPUS $SPATE_BENCH_BIN --bootstrap 127.0.0.1:$port --message-size $MSG"
   log "cores $n: produce, $PRODUCERS producers, $PARTITIONS partitions"
+  threads_cpu "$bpid" > "$dir/threads.before"; t0=$(date +%s.%N)
   $B --topic t --partitions "$PARTITIONS" --create-topic --producers "$PRODUCERS" --consumers 0 --acks 1 \
      --duration "$DURATION" --warmup 2 --batch-bytes 131072 --linger-ms 1 --in-flight 5 \
      --json "$dir/produce.json" > "$dir/produce.txt" 2> "$dir/produce.err" || log "produce failed: $(tail -3 "$dir/produce.err")"
+  threads_cpu "$bpid" > "$dir/threads.after"
+  threads_report "$dir/threads.before" "$dir/threads.after" "$(python3 -c "print($(date +%s.%N) - $t0)")" | tee "$dir/threads.txt" >&2
   log "cores $n: consume the backlog, $CONSUMERS consumers"
   $B --topic t --producers 0 --consumers "$CONSUMERS" --consume-from earliest --duration "$DURATION" \
      --json "$dir/consume.json" > "$dir/consume.txt" 2> "$dir/consume.err" || log "consume failed: $(tail -3 "$dir/consume.err")"
