@@ -39,11 +39,13 @@ def cluster_args(node_id, session_ms=SESSION_MS):
             "--broker-heartbeat-interval-ms", str(HEARTBEAT_MS)]
 
 
-def start_embedded_cluster(broker_factory, n=3, session_ms=SESSION_MS):
-    first = broker_factory(*cluster_args(1, session_ms), name="b1", cores=1)
+def start_embedded_cluster(broker_factory, n=3, session_ms=SESSION_MS, extra=()):
+    """Brokers 1..n, one core each, broker 1 running the embedded coordinator; `extra`
+    arguments go to every broker. Returns them once broker 1's metadata lists all."""
+    first = broker_factory(*cluster_args(1, session_ms), *extra, name="b1", cores=1)
     brokers = [first]
     for i in range(2, n + 1):
-        brokers.append(broker_factory(*cluster_args(i, session_ms), "--coordinator", first.bootstrap,
+        brokers.append(broker_factory(*cluster_args(i, session_ms), *extra, "--coordinator", first.bootstrap,
                                       name=f"b{i}", cores=1))
     wait_brokers(first.bootstrap, {b.port for b in brokers})
     return brokers

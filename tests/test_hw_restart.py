@@ -26,7 +26,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 
 from helpers.broker import threads_stopped
 from helpers.clients import cf_conf, cf_read_partition, create_topic
-from test_cluster import wait_brokers, wait_for
+from test_cluster import start_embedded_cluster, wait_for
 from test_replication import partition_states
 
 # Long enough that broker 1's dead followers stay in the ISR for the whole check.
@@ -36,15 +36,10 @@ RECORDS = 50
 
 
 def cluster(broker_factory):
-    def args(node_id):
-        return ["--node-id", str(node_id), "--broker-session-timeout-ms", str(SESSION_MS),
-                "--broker-heartbeat-interval-ms", "300", "--replica-lag-time-max-ms", str(LAG_MS)]
-    b1 = broker_factory(*args(1), name="b1", cores=1)
-    brokers = {1: b1}
-    for i in (2, 3):
-        brokers[i] = broker_factory(*args(i), "--coordinator", b1.bootstrap, name=f"b{i}", cores=1)
-    wait_brokers(b1.bootstrap, {b.port for b in brokers.values()})
-    return brokers
+    """Brokers 1, 2 and 3 by id; followers stay in the ISR for the whole test."""
+    brokers = start_embedded_cluster(broker_factory, session_ms=SESSION_MS,
+                                     extra=["--replica-lag-time-max-ms", str(LAG_MS)])
+    return dict(zip((1, 2, 3), brokers))
 
 
 def checkpoint_files(broker):

@@ -18,9 +18,9 @@ import threading
 import time
 
 import pytest
-from confluent_kafka import KafkaError, Producer, TopicPartition
+from confluent_kafka import Producer
 
-from helpers.clients import admin, cf_consume, cf_consumer, create_topic
+from helpers.clients import admin, cf_consume, cf_read_partition, create_topic
 from test_cluster import SESSION_MS, cluster_args, wait_brokers, wait_for
 
 LAG_MS = 3000
@@ -367,41 +367,20 @@ def test_leaders_come_only_from_the_isr_unless_unclean_election_is_enabled(broke
     # The new leader takes writes. What is lost is exactly what unclean election allows:
     # the write only the old leader had; the one both replicas had is kept.
     produce_one(b1.bootstrap, "isr-only", p, b"after-unclean", "1")
-    assert read_partition(b1.bootstrap, "isr-only", p) == [b"in-sync", b"after-unclean"]
+    assert cf_read_partition(b1.bootstrap, "isr-only", p) == [b"in-sync", b"after-unclean"]
     # The old leader comes back as a follower: it drops its divergent write and holds
     # the new leader's bytes.
     brokers[leader].restart()
     wait_states(b1.bootstrap, "isr-only", lambda s: s[p][0] == other and s[p][2] == sorted(replicas),
                 timeout=60, what=f"broker {leader} back in partition {p}'s ISR")
     wait_identical_replicas({i: brokers[i] for i in replicas}, "isr-only", 1, first=p)
-    assert read_partition(b1.bootstrap, "isr-only", p) == [b"in-sync", b"after-unclean"]
+    assert cf_read_partition(b1.bootstrap, "isr-only", p) == [b"in-sync", b"after-unclean"]
 
 
 def produce_one(bootstrap, topic, partition, value, acks):
     r = subprocess.run([SPATE, "produce", topic, "--bootstrap", bootstrap, "--partition", str(partition),
                         "--acks", acks], input=value + b"\n", capture_output=True, timeout=60)
     assert r.returncode == 0, r
-
-
-def read_partition(bootstrap, topic, partition, timeout=60):
-    """Every value in one partition, from offset 0 to its end."""
-    c = cf_consumer(bootstrap)
-    try:
-        c.assign([TopicPartition(topic, partition, 0)])
-        values = []
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            m = c.poll(0.2)
-            if m is None:
-                continue
-            if m.error():
-                if m.error().code() == KafkaError._PARTITION_EOF:
-                    return values
-                continue
-            values.append(m.value())
-        raise AssertionError(f"{topic}-{partition}: no end of partition within {timeout} s; read {values}")
-    finally:
-        c.close()
 
 
 # ---- a broker cut off by the network (Linux network namespaces, iproute2) ----

@@ -364,6 +364,20 @@ impl Shard {
         self.partitions.get(tp).map(|p| p.log.end_offset_for_epoch(epoch).1).unwrap_or(-1)
     }
 
+    /// `tp` as this shard follows it from `leader` in `leader_epoch`; NOT_LEADER when it
+    /// does not (any more): the fetcher's answer is stale.
+    fn followed(
+        &mut self,
+        tp: &TopicPartition,
+        leader: i32,
+        leader_epoch: i32,
+    ) -> Result<&mut Partition, PartitionError> {
+        if !self.follows(tp, leader, leader_epoch) {
+            return Err(PartitionError::NotLeader(tp.clone()));
+        }
+        Ok(self.partitions.get_mut(tp).expect("follows"))
+    }
+
     /// A follower truncates to `offset` (by leader epoch, before fetching from a new
     /// leader).
     pub fn replica_truncate(
@@ -373,10 +387,7 @@ impl Shard {
         leader_epoch: i32,
         offset: i64,
     ) -> Result<(), PartitionError> {
-        if !self.follows(tp, leader, leader_epoch) {
-            return Err(PartitionError::NotLeader(tp.clone()));
-        }
-        let p = self.partitions.get_mut(tp).expect("follows");
+        let p = self.followed(tp, leader, leader_epoch)?;
         if offset < p.log.log_end_offset().0 {
             tracing::info!(partition = %tp, from = p.log.log_end_offset().0, to = offset, "truncating by leader epoch");
         }
@@ -396,10 +407,7 @@ impl Shard {
         leader_epoch: i32,
         offset: i64,
     ) -> Result<(), PartitionError> {
-        if !self.follows(tp, leader, leader_epoch) {
-            return Err(PartitionError::NotLeader(tp.clone()));
-        }
-        let p = self.partitions.get_mut(tp).expect("follows");
+        let p = self.followed(tp, leader, leader_epoch)?;
         let end = p.log.log_end_offset().0;
         if offset <= end {
             return Ok(()); // not below the leader's log start: truncation by epoch applies
@@ -422,10 +430,7 @@ impl Shard {
         leader_hw: i64,
         now_ms: i64,
     ) -> Result<i64, PartitionError> {
-        if !self.follows(tp, leader, leader_epoch) {
-            return Err(PartitionError::NotLeader(tp.clone()));
-        }
-        let p = self.partitions.get_mut(tp).expect("follows");
+        let p = self.followed(tp, leader, leader_epoch)?;
         if !records.is_empty() {
             p.log.append_replicated(records, now_ms)?;
         }
