@@ -51,7 +51,9 @@ GROUP_ARGS = ("--group-initial-rebalance-delay-ms", "300")
 
 
 def find_go():
-    for candidate in (shutil.which("go"), "/usr/local/go/bin/go", str(REPO_ROOT / ".go" / "bin" / "go")):
+    # ./.go is where scripts/install-deps puts a Go toolchain when the machine has none
+    # able to build tests/go (none, or one older than 1.21): it comes first.
+    for candidate in (str(REPO_ROOT / ".go" / "bin" / "go"), shutil.which("go"), "/usr/local/go/bin/go"):
         if candidate and os.access(candidate, os.X_OK):
             return candidate
     return None
@@ -67,7 +69,7 @@ def go_test_binary():
                     "run scripts/install-deps")
     BUILD_DIR.mkdir(parents=True, exist_ok=True)
     out = BUILD_DIR / "spate-go.test"
-    env = {**os.environ, "GOPROXY": "off", "GOFLAGS": "-mod=readonly"}
+    env = {**os.environ, "GOPROXY": "off", "GOFLAGS": (os.environ.get("GOFLAGS", "") + " -mod=readonly").strip()}
     try:
         r = subprocess.run([go, "test", "-c", "-o", str(out), "."], cwd=str(GO_DIR), env=env,
                            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
