@@ -1,7 +1,7 @@
 """Go's Kafka clients against the broker: franz-go (kgo v1.22.3, kadm v1.20.0) and sarama
 (v1.61.1), both with their defaults, from the Go test package in tests/go.
 
-tests/go holds three Go tests, built once per session into target/go-tests with
+tests/go holds five Go tests, built once per session into target/go-tests with
 `go test -c` (offline: scripts/install-deps downloads the modules) and run against a
 single broker and against a three-broker cluster (topics with three replicas there):
 
@@ -16,6 +16,16 @@ single broker and against a three-broker cluster (topics with three replicas the
                                commits: every record read exactly once, checked against
                                the producer's acks (key, value, header, partition, offset,
                                order), committed offsets = end offsets, lag 0.
+  TestFranzCodecsTimestampsProducers
+                               an idempotent kgo producer per codec (none, gzip, snappy,
+                               lz4, zstd), records with their own timestamps, read back by
+                               a partition consumer; ListOffsets by timestamp lands on the
+                               record (inside compressed batches: a Spate fix, see
+                               src/log/batch.rs); DescribeProducers shows each producer's
+                               last sequence per partition; CreatePartitions.
+  TestFranzGroupOffsetsAdmin   OffsetDelete, OffsetFetch of two groups in one request, a
+                               static member (group.instance.id) that closes and comes
+                               back to its partitions without a rebalance.
   TestSarama                   ClusterAdmin (describe cluster, create / list / describe /
                                delete topics, describe / alter / incremental-alter configs,
                                list / describe / delete groups, committed offsets); the
@@ -41,10 +51,11 @@ from test_cluster import cluster_args, wait_brokers
 
 GO_DIR = REPO_ROOT / "tests" / "go"
 BUILD_DIR = REPO_ROOT / "target" / "go-tests"
-GO_TESTS = {"TestFranzAdmin", "TestFranzProduceConsumeGroup", "TestSarama"}
+GO_TESTS = {"TestFranzAdmin", "TestFranzProduceConsumeGroup", "TestFranzCodecsTimestampsProducers",
+            "TestFranzGroupOffsetsAdmin", "TestSarama"}
 
 GO_BUILD_TIMEOUT_S = 600
-GO_RUN_TIMEOUT_S = 400  # the three Go tests, each bounded at 150 s by the Go side
+GO_RUN_TIMEOUT_S = 500  # the five Go tests, each bounded at 150 s by the Go side
 
 # Quick group formation: the kgo test waits for a group of one, then of two.
 GROUP_ARGS = ("--group-initial-rebalance-delay-ms", "300")
