@@ -1,7 +1,7 @@
 """Go's Kafka clients against the broker: franz-go (kgo v1.22.3, kadm v1.20.0) and sarama
 (v1.61.1), both with their defaults, from the Go test package in tests/go.
 
-tests/go holds five Go tests, built once per session into target/go-tests with
+tests/go holds seven Go tests, built once per session into target/go-tests with
 `go test -c` (offline: scripts/install-deps downloads the modules) and run against a
 single broker and against a three-broker cluster (topics with three replicas there):
 
@@ -33,6 +33,12 @@ single broker and against a three-broker cluster (topics with three replicas the
                                idempotent AsyncProducer write 4,000 records, a ConsumerGroup
                                reads them all back and commits; started again it reads only
                                the 200 records written since.
+  TestSaramaCodecsPartitionConsumer
+                               a SyncProducer per codec (none, gzip, snappy, lz4, zstd),
+                               records with their own timestamps, read back by partition
+                               consumers; GetOffset by timestamp lands on the record.
+  TestSaramaTwoMemberGroup     two members with the sticky strategy split the partitions
+                               and read every record; committed offsets = end offsets.
 
 Each Go test reports its own result; this file requires every one of them to pass (a
 Go-side skip fails here). Without Go the tests skip with the reason, which fails the run
@@ -52,10 +58,11 @@ from test_cluster import cluster_args, wait_brokers
 GO_DIR = REPO_ROOT / "tests" / "go"
 BUILD_DIR = REPO_ROOT / "target" / "go-tests"
 GO_TESTS = {"TestFranzAdmin", "TestFranzProduceConsumeGroup", "TestFranzCodecsTimestampsProducers",
-            "TestFranzGroupOffsetsAdmin", "TestSarama"}
+            "TestFranzGroupOffsetsAdmin", "TestSarama", "TestSaramaCodecsPartitionConsumer",
+            "TestSaramaTwoMemberGroup"}
 
 GO_BUILD_TIMEOUT_S = 600
-GO_RUN_TIMEOUT_S = 500  # the five Go tests, each bounded at 150 s by the Go side
+GO_RUN_TIMEOUT_S = 550  # the seven Go tests, each bounded at 150 s by the Go side
 
 # Quick group formation: the kgo test waits for a group of one, then of two.
 GROUP_ARGS = ("--group-initial-rebalance-delay-ms", "300")

@@ -37,6 +37,7 @@ func TestFranzCodecsTimestampsProducers(t *testing.T) {
 	if err != nil || created[topic].Err != nil {
 		t.Fatalf("CreateTopics %s: %v %+v", topic, err, created[topic])
 	}
+	waitTopicEverywhere(t, ctx, cl, topic, codecPartitions)
 
 	codecs := []struct {
 		name  string
@@ -182,16 +183,7 @@ func TestFranzCodecsTimestampsProducers(t *testing.T) {
 	if err != nil || cp[topic].Err != nil {
 		t.Fatalf("CreatePartitions: %v %+v", err, cp[topic])
 	}
-	waitFor(t, "the new partitions are listed", 30*time.Second, func() error {
-		td, err := adm.ListTopics(ctx, topic)
-		if err != nil {
-			return err
-		}
-		if n := len(td[topic].Partitions); n != codecPartitions+2 {
-			return fmt.Errorf("%d partitions", n)
-		}
-		return nil
-	})
+	waitTopicEverywhere(t, ctx, cl, topic, codecPartitions+2)
 	direct := newFranz(t, e, kgo.RecordPartitioner(kgo.ManualPartitioner()))
 	defer direct.Close()
 	r, err := direct.ProduceSync(ctx, &kgo.Record{Topic: topic, Partition: codecPartitions + 1, Value: []byte("new")}).First()
@@ -214,6 +206,7 @@ func TestFranzGroupOffsetsAdmin(t *testing.T) {
 	if err != nil || created[topic].Err != nil {
 		t.Fatalf("CreateTopics %s: %v %+v", topic, err, created[topic])
 	}
+	waitTopicEverywhere(t, ctx, cl, topic, 4)
 	g1, g2 := uniqueName("franz-g1"), uniqueName("franz-g2")
 	for i, g := range []string{g1, g2} {
 		var os kadm.Offsets

@@ -91,6 +91,8 @@ func TestFranzAdmin(t *testing.T) {
 			t.Fatalf("CreateTopics %s answered %d partitions x %d replicas, want 3 x %d", name, r.NumPartitions, r.ReplicationFactor, e.replicationFactor)
 		}
 	}
+	waitTopicEverywhere(t, ctx, cl, topic, 3)
+	waitTopicEverywhere(t, ctx, cl, other, 3)
 	again, err := adm.CreateTopics(ctx, 3, e.replicationFactor, nil, topic)
 	if err != nil {
 		t.Fatalf("CreateTopics again: %v", err)
@@ -332,6 +334,7 @@ func TestFranzProduceConsumeGroup(t *testing.T) {
 	if err != nil || created[topic].Err != nil {
 		t.Fatalf("CreateTopics %s: %v %+v", topic, err, created[topic])
 	}
+	waitTopicEverywhere(t, ctx, cl, topic, franzPartitions)
 
 	// Produce with kgo's defaults: idempotent, acks=all, up to 5 requests in flight per
 	// broker, the sticky-key partitioner (murmur2 of the key, as Kafka's).
@@ -547,4 +550,38 @@ func TestFranzProduceConsumeGroup(t *testing.T) {
 		return nil
 	})
 	t.Logf("franz-go: %d records over %d partitions (%v); b read %d before leaving, a %d", franzRecords, franzPartitions, ends, bRead, a.read)
+}
+
+// waitTopicEverywhere waits until every broker's own metadata shows topic with the
+// given number of partitions, each with a leader. Brokers learn of a new topic or new
+// partitions after the coordinator has answered the admin request (in Kafka too); a
+// request to a broker that has not learnt it yet gets UNKNOWN_TOPIC_OR_PARTITION.
+func waitTopicEverywhere(t *testing.T, ctx context.Context, cl *kgo.Client, topic string, partitions int) {
+	t.Helper()
+	adm := kadm.NewClient(cl)
+	waitFor(t, fmt.Sprintf("every broker knows %s with %d partitions", topic, partitions), 30*time.Second, func() error {
+		md, err := adm.BrokerMetadata(ctx)
+		if err != nil {
+			return err
+		}
+		for _, b := range md.Brokers {
+			req := kmsg.NewPtrMetadataRequest()
+			rt := kmsg.NewMetadataRequestTopic()
+			rt.Topic = kmsg.StringPtr(topic)
+			req.Topics = append(req.Topics, rt)
+			resp, err := req.RequestWith(ctx, cl.Broker(int(b.NodeID)))
+			if err != nil {
+				return fmt.Errorf("broker %d: %w", b.NodeID, err)
+			}
+			if len(resp.Topics) != 1 || resp.Topics[0].ErrorCode != 0 || len(resp.Topics[0].Partitions) != partitions {
+				return fmt.Errorf("broker %d: %+v", b.NodeID, resp.Topics)
+			}
+			for _, p := range resp.Topics[0].Partitions {
+				if p.ErrorCode != 0 || p.Leader < 0 {
+					return fmt.Errorf("broker %d: partition %d leader %d error %d", b.NodeID, p.Partition, p.Leader, p.ErrorCode)
+				}
+			}
+		}
+		return nil
+	})
 }

@@ -245,6 +245,7 @@ func TestSarama(t *testing.T) {
 		ConfigEntries: map[string]*string{"max.message.bytes": strp("2000000")}}, false); err != nil {
 		t.Fatalf("CreateTopic: %v", err)
 	}
+	saramaWaitTopic(t, e, topic, saramaPartitions)
 	if err := admin.CreateTopic(topic, &sarama.TopicDetail{NumPartitions: 1, ReplicationFactor: 1}, false); !errors.Is(err, sarama.ErrTopicAlreadyExists) {
 		t.Fatalf("creating %s twice: %v, want ErrTopicAlreadyExists", topic, err)
 	}
@@ -446,4 +447,43 @@ func TestSarama(t *testing.T) {
 		return nil
 	})
 	t.Logf("sarama: %d records over %d partitions (%v), read back by a consumer group, then %d more", total, saramaPartitions, ends, more)
+}
+
+// saramaWaitTopic waits until every broker's own metadata shows topic with the given
+// number of partitions, each with a leader (brokers learn of a new topic after the
+// coordinator answered CreateTopics, in Kafka too).
+func saramaWaitTopic(t *testing.T, e env, topic string, partitions int) {
+	t.Helper()
+	client, err := sarama.NewClient(e.bootstrap, saramaConfig(e))
+	if err != nil {
+		t.Fatalf("NewClient: %v", err)
+	}
+	defer client.Close()
+	waitFor(t, fmt.Sprintf("every broker knows %s with %d partitions", topic, partitions), 30*time.Second, func() error {
+		if err := client.RefreshMetadata(); err != nil {
+			return err
+		}
+		brokers := client.Brokers()
+		if len(brokers) != e.brokers {
+			return fmt.Errorf("%d brokers known", len(brokers))
+		}
+		for _, b := range brokers {
+			if err := b.Open(client.Config()); err != nil && !errors.Is(err, sarama.ErrAlreadyConnected) {
+				return err
+			}
+			md, err := b.GetMetadata(&sarama.MetadataRequest{Version: 1, Topics: []string{topic}})
+			if err != nil {
+				return fmt.Errorf("broker %d: %w", b.ID(), err)
+			}
+			if len(md.Topics) != 1 || md.Topics[0].Err != sarama.ErrNoError || len(md.Topics[0].Partitions) != partitions {
+				return fmt.Errorf("broker %d: %+v", b.ID(), md.Topics)
+			}
+			for _, p := range md.Topics[0].Partitions {
+				if p.Err != sarama.ErrNoError || p.Leader < 0 {
+					return fmt.Errorf("broker %d: partition %d leader %d %v", b.ID(), p.ID, p.Leader, p.Err)
+				}
+			}
+		}
+		return nil
+	})
 }
