@@ -492,10 +492,16 @@ func TestFranzProduceConsumeGroup(t *testing.T) {
 	if err != nil || committed.Error() != nil {
 		t.Fatalf("FetchOffsets: %v %v", err, committed.Error())
 	}
+	// (b's callbacks take b.mu: copy what b read, so no Fatalf below holds it.)
 	b.mu.Lock()
+	bLast := make(map[int32]int64, len(b.lastOff))
+	for p, o := range b.lastOff {
+		bLast[p] = o
+	}
+	b.mu.Unlock()
 	for _, p := range bParts {
 		want := int64(-1)
-		if last, ok := b.lastOff[p]; ok {
+		if last, ok := bLast[p]; ok {
 			want = last + 1
 		}
 		got, ok := committed.Lookup(topic, p)
@@ -503,7 +509,6 @@ func TestFranzProduceConsumeGroup(t *testing.T) {
 			t.Fatalf("b's commit of partition %d: the broker has %+v, b read up to %d", p, got, want)
 		}
 	}
-	b.mu.Unlock()
 	b.cl.Close()
 	bClosed = true
 	bRead := b.read
