@@ -175,3 +175,45 @@ fn index_files_have_kafka_layout() {
     assert_eq!(log.log_end_offset(), Offset(20));
     assert_eq!(log.offset_for_timestamp(1055).unwrap(), Some((Offset(12), 1060)));
 }
+
+/// ListOffsets by timestamp inside compressed batches, as Kafka answers it: the offset
+/// of the first record at or after the time, not the base offset of its batch. Three
+/// batches of ten records (gzip, snappy, zstd), record n at 1000 + 10 n ms. franz-go's
+/// ListOffsetsAfterMilli on its default snappy batches found this (tests/go).
+#[test]
+fn timestamp_search_inside_compressed_batches() {
+    use kafka_protocol::records::{Compression, RecordBatchEncoder, RecordEncodeOptions};
+    let dir = tempfile::tempdir().unwrap();
+    let mut log = PartitionLog::open(dir.path(), small_config(), 0).unwrap();
+    for (b, compression) in [Compression::Gzip, Compression::Snappy, Compression::Zstd].into_iter().enumerate() {
+        let records: Vec<_> = (0..10)
+            .map(|i| {
+                let n = b as i64 * 10 + i;
+                let mut r = spate::protocol::plain_record(
+                    i,
+                    0,
+                    1000 + 10 * n,
+                    None,
+                    Some(bytes::Bytes::from(format!("record {n} abcdefgh abcdefgh"))),
+                    Default::default(),
+                );
+                r.sequence = i as i32;
+                r
+            })
+            .collect();
+        let mut buf = bytes::BytesMut::new();
+        RecordBatchEncoder::encode(&mut buf, &records, &RecordEncodeOptions { version: 2, compression }).unwrap();
+        let mut batch = buf.to_vec();
+        assert_ne!(batch[22] & 7, 0, "{compression:?} batch is compressed");
+        assert_eq!(log.append(&mut batch, 0).unwrap().base_offset, Offset(b as i64 * 10));
+    }
+    for n in [0i64, 3, 9, 10, 15, 27, 29] {
+        assert_eq!(log.offset_for_timestamp(1000 + 10 * n).unwrap(), Some((Offset(n), 1000 + 10 * n)), "record {n}");
+        assert_eq!(
+            log.offset_for_timestamp(1000 + 10 * n - 5).unwrap(),
+            Some((Offset(n), 1000 + 10 * n)),
+            "before {n}"
+        );
+    }
+    assert_eq!(log.offset_for_timestamp(1000 + 10 * 29 + 1).unwrap(), None);
+}

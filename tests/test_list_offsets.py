@@ -141,3 +141,36 @@ def test_log_append_time_topic(broker):
         assert r.offset == -1
     finally:
         c.close()
+
+
+CODEC_IDS = {"gzip": 1, "snappy": 2, "lz4": 3, "zstd": 4}
+
+
+@pytest.mark.parametrize("codec", sorted(CODEC_IDS))
+def test_offsets_for_times_inside_compressed_batches(broker, codec):
+    """By timestamp inside compressed batches: the record's own offset, as Kafka answers
+    (it decompresses the batch). Spate answered the batch's base offset, so every target
+    inside a batch gave its first record (franz-go found it, tests/go; Rust tests in
+    src/log/batch.rs and tests/log_format.rs)."""
+    topic = f"timed-{codec}"
+    create_topic(broker.bootstrap, topic, 1)
+    for lo, hi in ((0, 5), (5, 10)):
+        cf_produce(broker.bootstrap, topic,
+                   [{"value": b"t%d " % i + b"x" * 200, "partition": 0, "timestamp": TS0 + 1000 * i}
+                    for i in range(lo, hi)], **{"linger.ms": 50, "compression.type": codec})
+    # Both batches are stored compressed with this codec (attributes, bytes 21-22 of each
+    # batch; old timestamps roll a segment per batch, as in Kafka, so every .log file).
+    raw = b"".join(f.read_bytes() for f in sorted((broker.data_dir / f"{topic}-0").glob("*.log")))
+    pos, codecs = 0, []
+    while pos + 23 <= len(raw):
+        codecs.append(int.from_bytes(raw[pos + 21:pos + 23], "big") & 7)
+        pos += 12 + int.from_bytes(raw[pos + 8:pos + 12], "big")
+    assert codecs == [CODEC_IDS[codec]] * 2, f"stored batches' codecs {codecs}"
+    c = cf_consumer(broker.bootstrap)
+    try:
+        for ts, want in BY_TIME:
+            (r,) = c.offsets_for_times([TopicPartition(topic, 0, ts)], timeout=10)
+            assert r.error is None, r.error
+            assert r.offset == want, f"{codec}: offsets_for_times({ts - TS0:+d} ms) = {r.offset}, want {want}"
+    finally:
+        c.close()

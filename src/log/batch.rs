@@ -294,27 +294,100 @@ pub fn check_batches_records(mut buf: &[u8]) -> Result<(), LogError> {
     Ok(())
 }
 
-/// For an uncompressed batch: the first record with timestamp >= `ts_ms`, as
-/// (offset, timestamp). None when the records cannot be parsed or none qualifies.
+/// ListOffsets by timestamp reads the records of a compressed batch, as Kafka does
+/// (`FileRecords.searchForTimestamp` iterates the batch's records). What it decompresses
+/// is bounded by this; a batch that holds more (a decompression bomb) is answered with
+/// its base offset, as if no record inside could be told apart.
+pub const TIMESTAMP_SEARCH_DECOMPRESSED_BYTES_MAX: usize = 64 << 20;
+
+/// The first record with timestamp >= `ts_ms` in a whole batch, as (offset, timestamp),
+/// compressed or not (gzip, snappy, lz4, zstd, decompressed up to
+/// TIMESTAMP_SEARCH_DECOMPRESSED_BYTES_MAX). None when the records cannot be read or none
+/// qualifies. Batch bytes come from clients: malformed input gives None, never a panic.
 pub fn find_record_by_timestamp(batch: &[u8], h: &BatchHeader, ts_ms: i64) -> Option<(i64, i64)> {
-    let mut pos = HEADER_BYTES;
+    let body = batch.get(HEADER_BYTES..)?;
+    let decompressed;
+    let records = match h.compression() {
+        0 => body,
+        codec => {
+            decompressed = decompress_bounded(codec, body, TIMESTAMP_SEARCH_DECOMPRESSED_BYTES_MAX)?;
+            &decompressed[..]
+        }
+    };
+    first_record_at_or_after(records, h, ts_ms)
+}
+
+/// Walks `h.records_count` records in `records` (the bytes after the batch header, once
+/// decompressed) for the first with timestamp >= `ts_ms`.
+fn first_record_at_or_after(records: &[u8], h: &BatchHeader, ts_ms: i64) -> Option<(i64, i64)> {
+    let mut pos = 0;
     for _ in 0..h.records_count.max(0) {
-        let length = read_varlong(batch, &mut pos)?;
+        let length = read_varlong(records, &mut pos)?;
         let start = pos;
-        if length < 0 || (length as usize) > batch.len().saturating_sub(start) {
+        if length < 0 || (length as usize) > records.len().saturating_sub(start) {
             return None;
         }
-        let _attributes = *batch.get(pos)?;
+        let _attributes = *records.get(pos)?;
         pos += 1;
-        let timestamp_delta = read_varlong(batch, &mut pos)?;
-        let offset_delta = read_varlong(batch, &mut pos)?;
+        let timestamp_delta = read_varlong(records, &mut pos)?;
+        let offset_delta = read_varlong(records, &mut pos)?;
         let timestamp = h.base_timestamp.checked_add(timestamp_delta)?;
         if timestamp >= ts_ms {
-            return Some((h.base_offset + offset_delta, timestamp));
+            return Some((h.base_offset.checked_add(offset_delta)?, timestamp));
         }
         pos = start + length as usize;
     }
     None
+}
+
+/// Snappy as Kafka's Java client writes it: xerial's framing (this 8-byte magic, two
+/// 4-byte version fields, then blocks of [u32 length][raw snappy]); librdkafka and
+/// franz-go may write one raw snappy block instead.
+const XERIAL_SNAPPY_MAGIC: &[u8; 8] = b"\x82SNAPPY\x00";
+const XERIAL_SNAPPY_HEADER_BYTES: usize = 16;
+
+/// The decompressed bytes of a batch body with Kafka codec `codec` (1 gzip, 2 snappy,
+/// 3 lz4, 4 zstd), or None when it is malformed, of an unknown codec, or longer than
+/// `bytes_max` (checked as it is produced, so a bomb never takes more than that).
+pub fn decompress_bounded(codec: i16, data: &[u8], bytes_max: usize) -> Option<Vec<u8>> {
+    use std::io::Read;
+    let read_bounded = |r: &mut dyn Read| -> Option<Vec<u8>> {
+        let mut out = Vec::new();
+        r.take(bytes_max as u64 + 1).read_to_end(&mut out).ok()?;
+        (out.len() <= bytes_max).then_some(out)
+    };
+    match codec {
+        1 => read_bounded(&mut flate2::read::MultiGzDecoder::new(data)),
+        2 => {
+            let mut out = Vec::new();
+            let push_block = |block: &[u8], out: &mut Vec<u8>| -> Option<()> {
+                let len = snap::raw::decompress_len(block).ok()?;
+                if len > bytes_max.saturating_sub(out.len()) {
+                    return None;
+                }
+                let at = out.len();
+                out.resize(at + len, 0);
+                let n = snap::raw::Decoder::new().decompress(block, &mut out[at..]).ok()?;
+                out.truncate(at + n);
+                Some(())
+            };
+            if data.len() >= XERIAL_SNAPPY_HEADER_BYTES && data.starts_with(XERIAL_SNAPPY_MAGIC) {
+                let mut rest = &data[XERIAL_SNAPPY_HEADER_BYTES..];
+                while !rest.is_empty() {
+                    let len = u32::from_be_bytes(rest.get(..4)?.try_into().ok()?) as usize;
+                    let block = rest.get(4..4usize.checked_add(len)?)?;
+                    push_block(block, &mut out)?;
+                    rest = &rest[4 + len..];
+                }
+            } else {
+                push_block(data, &mut out)?;
+            }
+            Some(out)
+        }
+        3 => read_bounded(&mut lz4::Decoder::new(data).ok()?),
+        4 => read_bounded(&mut zstd::stream::read::Decoder::new(data).ok()?),
+        _ => None,
+    }
 }
 
 #[cfg(test)]
@@ -396,5 +469,96 @@ mod tests {
         x[at..].copy_from_slice(&huge);
         let h = BatchHeader::parse(&x);
         assert!(check_records(&x, &h).is_err(), "header count 2^31 - 1 accepted");
+    }
+
+    /// Twenty records, record i at 1_700_000_000_000 + 10 i ms with a compressible value,
+    /// in one batch with this codec.
+    fn timed_batch(compression: Compression) -> Vec<u8> {
+        let records: Vec<_> = (0..20)
+            .map(|i| {
+                let mut r = crate::protocol::plain_record(
+                    i,
+                    0,
+                    1_700_000_000_000 + 10 * i,
+                    Some(Bytes::from(format!("k{i}"))),
+                    Some(Bytes::from(format!("value {i} abcdefgh abcdefgh abcdefgh"))),
+                    Default::default(),
+                );
+                r.sequence = i as i32;
+                r
+            })
+            .collect();
+        let mut buf = BytesMut::new();
+        RecordBatchEncoder::encode(&mut buf, &records, &RecordEncodeOptions { version: 2, compression }).unwrap();
+        buf.to_vec()
+    }
+
+    /// ListOffsets by timestamp finds the record inside a batch of every codec, as Kafka's
+    /// FileRecords.searchForTimestamp does. It used to answer the base offset of a
+    /// compressed batch: franz-go (snappy by default) saw ListOffsetsAfterMilli land up to a
+    /// batch before the record (tests/go/franz_more_test.go).
+    #[test]
+    fn timestamp_search_finds_the_record_in_every_codec() {
+        for compression in
+            [Compression::None, Compression::Gzip, Compression::Snappy, Compression::Lz4, Compression::Zstd]
+        {
+            let b = timed_batch(compression);
+            let (h, size) = check_structure(&b, b.len()).unwrap();
+            assert_eq!((size, h.records_count), (b.len(), 20), "{compression:?}");
+            assert_eq!(h.compression() != 0, compression != Compression::None, "{compression:?}");
+            let base = 1_700_000_000_000;
+            assert_eq!(find_record_by_timestamp(&b, &h, 0), Some((0, base)), "{compression:?}");
+            assert_eq!(find_record_by_timestamp(&b, &h, base + 70), Some((7, base + 70)), "{compression:?}");
+            assert_eq!(find_record_by_timestamp(&b, &h, base + 71), Some((8, base + 80)), "{compression:?}");
+            assert_eq!(find_record_by_timestamp(&b, &h, base + 190), Some((19, base + 190)), "{compression:?}");
+            assert_eq!(find_record_by_timestamp(&b, &h, base + 191), None, "{compression:?}");
+        }
+    }
+
+    /// Snappy in xerial's framing (the Java client's) and as one raw block (librdkafka's,
+    /// franz-go's) both decompress.
+    #[test]
+    fn snappy_raw_and_xerial_framing() {
+        let data: Vec<u8> = (0..100_000u32).flat_map(|i| (i % 251).to_be_bytes()).collect();
+        let raw = snap::raw::Encoder::new().compress_vec(&data).unwrap();
+        assert_eq!(decompress_bounded(2, &raw, 1 << 20).unwrap(), data);
+        let mut xerial = XERIAL_SNAPPY_MAGIC.to_vec();
+        xerial.extend_from_slice(&[0, 0, 0, 1, 0, 0, 0, 1]);
+        for chunk in data.chunks(32 * 1024) {
+            let block = snap::raw::Encoder::new().compress_vec(chunk).unwrap();
+            xerial.extend_from_slice(&(block.len() as u32).to_be_bytes());
+            xerial.extend_from_slice(&block);
+        }
+        assert_eq!(decompress_bounded(2, &xerial, 1 << 20).unwrap(), data);
+        // A block length past the end: None, not a panic.
+        let mut cut = xerial.clone();
+        cut.truncate(xerial.len() - 1);
+        assert_eq!(decompress_bounded(2, &cut, 1 << 20), None);
+    }
+
+    /// A decompression bomb stops at the bound: a megabyte of zeros in every codec, with a
+    /// bound of 64 KiB, gives None (and the whole megabyte within a larger bound).
+    #[test]
+    fn decompression_is_bounded() {
+        use std::io::Write;
+        let zeros = vec![0u8; 1 << 20];
+        let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+        gz.write_all(&zeros).unwrap();
+        let gz = gz.finish().unwrap();
+        let snappy = snap::raw::Encoder::new().compress_vec(&zeros).unwrap();
+        let mut lz = lz4::EncoderBuilder::new().build(Vec::new()).unwrap();
+        lz.write_all(&zeros).unwrap();
+        let (lz, r) = lz.finish();
+        r.unwrap();
+        let zstd = zstd::stream::encode_all(&zeros[..], 1).unwrap();
+        for (codec, data) in [(1, &gz), (2, &snappy), (3, &lz), (4, &zstd)] {
+            assert!(data.len() < zeros.len() / 10, "codec {codec}: {} bytes", data.len());
+            assert_eq!(decompress_bounded(codec, data, 64 << 10), None, "codec {codec}");
+            assert_eq!(decompress_bounded(codec, data, 1 << 20).as_deref(), Some(&zeros[..]), "codec {codec}");
+        }
+        // Garbage and unknown codecs: None.
+        for codec in 0..8 {
+            assert_eq!(decompress_bounded(codec, b"not compressed at all", 1 << 20), None, "codec {codec}");
+        }
     }
 }

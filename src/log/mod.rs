@@ -897,9 +897,10 @@ impl PartitionLog {
     }
 
     /// ListOffsets by timestamp: the first offset whose record timestamp >= `ts_ms`, with
-    /// that timestamp; None when no such record. Exact for uncompressed batches; for a
-    /// compressed batch (never decompressed here) or a LogAppendTime batch, the batch's
-    /// base offset and max timestamp.
+    /// that timestamp; None when no such record. Exact, as in Kafka, for uncompressed and
+    /// compressed batches (decompressed up to batch::TIMESTAMP_SEARCH_DECOMPRESSED_BYTES_MAX;
+    /// a batch past that, or unreadable, gives its base offset and max timestamp); for a
+    /// LogAppendTime batch, where every record has the batch's time, its base offset.
     pub fn offset_for_timestamp(&self, ts_ms: i64) -> Result<Option<(Offset, i64)>, LogError> {
         self.check_online()?;
         let mut buf = Vec::new();
@@ -921,7 +922,7 @@ impl PartitionLog {
             let written_size = self.written_size(seg);
             while let Some(h) = seg.header_at(pos, written_size).map_err(corrupt)? {
                 if h.max_timestamp >= ts_ms {
-                    if h.compression() == 0 && !h.is_log_append_time() {
+                    if !h.is_log_append_time() {
                         buf.resize(h.size_bytes() as usize, 0);
                         seg.log.read_exact_at(&mut buf, pos)?;
                         if let Some((offset, ts)) = batch::find_record_by_timestamp(&buf, &h, ts_ms) {
