@@ -153,6 +153,11 @@ public final class ProduceAndGroup {
         for (TopicPartition tp : bFirst) {
             long expected = lastOffset(b.records, tp) + 1;
             Check.equal(expected, b.committedAtClose.get(tp).offset(), "B's committed() for " + tp);
+            // The commit carries the leader epoch of the last record read (KIP-320), which
+            // the broker keeps and gives back.
+            var lastEpoch = lastRecord(b.records, tp).leaderEpoch();
+            Check.that(lastEpoch.isPresent(), "leader epoch of the last record B read from " + tp);
+            Check.equal(lastEpoch, b.committedAtClose.get(tp).leaderEpoch(), "B's committed() leader epoch for " + tp);
         }
         Check.waitUntil(WAIT, "A to read everything", () -> a.count() + b.count() == 2 * PER_PHASE,
                 () -> "A read " + a.count() + ", B read " + b.count() + " of " + 2 * PER_PHASE + errors(a));
@@ -292,6 +297,11 @@ public final class ProduceAndGroup {
         }
     }
 
+    static ConsumerRecord<String, String> lastRecord(List<ConsumerRecord<String, String>> records, TopicPartition tp) {
+        return records.stream().filter(r -> r.partition() == tp.partition()).reduce((x, y) -> y)
+                .orElseThrow(() -> new AssertionError("no record read from " + tp));
+    }
+
     static long lastOffset(List<ConsumerRecord<String, String>> records, TopicPartition tp) {
         return records.stream().filter(r -> r.partition() == tp.partition()).mapToLong(ConsumerRecord::offset).max()
                 .orElseThrow(() -> new AssertionError("no record read from " + tp));
@@ -397,7 +407,14 @@ public final class ProduceAndGroup {
             revoked.add(Set.copyOf(partitions));
             if (!partitions.isEmpty()) {
                 Map<TopicPartition, OffsetAndMetadata> offs = new HashMap<>();
-                for (TopicPartition tp : partitions) offs.put(tp, new OffsetAndMetadata(consumer.position(tp)));
+                for (TopicPartition tp : partitions) {
+                    // With the leader epoch of the last record read, as commitSync() would.
+                    long position = consumer.position(tp);
+                    java.util.Optional<Integer> epoch = records.stream()
+                            .filter(r -> r.partition() == tp.partition() && r.offset() == position - 1)
+                            .findFirst().flatMap(ConsumerRecord::leaderEpoch);
+                    offs.put(tp, new OffsetAndMetadata(position, epoch, ""));
+                }
                 consumer.commitSync(offs);
             }
         }
