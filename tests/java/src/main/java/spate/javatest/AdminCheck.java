@@ -55,7 +55,11 @@ public final class AdminCheck {
     static final Duration WAIT = Duration.ofSeconds(60);
     static final int RECORDS_PER_PARTITION = 10;
 
-    public static void main(String[] args) throws Exception {
+    public static void main(String[] args) {
+        Check.main(() -> scenario(args));
+    }
+
+    static void scenario(String[] args) throws Exception {
         String bootstrap = args[0];
         short rf = Short.parseShort(args[1]);
         int brokers = Integer.parseInt(args[2]);

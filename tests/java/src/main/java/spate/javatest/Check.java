@@ -44,6 +44,25 @@ final class Check {
         }
     }
 
+    interface Body {
+        void run() throws Exception;
+    }
+
+    /** Runs a scenario and exits: 0 after it passes, 1 with its stack trace when a check
+     * fails or anything throws, at once, whatever threads (a group member's) still run. */
+    static void main(Body body) {
+        int code = 1;
+        try {
+            body.run();
+            code = 0;
+        } catch (Throwable t) {
+            t.printStackTrace(System.out);
+        } finally {
+            System.out.flush();
+            System.exit(code);
+        }
+    }
+
     static void log(String msg) {
         System.out.println("[java-check] " + msg);
         System.out.flush();

@@ -26,7 +26,11 @@ import org.apache.kafka.common.serialization.StringSerializer;
  * <p>Usage: ConsumerProtocol BOOTSTRAP
  */
 public final class ConsumerProtocol {
-    public static void main(String[] args) throws Exception {
+    public static void main(String[] args) {
+        Check.main(() -> scenario(args));
+    }
+
+    static void scenario(String[] args) throws Exception {
         String bootstrap = args[0];
         String suffix = Long.toString(System.nanoTime(), 36);
         String topic = "java-kip848-" + suffix;

@@ -73,7 +73,11 @@ public final class ProduceAndGroup {
     /** What the producer's callback reported for one record. */
     record Sent(int index, String key, String value, long timestamp) {}
 
-    public static void main(String[] args) throws Exception {
+    public static void main(String[] args) {
+        Check.main(() -> scenario(args));
+    }
+
+    static void scenario(String[] args) throws Exception {
         String bootstrap = args[0];
         short rf = Short.parseShort(args[1]);
         boolean cooperative = switch (args[2]) {
@@ -348,6 +352,7 @@ public final class ProduceAndGroup {
             }
             this.consumer = new KafkaConsumer<>(cp);
             this.thread = new Thread(this, "member-" + name);
+            this.thread.setDaemon(true);
         }
 
         void start() {
