@@ -12,6 +12,10 @@ with "PASS: ..." (exit 0) or an AssertionError naming the difference:
 - AdminCheck: describeCluster, create/list/describe/delete topics, describeConfigs and
   incrementalAlterConfigs, consumer groups listed, described, their offsets listed,
   altered and the group deleted.
+- CodecsAndOffsets: the producer with each compression codec (none, gzip, snappy, lz4,
+  zstd) read back by a consumer without a group; beginningOffsets / endOffsets /
+  offsetsForTimes and the admin's listOffsets (inside compressed batches too);
+  createPartitions.
 - ConsumerProtocol: `group.protocol=consumer` (KIP-848), not implemented in Spate: xfail.
 
 The module is compiled with Maven offline (scripts/install-deps resolves its
@@ -155,3 +159,11 @@ def test_java_consumer_group_protocol_kip848(java_classpath, broker_factory):
                      " ConsumerGroupHeartbeat; the Java consumer says: " + KIP848_MISSING)
     assert rc == 0, f"ConsumerProtocol exited with {rc}; output:\n{out}"
     assert "[java-check] PASS: ConsumerProtocol" in out, out
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(RUN_TIMEOUT_S + 60)
+def test_java_codecs_and_offsets(java_classpath, setup):
+    bootstrap, rf, _ = setup
+    run_java(java_classpath, "CodecsAndOffsets", bootstrap, rf)
+

@@ -141,3 +141,28 @@ def test_log_append_time_topic(broker):
         assert r.offset == -1
     finally:
         c.close()
+
+
+@pytest.mark.parametrize("codec", ["gzip", "snappy", "lz4", "zstd"])
+def test_offsets_for_times_inside_a_compressed_batch(broker, codec):
+    """Kafka answers a lookup by time with the exact record inside a compressed batch (it
+    decompresses the batch); Spate answered the batch's base offset and max timestamp
+    (found by the Java client, tests/java CodecsAndOffsets). One batch of 10 records."""
+    topic = f"timed-{codec}"
+    create_topic(broker.bootstrap, topic, 1)
+    cf_produce(broker.bootstrap, topic,
+               [{"value": b"z%d" % i * 50, "partition": 0, "timestamp": TS0 + 1000 * i} for i in range(10)],
+               **{"linger.ms": 200, "compression.codec": codec})
+    c = cf_consumer(broker.bootstrap)
+    try:
+        got = []
+        for i in range(10):
+            (r,) = c.offsets_for_times([TopicPartition(topic, 0, TS0 + 1000 * i - 500)], timeout=10)
+            got.append(r.offset)
+        assert got == list(range(10)), f"{codec}: offsets_for_times(TS0 + 1000*i - 500) = {got}"
+        (r,) = c.offsets_for_times([TopicPartition(topic, 0, TS0 + 9001)], timeout=10)
+        assert r.offset == -1, r
+    finally:
+        c.close()
+    records = cf_consume(broker.bootstrap, topic, 1, count=10)[0]
+    assert [(r.offset, r.timestamp) for r in records] == [(i, TS0 + 1000 * i) for i in range(10)]

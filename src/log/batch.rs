@@ -294,10 +294,27 @@ pub fn check_batches_records(mut buf: &[u8]) -> Result<(), LogError> {
     Ok(())
 }
 
-/// For an uncompressed batch: the first record with timestamp >= `ts_ms`, as
-/// (offset, timestamp). None when the records cannot be parsed or none qualifies.
+/// The first record of a batch (whole, header included) with timestamp >= `ts_ms`, as
+/// (offset, timestamp); a compressed batch's records are decompressed first, up to
+/// `limits::decompressed_batch_bytes_max`. None when the records cannot be read (or
+/// inflate past the limit) or none qualifies.
 pub fn find_record_by_timestamp(batch: &[u8], h: &BatchHeader, ts_ms: i64) -> Option<(i64, i64)> {
-    let mut pos = HEADER_BYTES;
+    let records = batch.get(HEADER_BYTES..)?;
+    if h.compression() == 0 {
+        return find_in_records(records, h, ts_ms);
+    }
+    let inflated = super::decompress::decompress_records(
+        h.compression() as u8,
+        records,
+        crate::model::limits::decompressed_batch_bytes_max,
+    )?;
+    find_in_records(&inflated, h, ts_ms)
+}
+
+/// The walk over a batch's records section (uncompressed bytes).
+fn find_in_records(records: &[u8], h: &BatchHeader, ts_ms: i64) -> Option<(i64, i64)> {
+    let batch = records;
+    let mut pos = 0;
     for _ in 0..h.records_count.max(0) {
         let length = read_varlong(batch, &mut pos)?;
         let start = pos;

@@ -112,6 +112,7 @@ use crate::model::limits;
 use crate::model::Offset;
 
 pub mod batch;
+pub mod decompress;
 pub mod index;
 pub mod leader_epoch;
 pub mod producers;
@@ -897,9 +898,11 @@ impl PartitionLog {
     }
 
     /// ListOffsets by timestamp: the first offset whose record timestamp >= `ts_ms`, with
-    /// that timestamp; None when no such record. Exact for uncompressed batches; for a
-    /// compressed batch (never decompressed here) or a LogAppendTime batch, the batch's
-    /// base offset and max timestamp.
+    /// that timestamp; None when no such record. Exact, as Kafka, in uncompressed and
+    /// compressed batches (decompressed up to `limits::decompressed_batch_bytes_max`);
+    /// for a LogAppendTime batch (every record has the batch's time) or a compressed
+    /// one that does not decompress within the limit, the batch's base offset and max
+    /// timestamp.
     pub fn offset_for_timestamp(&self, ts_ms: i64) -> Result<Option<(Offset, i64)>, LogError> {
         self.check_online()?;
         let mut buf = Vec::new();
@@ -921,7 +924,7 @@ impl PartitionLog {
             let written_size = self.written_size(seg);
             while let Some(h) = seg.header_at(pos, written_size).map_err(corrupt)? {
                 if h.max_timestamp >= ts_ms {
-                    if h.compression() == 0 && !h.is_log_append_time() {
+                    if !h.is_log_append_time() {
                         buf.resize(h.size_bytes() as usize, 0);
                         seg.log.read_exact_at(&mut buf, pos)?;
                         if let Some((offset, ts)) = batch::find_record_by_timestamp(&buf, &h, ts_ms) {

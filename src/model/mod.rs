@@ -97,6 +97,11 @@ pub mod limits {
     pub const message_bytes_max: u32 = 256 * 1024 * 1024;
     /// Partitions one topic may have.
     pub const topic_partitions_max: i32 = 100_000;
+    /// The most bytes a stored compressed batch's records may inflate to when the broker
+    /// looks inside one (ListOffsets by timestamp). A batch that inflates past it is
+    /// treated as unreadable there (answered by its base offset): a compression bomb
+    /// costs at most this much memory.
+    pub const decompressed_batch_bytes_max: usize = 32 * 1024 * 1024;
     /// Kafka's topic name length limit.
     pub const topic_name_bytes_max: usize = 249;
     /// A cross-shard channel's capacity.
