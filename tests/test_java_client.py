@@ -11,7 +11,7 @@ with "PASS: ..." (exit 0) or an AssertionError naming the difference:
   committed() and the admin; describeProducers shows the idempotent producer's sequences.
 - AdminCheck: describeCluster, create/list/describe/delete topics, describeConfigs and
   incrementalAlterConfigs, consumer groups listed, described, their offsets listed,
-  altered and the group deleted.
+  altered and deleted (deleteConsumerGroupOffsets), the group deleted.
 - CodecsAndOffsets: the producer with each compression codec (none, gzip, snappy, lz4,
   zstd) read back by a consumer without a group; beginningOffsets / endOffsets /
   offsetsForTimes and the admin's listOffsets (inside compressed batches too);

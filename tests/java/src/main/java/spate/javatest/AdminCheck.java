@@ -39,6 +39,7 @@ import org.apache.kafka.common.Uuid;
 import org.apache.kafka.common.config.ConfigResource;
 import org.apache.kafka.common.errors.GroupIdNotFoundException;
 import org.apache.kafka.common.errors.GroupNotEmptyException;
+import org.apache.kafka.common.errors.GroupSubscribedToTopicException;
 import org.apache.kafka.common.errors.InvalidConfigurationException;
 import org.apache.kafka.common.errors.TopicExistsException;
 import org.apache.kafka.common.errors.UnknownTopicOrPartitionException;
@@ -310,7 +311,19 @@ public final class AdminCheck {
                 }
             }
             for (TopicPartition tp : all) Check.equal(altered.get(tp).offset(), first.get(tp), "first offset read from " + tp);
+            c.commitSync();
+            // A group subscribed to the topic keeps its offsets (OffsetDelete).
+            failure(admin.deleteConsumerGroupOffsets(group, Set.of(new TopicPartition(topic, 0))).all(),
+                    GroupSubscribedToTopicException.class, "deleting the offsets of a subscribed topic");
         }
+
+        // Empty again: one partition's offset deleted, the others kept.
+        Map<TopicPartition, Long> before = offsets(admin, group);
+        Check.equal(all, before.keySet(), "partitions with offsets before OffsetDelete");
+        get(admin.deleteConsumerGroupOffsets(group, Set.of(new TopicPartition(topic, 0))).all());
+        Map<TopicPartition, Long> kept = new HashMap<>(before);
+        kept.remove(new TopicPartition(topic, 0));
+        Check.equal(kept, offsets(admin, group), "offsets after deleting partition 0's");
 
         get(admin.deleteConsumerGroups(List.of(group)).all());
         Collection<ConsumerGroupListing> after = get(admin.listConsumerGroups().all());
