@@ -129,17 +129,15 @@ public final class CodecsAndOffsets {
             Check.equal((long) probe, info.offset(), "admin offset for timestamp");
             Check.equal(stamps.get(probe), info.timestamp(), "admin timestamp for timestamp");
 
-            {
-                // One record inside the batches of each codec (0-299 none, 300-599 gzip, ...).
-                for (int codec = 1; codec < CODECS.length; codec++) {
-                    int inside = PER_CODEC * codec + 17;
-                    specs.put(tp, OffsetSpec.forTimestamp(stamps.get(inside) - 500));
-                    var r = admin.listOffsets(specs).partitionResult(tp).get(WAIT_S, TimeUnit.SECONDS);
-                    Check.equal((long) inside, r.offset(), "offsetsForTimes in a compressed batch (" + CODECS[codec]
-                            + "): the offset of the first record at or after the time");
-                    Check.equal(stamps.get(inside), r.timestamp(), "offsetsForTimes in a compressed batch (" + CODECS[codec]
-                            + "): that record's timestamp");
-                }
+            // One record inside the batches of each codec (0-299 none, 300-599 gzip, ...).
+            for (int codec = 1; codec < CODECS.length; codec++) {
+                int inside = PER_CODEC * codec + 17;
+                specs.put(tp, OffsetSpec.forTimestamp(stamps.get(inside) - 500));
+                var r = admin.listOffsets(specs).partitionResult(tp).get(WAIT_S, TimeUnit.SECONDS);
+                Check.equal((long) inside, r.offset(), "offsetsForTimes in a compressed batch (" + CODECS[codec]
+                        + "): the offset of the first record at or after the time");
+                Check.equal(stamps.get(inside), r.timestamp(), "offsetsForTimes in a compressed batch (" + CODECS[codec]
+                        + "): that record's timestamp");
             }
 
             admin.createPartitions(Map.of(topic, NewPartitions.increaseTo(3))).all().get(WAIT_S, TimeUnit.SECONDS);
