@@ -122,13 +122,17 @@ public final class AdminCheck {
         failure(admin.createTopics(List.of(new NewTopic(t1 + "-bad", 1, rf).configs(Map.of("no.such.config", "1")))).all(),
                 InvalidConfigurationException.class, "creating a topic with an unknown config");
 
-        Set<String> names = get(admin.listTopics().names());
-        Check.that(names.containsAll(Set.of(t1, t2)), "listTopics " + names + " has " + t1 + " and " + t2);
-        Check.that(!names.contains(t1 + "-bad"), "listTopics has the refused topic: " + names);
-        Check.that(names.stream().noneMatch(n -> n.startsWith("__")), "listTopics without internal topics: " + names);
-        var listings = get(admin.listTopics(new ListTopicsOptions().listInternal(true)).namesToListings());
-        Check.equal(false, listings.get(t1).isInternal(), t1 + " is internal");
-        Check.equal(createdId, listings.get(t1).topicId(), "listTopics topic id of " + t1);
+        // The admin asks any broker, which may learn of the new topics a moment later.
+        Check.eventually(WAIT, "listTopics", () -> {
+            Set<String> names = get(admin.listTopics().names());
+            Check.that(names.containsAll(Set.of(t1, t2)), "listTopics " + names + " has " + t1 + " and " + t2);
+            Check.that(!names.contains(t1 + "-bad"), "listTopics has the refused topic: " + names);
+            Check.that(names.stream().noneMatch(n -> n.startsWith("__")), "listTopics without internal topics: " + names);
+            var listings = get(admin.listTopics(new ListTopicsOptions().listInternal(true)).namesToListings());
+            Check.that(listings.containsKey(t1), "listTopics(listInternal) has " + t1 + ": " + listings.keySet());
+            Check.equal(false, listings.get(t1).isInternal(), t1 + " is internal");
+            Check.equal(createdId, listings.get(t1).topicId(), "listTopics topic id of " + t1);
+        });
 
         // In a cluster, every broker learns a new topic's leaders shortly after it is created.
         Check.waitUntil(WAIT, "leaders for every partition of " + t1, () -> {
@@ -164,13 +168,15 @@ public final class AdminCheck {
 
     static void configs(Admin admin, String t1) throws Exception {
         ConfigResource r = new ConfigResource(ConfigResource.Type.TOPIC, t1);
-        Map<String, ConfigEntry> c = describe(admin, r);
-        Check.equal("3600000", c.get("retention.ms").value(), "retention.ms");
-        Check.equal(ConfigEntry.ConfigSource.DYNAMIC_TOPIC_CONFIG, c.get("retention.ms").source(), "retention.ms source");
-        Check.equal("200000", c.get("max.message.bytes").value(), "max.message.bytes");
-        Check.equal("1073741824", c.get("segment.bytes").value(), "segment.bytes default");
-        Check.equal(ConfigEntry.ConfigSource.DEFAULT_CONFIG, c.get("segment.bytes").source(), "segment.bytes source");
-        Check.equal("delete", c.get("cleanup.policy").value(), "cleanup.policy default");
+        Check.eventually(WAIT, "describeConfigs of the new topic", () -> {
+            Map<String, ConfigEntry> c = describe(admin, r);
+            Check.equal("3600000", c.get("retention.ms").value(), "retention.ms");
+            Check.equal(ConfigEntry.ConfigSource.DYNAMIC_TOPIC_CONFIG, c.get("retention.ms").source(), "retention.ms source");
+            Check.equal("200000", c.get("max.message.bytes").value(), "max.message.bytes");
+            Check.equal("1073741824", c.get("segment.bytes").value(), "segment.bytes default");
+            Check.equal(ConfigEntry.ConfigSource.DEFAULT_CONFIG, c.get("segment.bytes").source(), "segment.bytes source");
+            Check.equal("delete", c.get("cleanup.policy").value(), "cleanup.policy default");
+        });
 
         var ops = List.of(
                 new AlterConfigOp(new ConfigEntry("retention.ms", "7200000"), AlterConfigOp.OpType.SET),
@@ -193,7 +199,7 @@ public final class AdminCheck {
                 return e;
             }
         });
-        c = describe(admin, r);
+        Map<String, ConfigEntry> c = describe(admin, r);
         Check.equal(ConfigEntry.ConfigSource.DYNAMIC_TOPIC_CONFIG, c.get("retention.ms").source(), "retention.ms source after SET");
         Check.equal("1048588", c.get("max.message.bytes").value(), "max.message.bytes after DELETE (the default)");
 
@@ -340,13 +346,19 @@ public final class AdminCheck {
 
     static void deleteTopic(Admin admin, String t2) throws Exception {
         get(admin.deleteTopics(List.of(t2)).all());
-        Check.waitUntil(WAIT, t2 + " gone from listTopics", () -> {
+        // Each broker learns of the deletion a moment later (as in Kafka): the admin asks
+        // any of them, so wait until neither listTopics nor describeTopics has it.
+        Check.waitUntil(WAIT, t2 + " gone from listTopics and describeTopics", () -> {
             try {
-                return !get(admin.listTopics().names()).contains(t2);
+                if (get(admin.listTopics().names()).contains(t2)) return false;
+                get(admin.describeTopics(List.of(t2)).allTopicNames());
+                return false;
+            } catch (ExecutionException e) {
+                return e.getCause() instanceof UnknownTopicOrPartitionException;
             } catch (Exception e) {
                 return false;
             }
-        }, () -> "still listed");
+        }, () -> "still listed or described");
         failure(admin.describeTopics(List.of(t2)).allTopicNames(), UnknownTopicOrPartitionException.class, "describing " + t2 + " after delete");
         failure(admin.deleteTopics(List.of(t2)).all(), UnknownTopicOrPartitionException.class, "deleting " + t2 + " again");
     }

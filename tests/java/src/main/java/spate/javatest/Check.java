@@ -44,6 +44,28 @@ final class Check {
         }
     }
 
+    interface Attempt {
+        void run() throws Exception;
+    }
+
+    /** Runs `attempt` until it passes (no exception, no failed check), every 100 ms until
+     * `timeout`, then fails with its last failure: for what each broker of a cluster
+     * learns a moment after the coordinator answered (a new topic, a deleted one). */
+    static void eventually(Duration timeout, String what, Attempt attempt) throws InterruptedException {
+        long deadline = System.nanoTime() + timeout.toNanos();
+        while (true) {
+            try {
+                attempt.run();
+                return;
+            } catch (Exception | AssertionError e) {
+                if (System.nanoTime() > deadline) {
+                    throw new AssertionError("timed out after " + timeout.toSeconds() + "s: " + what + ": " + e, e);
+                }
+            }
+            Thread.sleep(100); // retry interval of a deadline wait, not synchronization
+        }
+    }
+
     interface Body {
         void run() throws Exception;
     }

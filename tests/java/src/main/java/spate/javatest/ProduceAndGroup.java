@@ -93,9 +93,12 @@ public final class ProduceAndGroup {
         ap.put(AdminClientConfig.BOOTSTRAP_SERVERS_CONFIG, bootstrap);
         try (Admin admin = Admin.create(ap)) {
             admin.createTopics(List.of(new NewTopic(topic, PARTITIONS, rf))).all().get(60, TimeUnit.SECONDS);
-            TopicDescription td = admin.describeTopics(List.of(topic)).allTopicNames().get(60, TimeUnit.SECONDS).get(topic);
-            Check.equal(PARTITIONS, td.partitions().size(), "partitions of " + topic);
-            td.partitions().forEach(p -> Check.equal((int) rf, p.replicas().size(), "replicas of " + topic + "/" + p.partition()));
+            // The admin asks any broker, which may learn of the new topic a moment later.
+            Check.eventually(WAIT, "describeTopics of the new topic", () -> {
+                TopicDescription td = admin.describeTopics(List.of(topic)).allTopicNames().get(60, TimeUnit.SECONDS).get(topic);
+                Check.equal(PARTITIONS, td.partitions().size(), "partitions of " + topic);
+                td.partitions().forEach(p -> Check.equal((int) rf, p.replicas().size(), "replicas of " + topic + "/" + p.partition()));
+            });
             run(bootstrap, admin, topic, group, cooperative);
         }
         Check.log("PASS: ProduceAndGroup " + args[2] + " rf=" + rf);
