@@ -56,13 +56,16 @@ pub async fn handle(ctx: &ShardContext, frame: &RequestFrame) -> Result<Bytes, P
     }
 
     // v0: an empty list means all topics; v1+: null means all topics.
-    let wanted: Option<Vec<(Option<String>, uuid::Uuid)>> = match &req.topics {
+    let wanted: Option<Vec<Requested>> = match &req.topics {
         None => None,
         Some(t) if t.is_empty() && frame.api_version == 0 => None,
-        Some(t) => Some(t.iter().map(|t| (t.name.as_ref().map(|n| n.0.to_string()), t.topic_id)).collect()),
+        Some(t) => Some(
+            t.iter().map(|t| requested_topic(version, t.name.as_ref().map(|n| n.0.as_str()), t.topic_id)).collect(),
+        ),
     };
     let allow_create = (frame.api_version < 4 || req.allow_auto_topic_creation) && ctx.config.auto_create_topics;
 
+    let mut unknown_id_topics: Vec<uuid::Uuid> = Vec::new();
     let topics: Vec<(String, Result<TopicMeta, i16>)> = match wanted {
         None => {
             let reg = ctx.view();
@@ -70,13 +73,14 @@ pub async fn handle(ctx: &ShardContext, frame: &RequestFrame) -> Result<Bytes, P
         }
         Some(list) => {
             let mut out = Vec::with_capacity(list.len());
-            for (name, id) in list {
-                let name = match name {
-                    Some(n) => n,
-                    None => match ctx.view().by_id(id) {
+            let mut unknown_ids = Vec::new();
+            for wanted in list {
+                let name = match wanted {
+                    Requested::ByName(n) => n,
+                    Requested::ById(id) => match ctx.view().by_id(id) {
                         Some((n, _)) => n.clone(),
                         None => {
-                            out.push((String::new(), Err(error_code::UNKNOWN_TOPIC_OR_PARTITION)));
+                            unknown_ids.push(id);
                             continue;
                         }
                     },
@@ -105,10 +109,16 @@ pub async fn handle(ctx: &ShardContext, frame: &RequestFrame) -> Result<Bytes, P
                 };
                 out.push((name, result));
             }
+            unknown_id_topics = unknown_ids;
             out
         }
     };
 
+    // As Kafka: an id that names no topic is answered with UNKNOWN_TOPIC_ID, the id echoed
+    // and no name (the Java admin's describeTopics by id keys its answer on the id).
+    let unknown = unknown_id_topics.into_iter().map(|id| {
+        MetadataResponseTopic::default().with_error_code(error_code::UNKNOWN_TOPIC_ID).with_name(None).with_topic_id(id)
+    });
     body.topics = topics
         .into_iter()
         .map(|(name, meta)| {
@@ -148,6 +158,7 @@ pub async fn handle(ctx: &ShardContext, frame: &RequestFrame) -> Result<Bytes, P
                 }
             }
         })
+        .chain(unknown)
         .collect();
     if (8..=10).contains(&version) && req.include_cluster_authorized_operations {
         body.cluster_authorized_operations = CLUSTER_OPERATIONS;
@@ -162,6 +173,48 @@ pub async fn handle(ctx: &ShardContext, frame: &RequestFrame) -> Result<Bytes, P
 const TOPIC_OPERATIONS: i32 = (1 << 3) | (1 << 4) | (1 << 5) | (1 << 6) | (1 << 7) | (1 << 8) | (1 << 10) | (1 << 11);
 const CLUSTER_OPERATIONS: i32 = (1 << 5) | (1 << 7) | (1 << 8) | (1 << 9) | (1 << 10) | (1 << 11) | (1 << 12);
 
+/// How one requested topic is looked up.
+#[derive(Debug, PartialEq, Eq)]
+enum Requested {
+    ByName(String),
+    ById(uuid::Uuid),
+}
+
+/// Kafka (KafkaApis.handleTopicMetadataRequest) looks a topic up by its id when the id is
+/// set (v12+, the first version whose requests carry ids), whatever the name says: the
+/// Java admin's describeTopics by id sends the id with an empty name, not a null one.
+/// Otherwise by name; a null name (v10+) with no id names no topic.
+fn requested_topic(version: i16, name: Option<&str>, id: uuid::Uuid) -> Requested {
+    if version >= 12 && !id.is_nil() {
+        return Requested::ById(id);
+    }
+    match name {
+        Some(n) => Requested::ByName(n.to_string()),
+        None => Requested::ById(id),
+    }
+}
+
 fn name_of(t: &MetadataResponseTopic) -> String {
     t.name.as_ref().map(|n| n.0.to_string()).unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_topic_id_wins_over_the_name_from_v12() {
+        let id = uuid::Uuid::from_u128(0x1234);
+        // The Java admin's describeTopics(TopicCollection.ofTopicIds(..)): id and "".
+        assert_eq!(requested_topic(12, Some(""), id), Requested::ById(id));
+        assert_eq!(requested_topic(12, None, id), Requested::ById(id));
+        assert_eq!(requested_topic(12, Some("orders"), id), Requested::ById(id));
+        // No id: by name, at every version.
+        assert_eq!(requested_topic(12, Some("orders"), uuid::Uuid::nil()), Requested::ByName("orders".into()));
+        assert_eq!(requested_topic(9, Some("orders"), uuid::Uuid::nil()), Requested::ByName("orders".into()));
+        // Before v12 requests carry no ids: the name decides.
+        assert_eq!(requested_topic(11, Some("orders"), id), Requested::ByName("orders".into()));
+        // Neither: the nil id, which names no topic (UNKNOWN_TOPIC_ID).
+        assert_eq!(requested_topic(12, None, uuid::Uuid::nil()), Requested::ById(uuid::Uuid::nil()));
+    }
 }
