@@ -590,8 +590,8 @@ async fn run_shard(
     }
 
     // The controller's heartbeat and fencing tick, on shard 0, in its own task: never
-    // behind the housekeeping's blocking-pool work (one thread per shard: 50 partition
-    // opens under disk load held it for 10 s once, and brokers were fenced for it).
+    // behind the housekeeping's blocking-pool work (one thread per shard, which partition
+    // opens and fsyncs can hold for seconds under disk load).
     if id.0 == 0 {
         let ctx = ctx.clone();
         glommio::spawn_local(async move {
