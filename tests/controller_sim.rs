@@ -794,7 +794,12 @@ fn alter_partition_rejects_stale_and_ineligible_requests() {
         c.alter_partition("t", 0, 1, 0, 1, &ids(&[1, 2, 3])),
         Err(ControllerError::IneligibleReplica { replica: 3, .. })
     ));
-    // After a leader change the old leader's epoch is fenced.
+    // After a leader change the old leader's epoch is fenced. (The controller ticks
+    // every second: a longer gap would be its own pause, which fences nobody.)
+    for now in (10_001..18_000).step_by(1_000) {
+        heartbeat_all_but(&mut c, &[1, 3], now);
+        c.tick(now);
+    }
     heartbeat_all_but(&mut c, &[1, 3], 18_000);
     c.tick(18_002);
     let s = c.partition_state("t", 0).unwrap().clone();
@@ -889,4 +894,40 @@ fn broker_partitions_max_refuses_what_a_broker_cannot_host() {
     assert_eq!(c.topic("fits").unwrap().partitions.len(), 10);
     c.delete_topic("fits").unwrap();
     c.create_topic("again", Uuid::from_u128(3), 10, 2, BTreeMap::new(), &mut zero()).unwrap();
+}
+
+/// The controller's own pause (a metadata write stalled by the disk for longer than the
+/// session timeout, as seen on a loaded 2-core CI machine) fences nobody: the brokers'
+/// heartbeats of that time were processed late, with their arrival times. A broker that
+/// is really gone is fenced one session timeout after the pause.
+#[test]
+fn a_pause_of_the_controller_fences_nobody_and_a_dead_broker_a_session_later() {
+    let mut c = cluster(&[1, 2, 3], false);
+    let session = c.config().broker_session_timeout_ms;
+    c.create_topic_with_assignment("t", Uuid::from_u128(1), vec![vec![1, 2, 3]], BTreeMap::new()).unwrap();
+    heartbeat_all_but(&mut c, &[], 1_000);
+    assert!(c.tick(1_000).is_empty());
+    assert_eq!(c.take_pause(), None);
+    // Stalled from 1,000 to 1,000 + 3 sessions; the heartbeats that came at 1,500 are
+    // processed after it. Broker 1 died during the pause.
+    heartbeat_all_but(&mut c, &[1], 1_500);
+    let resumed = 1_000 + 3 * session;
+    assert!(c.tick(resumed).is_empty(), "fenced for the controller's own pause");
+    assert_eq!(c.take_pause(), Some(3 * session));
+    assert_eq!(c.take_pause(), None, "taken once");
+    // Ticks every second again: 2 and 3 heartbeat, 1 does not and is fenced once its
+    // fresh session runs out.
+    let mut now = resumed;
+    let fenced_at = loop {
+        now += 1_000;
+        heartbeat_all_but(&mut c, &[1], now);
+        let changes = c.tick(now);
+        if changes.contains(&Change::BrokerFenced { id: 1, reason: FenceReason::SessionExpired }) {
+            break now;
+        }
+        assert!(!changes.iter().any(|ch| matches!(ch, Change::BrokerFenced { .. })), "{changes:?}");
+        assert!(now < resumed + 3 * session, "broker 1 never fenced");
+    };
+    assert!(fenced_at > resumed + session && fenced_at <= resumed + session + 1_000, "fenced at {fenced_at}");
+    assert_eq!(c.take_pause(), None, "one-second ticks are no pause");
 }

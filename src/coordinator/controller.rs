@@ -379,6 +379,10 @@ pub struct Controller {
     registration_epoch_last: i64,
     /// When `tick` last ran the preferred leader election.
     preferred_checked_ms: u64,
+    /// When `tick` last ran (0: never).
+    ticked_ms: u64,
+    /// The last pause `tick` found and not yet taken (`take_pause`), in ms.
+    pause_ms: Option<u64>,
 }
 
 impl Controller {
@@ -390,6 +394,8 @@ impl Controller {
             topics: BTreeMap::new(),
             registration_epoch_last: 0,
             preferred_checked_ms: 0,
+            ticked_ms: 0,
+            pause_ms: None,
         }
     }
 
@@ -418,6 +424,8 @@ impl Controller {
             topics: snapshot.topics.into_iter().map(|t| (t.name.clone(), t)).collect(),
             registration_epoch_last,
             preferred_checked_ms: 0,
+            ticked_ms: 0,
+            pause_ms: None,
         }
     }
 
@@ -599,8 +607,24 @@ impl Controller {
 
     /// Fence every broker whose last heartbeat is older than the session timeout; move its
     /// leaderships to other live ISR members, or take the partitions offline.
+    ///
+    /// Ticks come about once a second. A gap between two of more than half the session
+    /// timeout means the controller itself was paused (a store write stalled by the disk,
+    /// a starved core): heartbeats that came meanwhile could not be processed, or were
+    /// processed late with their arrival time, so every unfenced broker gets a fresh
+    /// session from now instead of being fenced for the controller's own pause (as
+    /// Cassandra's failure detector ignores its local pauses). A broker that is really
+    /// gone is fenced one session timeout later.
     pub fn tick(&mut self, now_ms: u64) -> Vec<Change> {
         let timeout_ms = self.config.broker_session_timeout_ms;
+        let gap_ms = now_ms.saturating_sub(self.ticked_ms);
+        if self.ticked_ms > 0 && gap_ms > timeout_ms / 2 {
+            self.pause_ms = Some(gap_ms);
+            for b in self.brokers.values_mut().filter(|b| !b.fenced) {
+                b.last_heartbeat_ms = b.last_heartbeat_ms.max(now_ms);
+            }
+        }
+        self.ticked_ms = self.ticked_ms.max(now_ms);
         let expired: Vec<i32> = self
             .brokers
             .values()
@@ -620,6 +644,11 @@ impl Controller {
         }
         self.debug_check();
         changes
+    }
+
+    /// The last pause `tick` found (how long it did not run, ms), once.
+    pub fn take_pause(&mut self) -> Option<u64> {
+        self.pause_ms.take()
     }
 
     /// Controlled shutdown: leadership moves away and the broker leaves the ISRs first,

@@ -885,6 +885,13 @@ impl Registry {
         }
         let mut changes = self.controller.heartbeat(self.broker.id, now_ms)?;
         changes.extend(self.controller.tick(now_ms));
+        if let Some(pause_ms) = self.controller.take_pause() {
+            tracing::warn!(
+                pause_ms,
+                "the coordinator did not tick for a while (a slow metadata write or a starved core): \
+                 every live broker gets a fresh session instead of being fenced for it"
+            );
+        }
         self.persist(&changes)
     }
 

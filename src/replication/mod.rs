@@ -32,8 +32,19 @@
 //!
 //! Follower side (`truncation_offset`): truncation by leader epoch (KIP-101, KIP-279),
 //! never by high watermark.
+//!
+//! `replica::Replica` wires these into one machine per replica (role, high watermark,
+//! acks=all waiters, the follower's fetch decisions); the shard and the replication
+//! simulation both drive it.
 
 use std::collections::BTreeMap;
+
+pub mod replica;
+
+pub use replica::{
+    AckError, AppendRefusal, Answers, FetchRefusal, Follower, FollowerLog, FollowerStep, IsrOutcome, OutOfRange, Replica,
+    Role, RoleChange, RoleError, Truncation,
+};
 
 /// Kafka's `replica.lag.time.max.ms` default.
 pub const REPLICA_LAG_TIME_MAX_MS_DEFAULT: i64 = 30_000;
@@ -43,6 +54,9 @@ pub const UNDEFINED_OFFSET: i64 = -1;
 /// A broker epoch that is not known or not sent (Kafka's -1 in Fetch's ReplicaEpoch and
 /// AlterPartition's BrokerEpoch): not checked.
 pub const NO_BROKER_EPOCH: i64 = -1;
+/// Pause after an error on a followed partition before it truncates and fetches again
+/// (Kafka's replica.fetch.backoff.ms).
+pub const REPLICA_FETCH_BACKOFF_MS: i64 = 200;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct FollowerProgress {

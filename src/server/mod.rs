@@ -589,6 +589,33 @@ async fn run_shard(
         .detach();
     }
 
+    // The controller's heartbeat and fencing tick, on shard 0, in its own task: never
+    // behind the housekeeping's blocking-pool work (one thread per shard, which partition
+    // opens and fsyncs can hold for seconds under disk load).
+    if id.0 == 0 {
+        let ctx = ctx.clone();
+        glommio::spawn_local(async move {
+            while !ctx.stopping.get() {
+                glommio::timer::sleep(Duration::from_millis(housekeeping_interval_ms)).await;
+                // A store write only when something changed.
+                let now = now_ms() as u64;
+                if let Err(e) = ctx.metadata.write(move |r| r.tick(now)).await {
+                    tracing::warn!(error = %e, "metadata tick failed");
+                }
+                // `__consumer_offsets` at its full replication factor as soon as enough
+                // brokers are live.
+                let view = ctx.view();
+                if view.is_active() && view.get(crate::group::OFFSETS_TOPIC).is_none() {
+                    let rf = ctx.config.offsets_topic_replication_factor;
+                    if let Err(e) = ctx.metadata.write(move |r| create_offsets_topic(r, rf, false)).await {
+                        tracing::warn!(error = %e, "cannot create the offsets topic");
+                    }
+                }
+            }
+        })
+        .detach();
+    }
+
     // Housekeeping.
     {
         let ctx = ctx.clone();
@@ -624,23 +651,6 @@ async fn run_shard(
                 let trash = ctx.shard.borrow_mut().take_trash();
                 if !trash.is_empty() {
                     ctx.run_blocking(move || remove_trash(trash)).await;
-                }
-                if ctx.id.0 == 0 {
-                    // The controller's heartbeat and fencing tick (a store write only when
-                    // something changed).
-                    let now = now_ms() as u64;
-                    if let Err(e) = ctx.metadata.write(move |r| r.tick(now)).await {
-                        tracing::warn!(error = %e, "metadata tick failed");
-                    }
-                    // `__consumer_offsets` at its full replication factor as soon as
-                    // enough brokers are live.
-                    let view = ctx.view();
-                    if view.is_active() && view.get(crate::group::OFFSETS_TOPIC).is_none() {
-                        let rf = ctx.config.offsets_topic_replication_factor;
-                        if let Err(e) = ctx.metadata.write(move |r| create_offsets_topic(r, rf, false)).await {
-                            tracing::warn!(error = %e, "cannot create the offsets topic");
-                        }
-                    }
                 }
                 let status = ctx.shard.borrow().status();
                 if let Ok(mut s) = ctx.metrics.shard(ctx.id).status.lock() {

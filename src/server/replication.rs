@@ -10,9 +10,12 @@
 //! watermark), then Fetch (v15) with its broker id and broker epoch (KIP-903: the
 //! leader refuses a dead incarnation's fetches and names each ISR member's epoch to the
 //! coordinator), appending what comes byte for byte and learning the leader's high
-//! watermark. A partition leaves its fetcher when its leader or epoch changes (it
-//! enters the new leader's fetcher, truncating again); an error on one partition
-//! pauses that partition only; the fetcher ends when it carries none.
+//! watermark. What to do for each partition (ask, truncate where, fetch, pause after
+//! an error, start over below the leader's log start) is decided by its replica machine
+//! (`replication::Replica`, through the shard); this file owns the connections, the
+//! fetch session and the timers. A partition leaves its fetcher when its leader or
+//! epoch changes (it enters the new leader's fetcher, truncating again); an error on one
+//! partition pauses that partition only; the fetcher ends when it carries none.
 
 use std::cell::RefCell;
 use std::collections::{BTreeMap, HashMap};
@@ -29,7 +32,7 @@ use kafka_protocol::messages::{
 use crate::coordinator::registry::RegistryError;
 use crate::model::TopicPartition;
 use crate::protocol::error_code;
-use crate::replication::{truncation_offset, IsrProposal, NO_BROKER_EPOCH};
+use crate::replication::{FollowerLog, FollowerStep, IsrProposal, OutOfRange, NO_BROKER_EPOCH};
 use crate::shard::{FetcherStart, IsrOutcome};
 
 use super::context::ShardContext;
@@ -47,8 +50,9 @@ const replica_fetch_bytes_max: i32 = 1024 * 1024;
 /// Bytes per fetch answer, all partitions together (Kafka's
 /// replica.fetch.response.max.bytes).
 const replica_fetch_response_bytes_max: i32 = 10 * 1024 * 1024;
-/// Pause after an error before a fetcher tries again (replica.fetch.backoff.ms).
-const replica_fetch_backoff_ms: u64 = 200;
+/// Pause after a connection error before a fetcher tries again (replica.fetch.backoff.ms;
+/// an error on one partition pauses it as long, in its replica machine).
+const replica_fetch_backoff_ms: u64 = crate::replication::REPLICA_FETCH_BACKOFF_MS as u64;
 /// The Fetch version followers send: the first with the follower's broker epoch
 /// (ReplicaState, KIP-903).
 const replica_fetch_version: i16 = 15;
@@ -176,33 +180,23 @@ async fn alter_isr(ctx: Rc<ShardContext>, tp: TopicPartition, proposal: IsrPropo
     ctx.shard.borrow_mut().isr_result(&tp, &sent, outcome);
 }
 
-/// A follower partition a fetcher carries.
-#[derive(Debug, Clone)]
-pub struct Followed {
-    leader_epoch: i32,
-    /// Truncated by leader epoch for this epoch: it may fetch.
-    truncated: bool,
-    /// After an error on this partition alone: left out of requests until then.
-    retry_at: Option<Instant>,
-    last_error: String,
-}
-
-/// The partitions one fetcher carries (shared between the shard's replication tasks and
-/// that fetcher).
-pub type FetcherPartitions = Rc<RefCell<BTreeMap<TopicPartition, Followed>>>;
+/// The partitions one fetcher carries, with the leader epoch each is followed in
+/// (shared between the shard's replication tasks and that fetcher). What to do for each
+/// (truncate, fetch, wait after an error) is its replica machine's decision, asked
+/// through the shard (`Shard::follower_step`).
+pub type FetcherPartitions = Rc<RefCell<BTreeMap<TopicPartition, i32>>>;
 
 /// Hand follower partitions to their fetchers: this shard has one fetcher per source
 /// broker, carrying every partition of this shard that broker leads, over one
 /// connection and one fetch session (Kafka's ReplicaFetcherThread, per core). A new
-/// leader epoch re-enters its partition for truncation.
+/// leader epoch re-enters its partition (its replica machine truncates again).
 pub(super) fn start_fetchers(ctx: &Rc<ShardContext>, starts: Vec<FetcherStart>) {
     for FetcherStart { tp, leader, leader_epoch } in starts {
-        let followed = Followed { leader_epoch, truncated: false, retry_at: None, last_error: String::new() };
         if let Some(parts) = ctx.fetchers.borrow().get(&leader) {
-            parts.borrow_mut().insert(tp, followed);
+            parts.borrow_mut().insert(tp, leader_epoch);
             continue;
         }
-        let parts: FetcherPartitions = Rc::new(RefCell::new(BTreeMap::from([(tp, followed)])));
+        let parts: FetcherPartitions = Rc::new(RefCell::new(BTreeMap::from([(tp, leader_epoch)])));
         ctx.fetchers.borrow_mut().insert(leader, parts.clone());
         // (No borrow held here: the new task may run before this returns.)
         let ctx = ctx.clone();
@@ -225,7 +219,7 @@ async fn fetcher(ctx: Rc<ShardContext>, leader: i32, parts: FetcherPartitions) {
             // Partitions that moved (new leader, new epoch: re-entered by
             // `start_fetchers`) or are gone leave this fetcher.
             let shard = ctx.shard.borrow();
-            parts.borrow_mut().retain(|tp, f| shard.follows(tp, leader, f.leader_epoch));
+            parts.borrow_mut().retain(|tp, epoch| shard.follows(tp, leader, *epoch));
         }
         if ctx.stopping.get() || parts.borrow().is_empty() {
             let mut fetchers = ctx.fetchers.borrow_mut();
@@ -260,16 +254,7 @@ async fn fetcher(ctx: Rc<ShardContext>, leader: i32, parts: FetcherPartitions) {
                 peer = Some(Peer::connect(&addr, &format!("spate-replica-{me}")).await?);
             }
             let conn = peer.as_mut().expect("connected above");
-            let now = Instant::now();
-            let pending: Vec<(TopicPartition, i32)> = parts
-                .borrow()
-                .iter()
-                .filter(|(_, f)| !f.truncated && f.retry_at.is_none_or(|t| t <= now))
-                .map(|(tp, f)| (tp.clone(), f.leader_epoch))
-                .collect();
-            if !pending.is_empty() {
-                truncate(&ctx, conn, leader, &parts, pending).await?;
-            }
+            truncate(&ctx, conn, leader, &parts).await?;
             let idle = fetch(&ctx, conn, &mut session, leader, &parts).await?;
             if idle {
                 // Nothing may fetch now (all waiting to retry): do not spin.
@@ -292,54 +277,49 @@ async fn fetcher(ctx: Rc<ShardContext>, leader: i32, parts: FetcherPartitions) {
     }
 }
 
-/// Note an error on one partition of a fetcher: logged once per new error, the
-/// partition truncates again after a pause, the others go on.
-fn partition_failed(parts: &FetcherPartitions, tp: &TopicPartition, leader: i32, error: String) {
-    let mut parts = parts.borrow_mut();
-    let Some(f) = parts.get_mut(tp) else { return };
-    if f.last_error != error {
-        tracing::warn!(partition = %tp, leader, %error, "replica fetch failed; retrying");
-        f.last_error = error;
-    }
-    f.truncated = false;
-    f.retry_at = Some(Instant::now() + Duration::from_millis(replica_fetch_backoff_ms));
-}
-
-/// One round of truncation by leader epoch for `pending` (partition, leader epoch)
-/// pairs, in one OffsetForLeaderEpoch request. A partition is done when our latest
-/// epoch is one the leader has and we end where it ends in the leader's log; one with
-/// no epoch at all keeps only its high watermark.
-async fn truncate(
+/// What the replica machines of the fetcher's partitions do next, one call per
+/// partition: (partition, leader epoch, step, log position).
+fn next_steps(
     ctx: &ShardContext,
-    conn: &mut Peer,
     leader: i32,
     parts: &FetcherPartitions,
-    pending: Vec<(TopicPartition, i32)>,
-) -> Result<(), String> {
-    let mut asked: Vec<(TopicPartition, i32, crate::shard::ReplicaState, i32)> = Vec::new();
-    for (tp, leader_epoch) in pending {
-        let Some(state) = ctx.shard.borrow().replica_state(&tp) else { continue };
-        match state.latest_epoch {
-            None => {
-                let result = ctx.shard.borrow_mut().replica_truncate(
-                    &tp,
-                    leader,
-                    leader_epoch,
-                    state.high_watermark.min(state.log_end_offset),
-                );
-                match result {
-                    Ok(()) => mark_truncated(parts, &tp, leader_epoch),
-                    Err(e) => partition_failed(parts, &tp, leader, e.to_string()),
-                }
-            }
-            Some(epoch) => asked.push((tp, leader_epoch, state, epoch)),
-        }
+) -> Vec<(TopicPartition, i32, FollowerStep, FollowerLog)> {
+    let now = now_ms();
+    let parts: Vec<(TopicPartition, i32)> = parts.borrow().iter().map(|(tp, e)| (tp.clone(), *e)).collect();
+    let mut shard = ctx.shard.borrow_mut();
+    parts
+        .into_iter()
+        .filter_map(|(tp, epoch)| {
+            let (step, log) = shard.follower_step(&tp, leader, epoch, now)?;
+            Some((tp, epoch, step, log))
+        })
+        .collect()
+}
+
+/// An error on one partition of a fetcher: its replica machine pauses it and makes it
+/// truncate again; logged once per new error; the other partitions go on.
+fn partition_failed(ctx: &ShardContext, tp: &TopicPartition, leader: i32, leader_epoch: i32, error: String) {
+    if ctx.shard.borrow_mut().follower_failed(tp, leader, leader_epoch, now_ms(), error.clone()) {
+        tracing::warn!(partition = %tp, leader, %error, "replica fetch failed; retrying");
     }
+}
+
+/// One round of truncation by leader epoch for the partitions whose replica machine
+/// asks for it, in one OffsetForLeaderEpoch request; the machine decides where each
+/// truncates (and whether it asks again: KIP-279).
+async fn truncate(ctx: &ShardContext, conn: &mut Peer, leader: i32, parts: &FetcherPartitions) -> Result<(), String> {
+    let asked: Vec<(TopicPartition, i32, i32)> = next_steps(ctx, leader, parts)
+        .into_iter()
+        .filter_map(|(tp, epoch, step, _)| match step {
+            FollowerStep::AskEpoch { latest_epoch } => Some((tp, epoch, latest_epoch)),
+            _ => None,
+        })
+        .collect();
     if asked.is_empty() {
         return Ok(());
     }
     let mut topics: Vec<OffsetForLeaderTopic> = Vec::new();
-    for (tp, leader_epoch, _, epoch) in &asked {
+    for (tp, leader_epoch, epoch) in &asked {
         let partition = OffsetForLeaderPartition::default()
             .with_partition(tp.partition)
             .with_current_leader_epoch(*leader_epoch)
@@ -355,7 +335,7 @@ async fn truncate(
     }
     let req = OffsetForLeaderEpochRequest::default().with_replica_id(BrokerId(ctx.config.node_id)).with_topics(topics);
     let resp = conn.call(3, &req, Duration::from_millis(replica_request_timeout_ms)).await?;
-    for (tp, leader_epoch, state, epoch) in asked {
+    for (tp, leader_epoch, epoch) in asked {
         let answer = resp
             .topics
             .iter()
@@ -363,41 +343,21 @@ async fn truncate(
             .flat_map(|t| t.partitions.iter())
             .find(|p| p.partition == tp.partition);
         let Some(p) = answer else {
-            partition_failed(parts, &tp, leader, "not in the OffsetForLeaderEpoch answer".into());
+            partition_failed(ctx, &tp, leader, leader_epoch, "not in the OffsetForLeaderEpoch answer".into());
             continue;
         };
         if p.error_code != 0 {
-            partition_failed(parts, &tp, leader, format!("OffsetForLeaderEpoch answered error code {}", p.error_code));
+            let error = format!("OffsetForLeaderEpoch answered error code {}", p.error_code);
+            partition_failed(ctx, &tp, leader, leader_epoch, error);
             continue;
         }
-        let offset = {
-            let shard = ctx.shard.borrow();
-            truncation_offset(
-                state.log_end_offset,
-                state.high_watermark,
-                Some(epoch),
-                (p.leader_epoch, p.end_offset),
-                |e| shard.local_epoch_end(&tp, e),
-            )
-        };
-        if let Err(e) = ctx.shard.borrow_mut().replica_truncate(&tp, leader, leader_epoch, offset) {
-            partition_failed(parts, &tp, leader, e.to_string());
-            continue;
-        }
-        // KIP-279: when the leader answered an earlier epoch, ask again with our new
-        // latest (the next round).
-        if p.leader_epoch == epoch || offset >= state.log_end_offset || p.leader_epoch < 0 {
-            mark_truncated(parts, &tp, leader_epoch);
+        let truncated =
+            ctx.shard.borrow_mut().follower_epoch_answer(&tp, leader, leader_epoch, epoch, (p.leader_epoch, p.end_offset));
+        if let Err(e) = truncated {
+            partition_failed(ctx, &tp, leader, leader_epoch, e.to_string());
         }
     }
     Ok(())
-}
-
-fn mark_truncated(parts: &FetcherPartitions, tp: &TopicPartition, leader_epoch: i32) {
-    if let Some(f) = parts.borrow_mut().get_mut(tp).filter(|f| f.leader_epoch == leader_epoch) {
-        f.truncated = true;
-        f.retry_at = None;
-    }
 }
 
 /// A follower's incremental fetch session with its leader (KIP-227): after the first
@@ -423,12 +383,11 @@ async fn fetch(
 ) -> Result<bool, String> {
     let me = ctx.config.node_id;
     // Position of every partition that may fetch now.
-    let mut ready: Vec<(TopicPartition, i32, crate::shard::ReplicaState)> = Vec::new();
-    for (tp, f) in parts.borrow().iter().filter(|(_, f)| f.truncated) {
-        if let Some(state) = ctx.shard.borrow().replica_state(tp) {
-            ready.push((tp.clone(), f.leader_epoch, state));
-        }
-    }
+    let ready: Vec<(TopicPartition, i32, FollowerLog)> = next_steps(ctx, leader, parts)
+        .into_iter()
+        .filter(|(_, _, step, _)| *step == FollowerStep::Fetch)
+        .map(|(tp, epoch, _, log)| (tp, epoch, log))
+        .collect();
     if ready.is_empty() && session.sent.is_empty() {
         return Ok(true);
     }
@@ -510,14 +469,13 @@ async fn fetch(
     } else {
         session.sent.extend(sending);
     }
+    let ready_epochs: HashMap<&TopicPartition, i32> = ready.iter().map(|(tp, epoch, _)| (tp, *epoch)).collect();
     let view = ctx.view();
     for t in &resp.responses {
         let Some(topic) = view.by_id(t.topic_id).map(|(name, _)| name.to_string()) else { continue };
         for p in &t.partitions {
             let tp = TopicPartition::new(topic.as_str(), p.partition_index);
-            let Some(leader_epoch) = parts.borrow().get(&tp).filter(|f| f.truncated).map(|f| f.leader_epoch) else {
-                continue;
-            };
+            let Some(&leader_epoch) = ready_epochs.get(&tp) else { continue };
             match p.error_code {
                 error_code::NONE => {
                     let records = p.records.clone().unwrap_or_default();
@@ -530,15 +488,10 @@ async fn fetch(
                         now_ms(),
                     );
                     match appended {
-                        Ok(_) => {
-                            ctx.disk.note_appended(records.len() as u64);
-                            if let Some(f) = parts.borrow_mut().get_mut(&tp) {
-                                f.last_error.clear(); // the next error is news again
-                            }
-                        }
+                        Ok(_) => ctx.disk.note_appended(records.len() as u64),
                         Err(e) => {
                             session.sent.remove(&tp);
-                            partition_failed(parts, &tp, leader, format!("append: {e}"));
+                            partition_failed(ctx, &tp, leader, leader_epoch, format!("append: {e}"));
                         }
                     }
                 }
@@ -547,29 +500,27 @@ async fn fetch(
                     // Below the leader's log start (retention removed what we would
                     // fetch next)? Then start over there, as Kafka's follower does
                     // (it asks the leader with ListOffsets too).
-                    let end = ctx.shard.borrow().replica_state(&tp).map(|s| s.log_end_offset);
                     let start = match leader_log_start(ctx, conn, &tp, leader_epoch).await {
                         Ok(start) => start,
                         Err(e) => {
-                            partition_failed(parts, &tp, leader, e);
+                            partition_failed(ctx, &tp, leader, leader_epoch, e);
                             continue;
                         }
                     };
-                    if end.is_some_and(|end| end < start) {
-                        let started = ctx.shard.borrow_mut().replica_start_at(&tp, leader, leader_epoch, start);
-                        if let Err(e) = started {
-                            partition_failed(parts, &tp, leader, format!("start over: {e}"));
+                    let decided = ctx.shard.borrow_mut().follower_out_of_range(&tp, leader, leader_epoch, start);
+                    match decided {
+                        Ok(OutOfRange::StartOver(_)) => {}
+                        Ok(OutOfRange::TruncateAgain) => {
+                            tracing::warn!(partition = %tp, "fetch offset out of the leader's range: truncating by epoch again");
+                            let error = "fetch offset out of the leader's range".to_string();
+                            partition_failed(ctx, &tp, leader, leader_epoch, error);
                         }
-                        continue;
+                        Err(e) => partition_failed(ctx, &tp, leader, leader_epoch, format!("start over: {e}")),
                     }
-                    // Our log end is not in the leader's log: truncate by epoch again
-                    // (never throw away what may be committed).
-                    tracing::warn!(partition = %tp, "fetch offset out of the leader's range: truncating by epoch again");
-                    partition_failed(parts, &tp, leader, "fetch offset out of the leader's range".into());
                 }
                 code => {
                     session.sent.remove(&tp);
-                    partition_failed(parts, &tp, leader, format!("Fetch answered error code {code}"));
+                    partition_failed(ctx, &tp, leader, leader_epoch, format!("Fetch answered error code {code}"));
                 }
             }
         }

@@ -204,7 +204,7 @@ impl Shard {
         if let Some(g) = op.group_id() {
             let tp = group_partition(g);
             assert!(self.owns(&tp), "shard {} got group {g} coordinated by another shard", self.id.0);
-            if !self.partitions.get(&tp).is_some_and(|p| matches!(p.role, super::replica::Role::Leader(_))) {
+            if !self.partitions.get(&tp).is_some_and(|p| p.replica.leader_state().is_some()) {
                 return GroupReply::Unavailable;
             }
         }

@@ -30,7 +30,7 @@ use crate::coordinator::view::ClusterView;
 use crate::group::{GroupConfig, GroupCoordinator};
 use crate::log::{AppendInfo, FlushHandle, LogError, PartitionLog};
 use crate::model::{Offset, ShardId, TopicPartition};
-use crate::replication::FollowerFetchError;
+use crate::replication::{AppendRefusal, FetchRefusal, FollowerFetchError};
 
 /// Which shard owns a partition: a stable hash of the topic name, then partitions of one
 /// topic round-robin over the shards.
@@ -231,14 +231,9 @@ pub struct ProducerSummary {
 
 struct Partition {
     log: PartitionLog,
-    /// Leader, follower or neither (from the registry; refreshed on every change).
-    role: replica::Role,
-    /// A follower's high watermark, as its leader last told it.
-    follower_hw: i64,
-    /// min.insync.replicas of the topic.
-    min_insync: usize,
-    /// acks=all answers waiting for the high watermark to pass their last offset.
-    hw_waiters: Vec<(Offset, oneshot::Sender<Result<(), i16>>)>,
+    /// The replica machine: leader, follower or neither (from the registry; refreshed on
+    /// every change), the high watermark, min.insync.replicas and the acks=all waiters.
+    replica: replica::Replica,
     /// Fetch long-polls waiting for the log end offset to move.
     data_waiters: Vec<oneshot::Sender<()>>,
     /// Produce acks waiting for an fsync that covers their last offset.
@@ -567,10 +562,7 @@ impl Shard {
             tp.clone(),
             Partition {
                 log,
-                role: replica::Role::None,
-                follower_hw,
-                min_insync,
-                hw_waiters: Vec::new(),
+                replica: replica::Replica::new(follower_hw, min_insync),
                 data_waiters: Vec::new(),
                 durable_waiters: Vec::new(),
                 write_waiters: Vec::new(),
@@ -614,12 +606,12 @@ impl Shard {
             PartitionOp::Produce { tp, records, now_ms, durable, acks } => {
                 let use_ring = self.ring.is_some();
                 let p = self.partition_mut(&tp, now_ms)?;
-                let min_insync = p.min_insync;
-                let leader = replica::leader_of(p, &tp, -1)?;
-                let (epoch, isr) = (leader.leader_epoch(), leader.isr().len());
-                if acks == -1 && isr < min_insync {
-                    return Err(PartitionError::NotEnoughReplicas { tp, isr, min: min_insync });
-                }
+                let epoch = p.replica.may_append(acks == -1).map_err(|e| match e {
+                    AppendRefusal::NotLeader => PartitionError::NotLeader(tp.clone()),
+                    AppendRefusal::NotEnoughReplicas { isr, min } => {
+                        PartitionError::NotEnoughReplicas { tp: tp.clone(), isr, min }
+                    }
+                })?;
                 // The leader stamps its epoch into every batch (KIP-101).
                 let (info, write, patches) = match p.log.append_shared_with_leader_epoch(&records, epoch, now_ms) {
                     Err(LogError::DuplicateBatch(info)) => {
@@ -628,8 +620,7 @@ impl Shard {
                         let readable = replica::high_watermark(p);
                         let replicated = (acks == -1 || info.last_offset >= readable).then(|| {
                             let (tx, rx) = oneshot::channel();
-                            p.hw_waiters.push((info.last_offset, tx));
-                            replica::advance_hw(p);
+                            replica::wait_for_hw(p, info.last_offset, tx);
                             rx
                         });
                         let log_start_offset = p.log.log_start_offset();
@@ -675,8 +666,7 @@ impl Shard {
                 // a single in-sync replica, as soon as its write is done).
                 let replicated = (acks == -1).then(|| {
                     let (tx, rx) = oneshot::channel();
-                    p.hw_waiters.push((info.last_offset, tx));
-                    replica::advance_hw(p);
+                    replica::wait_for_hw(p, info.last_offset, tx);
                     rx
                 });
                 let durable = if durable || p.log.flush_due(now_ms) {
@@ -715,12 +705,19 @@ impl Shard {
                 let written = p.log.written_end_offset();
                 if replica >= 0 {
                     // A follower's fetch offset is its log end offset.
-                    let leader = replica::leader_of(p, &tp, current_leader_epoch)?;
-                    match leader.on_follower_fetch(replica, replica_epoch, offset.0, written.0, now_ms) {
-                        Ok(Some(_)) => replica::release_hw_waiters(p),
-                        Ok(None) => {}
-                        Err(FollowerFetchError::NotReplica) => return Err(PartitionError::NotLeader(tp)),
-                        Err(FollowerFetchError::StaleBrokerEpoch { broker_epoch, current }) => {
+                    let before = replica::leader_hw(p);
+                    let fetched =
+                        p.replica.on_follower_fetch(current_leader_epoch, replica, replica_epoch, offset.0, written.0, now_ms);
+                    match fetched {
+                        Ok((_, answers)) => {
+                            let wake = replica::hw_moved(p, before);
+                            replica::deliver(p, answers, wake);
+                        }
+                        Err(FetchRefusal::Role(e)) => return Err(replica::role_error(&tp, e)),
+                        Err(FetchRefusal::Follower(FollowerFetchError::NotReplica)) => {
+                            return Err(PartitionError::NotLeader(tp))
+                        }
+                        Err(FetchRefusal::Follower(FollowerFetchError::StaleBrokerEpoch { broker_epoch, current })) => {
                             return Err(PartitionError::StaleBrokerEpoch { tp, replica, broker_epoch, current })
                         }
                     }
@@ -900,11 +897,8 @@ impl Shard {
                 log_end_offset: p.log.log_end_offset().0,
                 size_bytes: p.log.size_bytes(),
                 offline: p.log.offline_reason().is_some(),
-                under_replicated: matches!(&p.role, replica::Role::Leader(l) if l.isr().len() < l.replicas().len()),
-                high_watermark: match &p.role {
-                    replica::Role::Leader(l) => Some(l.high_watermark()),
-                    _ => None,
-                },
+                under_replicated: p.replica.leader_state().is_some_and(|l| l.isr().len() < l.replicas().len()),
+                high_watermark: p.replica.leader_state().map(|l| l.high_watermark()),
             })
             .collect();
         partitions.sort_by(|a, b| a.tp.cmp(&b.tp));

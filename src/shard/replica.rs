@@ -3,22 +3,22 @@
 //! (`replication::LeaderState`), acks=all waiters, and the operations a follower's
 //! fetcher (a task on this same shard) performs on its log.
 
+use futures::channel::oneshot;
+
 use crate::coordinator::registry::Hosting;
 use crate::model::{Offset, TopicPartition};
 use crate::protocol::error_code;
-use crate::replication::{IsrProposal, LeaderState};
+use crate::replication::{AckError, Answers, FollowerLog, FollowerStep, IsrProposal, LeaderState, OutOfRange, RoleError};
+
+pub use crate::replication::{IsrOutcome, Role};
 
 use super::{Partition, PartitionError, Shard};
 
-pub enum Role {
-    Leader(LeaderState),
-    Follower {
-        leader: i32,
-        leader_epoch: i32,
-    },
-    /// Offline (no leader), or not known yet.
-    None,
-}
+/// What answers an acks=all produce: NONE, or the error code.
+pub type AckSender = oneshot::Sender<Result<(), i16>>;
+
+/// The replica machine of a partition on this broker.
+pub type Replica = crate::replication::Replica<AckSender>;
 
 /// A follower partition whose fetcher must (re)start: its leader or epoch changed.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -28,23 +28,19 @@ pub struct FetcherStart {
     pub leader_epoch: i32,
 }
 
-/// How an AlterPartition ended.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum IsrOutcome {
-    Committed(Vec<i32>, i32),
-    /// The coordinator answered with an error.
-    Refused,
-    /// No answer (unreachable, timed out): it may have committed.
-    Unknown,
-}
-
 /// What a fetcher needs to know about its follower log.
-#[derive(Debug, Clone, Copy)]
-pub struct ReplicaState {
-    pub log_end_offset: i64,
-    pub high_watermark: i64,
-    pub log_start_offset: i64,
-    pub latest_epoch: Option<i32>,
+pub type ReplicaState = FollowerLog;
+
+pub(super) fn role_error(tp: &TopicPartition, e: RoleError) -> PartitionError {
+    match e {
+        RoleError::NotLeader => PartitionError::NotLeader(tp.clone()),
+        RoleError::FencedLeaderEpoch { request, current } => {
+            PartitionError::FencedLeaderEpoch { tp: tp.clone(), request, current }
+        }
+        RoleError::UnknownLeaderEpoch { request, current } => {
+            PartitionError::UnknownLeaderEpoch { tp: tp.clone(), request, current }
+        }
+    }
 }
 
 /// The leader state of `p`, checked against a request's `current_leader_epoch` (-1: no
@@ -54,63 +50,60 @@ pub fn leader_of<'a>(
     tp: &TopicPartition,
     current_leader_epoch: i32,
 ) -> Result<&'a mut LeaderState, PartitionError> {
-    let Role::Leader(l) = &mut p.role else {
-        return Err(PartitionError::NotLeader(tp.clone()));
-    };
-    let current = l.leader_epoch();
-    if current_leader_epoch >= 0 && current_leader_epoch < current {
-        return Err(PartitionError::FencedLeaderEpoch { tp: tp.clone(), request: current_leader_epoch, current });
-    }
-    if current_leader_epoch > current {
-        return Err(PartitionError::UnknownLeaderEpoch { tp: tp.clone(), request: current_leader_epoch, current });
-    }
-    Ok(l)
+    p.replica.leader(current_leader_epoch).map_err(|e| role_error(tp, e))
 }
 
 /// What consumers may read up to: the leader's high watermark, or what a follower was
 /// told.
 pub fn high_watermark(p: &Partition) -> Offset {
-    match &p.role {
-        Role::Leader(l) => {
-            let hw = l.high_watermark();
-            assert!(hw <= p.log.written_end_offset().0, "high watermark {hw} above the leader's log end");
-            Offset(hw)
+    let written = p.log.written_end_offset().0;
+    let hw = p.replica.high_watermark(written);
+    assert!(hw <= written || p.replica.leader_state().is_none(), "high watermark {hw} above the leader's log end");
+    Offset(hw)
+}
+
+/// Send the machine's answers to the acks=all produces; `wake`: wake the fetch
+/// long-polls too (what they may read moved).
+pub fn deliver(p: &mut Partition, answers: Answers<AckSender>, wake: bool) {
+    for (w, result) in answers {
+        let _ = w.send(result.map_err(|e| match e {
+            AckError::NotEnoughReplicasAfterAppend => error_code::NOT_ENOUGH_REPLICAS_AFTER_APPEND,
+            AckError::NotLeader => error_code::NOT_LEADER_OR_FOLLOWER,
+        }));
+    }
+    if wake {
+        for w in p.data_waiters.drain(..) {
+            let _ = w.send(());
         }
-        _ => Offset(p.follower_hw.min(p.log.written_end_offset().0)),
+    }
+}
+
+/// The leader's high watermark (None: not leading), to tell whether an event moved it.
+pub fn leader_hw(p: &Partition) -> Option<i64> {
+    p.replica.leader_state().map(|l| l.high_watermark())
+}
+
+/// Whether the leader's high watermark moved from `before` (or leadership was taken).
+pub fn hw_moved(p: &Partition, before: Option<i64>) -> bool {
+    match (before, leader_hw(p)) {
+        (_, None) => false,
+        (None, Some(_)) => true,
+        (Some(b), Some(a)) => a > b,
     }
 }
 
 /// After the leader's log grew: recompute the high watermark, release what it covers.
 pub fn advance_hw(p: &mut Partition) {
-    let written = p.log.written_end_offset().0;
-    if let Role::Leader(l) = &mut p.role {
-        l.update_high_watermark(written);
-        release_hw_waiters(p);
-    }
+    let answers = p.replica.on_appended(p.log.written_end_offset().0);
+    let leading = p.replica.leader_state().is_some();
+    deliver(p, answers, leading);
 }
 
-/// Answer the acks=all produces the high watermark now covers, and wake consumers.
-pub fn release_hw_waiters(p: &mut Partition) {
-    let Role::Leader(l) = &p.role else { return };
-    let hw = Offset(l.high_watermark());
-    let enough = l.isr().len() >= p.min_insync;
-    let waiters = std::mem::take(&mut p.hw_waiters);
-    for (last, w) in waiters {
-        if last < hw {
-            let _ = w.send(if enough { Ok(()) } else { Err(error_code::NOT_ENOUGH_REPLICAS_AFTER_APPEND) });
-        } else {
-            p.hw_waiters.push((last, w));
-        }
-    }
-    for w in p.data_waiters.drain(..) {
-        let _ = w.send(());
-    }
-}
-
-fn fail_hw_waiters(p: &mut Partition, code: i16) {
-    for (_, w) in p.hw_waiters.drain(..) {
-        let _ = w.send(Err(code));
-    }
+/// An acks=all produce ending at `last` waits for the high watermark.
+pub fn wait_for_hw(p: &mut Partition, last: Offset, w: AckSender) {
+    let answers = p.replica.wait_for_high_watermark(last.0, w, p.log.written_end_offset().0);
+    let leading = p.replica.leader_state().is_some();
+    deliver(p, answers, leading);
 }
 
 /// Roles a shard took since its last summary line: counts, and the first
@@ -214,7 +207,7 @@ impl Shard {
                 Ok(p) => {
                     p.log.set_config(config);
                     p.log.set_producer_id_bound(producer_id_bound);
-                    p.min_insync = min_insync;
+                    p.replica.set_min_insync(min_insync);
                 }
                 Err(e) => {
                     tracing::error!(partition = %tp, error = %e, "cannot open a hosted partition");
@@ -253,12 +246,12 @@ impl Shard {
     /// Set `tp`'s role from the registry's partition state. For a `__consumer_offsets`
     /// partition, taking the leadership loads its groups and losing it drops them.
     pub(super) fn refresh_role(&mut self, tp: &TopicPartition, now_ms: i64) {
-        let was_leading = self.partitions.get(tp).is_some_and(|p| matches!(p.role, Role::Leader(_)));
+        let was_leading = self.partitions.get(tp).is_some_and(|p| p.replica.leader_state().is_some());
         self.set_role(tp, now_ms);
         if tp.topic != crate::group::OFFSETS_TOPIC {
             return;
         }
-        let leading = self.partitions.get(tp).is_some_and(|p| matches!(p.role, Role::Leader(_)));
+        let leading = self.partitions.get(tp).is_some_and(|p| p.replica.leader_state().is_some());
         match (was_leading, leading) {
             (false, true) => self.load_group_partition(tp, now_ms),
             (true, false) => self.unload_group_partition(tp),
@@ -275,64 +268,38 @@ impl Shard {
         };
         let (me, lag_ms) = (self.local_broker, self.replica_lag_time_max_ms);
         let Some(p) = self.partitions.get_mut(tp) else { return };
-        let Some((replicas, state)) = state else {
-            p.role = Role::None;
-            fail_hw_waiters(p, error_code::NOT_LEADER_OR_FOLLOWER);
-            return;
-        };
-        let written = p.log.written_end_offset().0;
-        if state.leader == me {
-            if let Role::Leader(l) = &mut p.role {
-                if l.leader_epoch() == state.leader_epoch {
-                    if l.on_isr_committed(state.isr.clone(), state.partition_epoch, written).is_some() {
-                        release_hw_waiters(p);
-                    }
-                    return;
-                }
-            }
-            // This broker leads a new epoch: it starts at the current log end (Kafka's
-            // makeLeader), with the high watermark it knew.
-            if let Err(e) = p.log.assign_leader_epoch(state.leader_epoch) {
+        let (written, log_start) = (p.log.written_end_offset().0, p.log.log_start_offset().0);
+        let before = leader_hw(p);
+        let change = p.replica.on_partition_state(
+            me,
+            state.as_ref().map(|(replicas, s)| (replicas.as_slice(), s)),
+            written,
+            log_start,
+            now_ms,
+            lag_ms,
+        );
+        if let Some(epoch) = change.record_leader_epoch {
+            if let Err(e) = p.log.assign_leader_epoch(epoch) {
                 tracing::error!(partition = %tp, error = %e, "cannot record the new leader epoch");
             }
-            let hw = high_watermark(p).0.max(p.log.log_start_offset().0);
-            p.role = Role::Leader(LeaderState::new(
-                me,
-                state.leader_epoch,
-                replicas,
-                state.isr.clone(),
-                state.partition_epoch,
-                written,
-                hw,
-                now_ms,
-                lag_ms,
-            ));
-            release_hw_waiters(p);
-            tracing::debug!(partition = %tp, leader_epoch = state.leader_epoch, isr = ?state.isr, "leading");
-            self.roles_taken.note(tp, true);
-        } else if state.leader >= 0 {
-            if matches!(p.role, Role::Follower { leader, leader_epoch } if leader == state.leader && leader_epoch == state.leader_epoch)
-            {
-                return;
+        }
+        let wake = hw_moved(p, before) || (change.took_role && p.replica.leader_state().is_some());
+        deliver(p, change.answers, wake);
+        if let Some((leader, leader_epoch)) = change.start_fetcher {
+            self.fetcher_starts.push(FetcherStart { tp: tp.clone(), leader, leader_epoch });
+        }
+        if change.took_role {
+            match p.replica.role() {
+                Role::Leader(l) => {
+                    tracing::debug!(partition = %tp, leader_epoch = l.leader_epoch(), isr = ?l.isr(), "leading");
+                    self.roles_taken.note(tp, true);
+                }
+                Role::Follower(f) => {
+                    tracing::debug!(partition = %tp, leader = f.leader, leader_epoch = f.leader_epoch, "following");
+                    self.roles_taken.note(tp, false);
+                }
+                Role::None => {}
             }
-            if let Role::Leader(l) = &p.role {
-                p.follower_hw = l.high_watermark();
-            }
-            fail_hw_waiters(p, error_code::NOT_LEADER_OR_FOLLOWER);
-            p.role = Role::Follower { leader: state.leader, leader_epoch: state.leader_epoch };
-            self.fetcher_starts.push(FetcherStart {
-                tp: tp.clone(),
-                leader: state.leader,
-                leader_epoch: state.leader_epoch,
-            });
-            tracing::debug!(partition = %tp, leader = state.leader, leader_epoch = state.leader_epoch, "following");
-            self.roles_taken.note(tp, false);
-        } else {
-            if let Role::Leader(l) = &p.role {
-                p.follower_hw = l.high_watermark();
-            }
-            fail_hw_waiters(p, error_code::NOT_LEADER_OR_FOLLOWER);
-            p.role = Role::None;
         }
     }
 
@@ -344,9 +311,7 @@ impl Shard {
     /// Whether `tp` is still followed from `leader` in `leader_epoch` (a fetcher stops
     /// when not).
     pub fn follows(&self, tp: &TopicPartition, leader: i32, leader_epoch: i32) -> bool {
-        self.partitions.get(tp).is_some_and(
-            |p| matches!(p.role, Role::Follower { leader: l, leader_epoch: e } if l == leader && e == leader_epoch),
-        )
+        self.partitions.get(tp).is_some_and(|p| p.replica.follows(leader, leader_epoch))
     }
 
     pub fn replica_state(&self, tp: &TopicPartition) -> Option<ReplicaState> {
@@ -378,14 +343,54 @@ impl Shard {
         Ok(self.partitions.get_mut(tp).expect("follows"))
     }
 
+    /// What the fetcher does next for `tp` (followed from `leader` in `leader_epoch`),
+    /// with the log position it acts on; None when it is not followed so any more. A
+    /// partition with no leader epochs truncates to its high watermark here and fetches.
+    pub fn follower_step(
+        &mut self,
+        tp: &TopicPartition,
+        leader: i32,
+        leader_epoch: i32,
+        now_ms: i64,
+    ) -> Option<(FollowerStep, ReplicaState)> {
+        let log = self.replica_state(tp)?;
+        let step = self.partitions.get_mut(tp)?.replica.follower_mut(leader, leader_epoch)?.step(now_ms, &log);
+        if let FollowerStep::TruncateTo(offset) = step {
+            if let Err(e) = self.replica_truncate(tp, leader, leader_epoch, offset, true) {
+                self.follower_failed(tp, leader, leader_epoch, now_ms, e.to_string());
+                return Some((FollowerStep::Wait, log));
+            }
+            return Some((FollowerStep::Fetch, self.replica_state(tp)?));
+        }
+        Some((step, log))
+    }
+
+    /// The leader's OffsetForLeaderEpoch answer (epoch, end offset) for our `asked`
+    /// latest epoch: truncate where the replica machine says (KIP-101, KIP-279).
+    pub fn follower_epoch_answer(
+        &mut self,
+        tp: &TopicPartition,
+        leader: i32,
+        leader_epoch: i32,
+        asked: i32,
+        answer: (i32, i64),
+    ) -> Result<(), PartitionError> {
+        let log = self.replica_state(tp).ok_or_else(|| PartitionError::NotLeader(tp.clone()))?;
+        let p = self.followed(tp, leader, leader_epoch)?;
+        let f = p.replica.follower_mut(leader, leader_epoch).expect("followed");
+        let truncation = f.on_epoch_answer(asked, answer, &log, |e| p.log.end_offset_for_epoch(e).1);
+        self.replica_truncate(tp, leader, leader_epoch, truncation.offset, truncation.done)
+    }
+
     /// A follower truncates to `offset` (by leader epoch, before fetching from a new
-    /// leader).
+    /// leader); `done`: it may fetch after this.
     pub fn replica_truncate(
         &mut self,
         tp: &TopicPartition,
         leader: i32,
         leader_epoch: i32,
         offset: i64,
+        done: bool,
     ) -> Result<(), PartitionError> {
         let p = self.followed(tp, leader, leader_epoch)?;
         if offset < p.log.log_end_offset().0 {
@@ -393,30 +398,42 @@ impl Shard {
         }
         // Always: even with no record to drop, epochs starting at the cut must go.
         p.log.truncate_to(Offset(offset))?;
-        p.follower_hw = p.follower_hw.min(offset);
+        p.replica.on_truncated(offset);
+        p.replica.follower_mut(leader, leader_epoch).expect("followed").on_truncated(done);
         Ok(())
     }
 
-    /// A follower whose log ends below the leader's log start `offset` (retention on the
-    /// leader removed what it would fetch next) drops its log and starts over, empty, at
-    /// `offset` (Kafka's truncateFullyAndStartAt), then fetches from there.
-    pub fn replica_start_at(
+    /// An error on a followed partition alone: it truncates again after the fetch
+    /// backoff. Returns whether the error is new (worth a log line).
+    pub fn follower_failed(&mut self, tp: &TopicPartition, leader: i32, leader_epoch: i32, now_ms: i64, error: String) -> bool {
+        let Some(f) = self.partitions.get_mut(tp).and_then(|p| p.replica.follower_mut(leader, leader_epoch)) else {
+            return false;
+        };
+        f.on_error(now_ms, crate::replication::REPLICA_FETCH_BACKOFF_MS, error)
+    }
+
+    /// The follower's fetch offset was out of the leader's range and the leader's log
+    /// starts at `leader_log_start`. A follower whose log ends below it (retention on the
+    /// leader removed what it would fetch next) drops its log and starts over, empty,
+    /// there (Kafka's truncateFullyAndStartAt), then fetches from there; otherwise it must
+    /// truncate by epoch again (`OutOfRange::TruncateAgain`, nothing done here).
+    pub fn follower_out_of_range(
         &mut self,
         tp: &TopicPartition,
         leader: i32,
         leader_epoch: i32,
-        offset: i64,
-    ) -> Result<(), PartitionError> {
+        leader_log_start: i64,
+    ) -> Result<OutOfRange, PartitionError> {
+        let log = self.replica_state(tp).ok_or_else(|| PartitionError::NotLeader(tp.clone()))?;
         let p = self.followed(tp, leader, leader_epoch)?;
-        let end = p.log.log_end_offset().0;
-        if offset <= end {
-            return Ok(()); // not below the leader's log start: truncation by epoch applies
+        let decision = p.replica.follower_mut(leader, leader_epoch).expect("followed").on_out_of_range(leader_log_start, &log);
+        if let OutOfRange::StartOver(offset) = decision {
+            tracing::warn!(partition = %tp, log_end = log.log_end_offset, leader_log_start = offset,
+                "log ends below the leader's log start: starting over at the leader's log start");
+            p.log.truncate_fully_and_start_at(Offset(offset))?;
+            p.replica.on_started_over(offset);
         }
-        tracing::warn!(partition = %tp, log_end = end, leader_log_start = offset,
-            "log ends below the leader's log start: starting over at the leader's log start");
-        p.log.truncate_fully_and_start_at(Offset(offset))?;
-        p.follower_hw = p.follower_hw.max(offset);
-        Ok(())
+        Ok(decision)
     }
 
     /// A follower appends what it fetched (offsets as the leader assigned them) and learns
@@ -435,7 +452,8 @@ impl Shard {
             p.log.append_replicated(records, now_ms)?;
         }
         let leo = p.log.log_end_offset().0;
-        p.follower_hw = leader_hw.min(leo).max(p.follower_hw.min(leo));
+        p.replica.on_fetched(leader_hw, leo);
+        p.replica.follower_mut(leader, leader_epoch).expect("followed").on_fetched();
         Ok(leo)
     }
 
@@ -443,10 +461,8 @@ impl Shard {
     pub fn isr_proposals(&mut self, now_ms: i64) -> Vec<(TopicPartition, IsrProposal)> {
         let mut out = Vec::new();
         for (tp, p) in self.partitions.iter_mut() {
-            if let Role::Leader(l) = &mut p.role {
-                if let Some(proposal) = l.isr_change(now_ms) {
-                    out.push((tp.clone(), proposal));
-                }
+            if let Some(proposal) = p.replica.isr_change(now_ms) {
+                out.push((tp.clone(), proposal));
             }
         }
         out
@@ -457,18 +473,15 @@ impl Shard {
     /// may have committed: the proposed members keep counting for the HW).
     pub fn isr_result(&mut self, tp: &TopicPartition, proposal: &IsrProposal, result: IsrOutcome) {
         let Some(p) = self.partitions.get_mut(tp) else { return };
-        let written = p.log.written_end_offset().0;
-        let Role::Leader(l) = &mut p.role else { return };
-        match result {
-            IsrOutcome::Committed(isr, partition_epoch) => {
+        if let IsrOutcome::Committed(isr, _) = &result {
+            if p.replica.leader_state().is_some() {
                 tracing::info!(partition = %tp, isr = ?isr, "ISR committed");
-                if l.on_isr_committed(isr, partition_epoch, written).is_some() {
-                    release_hw_waiters(p);
-                }
             }
-            IsrOutcome::Refused => l.on_isr_change_refused(proposal),
-            IsrOutcome::Unknown => l.on_isr_change_failed(),
         }
+        let before = leader_hw(p);
+        let answers = p.replica.on_isr_result(proposal, result, p.log.written_end_offset().0);
+        let wake = hw_moved(p, before);
+        deliver(p, answers, wake);
     }
 }
 
@@ -608,7 +621,7 @@ mod tests {
             tps().filter(|tp| view.leader_of(&tp.topic, tp.partition) == Some(2)).collect();
         assert!(!leading.is_empty() && leading.len() < PARTITIONS as usize, "broker 2 leads some, follows others");
         for tp in tps() {
-            assert!(matches!(shard.partitions[&tp].role, Role::None), "{tp}: a role before registering");
+            assert!(matches!(shard.partitions[&tp].replica.role(), Role::None), "{tp}: a role before registering");
             assert_eq!(shard.leader_epoch_here(&tp), None, "{tp}");
         }
         assert!(shard.take_fetcher_starts().is_empty(), "no fetcher before registering");
@@ -621,7 +634,7 @@ mod tests {
                 (s.leader, s.leader_epoch)
             };
             if leading.contains(&tp) {
-                assert!(matches!(&shard.partitions[&tp].role, Role::Leader(l) if l.leader_epoch() == epoch), "{tp}");
+                assert!(matches!(shard.partitions[&tp].replica.role(), Role::Leader(l) if l.leader_epoch() == epoch), "{tp}");
                 assert_eq!(shard.leader_epoch_here(&tp), Some(epoch));
             } else {
                 assert!(shard.follows(&tp, leader, epoch), "{tp} follows {leader} in epoch {epoch}");
@@ -655,13 +668,13 @@ mod tests {
         assert_eq!(log.latest_epoch(), Some(epoch));
         assert_eq!(shard.local_epoch_end(&tp, epoch), 0);
 
-        shard.replica_truncate(&tp, leader, epoch, 0).unwrap();
+        shard.replica_truncate(&tp, leader, epoch, 0, true).unwrap();
         let log = &shard.partitions[&tp].log;
         assert_eq!(log.log_end_offset(), Offset(0));
         assert_eq!(log.latest_epoch(), None, "the epoch with no record behind it is cut");
         let saved = crate::log::leader_epoch::LeaderEpochCache::load(log.dir()).unwrap();
         assert!(saved.entries().is_empty(), "and its checkpoint: {:?}", saved.entries());
-        assert!(matches!(shard.replica_truncate(&tp, leader, epoch + 1, 0), Err(PartitionError::NotLeader(_))));
+        assert!(matches!(shard.replica_truncate(&tp, leader, epoch + 1, 0, true), Err(PartitionError::NotLeader(_))));
     }
 
     /// A housekeeping tick while the logs close (a slow close: a large dirty page cache)
