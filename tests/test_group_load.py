@@ -60,25 +60,38 @@ def fetch_committed(port, group, topic, correlation_id):
         s.close()
 
 
+def group_reads(bootstrap, group, topic, count, timeout=60, subscribe=True, commit=False):
+    """Offsets and values of the first `count` records a consumer of `group` (at its
+    defaults but for the earliest reset) reads of `topic`; optionally commits them."""
+    conf = {"group.id": group, "auto.offset.reset": "earliest"}
+    if commit:
+        conf["enable.auto.commit"] = False
+    c = Consumer(cf_conf(bootstrap, **conf))
+    got = []
+    try:
+        if subscribe:
+            c.subscribe([topic])
+        else:
+            c.assign([TopicPartition(topic, 0)])
+        deadline = time.monotonic() + timeout
+        while len(got) < count and time.monotonic() < deadline:
+            m = c.poll(0.5)
+            if m is not None and not m.error():
+                got.append((m.offset(), m.value()))
+        assert len(got) == count, f"read {got}, want {count} records"
+        if commit:
+            c.commit(asynchronous=False)
+    finally:
+        c.close()
+    return got
+
+
 def test_groups_load_off_the_core_with_load_in_progress_meanwhile(broker_factory):
     b = broker_factory("--test-group-load-delay-ms", str(LOAD_DELAY_MS))
     topic, group = "loaded", "g-load"
     create_topic(b.bootstrap, topic, 1)
     cf_produce(b.bootstrap, topic, [{"value": f"v{i}".encode()} for i in range(10)])
-    c = Consumer(cf_conf(b.bootstrap, **{"group.id": group, "auto.offset.reset": "earliest",
-                                         "enable.auto.commit": False}))
-    try:
-        c.assign([TopicPartition(topic, 0)])
-        got = 0
-        deadline = time.monotonic() + 30
-        while got < 10 and time.monotonic() < deadline:
-            m = c.poll(0.5)
-            if m is not None and not m.error():
-                got += 1
-        assert got == 10, got
-        c.commit(asynchronous=False)
-    finally:
-        c.close()
+    group_reads(b.bootstrap, group, topic, 10, subscribe=False, commit=True)
     assert fetch_committed(b.port, group, topic, 1) == (NONE, [(0, 10, NONE)])
 
     # A restart loads the group's partition again, slowly.
@@ -112,41 +125,18 @@ def test_groups_load_off_the_core_with_load_in_progress_meanwhile(broker_factory
 
     # A consumer at its defaults resumes at the committed offset (a client retries
     # LOAD_IN_PROGRESS; this one came after the load, so it simply reads on).
-    c = Consumer(cf_conf(b.bootstrap, **{"group.id": group, "auto.offset.reset": "earliest"}))
-    try:
-        c.subscribe([topic])
-        deadline = time.monotonic() + 30
-        m = None
-        while time.monotonic() < deadline:
-            m = c.poll(0.5)
-            if m is not None and not m.error():
-                break
-        assert m is not None and not m.error(), "nothing consumed after the restart"
-        assert (m.offset(), m.value()) == (10, b"during the load")
-    finally:
-        c.close()
+    assert group_reads(b.bootstrap, group, topic, 1) == [(10, b"during the load")]
 
 
 def test_a_consumer_at_its_defaults_rides_through_the_load(broker_factory):
-    """A consumer that joins while its group is loading is answered LOAD_IN_PROGRESS,
-    retries, and resumes at the committed offset."""
+    """A consumer at its defaults that joins right after the load was seen under way
+    (4 s of it left) resumes at the committed offset: its client retries whatever
+    LOAD_IN_PROGRESS answers it gets."""
     b = broker_factory("--test-group-load-delay-ms", str(LOAD_DELAY_MS))
     topic, group = "loaded2", "g-load2"
     create_topic(b.bootstrap, topic, 1)
     cf_produce(b.bootstrap, topic, [{"value": f"v{i}".encode()} for i in range(5)])
-    c = Consumer(cf_conf(b.bootstrap, **{"group.id": group, "auto.offset.reset": "earliest"}))
-    try:
-        c.subscribe([topic])
-        got = []
-        deadline = time.monotonic() + 30
-        while len(got) < 5 and time.monotonic() < deadline:
-            m = c.poll(0.5)
-            if m is not None and not m.error():
-                got.append(m.offset())
-        assert got == [0, 1, 2, 3, 4], got
-        c.commit(asynchronous=False)
-    finally:
-        c.close()
+    assert [o for o, _ in group_reads(b.bootstrap, group, topic, 5, commit=True)] == [0, 1, 2, 3, 4]
     b.restart()
     # Wait until the load is under way, then join.
     deadline = time.monotonic() + 30
@@ -154,16 +144,4 @@ def test_a_consumer_at_its_defaults_rides_through_the_load(broker_factory):
         assert time.monotonic() < deadline, "never saw the load in progress"
         time.sleep(0.05)
     cf_produce(b.bootstrap, topic, [{"value": b"after"}])
-    c = Consumer(cf_conf(b.bootstrap, **{"group.id": group, "auto.offset.reset": "earliest"}))
-    try:
-        c.subscribe([topic])
-        deadline = time.monotonic() + 60
-        m = None
-        while time.monotonic() < deadline:
-            m = c.poll(0.5)
-            if m is not None and not m.error():
-                break
-        assert m is not None and not m.error(), "nothing consumed after the load"
-        assert (m.offset(), m.value()) == (5, b"after"), "resumed elsewhere than the committed offset"
-    finally:
-        c.close()
+    assert group_reads(b.bootstrap, group, topic, 1) == [(5, b"after")], "resumed elsewhere than the committed offset"
