@@ -75,6 +75,10 @@ struct ServeArgs {
     /// acks go out, and before the logs close at a clean shutdown [default: 0]
     #[arg(long, hide = true)]
     test_fsync_delay_ms: Option<u64>,
+    /// Tests only: sleep this long before each read of a group load (the replay of a
+    /// `__consumer_offsets` partition when this broker begins to lead it) [default: 0]
+    #[arg(long, hide = true)]
+    test_group_load_delay_ms: Option<u64>,
     /// group.initial.rebalance.delay.ms [default: 3000]
     #[arg(long)]
     group_initial_rebalance_delay_ms: Option<i64>,
@@ -255,6 +259,9 @@ fn load_config(args: ServeArgs) -> Result<BrokerConfig, String> {
     }
     if let Some(v) = args.test_fsync_delay_ms {
         config.test_fsync_delay_ms = v;
+    }
+    if let Some(v) = args.test_group_load_delay_ms {
+        config.test_group_load_delay_ms = v;
     }
     if let Some(v) = args.max_connections {
         config.max_connections = v;

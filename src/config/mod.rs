@@ -42,6 +42,11 @@ pub struct BrokerConfig {
     /// sleeps as long first (a slow disk's close: housekeeping ticks meanwhile). 0, the
     /// default: no sleep.
     pub test_fsync_delay_ms: u64,
+    /// Tests only (`--test-group-load-delay-ms`): a group load sleeps this long on the
+    /// blocking pool before each of its reads (a slow disk, a large partition), so tests
+    /// can see COORDINATOR_LOAD_IN_PROGRESS and a data core that goes on meanwhile. 0,
+    /// the default: no sleep.
+    pub test_group_load_delay_ms: u64,
     /// Broker-wide defaults for topic configs, by Kafka name (`log.retention.ms` style
     /// broker names are accepted in their topic form: `retention.ms`).
     pub topic_defaults: BTreeMap<String, String>,
@@ -135,6 +140,7 @@ impl Default for BrokerConfig {
             num_partitions: 1,
             fsync: FsyncMode::Never,
             test_fsync_delay_ms: 0,
+            test_group_load_delay_ms: 0,
             topic_defaults: BTreeMap::new(),
             group_initial_rebalance_delay_ms: 3000,
             group_min_session_timeout_ms: 6000,

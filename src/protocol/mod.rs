@@ -253,6 +253,7 @@ pub mod error_code {
     pub const INVALID_RECORD: i16 = 87;
     pub const INVALID_TIMESTAMP: i16 = 32;
     pub const OFFSET_METADATA_TOO_LARGE: i16 = 12;
+    pub const COORDINATOR_LOAD_IN_PROGRESS: i16 = 14;
     pub const COORDINATOR_NOT_AVAILABLE: i16 = 15;
     pub const NOT_COORDINATOR: i16 = 16;
     pub const NOT_CONTROLLER: i16 = 41;

@@ -177,11 +177,14 @@ impl ShardContext {
         reg.leader_of(&tp.topic, tp.partition) == Some(reg.local_broker_id())
     }
 
-    /// The error for a group request `call_group` could not serve: NOT_COORDINATOR when
-    /// another broker coordinates the group (the client asks FindCoordinator again),
-    /// else COORDINATOR_NOT_AVAILABLE.
-    pub fn group_unavailable_code(&self, group: &str) -> i16 {
-        if self.coordinates(group) {
+    /// The error for a group request `call_group` could not serve (`reply`: what it
+    /// answered instead): COORDINATOR_LOAD_IN_PROGRESS while the group's partition is
+    /// being loaded here, NOT_COORDINATOR when another broker coordinates the group (the
+    /// client asks FindCoordinator again), else COORDINATOR_NOT_AVAILABLE.
+    pub fn group_unavailable_code(&self, group: &str, reply: &Option<GroupReply>) -> i16 {
+        if matches!(reply, Some(GroupReply::Loading)) {
+            crate::protocol::error_code::COORDINATOR_LOAD_IN_PROGRESS
+        } else if self.coordinates(group) {
             crate::protocol::error_code::COORDINATOR_NOT_AVAILABLE
         } else {
             crate::protocol::error_code::NOT_COORDINATOR

@@ -167,6 +167,7 @@ async fn context() -> anyhow::Result<Rc<ShardContext>> {
     // finds them open.
     let opens = shard.take_open_jobs();
     shard.install_opened_later(crate::shard::open_logs(opens, super::now_ms()), super::now_ms());
+    shard.run_group_loads_inline(super::now_ms());
     let admission = super::admission::Admission::new(
         config.max_connections,
         config.max_connections_per_ip,

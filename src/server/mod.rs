@@ -510,10 +510,17 @@ async fn run_shard(
             Err(e) => tracing::warn!(shard = id.0, error = %e, "io_uring unavailable: appends are written in place"),
         }
     }
-    // Recovery runs on threads of the blocking pool's task, not on this data core.
+    // Recovery runs on threads of the blocking pool's task, not on this data core. A
+    // new broker has nothing to open: no hop to the pool then. (Once in CI, a fresh
+    // broker's two shards both waited forever for an empty open here, their pool
+    // threads idle: a lost wake-up we have not found in glommio 0.9.)
     let jobs = shard.open_jobs()?;
     let started_ms = now_ms();
-    let opened = glommio::executor().spawn_blocking(move || crate::shard::open_logs(jobs, started_ms)).await;
+    let opened = if jobs.is_empty() {
+        Vec::new()
+    } else {
+        glommio::executor().spawn_blocking(move || crate::shard::open_logs(jobs, started_ms)).await
+    };
     shard.install_opened(opened, now_ms());
     tracing::info!(shard = id.0, open_ms = now_ms() - started_ms, "partition logs open");
     let ctx = Rc::new_cyclic(|me| {

@@ -70,6 +70,7 @@ pub async fn manager(ctx: Rc<ShardContext>) {
         };
         start_opens(&ctx, opens);
         start_fetchers(&ctx, starts);
+        start_group_loads(&ctx);
         if last_isr_check.elapsed() >= Duration::from_millis(isr_check_interval_ms) {
             last_isr_check = Instant::now();
             let proposals = ctx.shard.borrow_mut().isr_proposals(now_ms());
@@ -99,9 +100,42 @@ pub(super) fn start_opens(ctx: &Rc<ShardContext>, opens: Vec<crate::shard::OpenJ
             shard.take_fetcher_starts()
         };
         start_fetchers(&ctx, starts);
+        start_group_loads(&ctx);
         ctx.wakeup();
     })
     .detach();
+}
+
+/// Load the groups of the `__consumer_offsets` partitions this shard began to lead: the
+/// log is read on the blocking pool, a bounded chunk at a time, and replayed on the
+/// shard between reads (its group requests get COORDINATOR_LOAD_IN_PROGRESS meanwhile).
+pub(super) fn start_group_loads(ctx: &Rc<ShardContext>) {
+    let loads = ctx.shard.borrow_mut().take_group_loads();
+    for load in loads {
+        let ctx = ctx.clone();
+        glommio::spawn_local(async move {
+            let started = Instant::now();
+            loop {
+                if ctx.stopping.get() {
+                    return;
+                }
+                let step = ctx.shard.borrow_mut().group_load_next(&load);
+                let crate::shard::GroupLoadStep::Read(plan) = step else { break };
+                let delay = Duration::from_millis(ctx.config.test_group_load_delay_ms);
+                let read = ctx
+                    .run_blocking(move || {
+                        if !delay.is_zero() {
+                            std::thread::sleep(delay); // tests only
+                        }
+                        plan.read_to_vec()
+                    })
+                    .await;
+                ctx.shard.borrow_mut().group_load_apply(&load, read, now_ms());
+            }
+            tracing::debug!(partition = %load.tp, load_ms = started.elapsed().as_millis() as u64, "group load over");
+        })
+        .detach();
+    }
 }
 
 /// Send an ISR change to the active coordinator (here, or on another broker) and hand

@@ -117,6 +117,39 @@ pub enum GroupReply {
     /// This shard does not lead the group's offsets partition (yet, or any more): its
     /// groups are not loaded here. Answered COORDINATOR_NOT_AVAILABLE or NOT_COORDINATOR.
     Unavailable,
+    /// This shard leads the group's offsets partition and is loading its groups from the
+    /// log (off the core). Answered COORDINATOR_LOAD_IN_PROGRESS: clients retry.
+    Loading,
+}
+
+/// The loading of a `__consumer_offsets` partition's groups, which this shard started
+/// when it took the partition's leadership: the runtime reads the log off the data core
+/// (`Shard::group_load_next`, a read plan; `Shard::group_load_apply`, the bytes read).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GroupLoad {
+    pub tp: TopicPartition,
+    /// Which load of the partition (a later leadership starts another).
+    pub id: u64,
+}
+
+/// Where a load is.
+#[derive(Debug)]
+pub struct GroupLoadState {
+    id: u64,
+    /// The next offset to read.
+    offset: Offset,
+    loaded: usize,
+    skipped: usize,
+    /// Groups of the partition this shard held before and replaced.
+    replaced: usize,
+}
+
+/// What a load does next.
+pub enum GroupLoadStep {
+    /// Read this (off the core) and hand the bytes to `group_load_apply`.
+    Read(crate::log::ReadPlan),
+    /// The load is over, or was replaced or cancelled (the leadership moved on).
+    Done,
 }
 
 impl std::fmt::Debug for GroupReply {
@@ -207,6 +240,9 @@ impl Shard {
             if !self.partitions.get(&tp).is_some_and(|p| p.replica.leader_state().is_some()) {
                 return GroupReply::Unavailable;
             }
+            if self.group_loads.contains_key(&tp.partition) {
+                return GroupReply::Loading;
+            }
         }
         let mut now = 0;
         let reply = match op {
@@ -274,76 +310,137 @@ impl Shard {
 
     /// This broker took the leadership of offsets partition `tp` (at start, or from
     /// another broker): rebuild its groups and offsets from the log, replacing whatever
-    /// this shard held of them. Runs before any group operation of the partition (the
-    /// shard runs one thing at a time), so nothing is answered from a half-loaded state.
-    /// The reads are page-cache reads of the partition's segments, on this core.
-    pub(super) fn load_group_partition(&mut self, tp: &TopicPartition, now_ms: i64) {
-        let dropped = self.groups.unload_partition(tp.partition, offsets_topic_partitions);
+    /// this shard held of them. The log is read off the data core, a bounded chunk at a
+    /// time (`take_group_loads`, `group_load_next`, `group_load_apply`); until the load
+    /// is over the partition's group requests are answered COORDINATOR_LOAD_IN_PROGRESS,
+    /// so nothing is answered from a half-loaded state.
+    pub(super) fn load_group_partition(&mut self, tp: &TopicPartition, _now_ms: i64) {
+        let replaced = self.groups.unload_partition(tp.partition, offsets_topic_partitions);
         let Some(p) = self.partitions.get(tp) else { return };
-        let (mut loaded, mut skipped) = (0usize, 0usize);
-        let mut offset = p.log.log_start_offset();
+        let id = self.next_group_load_id;
+        self.next_group_load_id += 1;
+        let offset = p.log.log_start_offset();
+        self.group_loads.insert(tp.partition, GroupLoadState { id, offset, loaded: 0, skipped: 0, replaced });
+        self.group_load_queue.push(GroupLoad { tp: tp.clone(), id });
+    }
+
+    /// Group loads to run (the runtime reads for them off the core).
+    pub fn take_group_loads(&mut self) -> Vec<GroupLoad> {
+        std::mem::take(&mut self.group_load_queue)
+    }
+
+    /// Whether `tp`'s groups are being loaded.
+    pub fn group_load_in_progress(&self, tp: &TopicPartition) -> bool {
+        tp.topic == OFFSETS_TOPIC && self.group_loads.contains_key(&tp.partition)
+    }
+
+    /// The next read of `load`: a plan of at most `offsets_load_read_bytes_max` bytes, or
+    /// Done when the load is over (it ends here then) or no longer current.
+    pub fn group_load_next(&mut self, load: &GroupLoad) -> GroupLoadStep {
         loop {
-            let p = &self.partitions[tp];
+            let Some(state) = self.group_loads.get(&load.tp.partition).filter(|s| s.id == load.id) else {
+                return GroupLoadStep::Done;
+            };
+            let offset = state.offset;
+            let Some(p) = self.partitions.get(&load.tp) else {
+                self.group_loads.remove(&load.tp.partition);
+                return GroupLoadStep::Done;
+            };
             let end = p.log.log_end_offset();
             if offset >= end {
-                break;
+                self.finish_group_load(&load.tp);
+                return GroupLoadStep::Done;
             }
-            let bytes = match p.log.read(offset, offsets_load_read_bytes_max, end, true).and_then(|plan| {
-                if plan.length_bytes == 0 {
-                    Ok(Vec::new())
-                } else {
-                    plan.read_to_vec().map_err(LogError::Io)
-                }
-            }) {
-                Ok(b) => b,
-                Err(LogError::OffsetOutOfRange { .. }) => break,
-                Err(e) => {
-                    tracing::error!(partition = %tp, error = %e, "cannot load groups");
-                    break;
-                }
-            };
-            if bytes.is_empty() {
+            match p.log.read(offset, offsets_load_read_bytes_max, end, true) {
+                Ok(plan) if plan.length_bytes > 0 => return GroupLoadStep::Read(plan),
                 // A gap (e.g. after truncation): move to the next segment's batches.
-                offset = Offset(offset.0 + 1);
-                continue;
-            }
-            if let Err(e) = crate::log::batch::check_batches_records(&bytes) {
-                tracing::error!(partition = %tp, %offset, error = %e, "malformed offsets batch; stopping load");
-                break;
-            }
-            let mut buf = Bytes::from(bytes);
-            let sets = match RecordBatchDecoder::decode_all(&mut buf) {
-                Ok(s) => s,
-                Err(e) => {
-                    tracing::error!(partition = %tp, %offset, error = %e, "undecodable offsets batch; stopping load");
-                    break;
+                Ok(_) => self.group_loads.get_mut(&load.tp.partition).expect("checked").offset = Offset(offset.0 + 1),
+                Err(LogError::OffsetOutOfRange { .. }) => {
+                    self.finish_group_load(&load.tp);
+                    return GroupLoadStep::Done;
                 }
-            };
-            let mut next = offset;
-            for set in sets {
-                for r in set.records {
-                    next = next.max(Offset(r.offset + 1));
-                    let Some(key) = r.key else { continue };
-                    match group_records::decode(&key, r.value.as_ref()) {
-                        Ok(rec) => {
-                            self.groups.apply_record(rec, now_ms);
-                            loaded += 1;
-                        }
-                        Err(e) => {
-                            skipped += 1;
-                            tracing::warn!(partition = %tp, offset = r.offset, error = %e, "skipping offsets record");
-                        }
+                Err(e) => {
+                    tracing::error!(partition = %load.tp, error = %e, "cannot load groups");
+                    self.finish_group_load(&load.tp);
+                    return GroupLoadStep::Done;
+                }
+            }
+        }
+    }
+
+    /// The bytes `group_load_next`'s plan read (off the core): replay the group and
+    /// offset records they hold. A stale load (the leadership moved on) is ignored.
+    pub fn group_load_apply(&mut self, load: &GroupLoad, read: std::io::Result<Vec<u8>>, now_ms: i64) {
+        let Some(offset) = self.group_loads.get(&load.tp.partition).filter(|s| s.id == load.id).map(|s| s.offset)
+        else {
+            return;
+        };
+        let tp = &load.tp;
+        let bytes = match read {
+            Ok(b) => b,
+            Err(e) => {
+                tracing::error!(partition = %tp, error = %e, "cannot load groups");
+                self.finish_group_load(tp);
+                return;
+            }
+        };
+        if let Err(e) = crate::log::batch::check_batches_records(&bytes) {
+            tracing::error!(partition = %tp, %offset, error = %e, "malformed offsets batch; stopping load");
+            self.finish_group_load(tp);
+            return;
+        }
+        let mut buf = Bytes::from(bytes);
+        let sets = match RecordBatchDecoder::decode_all(&mut buf) {
+            Ok(s) => s,
+            Err(e) => {
+                tracing::error!(partition = %tp, %offset, error = %e, "undecodable offsets batch; stopping load");
+                self.finish_group_load(tp);
+                return;
+            }
+        };
+        let (mut next, mut loaded, mut skipped) = (offset, 0, 0);
+        for set in sets {
+            for r in set.records {
+                next = next.max(Offset(r.offset + 1));
+                let Some(key) = r.key else { continue };
+                match group_records::decode(&key, r.value.as_ref()) {
+                    Ok(rec) => {
+                        self.groups.apply_record(rec, now_ms);
+                        loaded += 1;
+                    }
+                    Err(e) => {
+                        skipped += 1;
+                        tracing::warn!(partition = %tp, offset = r.offset, error = %e, "skipping offsets record");
                     }
                 }
             }
-            if next <= offset {
-                break;
-            }
-            offset = next;
         }
-        if loaded + skipped + dropped > 0 {
-            tracing::info!(partition = %tp, records = loaded, skipped, replaced_groups = dropped,
-                "loaded groups and offsets");
+        let state = self.group_loads.get_mut(&tp.partition).expect("checked above");
+        state.loaded += loaded;
+        state.skipped += skipped;
+        if next <= offset {
+            self.finish_group_load(tp);
+        } else {
+            state.offset = next;
+        }
+    }
+
+    /// Run every queued group load to its end here, reading on this thread (for tools
+    /// and harnesses that have no blocking pool; the broker uses `take_group_loads`).
+    pub fn run_group_loads_inline(&mut self, now_ms: i64) {
+        for load in self.take_group_loads() {
+            while let GroupLoadStep::Read(plan) = self.group_load_next(&load) {
+                let read = plan.read_to_vec();
+                self.group_load_apply(&load, read, now_ms);
+            }
+        }
+    }
+
+    fn finish_group_load(&mut self, tp: &TopicPartition) {
+        let Some(state) = self.group_loads.remove(&tp.partition) else { return };
+        if state.loaded + state.skipped + state.replaced > 0 {
+            tracing::info!(partition = %tp, records = state.loaded, skipped = state.skipped,
+                replaced_groups = state.replaced, "loaded groups and offsets");
         }
         // Restored groups must not write anything before they are touched.
         self.groups.discard_pending_records(tp.partition, offsets_topic_partitions);
@@ -352,6 +449,7 @@ impl Shard {
     /// This broker no longer leads offsets partition `tp`: forget its groups (their
     /// waiting requests are answered NOT_COORDINATOR; the new leader loads them).
     pub(super) fn unload_group_partition(&mut self, tp: &TopicPartition) {
+        self.group_loads.remove(&tp.partition);
         let dropped = self.groups.unload_partition(tp.partition, offsets_topic_partitions);
         if dropped > 0 {
             tracing::info!(partition = %tp, groups = dropped, "no longer coordinating the groups of this partition");

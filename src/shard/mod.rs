@@ -21,7 +21,7 @@ mod append_ring;
 mod groups;
 mod replica;
 pub use append_ring::{AppendRing, Completed, StagedWrite};
-pub use groups::{group_partition, GroupOp, GroupReply, OffsetList};
+pub use groups::{group_partition, GroupLoad, GroupLoadStep, GroupOp, GroupReply, OffsetList};
 pub use replica::{load_hw_checkpoints, FetcherStart, IsrOutcome, ReplicaState, HW_CHECKPOINT_PREFIX};
 
 use crate::coordinator::owner::Metadata;
@@ -291,6 +291,13 @@ pub struct Shard {
     /// Directories of deleted partitions, moved aside, to remove off the data core
     /// (`take_trash`).
     trash: Vec<PathBuf>,
+    /// `__consumer_offsets` partitions whose groups are being loaded from the log, off
+    /// the data core (`groups::GroupLoad`), by partition number; their group requests
+    /// are answered COORDINATOR_LOAD_IN_PROGRESS meanwhile.
+    group_loads: HashMap<i32, groups::GroupLoadState>,
+    /// Loads to start (taken by the runtime, `take_group_loads`).
+    group_load_queue: Vec<groups::GroupLoad>,
+    next_group_load_id: u64,
 }
 
 impl Shard {
@@ -319,6 +326,9 @@ impl Shard {
             opening: Default::default(),
             open_queue: Vec::new(),
             trash: Vec::new(),
+            group_loads: HashMap::new(),
+            group_load_queue: Vec::new(),
+            next_group_load_id: 0,
             id,
             nr_shards,
             data_dir,

@@ -18,7 +18,7 @@ pub async fn handle(ctx: &ShardContext, frame: &RequestFrame) -> Result<Bytes, P
         let code = match ctx.call_group(GroupOp::Delete { group_id: id.to_string(), now_ms: now_ms() }, None).await {
             Some(GroupReply::Delete(Ok(()))) => error_code::NONE,
             Some(GroupReply::Delete(Err(e))) => group_error_code(&e),
-            _ => ctx.group_unavailable_code(id),
+            other => ctx.group_unavailable_code(id, &other),
         };
         results.push(DeletableGroupResult::default().with_group_id(id.clone()).with_error_code(code));
     }

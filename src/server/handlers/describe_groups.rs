@@ -45,7 +45,7 @@ pub async fn handle(ctx: &ShardContext, frame: &RequestFrame) -> Result<Bytes, P
             }
             // Kafka describes an unknown group as Dead with no members.
             Some(GroupReply::Describe(None)) => g = g.with_group_state(str_bytes("Dead")),
-            _ => g = g.with_error_code(ctx.group_unavailable_code(id)),
+            other => g = g.with_error_code(ctx.group_unavailable_code(id, &other)),
         }
         groups.push(g);
     }

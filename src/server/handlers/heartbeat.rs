@@ -22,7 +22,7 @@ pub async fn handle(ctx: &ShardContext, frame: &RequestFrame) -> Result<Bytes, P
     let code = match ctx.call_group(op, None).await {
         Some(GroupReply::Heartbeat(Ok(()))) => error_code::NONE,
         Some(GroupReply::Heartbeat(Err(e))) => group_error_code(&e),
-        _ => ctx.group_unavailable_code(req.group_id.as_str()),
+        other => ctx.group_unavailable_code(req.group_id.as_str(), &other),
     };
     respond(ApiKey::Heartbeat, frame, &HeartbeatResponse::default().with_error_code(code))
 }

@@ -32,16 +32,20 @@ pub async fn handle(ctx: &ShardContext, frame: &RequestFrame) -> Result<Bytes, P
     };
     let new_member_id =
         format!("{}-{}", if client_id.is_empty() { "member" } else { &client_id }, uuid::Uuid::new_v4());
+    let mut unserved = None;
     let result = match ctx.call_group(GroupOp::Join { req: join, now_ms: now_ms(), new_member_id }, None).await {
         Some(GroupReply::Join(Deferred::Now(r))) => Ok(r),
         Some(GroupReply::Join(Deferred::Later(rx))) => rx.await.map_err(|_| ()),
-        _ => Err(()),
+        other => {
+            unserved = other;
+            Err(())
+        }
     };
     let r = result.unwrap_or_else(|()| JoinResponse { generation_id: -1, ..Default::default() });
     let mut body = JoinGroupResponse::default()
         .with_error_code(match (&r.error, r.generation_id) {
             (Some(e), _) => group_error_code(e),
-            (None, -1) => ctx.group_unavailable_code(req.group_id.as_str()),
+            (None, -1) => ctx.group_unavailable_code(req.group_id.as_str(), &unserved),
             (None, _) => error_code::NONE,
         })
         .with_generation_id(r.generation_id)

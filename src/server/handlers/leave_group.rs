@@ -43,7 +43,7 @@ pub async fn handle(ctx: &ShardContext, frame: &RequestFrame) -> Result<Bytes, P
             }
         }
         Some(GroupReply::Leave(Err(e))) => body.error_code = group_error_code(&e),
-        _ => body.error_code = ctx.group_unavailable_code(req.group_id.as_str()),
+        other => body.error_code = ctx.group_unavailable_code(req.group_id.as_str(), &other),
     }
     respond(ApiKey::LeaveGroup, frame, &body)
 }

@@ -85,7 +85,7 @@ pub async fn handle(ctx: &ShardContext, frame: &RequestFrame) -> Result<Bytes, P
                     .collect()
             }
             Some(GroupReply::Commit { results: Err(Some(e)), .. }) => vec![group_error_code(&e); nr_known],
-            _ => vec![ctx.group_unavailable_code(req.group_id.as_str()); nr_known],
+            other => vec![ctx.group_unavailable_code(req.group_id.as_str(), &other); nr_known],
         }
     };
     let mut codes = codes.into_iter();

@@ -28,8 +28,8 @@ pub async fn handle(ctx: &ShardContext, frame: &RequestFrame) -> Result<Bytes, P
             body.error_code = group_error_code(&e);
             Vec::new()
         }
-        _ => {
-            body.error_code = ctx.group_unavailable_code(req.group_id.as_str());
+        other => {
+            body.error_code = ctx.group_unavailable_code(req.group_id.as_str(), &other);
             Vec::new()
         }
     };

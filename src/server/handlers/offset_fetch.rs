@@ -17,7 +17,7 @@ use super::{respond, str_bytes};
 async fn fetch(ctx: &ShardContext, group: &str, partitions: Option<Vec<(String, i32)>>) -> Result<OffsetList, i16> {
     match ctx.call_group(GroupOp::FetchOffsets { group_id: group.to_string(), partitions }, None).await {
         Some(GroupReply::Offsets(list)) => Ok(list),
-        _ => Err(ctx.group_unavailable_code(group)),
+        other => Err(ctx.group_unavailable_code(group, &other)),
     }
 }
 

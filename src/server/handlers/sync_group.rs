@@ -22,14 +22,18 @@ pub async fn handle(ctx: &ShardContext, frame: &RequestFrame) -> Result<Bytes, P
         protocol_name: req.protocol_name.as_ref().map(|s| s.to_string()),
         assignments: req.assignments.iter().map(|a| (a.member_id.to_string(), a.assignment.clone())).collect(),
     };
+    let mut unserved = None;
     let result = match ctx.call_group(GroupOp::Sync { req: sync, now_ms: now_ms() }, None).await {
         Some(GroupReply::Sync(Deferred::Now(r))) => Some(r),
         Some(GroupReply::Sync(Deferred::Later(rx))) => rx.await.ok(),
-        _ => None,
+        other => {
+            unserved = other;
+            None
+        }
     };
     let (code, r) = match result {
         Some(r) => (r.error.as_ref().map(group_error_code).unwrap_or(error_code::NONE), r),
-        None => (ctx.group_unavailable_code(req.group_id.as_str()), SyncResponse::default()),
+        None => (ctx.group_unavailable_code(req.group_id.as_str(), &unserved), SyncResponse::default()),
     };
     let mut body = SyncGroupResponse::default().with_error_code(code).with_assignment(r.assignment);
     if frame.api_version >= 5 {
