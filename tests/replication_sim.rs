@@ -114,9 +114,9 @@ use spate::coordinator::controller::{Change, Controller, ControllerConfig, Endpo
 use spate::log::leader_epoch::LeaderEpochCache;
 use spate::model::{ProducerEpoch, ProducerId};
 use spate::replication::{
-    AckError, Answers, AppendRefusal, FetchRefusal, FollowerFetchError, FollowerLog, FollowerStep, IsrOutcome,
-    IsrProposal, OutOfRange, Role, RoleError, Truncation, NO_BROKER_EPOCH, UNDEFINED_EPOCH, UNDEFINED_OFFSET,
-    truncation_offset,
+    truncation_offset, AckError, Answers, AppendRefusal, FetchRefusal, FollowerFetchError, FollowerLog, FollowerStep,
+    IsrOutcome, IsrProposal, OutOfRange, Role, RoleError, Truncation, NO_BROKER_EPOCH, UNDEFINED_EPOCH,
+    UNDEFINED_OFFSET,
 };
 use spate::txn::producer_state::{increment_sequence, ProducerBatch, ProducerStateError, ProducerStates, Verdict};
 use uuid::Uuid;
@@ -800,10 +800,18 @@ struct Client {
 }
 
 enum Fault {
-    Crash { broker: i32, restart_ms: u64, restarted: bool },
+    Crash {
+        broker: i32,
+        restart_ms: u64,
+        restarted: bool,
+    },
     /// Cut off until `until_ms` (`healed`: the network is back); over once the controller
     /// has heard from the broker since.
-    Isolate { broker: i32, until_ms: u64, healed: bool },
+    Isolate {
+        broker: i32,
+        until_ms: u64,
+        healed: bool,
+    },
 }
 
 /// What the checker remembers between steps.
@@ -1285,7 +1293,8 @@ impl Sim {
         let r = &mut b.replicas[p];
         let leo = r.log.leo();
         let had_role = !matches!(r.machine.role(), Role::None);
-        let change = r.machine.on_partition_state(me, Some((replicas, state)), leo, 0, now as i64, REPLICA_LAG_TIME_MAX_MS);
+        let change =
+            r.machine.on_partition_state(me, Some((replicas, state)), leo, 0, now as i64, REPLICA_LAG_TIME_MAX_MS);
         if let Some(epoch) = change.record_leader_epoch {
             if let Err(e) = r.log.assign_leader_epoch(epoch) {
                 self.violation(format!("b{me} p{p}: {e}"));
@@ -1435,8 +1444,7 @@ impl Sim {
                 let req = self.req();
                 r.io.inflight = Some((req, now));
                 r.io.asked_epoch = latest_epoch;
-                let body =
-                    Body::EpochQuery { req, partition: p, current_leader_epoch, leader_epoch: latest_epoch };
+                let body = Body::EpochQuery { req, partition: p, current_leader_epoch, leader_epoch: latest_epoch };
                 self.send(Node::Broker(me), Node::Broker(leader), body);
             }
             FollowerStep::Fetch => {

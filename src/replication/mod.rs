@@ -42,8 +42,8 @@ use std::collections::BTreeMap;
 pub mod replica;
 
 pub use replica::{
-    AckError, AppendRefusal, Answers, FetchRefusal, Follower, FollowerLog, FollowerStep, IsrOutcome, OutOfRange, Replica,
-    Role, RoleChange, RoleError, Truncation,
+    AckError, Answers, AppendRefusal, FetchRefusal, Follower, FollowerLog, FollowerStep, IsrOutcome, OutOfRange,
+    Replica, Role, RoleChange, RoleError, Truncation,
 };
 
 /// Kafka's `replica.lag.time.max.ms` default.

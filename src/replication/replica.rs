@@ -29,9 +29,15 @@ pub enum AckError {
 pub enum RoleError {
     NotLeader,
     /// The request's leader epoch is older than this leader's.
-    FencedLeaderEpoch { request: i32, current: i32 },
+    FencedLeaderEpoch {
+        request: i32,
+        current: i32,
+    },
     /// The request's leader epoch is newer than this leader's (we have not heard yet).
-    UnknownLeaderEpoch { request: i32, current: i32 },
+    UnknownLeaderEpoch {
+        request: i32,
+        current: i32,
+    },
 }
 
 /// Why a produce was refused before anything was appended.
@@ -39,7 +45,10 @@ pub enum RoleError {
 pub enum AppendRefusal {
     NotLeader,
     /// acks=all with fewer in-sync replicas than min.insync.replicas.
-    NotEnoughReplicas { isr: usize, min: usize },
+    NotEnoughReplicas {
+        isr: usize,
+        min: usize,
+    },
 }
 
 /// Why a follower's fetch was refused (nothing changed).
@@ -570,8 +579,14 @@ mod tests {
         assert!(r.leader(-1).is_ok() && r.leader(5).is_ok());
         assert_eq!(r.leader(4).err(), Some(RoleError::FencedLeaderEpoch { request: 4, current: 5 }));
         assert_eq!(r.leader(6).err(), Some(RoleError::UnknownLeaderEpoch { request: 6, current: 5 }));
-        assert_eq!(r.on_follower_fetch(4, 2, -1, 0, 0, 1).err(), Some(FetchRefusal::Role(RoleError::FencedLeaderEpoch { request: 4, current: 5 })));
-        assert_eq!(r.on_follower_fetch(5, 9, -1, 0, 0, 1).err(), Some(FetchRefusal::Follower(FollowerFetchError::NotReplica)));
+        assert_eq!(
+            r.on_follower_fetch(4, 2, -1, 0, 0, 1).err(),
+            Some(FetchRefusal::Role(RoleError::FencedLeaderEpoch { request: 4, current: 5 }))
+        );
+        assert_eq!(
+            r.on_follower_fetch(5, 9, -1, 0, 0, 1).err(),
+            Some(FetchRefusal::Follower(FollowerFetchError::NotReplica))
+        );
     }
 
     fn follower_log(leo: i64, hw: i64, latest_epoch: Option<i32>) -> FollowerLog {

@@ -385,8 +385,13 @@ async fn truncate(ctx: &ShardContext, conn: &mut Peer, leader: i32, parts: &Fetc
             partition_failed(ctx, &tp, leader, leader_epoch, error);
             continue;
         }
-        let truncated =
-            ctx.shard.borrow_mut().follower_epoch_answer(&tp, leader, leader_epoch, epoch, (p.leader_epoch, p.end_offset));
+        let truncated = ctx.shard.borrow_mut().follower_epoch_answer(
+            &tp,
+            leader,
+            leader_epoch,
+            epoch,
+            (p.leader_epoch, p.end_offset),
+        );
         if let Err(e) = truncated {
             partition_failed(ctx, &tp, leader, leader_epoch, e.to_string());
         }

@@ -716,8 +716,14 @@ impl Shard {
                 if replica >= 0 {
                     // A follower's fetch offset is its log end offset.
                     let before = replica::leader_hw(p);
-                    let fetched =
-                        p.replica.on_follower_fetch(current_leader_epoch, replica, replica_epoch, offset.0, written.0, now_ms);
+                    let fetched = p.replica.on_follower_fetch(
+                        current_leader_epoch,
+                        replica,
+                        replica_epoch,
+                        offset.0,
+                        written.0,
+                        now_ms,
+                    );
                     match fetched {
                         Ok((_, answers)) => {
                             let wake = replica::hw_moved(p, before);

@@ -8,7 +8,9 @@ use futures::channel::oneshot;
 use crate::coordinator::registry::Hosting;
 use crate::model::{Offset, TopicPartition};
 use crate::protocol::error_code;
-use crate::replication::{AckError, Answers, FollowerLog, FollowerStep, IsrProposal, LeaderState, OutOfRange, RoleError};
+use crate::replication::{
+    AckError, Answers, FollowerLog, FollowerStep, IsrProposal, LeaderState, OutOfRange, RoleError,
+};
 
 pub use crate::replication::{IsrOutcome, Role};
 
@@ -405,7 +407,14 @@ impl Shard {
 
     /// An error on a followed partition alone: it truncates again after the fetch
     /// backoff. Returns whether the error is new (worth a log line).
-    pub fn follower_failed(&mut self, tp: &TopicPartition, leader: i32, leader_epoch: i32, now_ms: i64, error: String) -> bool {
+    pub fn follower_failed(
+        &mut self,
+        tp: &TopicPartition,
+        leader: i32,
+        leader_epoch: i32,
+        now_ms: i64,
+        error: String,
+    ) -> bool {
         let Some(f) = self.partitions.get_mut(tp).and_then(|p| p.replica.follower_mut(leader, leader_epoch)) else {
             return false;
         };
@@ -426,7 +435,8 @@ impl Shard {
     ) -> Result<OutOfRange, PartitionError> {
         let log = self.replica_state(tp).ok_or_else(|| PartitionError::NotLeader(tp.clone()))?;
         let p = self.followed(tp, leader, leader_epoch)?;
-        let decision = p.replica.follower_mut(leader, leader_epoch).expect("followed").on_out_of_range(leader_log_start, &log);
+        let decision =
+            p.replica.follower_mut(leader, leader_epoch).expect("followed").on_out_of_range(leader_log_start, &log);
         if let OutOfRange::StartOver(offset) = decision {
             tracing::warn!(partition = %tp, log_end = log.log_end_offset, leader_log_start = offset,
                 "log ends below the leader's log start: starting over at the leader's log start");
@@ -634,7 +644,10 @@ mod tests {
                 (s.leader, s.leader_epoch)
             };
             if leading.contains(&tp) {
-                assert!(matches!(shard.partitions[&tp].replica.role(), Role::Leader(l) if l.leader_epoch() == epoch), "{tp}");
+                assert!(
+                    matches!(shard.partitions[&tp].replica.role(), Role::Leader(l) if l.leader_epoch() == epoch),
+                    "{tp}"
+                );
                 assert_eq!(shard.leader_epoch_here(&tp), Some(epoch));
             } else {
                 assert!(shard.follows(&tp, leader, epoch), "{tp} follows {leader} in epoch {epoch}");
