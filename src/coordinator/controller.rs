@@ -678,7 +678,7 @@ impl Controller {
         if assignment.is_empty() || assignment.len() > limits::topic_partitions_max as usize {
             return Err(ControllerError::InvalidPartitions(assignment.len() as i32));
         }
-        self.check_assignment(&assignment, assignment[0].len())?;
+        self.check_assignment(&assignment, assignment[0].len(), 0)?;
         self.check_broker_partitions(&assignment)?;
         Ok(self.insert_topic(name, topic_id, assignment, configs))
     }
@@ -743,8 +743,36 @@ impl Controller {
         };
         let added = assign_replicas(&live, new_total - current, rf, current, start_index, start_index)?;
         self.check_broker_partitions(&added)?;
+        Ok(self.append_partitions(name, added))
+    }
+
+    /// CreatePartitions with an explicit assignment of the new partitions (Kafka's
+    /// `CreatePartitionsAssignment`): one replica list per added partition, each as long
+    /// as the topic's existing partitions' and checked as `check_assignment` does. The
+    /// first replica of each is its leader (and preferred leader).
+    pub fn create_partitions_with_assignment(
+        &mut self,
+        name: &str,
+        added: Vec<Vec<i32>>,
+    ) -> Result<Vec<Change>, ControllerError> {
+        let t = self.topics.get(name).ok_or_else(|| ControllerError::UnknownTopic(name.to_string()))?;
+        let current = t.partition_count();
+        let new_total = current as i64 + added.len() as i64;
+        if added.is_empty() || new_total > limits::topic_partitions_max as i64 {
+            return Err(ControllerError::InvalidPartitions(new_total.min(i32::MAX as i64) as i32));
+        }
+        let rf = t.assignment[0].len();
+        self.check_assignment(&added, rf, current)?;
+        self.check_broker_partitions(&added)?;
+        Ok(self.append_partitions(name, added))
+    }
+
+    /// Append checked replica lists to `name` as new partitions, each led by its first
+    /// replica with the whole list in sync.
+    fn append_partitions(&mut self, name: &str, added: Vec<Vec<i32>>) -> Vec<Change> {
         let epoch = self.controller_epoch;
-        let t = self.topics.get_mut(name).expect("checked above");
+        let t = self.topics.get_mut(name).expect("append_partitions: the topic exists");
+        let current = t.partition_count();
         let mut changes = Vec::new();
         let mut new_states = Vec::new();
         for (i, replicas) in added.into_iter().enumerate() {
@@ -769,7 +797,7 @@ impl Controller {
             changes.push(Change::PartitionChanged { topic: name.to_string(), partition, state });
         }
         self.debug_check();
-        Ok(changes)
+        changes
     }
 
     /// AlterPartition: the leader of `topic`-`partition` reports a new ISR, each member
@@ -962,24 +990,46 @@ impl Controller {
         Ok(())
     }
 
-    fn check_assignment(&self, assignment: &[Vec<i32>], rf: usize) -> Result<(), ControllerError> {
-        for (p, replicas) in assignment.iter().enumerate() {
-            if replicas.is_empty() || replicas.len() != rf || rf > REPLICATION_FACTOR_MAX as usize {
-                return Err(ControllerError::InvalidReplicaAssignment(format!(
-                    "partition {p} has {} replicas, expected {rf}",
-                    replicas.len()
-                )));
+    /// A manual assignment as Kafka's `validateManualPartitionAssignment` checks it: no
+    /// empty replica list, every broker registered, none twice in a partition, `rf`
+    /// replicas in every partition. Stricter than Kafka in one way: every replica must be
+    /// live (Kafka takes a fenced broker as long as one replica of the partition is
+    /// active, and leaves it out of the ISR); here a new partition starts with all its
+    /// replicas in sync. Errors are `InvalidReplicaAssignment` (Kafka
+    /// INVALID_REPLICA_ASSIGNMENT).
+    /// `assignment[i]` is partition `first_partition + i` (for messages).
+    pub fn check_assignment(
+        &self,
+        assignment: &[Vec<i32>],
+        rf: usize,
+        first_partition: i32,
+    ) -> Result<(), ControllerError> {
+        let bad = |m: String| Err(ControllerError::InvalidReplicaAssignment(m));
+        for (i, replicas) in assignment.iter().enumerate() {
+            let p = first_partition as i64 + i as i64;
+            if replicas.is_empty() {
+                return bad(format!("partition {p}: the replica list is empty"));
             }
-            let distinct: BTreeSet<&i32> = replicas.iter().collect();
-            if distinct.len() != replicas.len() {
-                return Err(ControllerError::InvalidReplicaAssignment(format!(
-                    "partition {p}: {replicas:?} repeats a broker"
-                )));
+            if replicas.len() > REPLICATION_FACTOR_MAX as usize {
+                return bad(format!(
+                    "partition {p} has {} replicas, above the most a partition may have ({REPLICATION_FACTOR_MAX})",
+                    replicas.len()
+                ));
+            }
+            if let Some(r) = replicas.iter().find(|r| !self.brokers.contains_key(r)) {
+                return bad(format!("partition {p}: broker {r} is not registered"));
+            }
+            if has_duplicates(replicas) {
+                return bad(format!("partition {p}: {replicas:?} names a broker more than once"));
+            }
+            if replicas.len() != rf {
+                return bad(format!(
+                    "partition {p} has {} replica(s), not consistent with the other partitions' {rf}",
+                    replicas.len()
+                ));
             }
             if let Some(r) = replicas.iter().find(|r| !self.is_live(**r)) {
-                return Err(ControllerError::InvalidReplicaAssignment(format!(
-                    "partition {p}: broker {r} is not live"
-                )));
+                return bad(format!("partition {p}: broker {r} is registered but not live (fenced)"));
             }
         }
         Ok(())

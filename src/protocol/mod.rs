@@ -246,6 +246,7 @@ pub mod error_code {
     pub const TOPIC_ALREADY_EXISTS: i16 = 36;
     pub const INVALID_PARTITIONS: i16 = 37;
     pub const INVALID_REPLICATION_FACTOR: i16 = 38;
+    pub const INVALID_REPLICA_ASSIGNMENT: i16 = 39;
     pub const INVALID_REQUEST: i16 = 42;
     pub const INVALID_CONFIG: i16 = 40;
     pub const POLICY_VIOLATION: i16 = 44;

@@ -145,10 +145,14 @@ fn registry_error_code(e: &RegistryError) -> i16 {
         RegistryError::InvalidName(..) => error_code::INVALID_TOPIC_EXCEPTION,
         RegistryError::InvalidPartitions(_) => error_code::INVALID_PARTITIONS,
         RegistryError::InvalidReplicationFactor(_) => error_code::INVALID_REPLICATION_FACTOR,
+        RegistryError::InvalidReplicaAssignment(_) => error_code::INVALID_REPLICA_ASSIGNMENT,
         RegistryError::NotController(_) | RegistryError::ControllerTaken(_) => error_code::NOT_CONTROLLER,
         RegistryError::StaleBrokerEpoch { .. } => error_code::STALE_BROKER_EPOCH,
         RegistryError::UnknownBroker(_) => error_code::BROKER_ID_NOT_REGISTERED,
         RegistryError::Controller(ControllerError::BrokerPartitionsExceeded { .. }) => error_code::POLICY_VIOLATION,
+        RegistryError::Controller(ControllerError::InvalidReplicaAssignment(_)) => {
+            error_code::INVALID_REPLICA_ASSIGNMENT
+        }
         RegistryError::Controller(_) | RegistryError::Store(_) | RegistryError::Corrupt { .. } => {
             error_code::UNKNOWN_SERVER_ERROR
         }
