@@ -243,6 +243,18 @@ pub enum ControllerError {
     StaleControllerEpoch { request: i32, current: i32 },
 }
 
+/// What an ElectLeaders request finds for one partition.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Election {
+    /// The preferred replica is now the leader.
+    Elected,
+    /// It already was (Kafka ELECTION_NOT_NEEDED).
+    NotNeeded,
+    /// It is not live or not in the ISR (Kafka PREFERRED_LEADER_NOT_AVAILABLE).
+    PreferredNotAvailable,
+    UnknownPartition,
+}
+
 /// A broker as placement sees it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PlacementBroker {
@@ -690,6 +702,26 @@ impl Controller {
         let t = self.topics.get_mut(name).ok_or_else(|| ControllerError::UnknownTopic(name.to_string()))?;
         t.configs = configs;
         Ok(())
+    }
+
+    /// ElectLeaders (preferred) for one partition: its first replica becomes its leader
+    /// when live and in the ISR, as Kafka's `electLeader` decides it (the periodic
+    /// `elect_preferred_leaders` does the same for every partition).
+    pub fn elect_preferred_leader(&mut self, topic: &str, partition: i32, changes: &mut Vec<Change>) -> Election {
+        let Some(t) = self.topics.get(topic) else { return Election::UnknownPartition };
+        let Some(p) = usize::try_from(partition).ok().filter(|p| *p < t.partitions.len()) else {
+            return Election::UnknownPartition;
+        };
+        let (preferred, state) = (t.assignment[p][0], &t.partitions[p]);
+        if state.leader == preferred {
+            return Election::NotNeeded;
+        }
+        if !self.is_live(preferred) || !state.isr.contains(&preferred) {
+            return Election::PreferredNotAvailable;
+        }
+        self.update_partition(topic, p, |s| s.leader = preferred, changes);
+        self.debug_check();
+        Election::Elected
     }
 
     /// Refuse `added` replicas if any broker would then host more than

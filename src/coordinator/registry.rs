@@ -28,8 +28,8 @@ use crate::config::TopicConfig;
 use crate::model::limits;
 
 use super::controller::{
-    BrokerInfo, Change, Controller, ControllerConfig, ControllerError, ControllerSnapshot, Endpoint, FenceReason,
-    PartitionState, TopicInfo,
+    BrokerInfo, Change, Controller, ControllerConfig, ControllerError, ControllerSnapshot, Election, Endpoint,
+    FenceReason, PartitionState, TopicInfo,
 };
 use super::layout::{self, paths};
 use super::store::{CreateMode, MetaStore, StoreError};
@@ -914,6 +914,30 @@ impl Registry {
         self.persist(&changes)?;
         self.refresh_cache();
         Ok(self.topics[name].clone())
+    }
+
+    /// ElectLeaders (preferred): each partition's first replica made its leader where it
+    /// is live and in the ISR; `None` asks for every partition of every topic. The
+    /// outcome of each partition, in order.
+    pub fn elect_preferred(
+        &mut self,
+        partitions: Option<Vec<(String, i32)>>,
+    ) -> Result<Vec<(String, i32, Election)>, RegistryError> {
+        self.store()?;
+        let targets = partitions.unwrap_or_else(|| {
+            self.controller.topics().flat_map(|t| (0..t.partition_count()).map(move |p| (t.name.clone(), p))).collect()
+        });
+        let mut changes = Vec::new();
+        let outcomes: Vec<(String, i32, Election)> = targets
+            .into_iter()
+            .map(|(topic, p)| {
+                let outcome = self.controller.elect_preferred_leader(&topic, p, &mut changes);
+                (topic, p, outcome)
+            })
+            .collect();
+        self.persist(&changes)?;
+        self.refresh_cache();
+        Ok(outcomes)
     }
 
     /// Delete a topic: marked in `/admin/delete_topics` first, so a crash half-way is

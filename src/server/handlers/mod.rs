@@ -15,6 +15,7 @@ mod delete_topics;
 mod describe_configs;
 mod describe_groups;
 mod describe_producers;
+mod elect_leaders;
 mod fetch;
 mod find_coordinator;
 mod heartbeat;
@@ -82,6 +83,7 @@ pub async fn handle(ctx: &ShardContext, frame: RequestFrame) -> Result<Option<Re
         ApiKey::AlterConfigs => alter_configs::handle_alter(ctx, &frame).await.map(Some),
         ApiKey::IncrementalAlterConfigs => alter_configs::handle_incremental(ctx, &frame).await.map(Some),
         ApiKey::CreatePartitions => create_partitions::handle(ctx, &frame).await.map(Some),
+        ApiKey::ElectLeaders => elect_leaders::handle(ctx, &frame).await.map(Some),
         ApiKey::FindCoordinator => find_coordinator::handle(ctx, &frame).await.map(Some),
         ApiKey::JoinGroup => join_group::handle(ctx, &frame).await.map(Some),
         ApiKey::SyncGroup => sync_group::handle(ctx, &frame).await.map(Some),
