@@ -1196,6 +1196,31 @@ mod tests {
         assert_eq!(r.assignment("manual").unwrap(), &grown[..]);
     }
 
+    /// ElectLeaders (preferred): only a partition whose first replica is live, in the
+    /// ISR and not already its leader moves; the others say why.
+    #[test]
+    fn preferred_elections_move_only_what_can_move() {
+        let dir = tempfile::tempdir().unwrap();
+        let (mut r, _) = cluster(dir.path());
+        r.create_with_assignment("elect", vec![vec![2, 1], vec![1, 2], vec![3, 1]], TopicConfig::default()).unwrap();
+        // Broker 2 leaves: partition 0 goes to broker 1, then broker 2 comes back into
+        // the ISR of partition 0 (as its leader would report).
+        r.unregister_remote(2).unwrap();
+        assert_eq!(r.view().partition("elect", 0).unwrap().1.leader, 1);
+        let epoch = r.register_remote(remote(2), uuid::Uuid::new_v4(), 2_000).unwrap();
+        let state = r.view().partition("elect", 0).unwrap().1.clone();
+        let isr_with_epochs = [(1, r.controller.broker_epoch(1).unwrap()), (2, epoch)];
+        r.alter_partition("elect", 0, 1, state.leader_epoch, state.partition_epoch, &isr_with_epochs).unwrap();
+
+        let asked = vec![("elect".to_string(), 0), ("elect".to_string(), 1), ("elect".to_string(), 7)];
+        let outcomes: Vec<Election> = r.elect_preferred(Some(asked)).unwrap().into_iter().map(|o| o.2).collect();
+        assert_eq!(outcomes, [Election::Elected, Election::NotNeeded, Election::UnknownPartition]);
+        let s = r.view().partition("elect", 0).unwrap().1.clone();
+        assert_eq!((s.leader, s.leader_epoch), (2, state.leader_epoch + 1));
+        let all = r.elect_preferred(None).unwrap();
+        assert!(all.iter().all(|o| o.2 == Election::NotNeeded), "{all:?}");
+    }
+
     #[test]
     fn a_mirror_answers_like_the_coordinator_and_refuses_writes() {
         let dir = tempfile::tempdir().unwrap();
