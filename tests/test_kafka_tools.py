@@ -46,7 +46,7 @@ from confluent_kafka.admin import NewPartitions, NewTopic
 from helpers.broker import REPO_ROOT
 from helpers.clients import admin, cf_conf, cf_produce, cf_read_partition
 from helpers.wire import api_versions_request, call, frame, parse_api_versions_v0, request_header_v1
-from test_cluster import start_embedded_cluster, wait_for
+from test_cluster import start_embedded_cluster, wait_brokers, wait_for
 
 TOOLS_DIR = REPO_ROOT / "tests" / "kafka-tools"
 TARGET = TOOLS_DIR / "target"
@@ -417,6 +417,32 @@ def test_admin_client_replica_assignments(cluster, tools_classpath):
     names = topic_names(b1.bootstrap)
     assert not names & set(bad_topics), names
     assert cluster_view(b1.bootstrap, "cf-assigned") == {p: (r[0], r, r) for p, r in enumerate(grown)}
+
+
+def test_admin_client_assignment_with_a_fenced_broker(cluster):
+    """As Kafka: a broker that stopped heartbeating (fenced, still registered) may be
+    named beside a live one, which leads while the fenced one is outside the ISR; it
+    joins the ISR once back. A partition whose brokers are all fenced is refused."""
+    b1, b2, b3 = cluster
+    b3.kill()
+    wait_brokers(b1.bootstrap, {b1.port, b2.port})
+    assignment = [[3, 1], [3, 2]]
+    assert create_error(b2.bootstrap, "cf-fenced", assignment) == (0, "")
+    wait_for(lambda: cluster_view(b1.bootstrap, "cf-fenced"),
+             lambda v: v == {0: (1, [3, 1], [1]), 1: (2, [3, 2], [2])}, 20,
+             "cf-fenced led by its live replicas, broker 3 outside the ISR")
+    code, message = create_error(b1.bootstrap, "cf-all-fenced", [[3]])
+    assert code == INVALID_REPLICA_ASSIGNMENT and "are fenced" in message, (code, message)
+    code, message = partitions_error(b2.bootstrap, "cf-fenced", 3, [[3]])
+    assert code == INVALID_REPLICA_ASSIGNMENT, (code, message)
+    values = produce_to_each(b2.bootstrap, "cf-fenced", [0, 1], "fenced")
+    b3.restart()
+    wait_for(lambda: cluster_view(b1.bootstrap, "cf-fenced"),
+             lambda v: all(3 in v[p][2] for p in (0, 1)), 60, "broker 3 in the ISR of cf-fenced")
+    for p in (0, 1):
+        data = wait_for(lambda: segment_bytes(b3, "cf-fenced", p), lambda d: all(v in d for v in values[p]), 20,
+                        f"cf-fenced-{p} copied to broker 3")
+        assert all(v in data for v in values[p])
 
 
 # ---------------------------------------------------------------- raw CreateTopics

@@ -781,7 +781,7 @@ impl Controller {
     /// CreatePartitions with an explicit assignment of the new partitions (Kafka's
     /// `CreatePartitionsAssignment`): one replica list per added partition, each as long
     /// as the topic's existing partitions' and checked as `check_assignment` does. The
-    /// first replica of each is its leader (and preferred leader).
+    /// first replica of each is its preferred leader (and its leader when live).
     pub fn create_partitions_with_assignment(
         &mut self,
         name: &str,
@@ -799,22 +799,15 @@ impl Controller {
         Ok(self.append_partitions(name, added))
     }
 
-    /// Append checked replica lists to `name` as new partitions, each led by its first
-    /// replica with the whole list in sync.
+    /// Append checked replica lists to `name` as new partitions (`new_partition_state`).
     fn append_partitions(&mut self, name: &str, added: Vec<Vec<i32>>) -> Vec<Change> {
         let epoch = self.controller_epoch;
+        let states: Vec<PartitionState> = added.iter().map(|r| self.new_partition_state(r, epoch)).collect();
         let t = self.topics.get_mut(name).expect("append_partitions: the topic exists");
         let current = t.partition_count();
         let mut changes = Vec::new();
         let mut new_states = Vec::new();
-        for (i, replicas) in added.into_iter().enumerate() {
-            let state = PartitionState {
-                leader: replicas[0],
-                leader_epoch: 0,
-                isr: replicas.clone(),
-                partition_epoch: 0,
-                controller_epoch: epoch,
-            };
+        for (i, (replicas, state)) in added.into_iter().zip(states).enumerate() {
             new_states.push((current + i as i32, state.clone()));
             t.assignment.push(replicas);
             t.partitions.push(state);
@@ -1024,10 +1017,9 @@ impl Controller {
 
     /// A manual assignment as Kafka's `validateManualPartitionAssignment` checks it: no
     /// empty replica list, every broker registered, none twice in a partition, `rf`
-    /// replicas in every partition. Stricter than Kafka in one way: every replica must be
-    /// live (Kafka takes a fenced broker as long as one replica of the partition is
-    /// active, and leaves it out of the ISR); here a new partition starts with all its
-    /// replicas in sync. Errors are `InvalidReplicaAssignment` (Kafka
+    /// replicas in every partition, and (as Kafka's `createTopic`) at least one live
+    /// replica in each: a fenced broker may be named, it starts outside the ISR
+    /// (`new_partition_state`). Errors are `InvalidReplicaAssignment` (Kafka
     /// INVALID_REPLICA_ASSIGNMENT).
     /// `assignment[i]` is partition `first_partition + i` (for messages).
     pub fn check_assignment(
@@ -1060,11 +1052,22 @@ impl Controller {
                     replicas.len()
                 ));
             }
-            if let Some(r) = replicas.iter().find(|r| !self.is_live(**r)) {
-                return bad(format!("partition {p}: broker {r} is registered but not live (fenced)"));
+            if !replicas.iter().any(|r| self.is_live(*r)) {
+                return bad(format!(
+                    "all brokers specified in the manual partition assignment for partition {p} are fenced"
+                ));
             }
         }
         Ok(())
+    }
+
+    /// A new partition on `replicas` (checked: at least one live): its ISR is its live
+    /// replicas in assignment order, its leader the first of them, which is the
+    /// preferred replica unless that one is fenced (as Kafka's `createTopic`).
+    fn new_partition_state(&self, replicas: &[i32], controller_epoch: i32) -> PartitionState {
+        let isr: Vec<i32> = replicas.iter().copied().filter(|r| self.is_live(*r)).collect();
+        assert!(!isr.is_empty(), "a new partition on {replicas:?} needs a live replica");
+        PartitionState { leader: isr[0], leader_epoch: 0, isr, partition_epoch: 0, controller_epoch }
     }
 
     fn insert_topic(
@@ -1075,19 +1078,8 @@ impl Controller {
         configs: BTreeMap<String, String>,
     ) -> Vec<Change> {
         let epoch = self.controller_epoch;
-        let partitions: Vec<PartitionState> = assignment
-            .iter()
-            .map(|replicas| {
-                assert!(replicas.iter().all(|r| self.is_live(*r)));
-                PartitionState {
-                    leader: replicas[0],
-                    leader_epoch: 0,
-                    isr: replicas.clone(),
-                    partition_epoch: 0,
-                    controller_epoch: epoch,
-                }
-            })
-            .collect();
+        let partitions: Vec<PartitionState> =
+            assignment.iter().map(|replicas| self.new_partition_state(replicas, epoch)).collect();
         let mut changes = vec![Change::TopicCreated {
             name: name.to_string(),
             topic_id,

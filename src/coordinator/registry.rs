@@ -1186,6 +1186,20 @@ mod tests {
         let grown = [given.clone(), vec![vec![3, 2], vec![1, 3]]].concat();
         assert_eq!(r.assignment("manual").unwrap(), &grown[..]);
         assert_eq!(r.view().partition("manual", 4).unwrap().1.leader, 1);
+
+        // Brokers 2 and 3 stop heartbeating and are fenced: still registered, they may be
+        // named beside a live broker, which leads, and start outside the ISR.
+        r.tick(1_000_000).unwrap();
+        r.create_with_assignment("fenced", vec![vec![3, 1], vec![2, 1]], TopicConfig::default()).unwrap();
+        let view = r.view();
+        for p in 0..2 {
+            let (replicas, state) = view.partition("fenced", p).unwrap();
+            assert_eq!((replicas[1], state.leader, &state.isr[..]), (1, 1, &[1][..]));
+        }
+        assert!(bad(&mut r, vec![vec![2, 3]]).contains("are fenced"));
+        assert!(r.create_partitions_with_assignment("fenced", vec![vec![3, 2]], false).is_err());
+        r.create_partitions_with_assignment("fenced", vec![vec![3, 1]], false).unwrap();
+        assert_eq!(r.view().partition("fenced", 2).unwrap().1.isr, [1]);
         r.close();
         drop(r);
 

@@ -1,9 +1,9 @@
 //! CreatePartitions: grow topics. New partitions open lazily on their owner shards.
 //! With a manual assignment (one replica list per added partition) it is checked as
 //! Kafka checks it: as many lists as added partitions, each as long as the topic's
-//! replication factor, no broker twice, every broker registered (and, stricter than
-//! Kafka, live), else INVALID_REPLICA_ASSIGNMENT. Each new partition's first replica is
-//! its leader and preferred leader.
+//! replication factor, no broker twice, every broker registered and at least one live
+//! in each list, else INVALID_REPLICA_ASSIGNMENT. Each new partition's first replica is
+//! its preferred leader; its ISR is its live replicas and its leader the first of them.
 
 use bytes::Bytes;
 use kafka_protocol::messages::create_partitions_response::CreatePartitionsTopicResult;

@@ -6,9 +6,10 @@
 //! A manual assignment is checked as Kafka checks it: with numPartitions or
 //! replicationFactor also set it is INVALID_REQUEST; a partition given twice, partitions
 //! not numbered 0..n-1, an empty replica list, a broker named twice in a partition, an
-//! unregistered broker or replica counts that differ between partitions are
-//! INVALID_REPLICA_ASSIGNMENT (and, stricter than Kafka, a registered broker that is not
-//! live). Each partition's first replica is its leader and preferred leader.
+//! unregistered broker, replica counts that differ between partitions or a partition
+//! whose brokers are all fenced are INVALID_REPLICA_ASSIGNMENT. Each partition's first
+//! replica is its preferred leader; its ISR is its live replicas and its leader the
+//! first of them.
 
 use bytes::Bytes;
 use kafka_protocol::messages::create_topics_response::{CreatableTopicConfigs, CreatableTopicResult};
