@@ -22,7 +22,8 @@ on each broker's disk):
   API each needs is missing.
 - confluent-kafka's NewTopic(replica_assignment=...) and NewPartitions(replica_assignment=
   ...): the replicas and leaders as given, the records on the assigned brokers' disks
-  and read back; bad assignments are INVALID_REPLICA_ASSIGNMENT and create nothing.
+  and read back; bad assignments are INVALID_REPLICA_ASSIGNMENT and create nothing; a
+  fenced broker may be named beside a live one (outside the ISR until it is back).
 - raw CreateTopics v2 requests for what the clients check before sending: an
   assignment with numPartitions or replicationFactor set (INVALID_REQUEST), partitions
   not numbered 0..n-1 or given twice, more replicas than a partition may have
