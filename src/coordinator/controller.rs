@@ -243,6 +243,18 @@ pub enum ControllerError {
     StaleControllerEpoch { request: i32, current: i32 },
 }
 
+/// What an ElectLeaders request finds for one partition.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Election {
+    /// The preferred replica is now the leader.
+    Elected,
+    /// It already was (Kafka ELECTION_NOT_NEEDED).
+    NotNeeded,
+    /// It is not live or not in the ISR (Kafka PREFERRED_LEADER_NOT_AVAILABLE).
+    PreferredNotAvailable,
+    UnknownPartition,
+}
+
 /// A broker as placement sees it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PlacementBroker {
@@ -707,7 +719,7 @@ impl Controller {
         if assignment.is_empty() || assignment.len() > limits::topic_partitions_max as usize {
             return Err(ControllerError::InvalidPartitions(assignment.len() as i32));
         }
-        self.check_assignment(&assignment, assignment[0].len())?;
+        self.check_assignment(&assignment, assignment[0].len(), 0)?;
         self.check_broker_partitions(&assignment)?;
         Ok(self.insert_topic(name, topic_id, assignment, configs))
     }
@@ -719,6 +731,26 @@ impl Controller {
         let t = self.topics.get_mut(name).ok_or_else(|| ControllerError::UnknownTopic(name.to_string()))?;
         t.configs = configs;
         Ok(())
+    }
+
+    /// ElectLeaders (preferred) for one partition: its first replica becomes its leader
+    /// when live and in the ISR, as Kafka's `electLeader` decides it (the periodic
+    /// `elect_preferred_leaders` does the same for every partition).
+    pub fn elect_preferred_leader(&mut self, topic: &str, partition: i32, changes: &mut Vec<Change>) -> Election {
+        let Some(t) = self.topics.get(topic) else { return Election::UnknownPartition };
+        let Some(p) = usize::try_from(partition).ok().filter(|p| *p < t.partitions.len()) else {
+            return Election::UnknownPartition;
+        };
+        let (preferred, state) = (t.assignment[p][0], &t.partitions[p]);
+        if state.leader == preferred {
+            return Election::NotNeeded;
+        }
+        if !self.is_live(preferred) || !state.isr.contains(&preferred) {
+            return Election::PreferredNotAvailable;
+        }
+        self.update_partition(topic, p, |s| s.leader = preferred, changes);
+        self.debug_check();
+        Election::Elected
     }
 
     /// Refuse `added` replicas if any broker would then host more than
@@ -772,18 +804,39 @@ impl Controller {
         };
         let added = assign_replicas(&live, new_total - current, rf, current, start_index, start_index)?;
         self.check_broker_partitions(&added)?;
+        Ok(self.append_partitions(name, added))
+    }
+
+    /// CreatePartitions with an explicit assignment of the new partitions (Kafka's
+    /// `CreatePartitionsAssignment`): one replica list per added partition, each as long
+    /// as the topic's existing partitions' and checked as `check_assignment` does. The
+    /// first replica of each is its preferred leader (and its leader when live).
+    pub fn create_partitions_with_assignment(
+        &mut self,
+        name: &str,
+        added: Vec<Vec<i32>>,
+    ) -> Result<Vec<Change>, ControllerError> {
+        let t = self.topics.get(name).ok_or_else(|| ControllerError::UnknownTopic(name.to_string()))?;
+        let current = t.partition_count();
+        let new_total = current as i64 + added.len() as i64;
+        if added.is_empty() || new_total > limits::topic_partitions_max as i64 {
+            return Err(ControllerError::InvalidPartitions(new_total.min(i32::MAX as i64) as i32));
+        }
+        let rf = t.assignment[0].len();
+        self.check_assignment(&added, rf, current)?;
+        self.check_broker_partitions(&added)?;
+        Ok(self.append_partitions(name, added))
+    }
+
+    /// Append checked replica lists to `name` as new partitions (`new_partition_state`).
+    fn append_partitions(&mut self, name: &str, added: Vec<Vec<i32>>) -> Vec<Change> {
         let epoch = self.controller_epoch;
-        let t = self.topics.get_mut(name).expect("checked above");
+        let states: Vec<PartitionState> = added.iter().map(|r| self.new_partition_state(r, epoch)).collect();
+        let t = self.topics.get_mut(name).expect("append_partitions: the topic exists");
+        let current = t.partition_count();
         let mut changes = Vec::new();
         let mut new_states = Vec::new();
-        for (i, replicas) in added.into_iter().enumerate() {
-            let state = PartitionState {
-                leader: replicas[0],
-                leader_epoch: 0,
-                isr: replicas.clone(),
-                partition_epoch: 0,
-                controller_epoch: epoch,
-            };
+        for (i, (replicas, state)) in added.into_iter().zip(states).enumerate() {
             new_states.push((current + i as i32, state.clone()));
             t.assignment.push(replicas);
             t.partitions.push(state);
@@ -798,7 +851,7 @@ impl Controller {
             changes.push(Change::PartitionChanged { topic: name.to_string(), partition, state });
         }
         self.debug_check();
-        Ok(changes)
+        changes
     }
 
     /// AlterPartition: the leader of `topic`-`partition` reports a new ISR, each member
@@ -991,27 +1044,59 @@ impl Controller {
         Ok(())
     }
 
-    fn check_assignment(&self, assignment: &[Vec<i32>], rf: usize) -> Result<(), ControllerError> {
-        for (p, replicas) in assignment.iter().enumerate() {
-            if replicas.is_empty() || replicas.len() != rf || rf > REPLICATION_FACTOR_MAX as usize {
-                return Err(ControllerError::InvalidReplicaAssignment(format!(
-                    "partition {p} has {} replicas, expected {rf}",
+    /// A manual assignment as Kafka's `validateManualPartitionAssignment` checks it: no
+    /// empty replica list, every broker registered, none twice in a partition, `rf`
+    /// replicas in every partition, and (as Kafka's `createTopic`) at least one live
+    /// replica in each: a fenced broker may be named, it starts outside the ISR
+    /// (`new_partition_state`). Errors are `InvalidReplicaAssignment` (Kafka
+    /// INVALID_REPLICA_ASSIGNMENT).
+    /// `assignment[i]` is partition `first_partition + i` (for messages).
+    pub fn check_assignment(
+        &self,
+        assignment: &[Vec<i32>],
+        rf: usize,
+        first_partition: i32,
+    ) -> Result<(), ControllerError> {
+        let bad = |m: String| Err(ControllerError::InvalidReplicaAssignment(m));
+        for (i, replicas) in assignment.iter().enumerate() {
+            let p = first_partition as i64 + i as i64;
+            if replicas.is_empty() {
+                return bad(format!("partition {p}: the replica list is empty"));
+            }
+            if replicas.len() > REPLICATION_FACTOR_MAX as usize {
+                return bad(format!(
+                    "partition {p} has {} replicas, above the most a partition may have ({REPLICATION_FACTOR_MAX})",
                     replicas.len()
-                )));
+                ));
             }
-            let distinct: BTreeSet<&i32> = replicas.iter().collect();
-            if distinct.len() != replicas.len() {
-                return Err(ControllerError::InvalidReplicaAssignment(format!(
-                    "partition {p}: {replicas:?} repeats a broker"
-                )));
+            if let Some(r) = replicas.iter().find(|r| !self.brokers.contains_key(r)) {
+                return bad(format!("partition {p}: broker {r} is not registered"));
             }
-            if let Some(r) = replicas.iter().find(|r| !self.is_live(**r)) {
-                return Err(ControllerError::InvalidReplicaAssignment(format!(
-                    "partition {p}: broker {r} is not live"
-                )));
+            if has_duplicates(replicas) {
+                return bad(format!("partition {p}: {replicas:?} names a broker more than once"));
+            }
+            if replicas.len() != rf {
+                return bad(format!(
+                    "partition {p} has {} replica(s), not consistent with the other partitions' {rf}",
+                    replicas.len()
+                ));
+            }
+            if !replicas.iter().any(|r| self.is_live(*r)) {
+                return bad(format!(
+                    "all brokers specified in the manual partition assignment for partition {p} are fenced"
+                ));
             }
         }
         Ok(())
+    }
+
+    /// A new partition on `replicas` (checked: at least one live): its ISR is its live
+    /// replicas in assignment order, its leader the first of them, which is the
+    /// preferred replica unless that one is fenced (as Kafka's `createTopic`).
+    fn new_partition_state(&self, replicas: &[i32], controller_epoch: i32) -> PartitionState {
+        let isr: Vec<i32> = replicas.iter().copied().filter(|r| self.is_live(*r)).collect();
+        assert!(!isr.is_empty(), "a new partition on {replicas:?} needs a live replica");
+        PartitionState { leader: isr[0], leader_epoch: 0, isr, partition_epoch: 0, controller_epoch }
     }
 
     fn insert_topic(
@@ -1022,19 +1107,8 @@ impl Controller {
         configs: BTreeMap<String, String>,
     ) -> Vec<Change> {
         let epoch = self.controller_epoch;
-        let partitions: Vec<PartitionState> = assignment
-            .iter()
-            .map(|replicas| {
-                assert!(replicas.iter().all(|r| self.is_live(*r)));
-                PartitionState {
-                    leader: replicas[0],
-                    leader_epoch: 0,
-                    isr: replicas.clone(),
-                    partition_epoch: 0,
-                    controller_epoch: epoch,
-                }
-            })
-            .collect();
+        let partitions: Vec<PartitionState> =
+            assignment.iter().map(|replicas| self.new_partition_state(replicas, epoch)).collect();
         let mut changes = vec![Change::TopicCreated {
             name: name.to_string(),
             topic_id,

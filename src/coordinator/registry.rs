@@ -28,8 +28,8 @@ use crate::config::TopicConfig;
 use crate::model::limits;
 
 use super::controller::{
-    BrokerInfo, Change, Controller, ControllerConfig, ControllerError, ControllerSnapshot, Endpoint, FenceReason,
-    PartitionState, TopicInfo,
+    BrokerInfo, Change, Controller, ControllerConfig, ControllerError, ControllerSnapshot, Election, Endpoint,
+    FenceReason, PartitionState, TopicInfo,
 };
 use super::layout::{self, paths};
 use super::store::{CreateMode, MetaStore, StoreError};
@@ -47,6 +47,9 @@ pub enum RegistryError {
     InvalidPartitions(i32),
     #[error("{0}")]
     InvalidReplicationFactor(String),
+    /// A manual replica assignment the controller refused (Kafka INVALID_REPLICA_ASSIGNMENT).
+    #[error("invalid replica assignment: {0}")]
+    InvalidReplicaAssignment(String),
     #[error("another coordinator (broker {0}) is active on this metadata store")]
     ControllerTaken(i32),
     #[error("controller: {0}")]
@@ -76,6 +79,7 @@ impl From<ControllerError> for RegistryError {
                 RegistryError::InvalidReplicationFactor(e.to_string())
             }
             ControllerError::UnknownBroker(id) => RegistryError::UnknownBroker(id),
+            ControllerError::InvalidReplicaAssignment(m) => RegistryError::InvalidReplicaAssignment(m),
             other => RegistryError::Controller(other),
         }
     }
@@ -822,7 +826,51 @@ impl Registry {
             &mut || crate::model::splitmix64(&mut seed),
         )?;
         self.placement_seed = seed;
-        if let Err(e) = self.persist(&changes) {
+        self.persist_new_topic(name, &changes)
+    }
+
+    /// CreateTopics with a manual assignment: partition `p` on the brokers
+    /// `assignment[p]`, led by the first (its preferred leader). Checked by the
+    /// controller (`Controller::check_assignment`).
+    pub fn create_with_assignment(
+        &mut self,
+        name: &str,
+        assignment: Vec<Vec<i32>>,
+        configs: TopicConfig,
+    ) -> Result<TopicMeta, RegistryError> {
+        validate_topic_name(name)?;
+        self.store()?;
+        let changes = self.controller.create_topic_with_assignment(
+            name,
+            uuid::Uuid::new_v4(),
+            assignment,
+            configs.overrides.clone(),
+        )?;
+        self.persist_new_topic(name, &changes)
+    }
+
+    /// Check a manual assignment for a new topic (CreateTopics with validate_only)
+    /// without creating anything.
+    pub fn check_assignment(&self, name: &str, assignment: &[Vec<i32>]) -> Result<(), RegistryError> {
+        validate_topic_name(name)?;
+        if self.topics.contains_key(name) {
+            return Err(RegistryError::TopicExists(name.to_string()));
+        }
+        if assignment.is_empty() || assignment.len() > limits::topic_partitions_max as usize {
+            return Err(RegistryError::InvalidPartitions(assignment.len().min(i32::MAX as usize) as i32));
+        }
+        Ok(self.controller.check_assignment(assignment, assignment[0].len(), 0)?)
+    }
+
+    /// The replica lists of `name`'s partitions, in partition order.
+    pub fn assignment(&self, name: &str) -> Option<&[Vec<i32>]> {
+        self.controller.topic(name).map(|t| t.assignment.as_slice())
+    }
+
+    /// Write a topic the controller just created; on failure undo it in memory and in
+    /// the store.
+    fn persist_new_topic(&mut self, name: &str, changes: &[Change]) -> Result<TopicMeta, RegistryError> {
+        if let Err(e) = self.persist(changes) {
             // Keep memory and store in step: undo in both.
             let _ = self.controller.delete_topic(name);
             if let Ok(store) = self.store() {
@@ -845,6 +893,51 @@ impl Registry {
         self.persist(&changes)?;
         self.refresh_cache();
         Ok(self.topics[name].clone())
+    }
+
+    /// CreatePartitions with a manual assignment: the new partitions, in order, on the
+    /// brokers `added[i]` (each list as long as the topic's replication factor).
+    /// `validate_only` checks without changing anything.
+    pub fn create_partitions_with_assignment(
+        &mut self,
+        name: &str,
+        added: Vec<Vec<i32>>,
+        validate_only: bool,
+    ) -> Result<TopicMeta, RegistryError> {
+        self.store()?;
+        if validate_only {
+            let t = self.controller.topic(name).ok_or_else(|| RegistryError::UnknownTopic(name.to_string()))?;
+            self.controller.check_assignment(&added, t.assignment[0].len(), t.partition_count())?;
+            return Ok(self.topics[name].clone());
+        }
+        let changes = self.controller.create_partitions_with_assignment(name, added)?;
+        self.persist(&changes)?;
+        self.refresh_cache();
+        Ok(self.topics[name].clone())
+    }
+
+    /// ElectLeaders (preferred): each partition's first replica made its leader where it
+    /// is live and in the ISR; `None` asks for every partition of every topic. The
+    /// outcome of each partition, in order.
+    pub fn elect_preferred(
+        &mut self,
+        partitions: Option<Vec<(String, i32)>>,
+    ) -> Result<Vec<(String, i32, Election)>, RegistryError> {
+        self.store()?;
+        let targets = partitions.unwrap_or_else(|| {
+            self.controller.topics().flat_map(|t| (0..t.partition_count()).map(move |p| (t.name.clone(), p))).collect()
+        });
+        let mut changes = Vec::new();
+        let outcomes: Vec<(String, i32, Election)> = targets
+            .into_iter()
+            .map(|(topic, p)| {
+                let outcome = self.controller.elect_preferred_leader(&topic, p, &mut changes);
+                (topic, p, outcome)
+            })
+            .collect();
+        self.persist(&changes)?;
+        self.refresh_cache();
+        Ok(outcomes)
     }
 
     /// Delete a topic: marked in `/admin/delete_topics` first, so a crash half-way is
@@ -1062,6 +1155,91 @@ mod tests {
         (0..r.get(topic).unwrap().partitions)
             .map(|p| r.view().partition(topic, p).map(|(_, s)| (s.leader, s.leader_epoch)).unwrap())
             .collect()
+    }
+
+    /// A manual assignment is kept as given (first replica the leader), written in
+    /// Kafka's layout, survives a reopen; CreatePartitions appends the given lists; a bad
+    /// assignment changes nothing.
+    #[test]
+    fn manual_assignments_are_kept_as_given_and_checked() {
+        let dir = tempfile::tempdir().unwrap();
+        let (mut r, _) = cluster(dir.path());
+        let given = vec![vec![2, 3], vec![3, 1], vec![1, 2]];
+        r.create_with_assignment("manual", given.clone(), TopicConfig::default()).unwrap();
+        assert_eq!(r.assignment("manual").unwrap(), &given[..]);
+        let view = r.view();
+        for (p, replicas) in given.iter().enumerate() {
+            let (in_view, state) = view.partition("manual", p as i32).unwrap();
+            assert_eq!((in_view, state.leader, &state.isr[..]), (&replicas[..], replicas[0], &replicas[..]));
+        }
+        let bad = |r: &mut Registry, a: Vec<Vec<i32>>| match r.create_with_assignment("bad", a, TopicConfig::default())
+        {
+            Err(RegistryError::InvalidReplicaAssignment(m)) => m,
+            other => panic!("expected InvalidReplicaAssignment, got {other:?}"),
+        };
+        assert!(bad(&mut r, vec![vec![1, 1]]).contains("more than once"));
+        assert!(bad(&mut r, vec![vec![1, 2], vec![3]]).contains("not consistent"));
+        assert!(bad(&mut r, vec![vec![1, 9]]).contains("broker 9 is not registered"));
+        assert!(bad(&mut r, vec![vec![]]).contains("empty"));
+        assert!(r.get("bad").is_none());
+        assert!(r.check_assignment("bad", &[vec![1, 4]]).is_err());
+        assert!(r.check_assignment("bad", &[vec![1, 3]]).is_ok());
+        assert!(matches!(r.check_assignment("manual", &[vec![1]]), Err(RegistryError::TopicExists(_))));
+
+        assert!(r.create_partitions_with_assignment("manual", vec![vec![1, 2, 3]], false).is_err());
+        r.create_partitions_with_assignment("manual", vec![vec![3, 2]], true).unwrap();
+        assert_eq!(r.get("manual").unwrap().partitions, 3, "validate_only changes nothing");
+        r.create_partitions_with_assignment("manual", vec![vec![3, 2], vec![1, 3]], false).unwrap();
+        let grown = [given.clone(), vec![vec![3, 2], vec![1, 3]]].concat();
+        assert_eq!(r.assignment("manual").unwrap(), &grown[..]);
+        assert_eq!(r.view().partition("manual", 4).unwrap().1.leader, 1);
+
+        // Brokers 2 and 3 stop heartbeating and are fenced: still registered, they may be
+        // named beside a live broker, which leads, and start outside the ISR.
+        r.tick(1_000_000).unwrap();
+        r.create_with_assignment("fenced", vec![vec![3, 1], vec![2, 1]], TopicConfig::default()).unwrap();
+        let view = r.view();
+        for p in 0..2 {
+            let (replicas, state) = view.partition("fenced", p).unwrap();
+            assert_eq!((replicas[1], state.leader, &state.isr[..]), (1, 1, &[1][..]));
+        }
+        assert!(bad(&mut r, vec![vec![2, 3]]).contains("are fenced"));
+        assert!(r.create_partitions_with_assignment("fenced", vec![vec![3, 2]], false).is_err());
+        r.create_partitions_with_assignment("fenced", vec![vec![3, 1]], false).unwrap();
+        assert_eq!(r.view().partition("fenced", 2).unwrap().1.isr, [1]);
+        r.close();
+        drop(r);
+
+        let store = LocalStore::open(dir.path()).unwrap();
+        let doc = layout::decode_topic(&store.get(&paths::topic("manual")).unwrap().unwrap().data).unwrap();
+        assert_eq!(doc.assignment, grown, "/brokers/topics/manual holds the assignment as given");
+        let r = Registry::open(Box::new(store), broker(), 2_000).unwrap();
+        assert_eq!(r.assignment("manual").unwrap(), &grown[..]);
+    }
+
+    /// ElectLeaders (preferred): only a partition whose first replica is live, in the
+    /// ISR and not already its leader moves; the others say why.
+    #[test]
+    fn preferred_elections_move_only_what_can_move() {
+        let dir = tempfile::tempdir().unwrap();
+        let (mut r, _) = cluster(dir.path());
+        r.create_with_assignment("elect", vec![vec![2, 1], vec![1, 2], vec![3, 1]], TopicConfig::default()).unwrap();
+        // Broker 2 leaves: partition 0 goes to broker 1, then broker 2 comes back into
+        // the ISR of partition 0 (as its leader would report).
+        r.unregister_remote(2).unwrap();
+        assert_eq!(r.view().partition("elect", 0).unwrap().1.leader, 1);
+        let epoch = r.register_remote(remote(2), uuid::Uuid::new_v4(), 2_000).unwrap();
+        let state = r.view().partition("elect", 0).unwrap().1.clone();
+        let isr_with_epochs = [(1, r.controller.broker_epoch(1).unwrap()), (2, epoch)];
+        r.alter_partition("elect", 0, 1, state.leader_epoch, state.partition_epoch, &isr_with_epochs).unwrap();
+
+        let asked = vec![("elect".to_string(), 0), ("elect".to_string(), 1), ("elect".to_string(), 7)];
+        let outcomes: Vec<Election> = r.elect_preferred(Some(asked)).unwrap().into_iter().map(|o| o.2).collect();
+        assert_eq!(outcomes, [Election::Elected, Election::NotNeeded, Election::UnknownPartition]);
+        let s = r.view().partition("elect", 0).unwrap().1.clone();
+        assert_eq!((s.leader, s.leader_epoch), (2, state.leader_epoch + 1));
+        let all = r.elect_preferred(None).unwrap();
+        assert!(all.iter().all(|o| o.2 == Election::NotNeeded), "{all:?}");
     }
 
     #[test]

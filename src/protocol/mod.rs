@@ -44,6 +44,8 @@ pub const SUPPORTED_APIS: &[(ApiKey, i16, i16)] = &[
     (ApiKey::AlterConfigs, 0, 2),
     (ApiKey::IncrementalAlterConfigs, 0, 1),
     (ApiKey::CreatePartitions, 0, 3),
+    // Preferred leader election (kafka-leader-election); unclean elections are refused.
+    (ApiKey::ElectLeaders, 0, 2),
     // Between brokers: registration and liveness with the active coordinator.
     (ApiKey::BrokerRegistration, 0, 4),
     (ApiKey::BrokerHeartbeat, 0, 1),
@@ -246,6 +248,7 @@ pub mod error_code {
     pub const TOPIC_ALREADY_EXISTS: i16 = 36;
     pub const INVALID_PARTITIONS: i16 = 37;
     pub const INVALID_REPLICATION_FACTOR: i16 = 38;
+    pub const INVALID_REPLICA_ASSIGNMENT: i16 = 39;
     pub const INVALID_REQUEST: i16 = 42;
     pub const INVALID_CONFIG: i16 = 40;
     pub const POLICY_VIOLATION: i16 = 44;
@@ -262,6 +265,8 @@ pub mod error_code {
     pub const FENCED_LEADER_EPOCH: i16 = 74;
     pub const UNKNOWN_LEADER_EPOCH: i16 = 76;
     pub const INELIGIBLE_REPLICA: i16 = 107;
+    pub const PREFERRED_LEADER_NOT_AVAILABLE: i16 = 80;
+    pub const ELECTION_NOT_NEEDED: i16 = 84;
     pub const FETCH_SESSION_ID_NOT_FOUND: i16 = 70;
     pub const INVALID_FETCH_SESSION_EPOCH: i16 = 71;
     pub const INVALID_UPDATE_VERSION: i16 = 108;

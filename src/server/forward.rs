@@ -1,5 +1,5 @@
 //! Admin requests on a broker that is not the active coordinator: CreateTopics,
-//! DeleteTopics, CreatePartitions, AlterConfigs, IncrementalAlterConfigs and
+//! DeleteTopics, CreatePartitions, ElectLeaders, AlterConfigs, IncrementalAlterConfigs and
 //! InitProducerId (producer ids come from the coordinator's blocks) go to the active
 //! coordinator as the client sent them (same header, same correlation id, same
 //! version: every broker speaks the same versions), and its answer goes back to the
@@ -34,6 +34,7 @@ pub fn is_forwarded(key: ApiKey) -> bool {
         ApiKey::CreateTopics
             | ApiKey::DeleteTopics
             | ApiKey::CreatePartitions
+            | ApiKey::ElectLeaders
             | ApiKey::AlterConfigs
             | ApiKey::IncrementalAlterConfigs
             | ApiKey::InitProducerId

@@ -1,13 +1,24 @@
-//! CreateTopics: validate name, partition count, replication factor and every config
-//! (unsupported configs are refused with INVALID_CONFIG, never silently ignored), then
-//! register the topic durably. Partition logs open lazily on their owner shard.
+//! CreateTopics: validate name, partition count, replication factor (or a manual
+//! replica assignment) and every config (unsupported configs are refused with
+//! INVALID_CONFIG, never silently ignored), then register the topic durably. Partition
+//! logs open lazily on their owner shard.
+//!
+//! A manual assignment is checked as Kafka checks it: with numPartitions or
+//! replicationFactor also set it is INVALID_REQUEST; a partition given twice, partitions
+//! not numbered 0..n-1, an empty replica list, a broker named twice in a partition, an
+//! unregistered broker, replica counts that differ between partitions or a partition
+//! whose brokers are all fenced are INVALID_REPLICA_ASSIGNMENT. Each partition's first
+//! replica is its preferred leader; its ISR is its live replicas and its leader the
+//! first of them.
 
 use bytes::Bytes;
 use kafka_protocol::messages::create_topics_response::{CreatableTopicConfigs, CreatableTopicResult};
 use kafka_protocol::messages::{ApiKey, CreateTopicsRequest, CreateTopicsResponse};
 
 use crate::config::TopicConfig;
+use crate::coordinator::controller::REPLICATION_FACTOR_MAX;
 use crate::coordinator::registry::{validate_topic_name, TopicMeta};
+use crate::model::limits;
 use crate::protocol::{decode_body, error_code, ProtocolError, RequestFrame};
 
 use super::super::context::ShardContext;
@@ -18,13 +29,69 @@ use super::{respond, str_bytes};
 pub async fn create_topic(
     ctx: &ShardContext,
     name: &str,
-    partitions: i32,
-    replication_factor: i32,
+    placement: Placement,
     configs: TopicConfig,
     validate_only: bool,
 ) -> Result<TopicMeta, (i16, String)> {
     let name = name.to_string();
-    ctx.metadata.write(move |reg| create_in(reg, &name, partitions, replication_factor, configs, validate_only)).await
+    ctx.metadata.write(move |reg| create_in(reg, &name, placement, configs, validate_only)).await
+}
+
+/// Where a new topic's replicas go.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Placement {
+    /// `partitions` partitions of `replication_factor` replicas, placed by the controller.
+    Replicated { partitions: i32, replication_factor: i32 },
+    /// Partition `p` on the brokers `assignment[p]` (checked for shape already).
+    Manual(Vec<Vec<i32>>),
+}
+
+/// A CreateTopics manual assignment, in partition order, as Kafka's controller checks
+/// the request's shape (the brokers themselves are checked by the controller). Each
+/// count from the wire is held to a named limit before anything is allocated for it.
+fn manual_assignment(
+    t: &kafka_protocol::messages::create_topics_request::CreatableTopic,
+) -> Result<Vec<Vec<i32>>, (i16, String)> {
+    if t.replication_factor != -1 {
+        return Err((
+            error_code::INVALID_REQUEST,
+            "a manual partition assignment was specified, but replication factor was not set to -1".into(),
+        ));
+    }
+    if t.num_partitions != -1 {
+        return Err((
+            error_code::INVALID_REQUEST,
+            "a manual partition assignment was specified, but numPartitions was not set to -1".into(),
+        ));
+    }
+    let bad = |m: String| Err((error_code::INVALID_REPLICA_ASSIGNMENT, m));
+    if t.assignments.len() > limits::topic_partitions_max as usize {
+        return bad(format!(
+            "{} partitions assigned, above the most a topic may have ({})",
+            t.assignments.len(),
+            limits::topic_partitions_max
+        ));
+    }
+    let mut by_partition: Vec<Option<Vec<i32>>> = vec![None; t.assignments.len()];
+    for a in &t.assignments {
+        if a.broker_ids.len() > REPLICATION_FACTOR_MAX as usize {
+            return bad(format!(
+                "partition {} has {} replicas, above the most a partition may have ({REPLICATION_FACTOR_MAX})",
+                a.partition_index,
+                a.broker_ids.len()
+            ));
+        }
+        let slot = match usize::try_from(a.partition_index).ok().and_then(|p| by_partition.get_mut(p)) {
+            Some(slot) => slot,
+            None => return bad("partitions should be a consecutive 0-based integer sequence".into()),
+        };
+        if slot.is_some() {
+            return bad(format!("found multiple manual partition assignments for partition {}", a.partition_index));
+        }
+        *slot = Some(a.broker_ids.iter().map(|b| b.0).collect());
+    }
+    // n assignments, none twice, each index below n: every index 0..n-1 is there.
+    Ok(by_partition.into_iter().map(|r| r.expect("each index filled once")).collect())
 }
 
 /// Auto-creation (Metadata for an unknown topic): here on the active coordinator, else
@@ -52,7 +119,8 @@ pub async fn auto_create(ctx: &ShardContext, name: &str, partitions: i32) -> Res
     }
     if ctx.view().is_active() {
         let rf = ctx.config.default_replication_factor;
-        return create_topic(ctx, name, partitions, rf, TopicConfig::default(), false).await;
+        let placement = Placement::Replicated { partitions, replication_factor: rf };
+        return create_topic(ctx, name, placement, TopicConfig::default(), false).await;
     }
     super::super::forward::create_topic(ctx, name, partitions).await?;
     ctx.view().get(name).cloned().ok_or_else(|| {
@@ -63,11 +131,22 @@ pub async fn auto_create(ctx: &ShardContext, name: &str, partitions: i32) -> Res
 fn create_in(
     reg: &mut crate::coordinator::registry::Registry,
     name: &str,
-    partitions: i32,
-    replication_factor: i32,
+    placement: Placement,
     configs: TopicConfig,
     validate_only: bool,
 ) -> Result<TopicMeta, (i16, String)> {
+    let code = |e: crate::coordinator::registry::RegistryError| (super::registry_error_code(&e), e.to_string());
+    let (partitions, replication_factor) = match placement {
+        Placement::Replicated { partitions, replication_factor } => (partitions, replication_factor),
+        Placement::Manual(assignment) => {
+            if validate_only {
+                reg.check_assignment(name, &assignment).map_err(code)?;
+                let (partitions, replication_factor) = (assignment.len() as i32, assignment[0].len() as i32);
+                return Ok(TopicMeta { id: uuid::Uuid::nil(), partitions, replication_factor, configs });
+            }
+            return reg.create_with_assignment(name, assignment, configs).map_err(code);
+        }
+    };
     let live = reg.live_broker_count() as i32;
     if replication_factor < 1 || replication_factor > live {
         return Err((
@@ -97,28 +176,25 @@ pub async fn handle(ctx: &ShardContext, frame: &RequestFrame) -> Result<Bytes, P
                 // As Kafka: the internal topic is the coordinator's to create.
                 return Err((error_code::INVALID_REQUEST, format!("creation of internal topic {name} is prohibited")));
             }
-            if !t.assignments.is_empty() {
-                return Err((
-                    error_code::INVALID_REQUEST,
-                    "manual replica assignment is not supported yet".to_string(),
-                ));
-            }
+            let placement = if t.assignments.is_empty() {
+                let replication_factor = if t.replication_factor == -1 {
+                    ctx.config.default_replication_factor
+                } else {
+                    t.replication_factor as i32
+                };
+                Placement::Replicated { partitions, replication_factor }
+            } else {
+                Placement::Manual(manual_assignment(t)?)
+            };
             let configs = TopicConfig::from_pairs(
                 t.configs.iter().map(|c| (c.name.as_str(), c.value.as_ref().map(|v| v.as_str()))),
                 &ctx.config.topic_defaults,
             )
             .map_err(|e| (error_code::INVALID_CONFIG, e))?;
-            Ok(configs)
+            Ok((placement, configs))
         })();
         let outcome = match checked {
-            Ok(configs) => {
-                let rf = if t.replication_factor == -1 {
-                    ctx.config.default_replication_factor
-                } else {
-                    t.replication_factor as i32
-                };
-                create_topic(ctx, &name, partitions, rf, configs, req.validate_only).await
-            }
+            Ok((placement, configs)) => create_topic(ctx, &name, placement, configs, req.validate_only).await,
             Err(e) => Err(e),
         };
         let mut r = CreatableTopicResult::default().with_name(t.name.clone());

@@ -15,6 +15,7 @@ mod delete_topics;
 mod describe_configs;
 mod describe_groups;
 mod describe_producers;
+mod elect_leaders;
 mod fetch;
 mod find_coordinator;
 mod heartbeat;
@@ -82,6 +83,7 @@ pub async fn handle(ctx: &ShardContext, frame: RequestFrame) -> Result<Option<Re
         ApiKey::AlterConfigs => alter_configs::handle_alter(ctx, &frame).await.map(Some),
         ApiKey::IncrementalAlterConfigs => alter_configs::handle_incremental(ctx, &frame).await.map(Some),
         ApiKey::CreatePartitions => create_partitions::handle(ctx, &frame).await.map(Some),
+        ApiKey::ElectLeaders => elect_leaders::handle(ctx, &frame).await.map(Some),
         ApiKey::FindCoordinator => find_coordinator::handle(ctx, &frame).await.map(Some),
         ApiKey::JoinGroup => join_group::handle(ctx, &frame).await.map(Some),
         ApiKey::SyncGroup => sync_group::handle(ctx, &frame).await.map(Some),
@@ -145,10 +147,14 @@ fn registry_error_code(e: &RegistryError) -> i16 {
         RegistryError::InvalidName(..) => error_code::INVALID_TOPIC_EXCEPTION,
         RegistryError::InvalidPartitions(_) => error_code::INVALID_PARTITIONS,
         RegistryError::InvalidReplicationFactor(_) => error_code::INVALID_REPLICATION_FACTOR,
+        RegistryError::InvalidReplicaAssignment(_) => error_code::INVALID_REPLICA_ASSIGNMENT,
         RegistryError::NotController(_) | RegistryError::ControllerTaken(_) => error_code::NOT_CONTROLLER,
         RegistryError::StaleBrokerEpoch { .. } => error_code::STALE_BROKER_EPOCH,
         RegistryError::UnknownBroker(_) => error_code::BROKER_ID_NOT_REGISTERED,
         RegistryError::Controller(ControllerError::BrokerPartitionsExceeded { .. }) => error_code::POLICY_VIOLATION,
+        RegistryError::Controller(ControllerError::InvalidReplicaAssignment(_)) => {
+            error_code::INVALID_REPLICA_ASSIGNMENT
+        }
         RegistryError::Controller(_) | RegistryError::Store(_) | RegistryError::Corrupt { .. } => {
             error_code::UNKNOWN_SERVER_ERROR
         }

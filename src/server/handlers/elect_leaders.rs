@@ -1,0 +1,107 @@
+//! ElectLeaders (kafka-leader-election, the admin's `electLeaders`): preferred leader
+//! election on the active coordinator (other brokers forward it). Each named partition,
+//! or every partition when none are named, gets its first replica as leader when that
+//! replica is live and in the ISR; already led by it is ELECTION_NOT_NEEDED (left out
+//! of the answer when every partition was asked for, as Kafka does), not live or not in
+//! sync is PREFERRED_LEADER_NOT_AVAILABLE. Unclean elections (election type 1) are
+//! refused with INVALID_REQUEST: Spate elects outside the ISR only by
+//! `unclean.leader.election.enable`.
+
+use std::collections::BTreeMap;
+
+use bytes::Bytes;
+use kafka_protocol::messages::elect_leaders_response::{PartitionResult, ReplicaElectionResult};
+use kafka_protocol::messages::{ApiKey, ElectLeadersRequest, ElectLeadersResponse, TopicName};
+
+use crate::coordinator::controller::Election;
+use crate::model::limits;
+use crate::protocol::{decode_body, error_code, ProtocolError, RequestFrame};
+
+use super::super::context::ShardContext;
+use super::{respond, str_bytes};
+
+/// Election type 0: the preferred replica.
+const PREFERRED: i8 = 0;
+
+pub async fn handle(ctx: &ShardContext, frame: &RequestFrame) -> Result<Bytes, ProtocolError> {
+    let req: ElectLeadersRequest = decode_body(frame)?;
+    let named = req.topic_partitions.as_ref().map(|ts| ts.iter().map(|t| t.partitions.len() as u64).sum::<u64>());
+    let refuse = |code: i16, message: String| {
+        let results = req
+            .topic_partitions
+            .iter()
+            .flatten()
+            .map(|t| {
+                let partitions = t
+                    .partitions
+                    .iter()
+                    .map(|p| {
+                        PartitionResult::default()
+                            .with_partition_id(*p)
+                            .with_error_code(code)
+                            .with_error_message(Some(str_bytes(message.clone())))
+                    })
+                    .collect();
+                ReplicaElectionResult::default().with_topic(t.topic.clone()).with_partition_result(partitions)
+            })
+            .collect();
+        let mut body = ElectLeadersResponse::default().with_replica_election_results(results);
+        // Per partition when partitions were named (the message reaches the user that
+        // way); the top-level code, which has no message, only when none were.
+        if frame.api_version >= 1 && named.unwrap_or(0) == 0 {
+            body.error_code = code;
+        }
+        respond(ApiKey::ElectLeaders, frame, &body)
+    };
+    if frame.api_version >= 1 && req.election_type != PREFERRED {
+        return refuse(
+            error_code::INVALID_REQUEST,
+            format!("election type {} is not supported: only preferred elections (0)", req.election_type),
+        );
+    }
+    // The shape walk already bounds the request's arrays; this bounds what is built here.
+    if named.is_some_and(|n| n > limits::request_array_elements_max) {
+        return refuse(error_code::INVALID_REQUEST, "too many partitions in one request".into());
+    }
+    let targets: Option<Vec<(String, i32)>> = req
+        .topic_partitions
+        .as_ref()
+        .map(|ts| ts.iter().flat_map(|t| t.partitions.iter().map(move |p| (t.topic.to_string(), *p))).collect());
+    let all = targets.is_none();
+    let outcome = ctx.metadata.write(move |reg| reg.elect_preferred(targets)).await;
+    let outcomes = match outcome {
+        Ok(o) => o,
+        Err(e) => return refuse(super::registry_error_code(&e), e.to_string()),
+    };
+    let mut by_topic: BTreeMap<String, Vec<PartitionResult>> = BTreeMap::new();
+    for (topic, partition, election) in outcomes {
+        let (code, message) = match election {
+            Election::Elected => (error_code::NONE, None),
+            Election::NotNeeded if all => continue,
+            Election::NotNeeded => {
+                (error_code::ELECTION_NOT_NEEDED, Some("leader election not needed for topic partition"))
+            }
+            Election::PreferredNotAvailable => (
+                error_code::PREFERRED_LEADER_NOT_AVAILABLE,
+                Some("the preferred replica is not live or not in the ISR"),
+            ),
+            Election::UnknownPartition => (error_code::UNKNOWN_TOPIC_OR_PARTITION, Some("no such topic partition")),
+        };
+        if code == error_code::NONE {
+            tracing::info!(topic = %topic, partition, "preferred leader elected");
+        }
+        by_topic.entry(topic).or_default().push(
+            PartitionResult::default()
+                .with_partition_id(partition)
+                .with_error_code(code)
+                .with_error_message(message.map(str_bytes)),
+        );
+    }
+    let results = by_topic
+        .into_iter()
+        .map(|(topic, partitions)| {
+            ReplicaElectionResult::default().with_topic(TopicName(str_bytes(topic))).with_partition_result(partitions)
+        })
+        .collect();
+    respond(ApiKey::ElectLeaders, frame, &ElectLeadersResponse::default().with_replica_election_results(results))
+}

@@ -1,0 +1,643 @@
+"""Apache Kafka's own command-line tools against a three-broker Spate cluster (embedded
+coordinator on broker 1), and CreateTopics / CreatePartitions with manual replica
+assignments.
+
+The tools are the main classes of Apache Kafka's kafka-tools jar (4.4.0, pinned in
+tests/kafka-tools/pom.xml, resolved by scripts/install-deps), run with `java -cp`:
+`kafka-topics` is org.apache.kafka.tools.TopicCommand, `kafka-get-offsets` is
+GetOffsetShell, `kafka-broker-api-versions` is BrokerApiVersionsCommand. Their admin
+requests go to broker 2 or 3, which forward them to the coordinator. Each output is
+checked against what the cluster holds, read with another client (confluent-kafka's
+metadata, a raw ApiVersions request, the records read back, the partition directories
+on each broker's disk):
+
+- kafka-topics --create --replica-assignment, then --describe (leaders, replicas, ISR,
+  counts), --alter --partitions with an assignment, --list, --delete; assignments Spate
+  refuses come back as Kafka's InvalidReplicaAssignmentException.
+- kafka-get-offsets after producing records to each partition (latest and earliest).
+- kafka-broker-api-versions lists every broker with the versions each one answers.
+- kafka-consumer-groups --list / --describe, kafka-cluster cluster-id.
+- kafka-leader-election (preferred) moves leadership back to preferred replicas.
+- kafka-delete-records, kafka-log-dirs, kafka-reassign-partitions: xfail while the one
+  API each needs is missing.
+- confluent-kafka's NewTopic(replica_assignment=...) and NewPartitions(replica_assignment=
+  ...): the replicas and leaders as given, the records on the assigned brokers' disks
+  and read back; bad assignments are INVALID_REPLICA_ASSIGNMENT and create nothing; a
+  fenced broker may be named beside a live one (outside the ISR until it is back).
+- raw CreateTopics v2 requests for what the clients check before sending: an
+  assignment with numPartitions or replicationFactor set (INVALID_REQUEST), partitions
+  not numbered 0..n-1 or given twice, more replicas than a partition may have
+  (INVALID_REPLICA_ASSIGNMENT), validate_only.
+
+Java and Maven missing is a skip on a developer's machine and a failure under CI=true
+(tests/README.md)."""
+
+import fcntl
+import hashlib
+import re
+import shutil
+import struct
+import subprocess
+import time
+
+import pytest
+from confluent_kafka import Consumer, KafkaException, TopicPartition
+from confluent_kafka.admin import NewPartitions, NewTopic
+
+from helpers.broker import REPO_ROOT
+from helpers.clients import admin, cf_conf, cf_produce, cf_read_partition
+from helpers.wire import api_versions_request, call, frame, parse_api_versions_v0, request_header_v1
+from test_cluster import start_embedded_cluster, wait_brokers, wait_for
+
+TOOLS_DIR = REPO_ROOT / "tests" / "kafka-tools"
+TARGET = TOOLS_DIR / "target"
+CLASSPATH_FILE = TARGET / "classpath.txt"
+STAMP = TARGET / ".spate-classpath-stamp"
+BUILD_TIMEOUT_S = 300
+RUN_TIMEOUT_S = 120
+
+INVALID_REPLICA_ASSIGNMENT = 39
+INVALID_REQUEST = 42
+TOPIC_ALREADY_EXISTS = 36
+
+RECORDS_PER_PARTITION = 25
+
+
+# ---------------------------------------------------------------- running the tools
+
+@pytest.fixture(scope="session")
+def tools_classpath():
+    """The classpath of tests/kafka-tools (resolved offline by Maven unless pom.xml is
+    unchanged since the last time)."""
+    java, mvn = shutil.which("java"), shutil.which("mvn")
+    if java is None or mvn is None:
+        pytest.skip(f"Java and Maven are needed (java: {java}, mvn: {mvn}): run scripts/install-deps")
+    TARGET.mkdir(exist_ok=True)
+    with open(TARGET / ".spate-build-lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        digest = hashlib.sha256((TOOLS_DIR / "pom.xml").read_bytes()).hexdigest()
+        if not (STAMP.exists() and STAMP.read_text() == digest and CLASSPATH_FILE.exists()):
+            STAMP.unlink(missing_ok=True)
+            r = subprocess.run([mvn, "-o", "-q", "-B", "dependency:build-classpath",
+                                f"-Dmdep.outputFile={CLASSPATH_FILE}"],
+                               cwd=TOOLS_DIR, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                               stderr=subprocess.STDOUT, timeout=BUILD_TIMEOUT_S)
+            out = r.stdout.decode(errors="replace")
+            assert r.returncode == 0, (
+                f"mvn dependency:build-classpath in tests/kafka-tools failed ({r.returncode}); offline:"
+                f" have the dependencies been resolved by scripts/install-deps?\n{out}")
+            STAMP.write_text(digest)
+    return CLASSPATH_FILE.read_text().strip()
+
+
+def run_tool(classpath, main, *args, timeout=RUN_TIMEOUT_S):
+    """Runs org.apache.kafka.tools.<main>; returns (exit code, output)."""
+    cmd = ["java", "-Dorg.slf4j.simpleLogger.defaultLogLevel=warn", "-cp", classpath,
+           f"org.apache.kafka.tools.{main}", *map(str, args)]
+    try:
+        r = subprocess.run(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                           stderr=subprocess.STDOUT, timeout=timeout)
+    except subprocess.TimeoutExpired as e:
+        pytest.fail(f"{main} {' '.join(map(str, args))} did not finish within {timeout}s; output:\n"
+                    f"{(e.stdout or b'').decode(errors='replace')}")
+    out = r.stdout.decode(errors="replace")
+    print(f"$ {main} {' '.join(map(str, args))}  (exit {r.returncode})\n{out}")
+    return r.returncode, out
+
+
+def topics_tool(classpath, bootstrap, *args):
+    return run_tool(classpath, "TopicCommand", "--bootstrap-server", bootstrap, *args)
+
+
+def assignment_arg(assignment):
+    """[[1, 2], [2, 3]] -> "1:2,2:3" (kafka-topics --replica-assignment)."""
+    return ",".join(":".join(map(str, replicas)) for replicas in assignment)
+
+
+DESCRIBE_PARTITION = re.compile(
+    r"Topic: (\S+)\s+Partition: (\d+)\s+Leader: (-?\d+|none)\s+Replicas: ([\d,]*)\s+Isr: ([\d,]*)")
+DESCRIBE_TOPIC = re.compile(r"^Topic: (\S+)\s+TopicId: (\S+)\s+PartitionCount: (\d+)\s+ReplicationFactor: (\d+)")
+
+
+def ids(csv):
+    return [int(x) for x in csv.split(",") if x]
+
+
+def parse_describe(out):
+    """kafka-topics --describe -> ({topic: (partition count, replication factor)},
+    {(topic, partition): (leader, replicas, isr)})."""
+    topics, partitions = {}, {}
+    for line in out.splitlines():
+        m = DESCRIBE_TOPIC.match(line)
+        if m:
+            topics[m[1]] = (int(m[3]), int(m[4]))
+            continue
+        m = DESCRIBE_PARTITION.search(line)
+        if m:
+            partitions[(m[1], int(m[2]))] = (int(m[3]), ids(m[4]), ids(m[5]))
+    return topics, partitions
+
+
+# ---------------------------------------------------------------- what the cluster holds
+
+def cluster_view(bootstrap, topic):
+    """{partition: (leader, replicas, isr)} from confluent-kafka's metadata."""
+    md = admin(bootstrap).list_topics(topic, timeout=10)
+    t = md.topics[topic]
+    if t.error is not None:
+        raise AssertionError(f"metadata for {topic}: {t.error}")
+    return {p.id: (p.leader, list(p.replicas), list(p.isrs)) for p in t.partitions.values()}
+
+
+def wait_view(bootstrap, topic, assignment, timeout=20):
+    """Wait until `bootstrap`'s metadata shows `topic` placed as `assignment` (each
+    partition led by its first replica, all replicas in sync); returns that view."""
+    want = {p: (r[0], r, r) for p, r in enumerate(assignment)}
+    return wait_for(lambda: cluster_view(bootstrap, topic), lambda v: v == want, timeout,
+                    f"{topic} placed as {assignment} in the metadata of {bootstrap}")
+
+
+def topic_names(bootstrap):
+    return set(admin(bootstrap).list_topics(timeout=10).topics)
+
+
+def partition_dirs(broker, topic):
+    """The partitions of `topic` that have a directory in `broker`'s data dir."""
+    return {int(d.name[len(topic) + 1:]) for d in broker.data_dir.iterdir()
+            if d.is_dir() and re.fullmatch(re.escape(topic) + r"-\d+", d.name)}
+
+
+def segment_bytes(broker, topic, partition):
+    return b"".join(f.read_bytes() for f in sorted((broker.data_dir / f"{topic}-{partition}").glob("*.log")))
+
+
+def produce_to_each(bootstrap, topic, partitions, tag):
+    """RECORDS_PER_PARTITION records to each partition with acks=all; returns
+    {partition: [values]}."""
+    values = {p: [f"{tag}-p{p}-{i}".encode() for i in range(RECORDS_PER_PARTITION)] for p in partitions}
+    cf_produce(bootstrap, topic, [{"value": v, "partition": p} for p, vs in values.items() for v in vs],
+               acks="all")
+    return values
+
+
+def check_placement(brokers, topic, assignment, values):
+    """Every partition's records are in the segment files of exactly its assigned
+    brokers (leader first), none elsewhere; and a consumer reads them back in order."""
+    by_id = {i + 1: b for i, b in enumerate(brokers)}
+    for p, replicas in enumerate(assignment):
+        for broker_id, b in by_id.items():
+            if broker_id in replicas:
+                data = wait_for(lambda: segment_bytes(b, topic, p),
+                                lambda d: all(v in d for v in values.get(p, [])), 20,
+                                f"the records of {topic}-{p} on replica {broker_id}")
+                assert all(v in data for v in values.get(p, [])), (topic, p, broker_id)
+            else:
+                assert p not in partition_dirs(b, topic), (
+                    f"{topic}-{p} has a directory on broker {broker_id}, not one of its replicas {replicas}")
+        if p in values:
+            got = cf_read_partition(brokers[replicas[0] - 1].bootstrap, topic, p)
+            assert got == values[p], f"{topic}-{p} read back: {got[:3]}... want {values[p][:3]}..."
+
+
+@pytest.fixture
+def cluster(broker_factory):
+    return start_embedded_cluster(broker_factory)
+
+
+# ---------------------------------------------------------------- kafka-topics
+
+def test_kafka_topics_create_describe_alter_list_delete(cluster, tools_classpath):
+    b1, b2, b3 = cluster
+    topic = "tools-assigned"
+    # Broker 2 leads two partitions in a row: never the controller's own round-robin
+    # placement, so an assignment ignored cannot pass for one followed.
+    assignment = [[2, 3], [2, 1], [1, 2]]
+    rc, out = topics_tool(tools_classpath, b2.bootstrap, "--create", "--topic", topic,
+                          "--replica-assignment", assignment_arg(assignment))
+    assert rc == 0 and f"Created topic {topic}." in out, out
+    view = wait_view(b3.bootstrap, topic, assignment)
+
+    rc, out = topics_tool(tools_classpath, b3.bootstrap, "--describe", "--topic", topic)
+    assert rc == 0, out
+    topics, partitions = parse_describe(out)
+    assert topics == {topic: (3, 2)}, out
+    assert partitions == {(topic, p): v for p, v in view.items()}, (
+        f"kafka-topics --describe: {partitions}\nconfluent metadata: {view}")
+
+    values = produce_to_each(b1.bootstrap, topic, range(3), "a")
+    check_placement(cluster, topic, assignment, values)
+
+    # kafka-get-offsets: the latest offset of each partition, then the earliest.
+    rc, out = run_tool(tools_classpath, "GetOffsetShell", "--bootstrap-server", b2.bootstrap, "--topic", topic)
+    assert rc == 0, out
+    latest = {int(p): int(o) for t, p, o in re.findall(r"^(\S+):(\d+):(\d+)$", out, re.M) if t == topic}
+    assert latest == {p: RECORDS_PER_PARTITION for p in range(3)}, out
+    rc, out = run_tool(tools_classpath, "GetOffsetShell", "--bootstrap-server", b2.bootstrap, "--topic", topic,
+                       "--time", "-2")
+    assert rc == 0, out
+    earliest = {int(p): int(o) for t, p, o in re.findall(r"^(\S+):(\d+):(\d+)$", out, re.M) if t == topic}
+    assert earliest == {p: 0 for p in range(3)}, out
+
+    # --alter: two partitions more, where the assignment says (Kafka's tool takes the
+    # entries past the existing partitions).
+    grown = assignment + [[1, 3], [1, 2]]
+    rc, out = topics_tool(tools_classpath, b3.bootstrap, "--alter", "--topic", topic, "--partitions", "5",
+                          "--replica-assignment", assignment_arg(grown))
+    assert rc == 0 and "Error" not in out, out
+    view = wait_view(b2.bootstrap, topic, grown)
+    rc, out = topics_tool(tools_classpath, b2.bootstrap, "--describe", "--topic", topic)
+    topics, partitions = parse_describe(out)
+    assert topics == {topic: (5, 2)}, out
+    assert partitions == {(topic, p): v for p, v in view.items()}, (
+        f"kafka-topics --describe: {partitions}\nconfluent metadata: {view}")
+    values.update(produce_to_each(b1.bootstrap, topic, [3, 4], "b"))
+    check_placement(cluster, topic, grown, values)
+    rc, out = run_tool(tools_classpath, "GetOffsetShell", "--bootstrap-server", b3.bootstrap,
+                       "--topic-partitions", f"{topic}:3-5")  # upper bound exclusive
+    assert {(p, int(o)) for p, o in re.findall(rf"^{topic}:(\d+):(\d+)$", out, re.M)} == {
+        ("3", RECORDS_PER_PARTITION), ("4", RECORDS_PER_PARTITION)}, out
+
+    # --list: exactly the topics the metadata holds.
+    rc, out = topics_tool(tools_classpath, b3.bootstrap, "--list")
+    assert rc == 0, out
+    listed = {line.strip() for line in out.splitlines() if line.strip() and "SLF4J" not in line}
+    assert listed == topic_names(b1.bootstrap) and topic in listed, out
+
+    # --delete: gone from the metadata of every broker, from --list, and --describe
+    # says so.
+    rc, out = topics_tool(tools_classpath, b2.bootstrap, "--delete", "--topic", topic)
+    assert rc == 0 and "Error" not in out, out
+    for b in cluster:
+        wait_for(lambda: topic_names(b.bootstrap), lambda names: topic not in names, 20,
+                 f"{topic} gone from the metadata of {b.bootstrap}")
+    rc, out = topics_tool(tools_classpath, b3.bootstrap, "--list")
+    assert topic not in out.split(), out
+    rc, out = topics_tool(tools_classpath, b3.bootstrap, "--describe", "--topic", topic)
+    assert f"Topic '{topic}' does not exist" in out, out
+
+
+def test_kafka_topics_default_placement_matches_metadata(cluster, tools_classpath):
+    """--partitions/--replication-factor (the controller places the replicas): what
+    --describe prints is what the metadata holds, leaders spread over the brokers."""
+    b1, b2, b3 = cluster
+    topic = "tools-placed"
+    rc, out = topics_tool(tools_classpath, b2.bootstrap, "--create", "--topic", topic, "--partitions", "6",
+                          "--replication-factor", "3")
+    assert rc == 0 and f"Created topic {topic}." in out, out
+    view = wait_for(lambda: cluster_view(b3.bootstrap, topic), lambda v: len(v) == 6, 20, f"{topic} metadata")
+    rc, out = topics_tool(tools_classpath, b3.bootstrap, "--describe", "--topic", topic)
+    topics, partitions = parse_describe(out)
+    assert topics == {topic: (6, 3)}, out
+    assert partitions == {(topic, p): v for p, v in view.items()}, (
+        f"kafka-topics --describe: {partitions}\nconfluent metadata: {view}")
+    assert {leader for leader, _, _ in view.values()} == {1, 2, 3}, view
+
+
+def test_kafka_topics_bad_assignments_are_refused(cluster, tools_classpath):
+    """Assignments the tool passes on and Spate refuses, as Kafka would: an unknown
+    broker at create and at alter; nothing is created or added."""
+    b1, b2, b3 = cluster
+    rc, out = topics_tool(tools_classpath, b2.bootstrap, "--create", "--topic", "tools-bad",
+                          "--replica-assignment", "1:9,2:3")
+    assert "InvalidReplicaAssignment" in out or "invalid replica assignment" in out, out
+    assert "broker 9 is not registered" in out, out
+    assert "tools-bad" not in topic_names(b1.bootstrap)
+
+    rc, out = topics_tool(tools_classpath, b2.bootstrap, "--create", "--topic", "tools-ok",
+                          "--replica-assignment", "1:2")
+    assert rc == 0, out
+    wait_view(b3.bootstrap, "tools-ok", [[1, 2]])
+    rc, out = topics_tool(tools_classpath, b3.bootstrap, "--alter", "--topic", "tools-ok", "--partitions", "3",
+                          "--replica-assignment", "1:2,2:3,3:7")
+    assert "partition 2: broker 7 is not registered" in out, out
+    time.sleep(0.5)
+    assert len(cluster_view(b1.bootstrap, "tools-ok")) == 1, "a refused --alter added partitions"
+
+
+# ---------------------------------------------------------------- kafka-broker-api-versions
+
+LINE = re.compile(r"^\s*(\w+)\((\d+)\): (.*?),?$")
+
+
+def test_kafka_broker_api_versions_lists_each_broker(cluster, tools_classpath):
+    """Every broker listed with its id, and for each API the versions that broker
+    answers in a raw ApiVersions request (UNSUPPORTED for the others)."""
+    rc, out = run_tool(tools_classpath, "BrokerApiVersionsCommand", "--bootstrap-server", cluster[1].bootstrap)
+    assert rc == 0, out
+    sections = re.split(r"^(\S+:\d+) \(id: (\d+) rack: \S+ isFenced: (\w+)\) -> \(", out, flags=re.M)
+    listed = {}
+    for address, broker_id, fenced, body in zip(sections[1::4], sections[2::4], sections[3::4], sections[4::4]):
+        listed[address] = (int(broker_id), fenced, body)
+    assert {a: (i, f) for a, (i, f, _) in listed.items()} == {
+        b.bootstrap: (n + 1, "false") for n, b in enumerate(cluster)}, out
+    for b in cluster:
+        _, err, apis = parse_api_versions_v0(call(b.port, api_versions_request()))
+        assert err == 0
+        shown = {}
+        for line in listed[b.bootstrap][2].splitlines():
+            m = LINE.match(line)
+            if m:
+                shown[int(m[2])] = m[3]
+        assert shown, listed[b.bootstrap][2]
+        for key, text in shown.items():
+            if key not in apis:
+                assert text == "UNSUPPORTED", (b.bootstrap, key, text)
+                continue
+            lo, hi = apis[key]
+            want = f"{lo}" if lo == hi else f"{lo} to {hi}"
+            assert text.startswith(want + " [usable: "), (b.bootstrap, key, text, (lo, hi))
+        assert set(apis) - set(shown) <= {67, 82}, f"APIs {b.bootstrap} answers that the tool did not list"
+
+
+# ---------------------------------------------------------------- confluent-kafka AdminClient
+
+def create_error(bootstrap, topic, assignment):
+    a = admin(bootstrap)  # kept until the answer is in: a destroyed client fails its futures
+    fs = a.create_topics([NewTopic(topic, len(assignment), replica_assignment=assignment)],
+                         request_timeout=15, operation_timeout=15)
+    try:
+        fs[topic].result(20)
+    except KafkaException as e:
+        return e.args[0].code(), e.args[0].str()
+    return 0, ""
+
+
+def partitions_error(bootstrap, topic, total, assignment):
+    a = admin(bootstrap)
+    fs = a.create_partitions([NewPartitions(topic, total, replica_assignment=assignment)],
+                             request_timeout=15, operation_timeout=15)
+    try:
+        fs[topic].result(20)
+    except KafkaException as e:
+        return e.args[0].code(), e.args[0].str()
+    return 0, ""
+
+
+def test_admin_client_replica_assignments(cluster, tools_classpath):
+    """NewTopic / NewPartitions with replica_assignment, sent to a broker that forwards
+    them and to the coordinator's own: the replicas, leaders and ISR as given, the
+    records on the assigned brokers' disks and nowhere else; Kafka's errors for bad
+    assignments, which change nothing."""
+    b1, b2, b3 = cluster
+    assignment = [[2, 3], [2, 1], [1, 2], [3, 1]]  # not a round-robin placement
+    assert create_error(b3.bootstrap, "cf-assigned", assignment) == (0, "")
+    wait_view(b1.bootstrap, "cf-assigned", assignment)
+    wait_view(b2.bootstrap, "cf-assigned", assignment)
+    values = produce_to_each(b2.bootstrap, "cf-assigned", range(4), "cf")
+    check_placement(cluster, "cf-assigned", assignment, values)
+
+    assert partitions_error(b2.bootstrap, "cf-assigned", 6, [[3, 2], [3, 1]]) == (0, "")
+    grown = assignment + [[3, 2], [3, 1]]
+    wait_view(b3.bootstrap, "cf-assigned", grown)
+    values.update(produce_to_each(b3.bootstrap, "cf-assigned", [4, 5], "cf-more"))
+    check_placement(cluster, "cf-assigned", grown, values)
+
+    assert create_error(b1.bootstrap, "cf-on-coordinator", [[3], [1], [2]]) == (0, "")
+    wait_view(b2.bootstrap, "cf-on-coordinator", [[3], [1], [2]])
+
+    bad_topics = {
+        "cf-dup": ([[1, 1]], "more than once"),
+        "cf-inconsistent": ([[1, 2], [3]], "not consistent"),
+        "cf-unknown": ([[1, 9]], "broker 9 is not registered"),
+    }
+    for topic, (a, words) in bad_topics.items():
+        for b in (b1, b2):
+            code, message = create_error(b.bootstrap, topic, a)
+            assert code == INVALID_REPLICA_ASSIGNMENT and words in message, (topic, b.bootstrap, code, message)
+    bad_partitions = {
+        "too few lists": (8, [[1, 2]], "attempted to add 2 additional partition(s), but 1 assignment"),
+        "replication factor": (7, [[1, 2, 3]], "partition 6 has 3 replica(s), not consistent"),
+        "unknown broker": (7, [[1, 7]], "partition 6: broker 7 is not registered"),
+        "duplicate": (7, [[2, 2]], "more than once"),
+    }
+    for what, (total, a, words) in bad_partitions.items():
+        for b in (b1, b3):
+            code, message = partitions_error(b.bootstrap, "cf-assigned", total, a)
+            assert code == INVALID_REPLICA_ASSIGNMENT and words in message, (what, b.bootstrap, code, message)
+    time.sleep(0.5)
+    names = topic_names(b1.bootstrap)
+    assert not names & set(bad_topics), names
+    assert cluster_view(b1.bootstrap, "cf-assigned") == {p: (r[0], r, r) for p, r in enumerate(grown)}
+
+
+def test_admin_client_assignment_with_a_fenced_broker(cluster):
+    """As Kafka: a broker that stopped heartbeating (fenced, still registered) may be
+    named beside a live one, which leads while the fenced one is outside the ISR; it
+    joins the ISR once back. A partition whose brokers are all fenced is refused."""
+    b1, b2, b3 = cluster
+    b3.kill()
+    wait_brokers(b1.bootstrap, {b1.port, b2.port})
+    assignment = [[3, 1], [3, 2]]
+    assert create_error(b2.bootstrap, "cf-fenced", assignment) == (0, "")
+    wait_for(lambda: cluster_view(b1.bootstrap, "cf-fenced"),
+             lambda v: v == {0: (1, [3, 1], [1]), 1: (2, [3, 2], [2])}, 20,
+             "cf-fenced led by its live replicas, broker 3 outside the ISR")
+    code, message = create_error(b1.bootstrap, "cf-all-fenced", [[3]])
+    assert code == INVALID_REPLICA_ASSIGNMENT and "are fenced" in message, (code, message)
+    code, message = partitions_error(b2.bootstrap, "cf-fenced", 3, [[3]])
+    assert code == INVALID_REPLICA_ASSIGNMENT, (code, message)
+    values = produce_to_each(b2.bootstrap, "cf-fenced", [0, 1], "fenced")
+    b3.restart()
+    wait_for(lambda: cluster_view(b1.bootstrap, "cf-fenced"),
+             lambda v: all(3 in v[p][2] for p in (0, 1)), 60, "broker 3 in the ISR of cf-fenced")
+    for p in (0, 1):
+        data = wait_for(lambda: segment_bytes(b3, "cf-fenced", p), lambda d: all(v in d for v in values[p]), 20,
+                        f"cf-fenced-{p} copied to broker 3")
+        assert all(v in data for v in values[p])
+
+
+# ---------------------------------------------------------------- raw CreateTopics
+
+def _str(s):
+    b = s.encode()
+    return struct.pack(">h", len(b)) + b
+
+
+def create_topics_v2(topic, assignment, num_partitions=-1, replication_factor=-1, validate_only=False):
+    """CreateTopics v2: one topic; `assignment` is [(partition, [brokers])]."""
+    body = struct.pack(">i", 1) + _str(topic) + struct.pack(">ih", num_partitions, replication_factor)
+    body += struct.pack(">i", len(assignment))
+    for p, brokers in assignment:
+        body += struct.pack(">ii", p, len(brokers)) + b"".join(struct.pack(">i", x) for x in brokers)
+    body += struct.pack(">i", 0)  # configs
+    body += struct.pack(">i?", 15000, validate_only)
+    return frame(request_header_v1(19, 2, 7) + body)
+
+
+def parse_create_topics_v2(resp):
+    """-> [(name, error code, message)]"""
+    _corr, _throttle, n = struct.unpack(">iii", resp[:12])
+    off, out = 12, []
+    for _ in range(n):
+        (ln,) = struct.unpack(">h", resp[off:off + 2])
+        name = resp[off + 2:off + 2 + ln].decode()
+        off += 2 + ln
+        code, mlen = struct.unpack(">hh", resp[off:off + 4])
+        off += 4
+        msg = None
+        if mlen >= 0:
+            msg = resp[off:off + mlen].decode()
+            off += mlen
+        out.append((name, code, msg))
+    return out
+
+
+def test_create_topics_assignment_request_checks(cluster):
+    """What clients check before sending, checked by Spate too (on a forwarding broker
+    and on the coordinator): Kafka's error code for each, nothing created."""
+    b1, b2, b3 = cluster
+    cases = [
+        ("raw-with-count", [(0, [1, 2])], 1, -1, INVALID_REQUEST, "numPartitions"),
+        ("raw-with-rf", [(0, [1, 2])], -1, 2, INVALID_REQUEST, "replication factor"),
+        ("raw-gap", [(0, [1, 2]), (2, [2, 3])], -1, -1, INVALID_REPLICA_ASSIGNMENT, "consecutive"),
+        ("raw-twice", [(0, [1, 2]), (0, [2, 3])], -1, -1, INVALID_REPLICA_ASSIGNMENT, "multiple"),
+        ("raw-negative", [(-1, [1, 2])], -1, -1, INVALID_REPLICA_ASSIGNMENT, "consecutive"),
+        ("raw-empty", [(0, [])], -1, -1, INVALID_REPLICA_ASSIGNMENT, "empty"),
+        ("raw-too-many", [(0, list(range(1, 66)))], -1, -1, INVALID_REPLICA_ASSIGNMENT, "above the most"),
+    ]
+    for b in (b2, b1):
+        for topic, a, n, rf, code, words in cases:
+            [(name, got, msg)] = parse_create_topics_v2(call(b.port, create_topics_v2(topic, a, n, rf)))
+            assert (name, got) == (topic, code) and words in (msg or ""), (b.bootstrap, topic, got, msg)
+        [(_, got, msg)] = parse_create_topics_v2(
+            call(b.port, create_topics_v2("raw-validate", [(1, [3, 1]), (0, [1, 2])], validate_only=True)))
+        assert got == 0, msg
+        [(_, got, msg)] = parse_create_topics_v2(
+            call(b.port, create_topics_v2("raw-validate", [(0, [1, 9])], validate_only=True)))
+        assert got == INVALID_REPLICA_ASSIGNMENT and "broker 9" in msg, msg
+    names = topic_names(b3.bootstrap)
+    assert not {n for n in names if n.startswith("raw-")}, names
+    # Partitions given out of order are placed by their index.
+    [(_, got, msg)] = parse_create_topics_v2(
+        call(b3.port, create_topics_v2("raw-ordered", [(1, [3, 1]), (0, [1, 2])])))
+    assert got == 0, msg
+    wait_view(b1.bootstrap, "raw-ordered", [[1, 2], [3, 1]])
+    [(_, got, msg)] = parse_create_topics_v2(
+        call(b3.port, create_topics_v2("raw-ordered", [(0, [1, 2])])))
+    assert got == TOPIC_ALREADY_EXISTS, msg
+
+
+# ---------------------------------------------------------------- kafka-consumer-groups, kafka-cluster
+
+def test_kafka_consumer_groups_and_cluster_id(cluster, tools_classpath):
+    """kafka-consumer-groups --list / --describe show the offsets a group committed, the
+    log end offsets and the lag; kafka-cluster cluster-id prints the id the metadata
+    carries."""
+    b1, b2, b3 = cluster
+    topic, group = "tools-group", "tools-group-g"
+    assignment = [[1, 2], [2, 3]]
+    assert create_error(b2.bootstrap, topic, assignment) == (0, "")
+    wait_view(b2.bootstrap, topic, assignment)
+    produce_to_each(b1.bootstrap, topic, [0, 1], "g")
+    committed = {0: 10, 1: 3}
+    c = Consumer(cf_conf(b3.bootstrap, **{"group.id": group, "enable.auto.commit": False}))
+    try:
+        c.commit(offsets=[TopicPartition(topic, p, o) for p, o in committed.items()], asynchronous=False)
+    finally:
+        c.close()
+
+    rc, out = run_tool(tools_classpath, "consumer.group.ConsumerGroupCommand", "--bootstrap-server", b2.bootstrap,
+                       "--list")
+    assert rc == 0 and group in out.split(), out
+    rc, out = run_tool(tools_classpath, "consumer.group.ConsumerGroupCommand", "--bootstrap-server", b3.bootstrap,
+                       "--describe", "--group", group)
+    assert rc == 0, out
+    rows = {}
+    for line in out.splitlines():
+        f = line.split()
+        if len(f) >= 6 and f[0] == group and f[1] == topic:
+            rows[int(f[2])] = (int(f[3]), int(f[4]), int(f[5]))
+    assert rows == {p: (o, RECORDS_PER_PARTITION, RECORDS_PER_PARTITION - o) for p, o in committed.items()}, out
+
+    rc, out = run_tool(tools_classpath, "ClusterTool", "cluster-id", "--bootstrap-server", b3.bootstrap)
+    assert rc == 0, out
+    cluster_id = admin(b1.bootstrap).list_topics(timeout=10).cluster_id
+    assert cluster_id and f"Cluster ID: {cluster_id}" in out, (out, cluster_id)
+
+
+# ---------------------------------------------------------------- kafka-leader-election
+
+def leaders_of(bootstrap, topic):
+    return {p: leader for p, (leader, _, _) in cluster_view(bootstrap, topic).items()}
+
+
+def test_kafka_leader_election_preferred(cluster, tools_classpath):
+    """Broker 3 stops (its leaderships move) and comes back into the ISR; leadership
+    stays away (the periodic preferred election runs every 5 minutes). kafka-leader-
+    election --election-type preferred, sent to a broker that forwards it, gives one
+    named partition back to its preferred replica, then every partition; a partition
+    already led by its preferred replica is "already elected", an unknown one an
+    error; unclean elections are refused."""
+    b1, b2, b3 = cluster
+    topic = "tools-elect"
+    assignment = [[3, 1], [3, 2], [1, 2]]
+    assert create_error(b2.bootstrap, topic, assignment) == (0, "")
+    wait_view(b1.bootstrap, topic, assignment)
+    b3.stop()
+    wait_for(lambda: leaders_of(b1.bootstrap, topic), lambda l: l == {0: 1, 1: 2, 2: 1}, 30,
+             f"{topic} led by 1, 2, 1 with broker 3 stopped")
+    b3.restart()
+    wait_for(lambda: cluster_view(b1.bootstrap, topic),
+             lambda v: all(3 in v[p][2] for p in (0, 1)), 60, f"broker 3 back in the ISR of {topic}")
+    assert leaders_of(b1.bootstrap, topic) == {0: 1, 1: 2, 2: 1}
+
+    election = ["LeaderElectionCommand", "--bootstrap-server", b2.bootstrap, "--election-type", "preferred"]
+    rc, out = run_tool(tools_classpath, *election, "--topic", topic, "--partition", "0")
+    assert rc == 0 and f"Successfully completed leader election (PREFERRED) for partitions {topic}-0" in out, out
+    wait_for(lambda: leaders_of(b3.bootstrap, topic), lambda l: l == {0: 3, 1: 2, 2: 1}, 20,
+             f"{topic}-0 led by its preferred replica")
+
+    rc, out = run_tool(tools_classpath, *election, "--topic", topic, "--partition", "2")
+    assert rc == 0 and f"Valid replica already elected for partitions {topic}-2" in out, out
+
+    rc, out = run_tool(tools_classpath, *election, "--all-topic-partitions")
+    assert rc == 0, out
+    done = re.search(r"Successfully completed leader election \(PREFERRED\) for partitions (.*)", out)
+    assert done and f"{topic}-1" in done[1].split(", ") and f"{topic}-0" not in done[1], out
+    wait_for(lambda: leaders_of(b2.bootstrap, topic), lambda l: l == {0: 3, 1: 3, 2: 1}, 20,
+             f"every partition of {topic} led by its preferred replica")
+
+    rc, out = run_tool(tools_classpath, *election, "--topic", topic, "--partition", "9")
+    assert rc != 0 and f"{topic}-9" in out and "UnknownTopicOrPartition" in out, out
+    rc, out = run_tool(tools_classpath, "LeaderElectionCommand", "--bootstrap-server", b2.bootstrap,
+                       "--election-type", "unclean", "--topic", topic, "--partition", "1")
+    assert rc != 0 and "InvalidRequest" in out and "only preferred elections" in out, out
+    assert leaders_of(b1.bootstrap, topic) == {0: 3, 1: 3, 2: 1}
+
+
+# ---------------------------------------------------------------- tools Spate cannot serve yet
+
+# tool -> (the API it needs that Spate does not answer, as the Java client names it in
+# "The node does not support <API>", why, its arguments).
+UNSERVED = {
+    "kafka-delete-records": (
+        "DELETE_RECORDS", "DeleteRecords (API 21) is not implemented",
+        ["DeleteRecordsCommand", "--offset-json-file", "{json}"]),
+    "kafka-log-dirs": (
+        "DESCRIBE_LOG_DIRS", "DescribeLogDirs (API 35) is not implemented",
+        ["LogDirsCommand", "--describe"]),
+    "kafka-reassign-partitions": (
+        "LIST_PARTITION_REASSIGNMENTS",
+        "ListPartitionReassignments / AlterPartitionReassignments (APIs 46 / 45) are not implemented",
+        ["reassign.ReassignPartitionsCommand", "--list"]),
+}
+
+
+@pytest.mark.parametrize("tool", sorted(UNSERVED))
+def test_kafka_tools_spate_cannot_serve_yet(cluster, tools_classpath, tmp_path, tool):
+    """Each of these tools fails against Spate today because one API it needs is not
+    implemented: an xfail when the tool says exactly that; any other outcome is checked
+    (it must then succeed), so implementing the API makes this a real test."""
+    api, reason, (main, *args) = UNSERVED[tool]
+    b1, b2, b3 = cluster
+    assert create_error(b2.bootstrap, "tools-unserved", [[1, 2]]) == (0, "")
+    wait_view(b2.bootstrap, "tools-unserved", [[1, 2]])
+    produce_to_each(b1.bootstrap, "tools-unserved", [0], "u")
+    offsets = tmp_path / "offsets.json"
+    offsets.write_text('{"version": 1, "partitions": [{"topic": "tools-unserved", "partition": 0, "offset": 5}]}')
+    args = [str(offsets) if a == "{json}" else a for a in args]
+    rc, out = run_tool(tools_classpath, main, "--bootstrap-server", b2.bootstrap, *args)
+    if f"The node does not support {api}" in out:
+        pytest.xfail(f"{tool}: {reason}")
+    assert "UnsupportedVersion" not in out and "does not support" not in out, out
+    assert rc == 0, out
