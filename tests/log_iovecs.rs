@@ -34,7 +34,14 @@ fn one_append_of_1100_batches_through_the_ring_is_written_whole_and_the_log_stay
 
     let mut ring = AppendRing::new().unwrap();
     let tp = TopicPartition::new("t", 0);
-    ring.stage(StagedWrite { tp, write_id: write.id, file: write.file.clone(), position: write.position, parts });
+    ring.stage(StagedWrite {
+        tp,
+        log: write.log,
+        write_id: write.id,
+        file: write.file.clone(),
+        position: write.position,
+        parts,
+    });
     let mut done = ring.submit();
     while ring.has_in_flight() {
         done.extend(ring.reap());

@@ -264,6 +264,8 @@ def test_killed_broker_is_fenced_and_comes_back_with_its_data(broker_factory):
     # (replication factor 1: there is no other replica), the others untouched.
     wait_brokers(b1.bootstrap, {b1.port, b2.port}, timeout=SESSION_MS / 1000 + 10)
     fenced_after = time.monotonic() - killed
+    # Broker 2 learns it from its next snapshot (0-100 ms later, as in Kafka).
+    wait_brokers(b2.bootstrap, {b1.port, b2.port}, timeout=10)
     md = cluster_metadata(b2.bootstrap)
     for p, t in md.topics["fence"].partitions.items():
         if p in led_by_3:

@@ -258,6 +258,9 @@ pub struct PartitionLog {
     /// order. Nothing at or after the first unfinished one is read, flushed or trusted.
     pending_writes: VecDeque<PendingAppend>,
     next_write_id: u64,
+    /// This opening of the log, unique in the process (`instance`): a write completed for
+    /// a log since deleted and recreated under the same name is told apart by it.
+    instance: u64,
     /// Which leader epoch started where; mirrored in `leader-epoch-checkpoint`.
     leader_epochs: LeaderEpochCache,
     /// Every idempotent producer's epoch and last batches (Kafka's producer state),
@@ -295,8 +298,13 @@ struct PendingAppend {
 
 /// The write an `append_deferred` caller must perform: the rewritten record set at
 /// `position` of `file`, then `write_done(id, result)`.
+/// Openings of partition logs so far (`PartitionLog::instance`).
+static LOG_INSTANCES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
 #[derive(Debug, Clone)]
 pub struct PendingWrite {
+    /// The log's `instance`.
+    pub log: u64,
     pub id: u64,
     pub file: Arc<File>,
     pub position: u64,
@@ -424,6 +432,7 @@ impl PartitionLog {
                 "producer state rebuilt from the log");
         }
         Ok(PartitionLog {
+            instance: LOG_INSTANCES.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
             dir: dir.to_path_buf(),
             dir_file,
             config,
@@ -519,6 +528,12 @@ impl PartitionLog {
         let (info, write, patches) = self.append_inner(records, None, now_ms)?;
         apply_patches(records, &patches);
         Ok((info, write))
+    }
+
+    /// Which opening of the log this is (unique in the process; taken once per open, so
+    /// no data core contends for it).
+    pub fn instance(&self) -> u64 {
+        self.instance
     }
 
     /// Report the outcome of a deferred append's write. A failure takes the log offline.
@@ -742,7 +757,7 @@ impl PartitionLog {
             start_offset: base_offset,
             done: false,
         });
-        let write = PendingWrite { id, file: self.active().log.clone(), position: write_pos };
+        let write = PendingWrite { log: self.instance, id, file: self.active().log.clone(), position: write_pos };
         let seg = self.active_mut();
         for (pos, h) in batches {
             seg.note_batch(write_pos + *pos as u64, h, interval);

@@ -27,6 +27,8 @@ const ring_entries: u32 = 256;
 /// (patched batch headers and the record bytes of the request, not copied).
 pub struct StagedWrite {
     pub tp: TopicPartition,
+    /// The `PartitionLog::instance` written for.
+    pub log: u64,
     pub write_id: u64,
     pub file: Arc<File>,
     pub position: u64,
@@ -104,6 +106,7 @@ struct Chunk {
 /// The outcome of one append's write.
 pub struct Completed {
     pub tp: TopicPartition,
+    pub log: u64,
     pub write_id: u64,
     pub result: std::io::Result<()>,
 }
@@ -250,7 +253,7 @@ impl AppendRing {
                 Some(e) => Err(std::io::Error::new(e.kind(), e.to_string())),
                 None => Ok(()),
             };
-            done.push(Completed { tp: w.tp, write_id: w.write_id, result });
+            done.push(Completed { tp: w.tp, log: w.log, write_id: w.write_id, result });
         }
     }
 
@@ -312,9 +315,17 @@ mod tests {
             let len = bytes.len() as u64;
             // Two parts, as a patched header and the rest of a batch.
             let parts = vec![Bytes::copy_from_slice(&bytes[..7]), Bytes::copy_from_slice(&bytes[7..])];
-            ring.stage(StagedWrite { tp: tp.clone(), write_id: i as u64, file: file.clone(), position: pos, parts });
             ring.stage(StagedWrite {
                 tp: tp.clone(),
+                log: 0,
+                write_id: i as u64,
+                file: file.clone(),
+                position: pos,
+                parts,
+            });
+            ring.stage(StagedWrite {
+                tp: tp.clone(),
+                log: 0,
                 write_id: 100 + i as u64,
                 file: other.clone(),
                 position: i as u64 * 10,
@@ -361,7 +372,7 @@ mod tests {
             parts.push(Bytes::from(body));
         }
         assert!(parts.len() > limits::writev_iovecs_max);
-        ring.stage(StagedWrite { tp: tp.clone(), write_id: 7, file: file.clone(), position: 0, parts });
+        ring.stage(StagedWrite { tp: tp.clone(), log: 0, write_id: 7, file: file.clone(), position: 0, parts });
         let submitted = ring.submit();
         let done = drain(&mut ring, submitted);
         assert_eq!(done.len(), 1);
@@ -388,7 +399,14 @@ mod tests {
                 expected.extend_from_slice(p);
             }
             let len = parts.iter().map(|p| p.len() as u64).sum::<u64>();
-            ring.stage(StagedWrite { tp: tp.clone(), write_id: i as u64, file: file.clone(), position: pos, parts });
+            ring.stage(StagedWrite {
+                tp: tp.clone(),
+                log: 0,
+                write_id: i as u64,
+                file: file.clone(),
+                position: pos,
+                parts,
+            });
             pos += len;
         }
         let submitted = ring.submit();

@@ -370,8 +370,10 @@ impl Shard {
 
     fn complete_writes(&mut self, done: Vec<append_ring::Completed>) {
         for c in done {
-            let Some(p) = self.partitions.get_mut(&c.tp) else { continue }; // deleted meanwhile
-                                                                            // The log says once that it went offline; every failed write answers its ack.
+            // Deleted meanwhile, or deleted and created again under the same name (its
+            // write ids start over): the write was for a log that is gone.
+            let Some(p) = self.partitions.get_mut(&c.tp).filter(|p| p.log.instance() == c.log) else { continue };
+            // The log says once that it went offline; every failed write answers its ack.
             let outcome = p.log.write_done(c.write_id, c.result).map_err(|e| e.to_string());
             if let Some(i) = p.write_waiters.iter().position(|(id, _)| *id == c.write_id) {
                 let (_, w) = p.write_waiters.swap_remove(i);
@@ -691,6 +693,7 @@ impl Shard {
                     let ring = self.ring.as_mut().expect("checked above");
                     ring.stage(StagedWrite {
                         tp,
+                        log: write.log,
                         write_id: write.id,
                         file: write.file,
                         position: write.position,

@@ -705,6 +705,86 @@ mod tests {
         assert_eq!(shard.hw_checkpoint_due(), None, "a checkpoint of the emptied shard");
     }
 
+    /// One record batch, as a producer sends it.
+    fn batch(value: &'static [u8]) -> bytes::Bytes {
+        use kafka_protocol::records::{Compression, RecordBatchEncoder, RecordEncodeOptions};
+        let record = crate::protocol::plain_record(
+            0,
+            -1,
+            1_000,
+            None,
+            Some(bytes::Bytes::from_static(value)),
+            Default::default(),
+        );
+        let mut buf = bytes::BytesMut::new();
+        RecordBatchEncoder::encode(
+            &mut buf,
+            &[record],
+            &RecordEncodeOptions { version: 2, compression: Compression::None },
+        )
+        .unwrap();
+        buf.freeze()
+    }
+
+    /// A write through the io_uring append ring that completes after its topic was
+    /// deleted and created again under the same name belongs to the old log: the new
+    /// log (whose write ids start over) must not take it for one of its own. (It did:
+    /// `write_done for unknown write 0` panicked a shard in CI's mutated-requests test.)
+    #[test]
+    fn a_write_completing_after_its_topic_was_recreated_is_not_the_new_logs() {
+        let (store, data) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+        let mut reg = Registry::open(Box::new(LocalStore::open(store.path()).unwrap()), broker(1), 1_000).unwrap();
+        reg.create("again", 1, TopicConfig::default()).unwrap();
+        let metadata = Metadata::start(reg).unwrap();
+        let mut shard = Shard::new(
+            ShardId(0),
+            1,
+            data.path().to_path_buf(),
+            metadata.clone(),
+            Default::default(),
+            crate::group::GroupConfig::default(),
+        );
+        let Ok(ring) = super::super::AppendRing::new() else { return }; // no io_uring here
+        shard.set_append_ring(ring);
+        let open = |shard: &mut Shard| {
+            shard.sync_registry();
+            let jobs = shard.take_open_jobs();
+            assert_eq!(jobs.len(), 1);
+            shard.install_opened_later(super::super::open_logs(jobs, 1_000), 1_000);
+        };
+        open(&mut shard);
+        let tp = TopicPartition::new("again", 0);
+        let produce = |shard: &mut Shard, value| {
+            let op = super::super::PartitionOp::Produce {
+                tp: tp.clone(),
+                records: batch(value),
+                now_ms: 1_000,
+                durable: false,
+                acks: 1,
+            };
+            match shard.execute(op).unwrap() {
+                super::super::PartitionReply::Produced { written: Some(w), .. } => w,
+                _ => panic!("not a ring write"),
+            }
+        };
+        let old_write = produce(&mut shard, b"old");
+        // Deleted and created again before the ring is run.
+        metadata.write_blocking(|r| r.delete("again")).unwrap();
+        shard.sync_registry();
+        metadata.write_blocking(|r| r.create("again", 1, TopicConfig::default())).unwrap();
+        open(&mut shard);
+        let new_write = produce(&mut shard, b"new");
+        for _ in 0..1_000 {
+            if !shard.process_io().1 && !shard.has_io_work() {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        assert!(futures::executor::block_on(old_write).is_err(), "the old log's write answered as written");
+        assert!(matches!(futures::executor::block_on(new_write), Ok(Ok(()))), "the new log's write");
+        assert_eq!(shard.partitions[&tp].log.log_end_offset(), Offset(1), "one record in the new log");
+    }
+
     #[test]
     fn hw_checkpoints_round_trip_and_merge() {
         let dir = tempfile::tempdir().unwrap();
