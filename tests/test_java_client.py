@@ -23,24 +23,20 @@ dependencies once), only when pom.xml or a source changed. Java and Maven missin
 skip on a developer's machine and a failure under CI=true (tests/README.md).
 SPATE_JAVA_LOG_LEVEL (default warn) sets the Java client's log level (slf4j-simple)."""
 
-import fcntl
 import hashlib
 import os
-import shutil
 import subprocess
 import time
 
 import pytest
 
 from helpers.broker import REPO_ROOT
+from helpers.maven import maven_classpath
 from test_cluster import cluster_args, wait_brokers
 
 JAVA_DIR = REPO_ROOT / "tests" / "java"
 TARGET = JAVA_DIR / "target"
 CLASSES = TARGET / "classes"
-CLASSPATH_FILE = TARGET / "classpath.txt"
-STAMP = TARGET / ".spate-build-stamp"
-BUILD_TIMEOUT_S = 300
 RUN_TIMEOUT_S = 240
 
 # Fast group formation; the Java consumer's own session timeout (45 s) is left as is.
@@ -60,27 +56,8 @@ def sources_digest():
 def java_classpath():
     """Compiles tests/java (offline) unless its sources are unchanged since the last
     build; returns the classpath for `java -cp`."""
-    java, mvn = shutil.which("java"), shutil.which("mvn")
-    if java is None or mvn is None:
-        pytest.skip(f"Java and Maven are needed (java: {java}, mvn: {mvn}): run scripts/install-deps")
-    TARGET.mkdir(exist_ok=True)
-    with open(TARGET / ".spate-build-lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        digest = sources_digest()
-        fresh = (STAMP.exists() and STAMP.read_text() == digest and CLASSPATH_FILE.exists()
-                 and CLASSES.is_dir())
-        if not fresh:
-            STAMP.unlink(missing_ok=True)
-            r = subprocess.run([mvn, "-o", "-q", "-B", "compile", "dependency:build-classpath",
-                                f"-Dmdep.outputFile={CLASSPATH_FILE}"],
-                               cwd=JAVA_DIR, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                               stderr=subprocess.STDOUT, timeout=BUILD_TIMEOUT_S)
-            out = r.stdout.decode(errors="replace")
-            assert r.returncode == 0, (
-                f"mvn compile in tests/java failed ({r.returncode}); offline: have the dependencies"
-                f" been resolved by scripts/install-deps?\n{out}")
-            STAMP.write_text(digest)
-    return f"{CLASSES}:{CLASSPATH_FILE.read_text().strip()}"
+    deps = maven_classpath(JAVA_DIR, sources_digest(), goals=("compile",), fresh_also=CLASSES.is_dir)
+    return f"{CLASSES}:{deps}"
 
 
 def run_java(classpath, main, *args, timeout=RUN_TIMEOUT_S, check=True):

@@ -32,10 +32,8 @@ on each broker's disk):
 Java and Maven missing is a skip on a developer's machine and a failure under CI=true
 (tests/README.md)."""
 
-import fcntl
 import hashlib
 import re
-import shutil
 import struct
 import subprocess
 import time
@@ -45,15 +43,12 @@ from confluent_kafka import Consumer, KafkaException, TopicPartition
 from confluent_kafka.admin import NewPartitions, NewTopic
 
 from helpers.broker import REPO_ROOT
+from helpers.maven import maven_classpath
 from helpers.clients import admin, cf_conf, cf_produce, cf_read_partition
 from helpers.wire import api_versions_request, call, frame, parse_api_versions_v0, request_header_v1
 from test_cluster import start_embedded_cluster, wait_brokers, wait_for
 
 TOOLS_DIR = REPO_ROOT / "tests" / "kafka-tools"
-TARGET = TOOLS_DIR / "target"
-CLASSPATH_FILE = TARGET / "classpath.txt"
-STAMP = TARGET / ".spate-classpath-stamp"
-BUILD_TIMEOUT_S = 300
 RUN_TIMEOUT_S = 120
 
 INVALID_REPLICA_ASSIGNMENT = 39
@@ -69,25 +64,7 @@ RECORDS_PER_PARTITION = 25
 def tools_classpath():
     """The classpath of tests/kafka-tools (resolved offline by Maven unless pom.xml is
     unchanged since the last time)."""
-    java, mvn = shutil.which("java"), shutil.which("mvn")
-    if java is None or mvn is None:
-        pytest.skip(f"Java and Maven are needed (java: {java}, mvn: {mvn}): run scripts/install-deps")
-    TARGET.mkdir(exist_ok=True)
-    with open(TARGET / ".spate-build-lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        digest = hashlib.sha256((TOOLS_DIR / "pom.xml").read_bytes()).hexdigest()
-        if not (STAMP.exists() and STAMP.read_text() == digest and CLASSPATH_FILE.exists()):
-            STAMP.unlink(missing_ok=True)
-            r = subprocess.run([mvn, "-o", "-q", "-B", "dependency:build-classpath",
-                                f"-Dmdep.outputFile={CLASSPATH_FILE}"],
-                               cwd=TOOLS_DIR, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                               stderr=subprocess.STDOUT, timeout=BUILD_TIMEOUT_S)
-            out = r.stdout.decode(errors="replace")
-            assert r.returncode == 0, (
-                f"mvn dependency:build-classpath in tests/kafka-tools failed ({r.returncode}); offline:"
-                f" have the dependencies been resolved by scripts/install-deps?\n{out}")
-            STAMP.write_text(digest)
-    return CLASSPATH_FILE.read_text().strip()
+    return maven_classpath(TOOLS_DIR, hashlib.sha256((TOOLS_DIR / "pom.xml").read_bytes()).hexdigest())
 
 
 def run_tool(classpath, main, *args, timeout=RUN_TIMEOUT_S):
@@ -351,26 +328,25 @@ def test_kafka_broker_api_versions_lists_each_broker(cluster, tools_classpath):
 
 # ---------------------------------------------------------------- confluent-kafka AdminClient
 
-def create_error(bootstrap, topic, assignment):
+def admin_error(bootstrap, topic, call):
+    """(error code, message) of `call(admin)`'s future for `topic`; (0, "") on success."""
     a = admin(bootstrap)  # kept until the answer is in: a destroyed client fails its futures
-    fs = a.create_topics([NewTopic(topic, len(assignment), replica_assignment=assignment)],
-                         request_timeout=15, operation_timeout=15)
+    fs = call(a)
     try:
         fs[topic].result(20)
     except KafkaException as e:
         return e.args[0].code(), e.args[0].str()
     return 0, ""
+
+
+def create_error(bootstrap, topic, assignment):
+    return admin_error(bootstrap, topic, lambda a: a.create_topics(
+        [NewTopic(topic, len(assignment), replica_assignment=assignment)], request_timeout=15, operation_timeout=15))
 
 
 def partitions_error(bootstrap, topic, total, assignment):
-    a = admin(bootstrap)
-    fs = a.create_partitions([NewPartitions(topic, total, replica_assignment=assignment)],
-                             request_timeout=15, operation_timeout=15)
-    try:
-        fs[topic].result(20)
-    except KafkaException as e:
-        return e.args[0].code(), e.args[0].str()
-    return 0, ""
+    return admin_error(bootstrap, topic, lambda a: a.create_partitions(
+        [NewPartitions(topic, total, replica_assignment=assignment)], request_timeout=15, operation_timeout=15))
 
 
 def test_admin_client_replica_assignments(cluster, tools_classpath):
