@@ -183,32 +183,25 @@ public final class AdminCheck {
                 new AlterConfigOp(new ConfigEntry("max.message.bytes", ""), AlterConfigOp.OpType.DELETE),
                 new AlterConfigOp(new ConfigEntry("segment.bytes", "104857600"), AlterConfigOp.OpType.SET));
         get(admin.incrementalAlterConfigs(Map.of(r, ops)).all());
-        // Admin requests may land on a broker that learns the change a moment later.
-        Check.waitUntil(WAIT, "the altered configs of " + t1, () -> {
-            try {
-                Map<String, ConfigEntry> d = describe(admin, r);
-                return d.get("retention.ms").value().equals("7200000") && d.get("segment.bytes").value().equals("104857600")
-                        && d.get("max.message.bytes").source() == ConfigEntry.ConfigSource.DEFAULT_CONFIG;
-            } catch (Exception e) {
-                return false;
-            }
-        }, () -> {
-            try {
-                return describe(admin, r);
-            } catch (Exception e) {
-                return e;
-            }
+        // Each describeConfigs may land on another broker, which learns the change a moment
+        // later (as in Kafka, metadata reaches the brokers one by one): every check of the
+        // altered configs is one attempt, repeated until a broker answers it whole.
+        Check.eventually(WAIT, "the altered configs of " + t1, () -> {
+            Map<String, ConfigEntry> c = describe(admin, r);
+            Check.equal("7200000", c.get("retention.ms").value(), "retention.ms after SET");
+            Check.equal(ConfigEntry.ConfigSource.DYNAMIC_TOPIC_CONFIG, c.get("retention.ms").source(), "retention.ms source after SET");
+            Check.equal("104857600", c.get("segment.bytes").value(), "segment.bytes after SET");
+            Check.equal(ConfigEntry.ConfigSource.DEFAULT_CONFIG, c.get("max.message.bytes").source(), "max.message.bytes source after DELETE");
+            Check.equal("1048588", c.get("max.message.bytes").value(), "max.message.bytes after DELETE (the default)");
         });
-        Map<String, ConfigEntry> c = describe(admin, r);
-        Check.equal(ConfigEntry.ConfigSource.DYNAMIC_TOPIC_CONFIG, c.get("retention.ms").source(), "retention.ms source after SET");
-        Check.equal("1048588", c.get("max.message.bytes").value(), "max.message.bytes after DELETE (the default)");
 
         // An unknown config is refused, and nothing else in the request is applied.
         var bad = List.of(new AlterConfigOp(new ConfigEntry("retention.ms", "1000"), AlterConfigOp.OpType.SET),
                 new AlterConfigOp(new ConfigEntry("no.such.config", "1"), AlterConfigOp.OpType.SET));
         failure(admin.incrementalAlterConfigs(Map.of(r, bad)).all(), InvalidConfigurationException.class,
                 "incrementalAlterConfigs with an unknown config");
-        Check.equal("7200000", describe(admin, r).get("retention.ms").value(), "retention.ms after a refused alter");
+        Check.eventually(WAIT, "retention.ms after a refused alter", () ->
+                Check.equal("7200000", describe(admin, r).get("retention.ms").value(), "retention.ms after a refused alter"));
 
         // A broker's configs: its id, and the topic defaults under their broker names.
         Node any = get(admin.describeCluster().nodes()).iterator().next();
