@@ -30,7 +30,7 @@ fn reads_and_flushes_stop_at_the_first_unfinished_write() {
     wc.file.write_all_at(&c, wc.position).unwrap();
     log.write_done(wc.id, Ok(())).unwrap();
     assert_eq!(log.written_end_offset(), Offset(0));
-    assert_eq!(log.flush_handle().upto, Offset(0));
+    assert_eq!(log.flush_handle().flushed.upto, Offset(0));
 
     // The first finishes: only it is readable.
     wa.file.write_all_at(&a, wa.position).unwrap();

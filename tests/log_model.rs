@@ -116,8 +116,13 @@ fn run(ops: Vec<Op>) {
                 }
                 let info = match op {
                     Op::AppendEpoch(epoch, _) => {
-                        // A newer epoch starts at this append's first offset; an older one
-                        // is stamped but starts nothing.
+                        // A log's batches carry non-decreasing leader epochs (a leader
+                        // stamps its epoch, the newest its log knows; a follower copies a
+                        // leader's log after truncating where the two diverged), which
+                        // recovery relies on when it replays the tail's epochs over the
+                        // checkpoint: an older epoch drawn is stamped as the latest.
+                        let epoch = epoch.max(m.epochs.last().map_or(0, |&(latest, _)| latest));
+                        // A newer epoch starts at this append's first offset.
                         // (An epoch that retention left starting at the log end gives way.)
                         if m.epochs.last().is_none_or(|&(latest, _)| epoch > latest) {
                             m.epochs.retain(|&(_, start)| start < m.end);
@@ -303,4 +308,23 @@ fn epoch_left_at_the_log_end_by_retention() {
     run([prefix.clone(), vec![Op::AppendEpoch(1, vec![(1, 0, 0)])]].concat());
     run([prefix.clone(), vec![Op::Reopen { clean: false }, Op::AppendEpoch(0, vec![(1, 0, 0)])]].concat());
     run([prefix, vec![Op::Reopen { clean: true }]].concat());
+}
+
+/// Found by `log_matches_model` when open began to replay the recovered tail's epochs
+/// over the checkpoint: retention left epoch 7 starting at the new log start, whose
+/// batch was appended without an epoch (-1, as a producer's batch before epochs were
+/// stamped); a crash reopen must keep the entry, since such a batch cannot contradict it.
+#[test]
+fn a_batch_without_an_epoch_does_not_cut_the_checkpoint_at_reopen() {
+    run(vec![
+        Op::AppendEpoch(7, vec![(1, 0, 0)]),
+        Op::Tick(10_000),
+        Op::Roll,
+        Op::Append(vec![(1, 0, 0)]),
+        Op::Tick(10_000),
+        Op::Roll,
+        Op::Append(vec![(1, 0, 0)]),
+        Op::RetainMs(0),
+        Op::Reopen { clean: false },
+    ]);
 }

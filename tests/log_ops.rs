@@ -19,12 +19,10 @@ fn flush_policy_and_group_commit() {
     log.append(&mut build_batch(&recs(1, 0, 1)), 200).unwrap();
     assert!(log.flush_due(200), "flush.messages");
     let handle = log.flush_handle();
-    assert_eq!(handle.upto, Offset(3));
+    assert_eq!(handle.flushed.upto, Offset(3));
     log.append(&mut build_batch(&recs(1, 0, 1)), 300).unwrap();
-    for f in &handle.files {
-        f.sync_data().unwrap();
-    }
-    log.mark_flushed(handle.upto, Ok(())).unwrap();
+    handle.sync().unwrap();
+    log.mark_flushed(handle.flushed, Ok(())).unwrap();
     assert_eq!(log.recovery_point(), Offset(3));
     assert_eq!(log.unflushed_end(), Offset(4));
     log.flush().unwrap();
@@ -38,12 +36,12 @@ fn failed_fsync_takes_the_log_offline_for_good() {
     let mut log = PartitionLog::open(dir.path(), small_config(), 0).unwrap();
     log.append(&mut build_batch(&recs(1, 0, 1)), 0).unwrap();
     let h = log.flush_handle();
-    let err = log.mark_flushed(h.upto, Err(std::io::Error::other("EIO"))).unwrap_err();
+    let err = log.mark_flushed(h.flushed, Err(std::io::Error::other("EIO"))).unwrap_err();
     assert!(matches!(err, LogError::Offline(_)));
     assert!(matches!(log.append(&mut build_batch(&recs(1, 0, 1)), 0), Err(LogError::Offline(_))));
     assert!(matches!(log.read(Offset(0), 10, Offset(1), true), Err(LogError::Offline(_))));
     assert!(matches!(log.flush(), Err(LogError::Offline(_))));
-    assert!(matches!(log.mark_flushed(Offset(1), Ok(())), Err(LogError::Offline(_))));
+    assert!(matches!(log.mark_flushed(h.flushed, Ok(())), Err(LogError::Offline(_))));
     assert!(matches!(log.close(), Err(LogError::Offline(_))));
 }
 
@@ -60,7 +58,15 @@ fn retention_keeps_open_readers_working() {
     let deleted = log.enforce_retention(0).unwrap();
     assert!(deleted > 0);
     assert!(log.log_start_offset() > Offset(0));
+    // Renamed on the spot (the data core), unlinked later by whoever takes them.
     assert!(!dir.path().join("00000000000000000000.log").exists());
+    assert!(dir.path().join("00000000000000000000.log.deleted").exists());
+    let removed = log.take_deleted_segments();
+    assert_eq!(removed.len(), deleted);
+    for segment in removed {
+        segment.remove().unwrap();
+    }
+    assert!(!dir.path().join("00000000000000000000.log.deleted").exists());
     assert_eq!(plan.read_to_vec().unwrap(), before, "unlinked segment still readable");
     assert!(matches!(log.read(Offset(0), 10, Offset(12), true), Err(LogError::OffsetOutOfRange { .. })));
     // time retention by largest timestamp, never the active segment
@@ -70,6 +76,32 @@ fn retention_keeps_open_readers_working() {
     log.set_config(c);
     log.enforce_retention(1_000_000).unwrap();
     assert_eq!(log.segment_base_offsets().len(), 1);
+    assert_eq!(log.log_end_offset(), Offset(12));
+}
+
+/// A crash between retention's rename and the unlink off the data core: the open
+/// removes the renamed files and the log keeps the start retention gave it.
+#[test]
+fn segments_retention_renamed_are_removed_by_the_next_open() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = LogConfig { segment_bytes: 500, retention_bytes: 600, retention_ms: -1, ..small_config() };
+    let mut log = PartitionLog::open(dir.path(), config.clone(), 0).unwrap();
+    for i in 0..12 {
+        log.append(&mut build_batch(&recs(1, i, 200)), 0).unwrap();
+    }
+    assert!(log.enforce_retention(0).unwrap() > 0);
+    let start = log.log_start_offset();
+    let renamed = || {
+        std::fs::read_dir(dir.path())
+            .unwrap()
+            .filter(|e| e.as_ref().unwrap().file_name().to_str().unwrap().ends_with(".deleted"))
+            .count()
+    };
+    assert!(renamed() >= 3, "a segment's .log, .index and .timeindex");
+    drop(log); // kill -9: the renamed segments were never unlinked
+    let log = PartitionLog::open(dir.path(), config, 0).unwrap();
+    assert_eq!(renamed(), 0);
+    assert_eq!(log.log_start_offset(), start);
     assert_eq!(log.log_end_offset(), Offset(12));
 }
 
@@ -89,4 +121,31 @@ fn roll_by_segment_ms() {
     log.close().unwrap();
     let log = PartitionLog::open(dir.path(), small_config(), 7_000).unwrap();
     assert_eq!(log.log_end_offset(), Offset(2));
+}
+
+/// A truncation does no fsync (a follower's fetcher runs it on the data core): the next
+/// flush round makes it durable, and a round that began before it does not count (the
+/// fetcher asks again before it appends past the cut).
+#[test]
+fn a_truncation_is_durable_once_a_later_flush_is() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut log = PartitionLog::open(dir.path(), small_config(), 0).unwrap();
+    for i in 0..3 {
+        log.append(&mut build_batch(&recs(1, i, 10)), 0).unwrap();
+    }
+    log.flush().unwrap();
+    assert!(log.truncation_durable() && !log.sync_owed());
+    log.truncate_to(Offset(2)).unwrap();
+    assert!(!log.truncation_durable() && log.sync_owed());
+    let round = log.flush_handle();
+    log.truncate_to(Offset(1)).unwrap(); // while that round runs
+    round.sync().unwrap();
+    log.mark_flushed(round.flushed, Ok(())).unwrap();
+    assert!(!log.truncation_durable(), "the round began before the second truncation");
+    assert_eq!(log.recovery_point(), Offset(1));
+    log.flush().unwrap();
+    assert!(log.truncation_durable() && !log.sync_owed());
+    drop(log);
+    let log = PartitionLog::open(dir.path(), small_config(), 0).unwrap();
+    assert_eq!(log.log_end_offset(), Offset(1));
 }

@@ -507,13 +507,70 @@ fn unreadable_checkpoint_is_rebuilt_from_the_batches() {
         assert_eq!(entries(&log), expect, "rebuilt after {garbage:?}");
         assert_eq!(std::fs::read_to_string(dir.path().join(CHECKPOINT_FILE)).unwrap(), "0\n3\n0 0\n1 5\n3 8\n");
     }
-    // A missing checkpoint is an empty cache (as in Kafka), not a rebuild.
+    // After a clean close, a missing checkpoint is an empty cache (as in Kafka), not a
+    // rebuild; after a crash, the recovered tail's epochs come back from its batches.
+    let dir = tempfile::tempdir().unwrap();
+    let mut log = open(dir.path());
+    lead(&mut log, 0, 1);
+    log.close().unwrap();
+    std::fs::remove_file(dir.path().join(CHECKPOINT_FILE)).unwrap();
+    assert_eq!(entries(&open(dir.path())), vec![]);
     let dir = tempfile::tempdir().unwrap();
     let mut log = open(dir.path());
     lead(&mut log, 0, 1);
     drop(log);
     std::fs::remove_file(dir.path().join(CHECKPOINT_FILE)).unwrap();
-    assert_eq!(entries(&open(dir.path())), vec![]);
+    assert_eq!(entries(&open(dir.path())), vec![(0, 0)]);
+}
+
+/// The running log replaces `leader-epoch-checkpoint` without an fsync (on the data
+/// core) and a flush syncs it before the recovery point passes the change, so a power
+/// loss may leave the file as the last flush saw it. The open trusts it below the
+/// recovery point and takes the rest from the recovered segments' batches.
+#[test]
+fn a_checkpoint_behind_the_log_is_completed_from_the_recovered_tail() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = LogConfig { segment_bytes: 300, ..config() };
+    let mut log = PartitionLog::open(dir.path(), cfg.clone(), 1_000).unwrap();
+    for (epoch, n) in [(0, 3), (0, 3), (1, 3), (1, 3)] {
+        lead(&mut log, epoch, n);
+    }
+    log.flush().unwrap();
+    let at_flush = std::fs::read(dir.path().join(CHECKPOINT_FILE)).unwrap();
+    lead(&mut log, 3, 2);
+    lead(&mut log, 3, 2);
+    lead(&mut log, 5, 1);
+    let expect = entries(&log);
+    assert_eq!(expect, vec![(0, 0), (1, 6), (3, 12), (5, 16)]);
+    assert!(log.segment_base_offsets().len() > 2, "the trusted checkpoint covers whole segments");
+    drop(log);
+    std::fs::write(dir.path().join(CHECKPOINT_FILE), &at_flush).unwrap(); // the power loss
+    let log = PartitionLog::open(dir.path(), cfg, 1_000).unwrap();
+    assert_eq!(entries(&log), expect);
+    assert_eq!(checkpoint(dir.path()), expect, "the file follows");
+}
+
+/// A truncation cut an epoch and the log took older-epoch batches in its place (a
+/// follower copying its new leader), then a power loss brought back the checkpoint from
+/// before the truncation: the epoch it names past the recovery point is not trusted.
+#[test]
+fn a_checkpoint_a_truncation_made_stale_is_not_trusted_past_the_recovery_point() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut log = open(dir.path());
+    lead(&mut log, 4, 4);
+    log.flush().unwrap();
+    lead(&mut log, 5, 2); // a leader's suffix nobody copied
+    assert_eq!(checkpoint(dir.path()), vec![(4, 0), (5, 4)]);
+    let before_truncation = std::fs::read(dir.path().join(CHECKPOINT_FILE)).unwrap();
+    log.truncate_to(Offset(4)).unwrap();
+    append_in_epoch(&mut log, &[(3, 30)], 4); // the new leader's epoch-4 batches
+    assert_eq!(entries(&log), vec![(4, 0)]);
+    drop(log);
+    std::fs::write(dir.path().join(CHECKPOINT_FILE), &before_truncation).unwrap(); // the power loss
+    let log = open(dir.path());
+    assert_eq!(log.log_end_offset(), Offset(7));
+    assert_eq!(entries(&log), vec![(4, 0)]);
+    assert_eq!(log.end_offset_for_epoch(4), (4, 7));
 }
 
 /// The io_uring split for followers: offsets and epochs are taken at append time, the

@@ -267,6 +267,11 @@ impl Index {
     pub fn path(&self) -> &Path {
         &self.path
     }
+
+    /// The file was renamed to `path`.
+    pub fn renamed(&mut self, path: PathBuf) {
+        self.path = path;
+    }
 }
 
 /// The first i in 0..n where `pred` turns false (pred must be monotone true..false).

@@ -101,7 +101,6 @@
 //! cache, an unreadable one is rebuilt from the retained batches' headers (with a
 //! warning) and rewritten.
 
-use std::cell::Cell;
 use std::collections::VecDeque;
 use std::fs::File;
 use std::os::unix::fs::FileExt;
@@ -249,10 +248,22 @@ pub struct PartitionLog {
     checkpointed_recovery_point: i64,
     /// The append time of the oldest unflushed data (for `flush.ms`).
     first_unflushed_append_ms: Option<i64>,
-    /// A roll or delete changed the directory since the last flush.
-    dir_dirty: bool,
+    /// Directory changes (a roll, a deletion, a file replaced) so far, and how many of
+    /// them a directory fsync has made durable: the next flush syncs the directory
+    /// while they differ.
+    dir_changes: u64,
+    dir_synced_changes: u64,
+    /// Small files replaced on the data core without an fsync (`leader-epoch-checkpoint`,
+    /// a roll's producer snapshot): the next flush fsyncs them, before the recovery point
+    /// passes what they describe.
+    unsynced_files: Vec<Arc<File>>,
     /// Lowest truncation point since the last `flush_handle` (clamps `mark_flushed`).
-    truncated_below: Cell<Option<i64>>,
+    truncated_below: Option<i64>,
+    /// `dir_changes` right after the last truncation (`truncation_durable`).
+    truncated_at_change: u64,
+    /// Segments retention removed, renamed `*.deleted`, to unlink off the data core
+    /// (`take_deleted_segments`).
+    deleted_segments: Vec<DeletedSegment>,
     offline: Option<String>,
     /// Appends whose bytes the caller is still writing (`append_deferred`), in offset
     /// order. Nothing at or after the first unfinished one is read, flushed or trusted.
@@ -350,6 +361,11 @@ impl PartitionLog {
             match suffix {
                 "log" => bases.push(base),
                 "index" | "timeindex" => index_files.push((base, name.to_string())),
+                // Retention renamed it and a crash came before the unlink.
+                s if s.ends_with(segment::DELETED_SUFFIX) => match std::fs::remove_file(dir.join(name)) {
+                    Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e.into()),
+                    _ => {}
+                },
                 _ => {}
             }
         }
@@ -367,6 +383,7 @@ impl PartitionLog {
 
         let mut segments: Vec<Segment> = Vec::with_capacity(bases.len().max(1));
         let mut cut_at: Option<usize> = None;
+        let mut recovered_from: Option<i64> = None;
         for (i, &base) in bases.iter().enumerate() {
             if cut_at.is_some() {
                 for suffix in [".log", ".index", ".timeindex"] {
@@ -385,6 +402,7 @@ impl PartitionLog {
                 }
             }
             if must_recover {
+                recovered_from.get_or_insert(base);
                 if let Some((stop, dropped)) =
                     seg.recover(limits::message_bytes_max as usize, config.index_interval_bytes)?
                 {
@@ -425,7 +443,7 @@ impl PartitionLog {
         }
         let log_end_offset = segments[last].next_offset;
         let recovery_point = recovery_point.min(log_end_offset).max(segments[0].base_offset);
-        let leader_epochs = open_leader_epochs(dir, &segments, leader_epoch)?;
+        let leader_epochs = open_leader_epochs(dir, &segments, recovered_from, leader_epoch)?;
         let (producers, replayed) = producers::rebuild(dir, &segments, now_ms, config.producer_id_expiration_ms)?;
         if replayed > 0 {
             tracing::info!(dir = %dir.display(), batches = replayed, producers = producers.len(),
@@ -440,8 +458,12 @@ impl PartitionLog {
             recovery_point,
             checkpointed_recovery_point: checkpoint.unwrap_or(0),
             first_unflushed_append_ms: (recovery_point < log_end_offset).then_some(now_ms),
-            dir_dirty: !clean,
-            truncated_below: Cell::new(None),
+            dir_changes: u64::from(!clean),
+            dir_synced_changes: 0,
+            unsynced_files: Vec::new(),
+            truncated_below: None,
+            truncated_at_change: 0,
+            deleted_segments: Vec::new(),
             offline: None,
             pending_writes: VecDeque::new(),
             next_write_id: 0,
@@ -771,12 +793,25 @@ impl PartitionLog {
         Ok(write)
     }
 
-    /// Persist the leader epoch cache after a change, checking it against the log
-    /// (`log_end_offset` as it is, or is about to be). A failure takes the log offline.
+    /// Replace `leader-epoch-checkpoint` after a change of the cache, checking it against
+    /// the log (`log_end_offset` as it is, or is about to be). No fsync here (this runs on
+    /// the data core): the next flush fsyncs the file before the recovery point passes
+    /// the change, and open reconciles the checkpoint with the recovered tail
+    /// (`open_leader_epochs`). A failure takes the log offline.
     fn save_leader_epochs(&mut self, context: &str, log_end_offset: i64) -> Result<(), LogError> {
         check_leader_epochs(&self.leader_epochs, self.log_start_offset().0, log_end_offset);
-        let r = self.leader_epochs.save(&self.dir);
-        self.offline_on_err(context, r)
+        let path = self.dir.join(leader_epoch::CHECKPOINT_FILE);
+        let r = crate::model::write_file_replacing(&path, self.leader_epochs.encode().as_bytes());
+        let file = self.offline_on_err(context, r)?;
+        self.replaced_unsynced(file);
+        Ok(())
+    }
+
+    /// A small file was replaced (written and renamed) without an fsync: the next flush
+    /// syncs it and the directory.
+    fn replaced_unsynced(&mut self, file: File) {
+        self.unsynced_files.push(Arc::new(file));
+        self.dir_changes += 1;
     }
 
     /// The latest leader epoch the log knows of (None before any batch carried one).
@@ -827,15 +862,19 @@ impl PartitionLog {
 
     fn roll(&mut self) -> Result<(), LogError> {
         let next = self.log_end_offset().0;
-        // The producer state of every batch below the new segment (Kafka's roll).
-        let r = producers::write_snapshot(&self.dir, next, &self.producers);
-        self.offline_on_err("roll: producer state snapshot", r)?;
+        // The producer state of every batch below the new segment (Kafka's roll),
+        // fsynced by the flush the roll makes due (a snapshot lost to a power loss only
+        // means a longer replay from an older one at open).
+        let path = producers::snapshot_path(&self.dir, next);
+        let r = crate::model::write_file_replacing(&path, &self.producers.encode_snapshot());
+        let file = self.offline_on_err("roll: producer state snapshot", r)?;
+        self.replaced_unsynced(file);
         let r = self.active_mut().become_inactive();
         self.offline_on_err("roll: trim indexes", r)?;
         let r = Segment::create(&self.dir, next, self.config.segment_index_bytes);
         let seg = self.offline_on_err("roll: create segment", r)?;
         self.segments.push(seg);
-        self.dir_dirty = true;
+        self.dir_changes += 1;
         Ok(())
     }
 
@@ -976,41 +1015,42 @@ impl PartitionLog {
     pub fn flush(&mut self) -> Result<(), LogError> {
         self.check_online()?;
         let handle = self.flush_handle();
-        let result = handle.files.iter().try_for_each(|f| f.sync_data());
-        self.mark_flushed(handle.upto, result)
+        let result = handle.sync();
+        self.mark_flushed(handle.flushed, result)
     }
 
-    /// A handle to do the fdatasync on another thread (group commit): returns the files
-    /// to sync and the offset they cover; then `mark_flushed(offset, result)`. One handle
-    /// at a time.
-    pub fn flush_handle(&self) -> FlushHandle {
-        self.truncated_below.set(None);
+    /// A handle to do the fdatasync on another thread (group commit): the files to sync
+    /// (segments above the recovery point, small files replaced since the last handle,
+    /// then the directory if it changed) and what they cover; then
+    /// `mark_flushed(handle.flushed, result)`. One handle at a time.
+    pub fn flush_handle(&mut self) -> FlushHandle {
+        self.truncated_below = None;
+        let dir_dirty = self.dir_changes != self.dir_synced_changes;
         let last = self.segments.len() - 1;
         let mut files = Vec::new();
         for (i, seg) in self.segments.iter().enumerate() {
-            if seg.next_offset > self.recovery_point || (i == last && self.dir_dirty) {
+            if seg.next_offset > self.recovery_point || (i == last && dir_dirty) {
                 files.extend(seg.sync_files(i != last));
             }
         }
-        if self.dir_dirty {
+        files.append(&mut self.unsynced_files);
+        if dir_dirty {
             files.push(self.dir_file.clone());
         }
-        FlushHandle { files, upto: self.written_end_offset() }
+        FlushHandle { files, flushed: Flushed { upto: self.written_end_offset(), dir_changes: self.dir_changes } }
     }
 
-    pub fn mark_flushed(&mut self, upto: Offset, result: std::io::Result<()>) -> Result<(), LogError> {
+    pub fn mark_flushed(&mut self, flushed: Flushed, result: std::io::Result<()>) -> Result<(), LogError> {
         self.check_online()?;
         if let Err(e) = result {
             return Err(self.go_offline(io_err_string("fdatasync", &e)));
         }
-        let mut upto = upto.0.min(self.written_end_offset().0);
+        let mut upto = flushed.upto.0.min(self.written_end_offset().0);
         if let Some(t) = self.truncated_below.take() {
             upto = upto.min(t);
         }
         self.recovery_point = self.recovery_point.max(upto);
-        if self.recovery_point >= self.active().base_offset {
-            self.dir_dirty = false;
-        }
+        self.dir_synced_changes = self.dir_synced_changes.max(flushed.dir_changes);
         if self.recovery_point >= self.log_end_offset().0 {
             self.first_unflushed_append_ms = None;
         }
@@ -1079,20 +1119,71 @@ impl PartitionLog {
         Ok(deleted)
     }
 
+    /// The oldest segment leaves the log: its files are renamed `*.deleted` here and
+    /// unlinked by whoever takes it from `take_deleted_segments` (closing the last file
+    /// of a large segment frees its blocks, which may take a while: not on a data core).
     fn delete_oldest_segment(&mut self) -> Result<(), LogError> {
-        let seg = self.segments.remove(0);
-        let r = seg.delete_files();
-        self.offline_on_err("delete segment", r)?;
-        self.dir_dirty = true;
+        let mut seg = self.segments.remove(0);
+        let r = seg.rename_deleted();
+        self.deleted_segments.push(DeletedSegment(seg));
+        self.offline_on_err("retention: rename segment", r)?;
+        self.dir_changes += 1;
         Ok(())
+    }
+
+    /// The newest segment leaves the log (truncation), renamed `*.deleted` like
+    /// retention's.
+    fn retire_newest_segment(&mut self, context: &str) -> Result<(), LogError> {
+        let mut seg = self.segments.pop().expect("a segment to retire");
+        let r = seg.rename_deleted();
+        self.deleted_segments.push(DeletedSegment(seg));
+        self.offline_on_err(context, r)?;
+        self.dir_changes += 1;
+        Ok(())
+    }
+
+    /// Replace the recovery point file with `recovery_point`, no fsync (the next flush
+    /// syncs it and the directory).
+    fn replace_recovery_point(&mut self, context: &str) -> Result<(), LogError> {
+        let path = self.dir.join(RECOVERY_POINT_FILE);
+        let r = crate::model::write_file_replacing(&path, checkpoint_text(self.recovery_point).as_bytes());
+        let file = self.offline_on_err(context, r)?;
+        self.replaced_unsynced(file);
+        self.checkpointed_recovery_point = self.recovery_point;
+        Ok(())
+    }
+
+    /// Whether the last truncation (`truncate_to`, `truncate_fully_and_start_at`) is
+    /// durable: a flush has synced the cut segment, the recovery point, the epoch
+    /// checkpoint and the directory since. Appending past the cut waits for it.
+    pub fn truncation_durable(&self) -> bool {
+        self.dir_synced_changes >= self.truncated_at_change
+    }
+
+    /// Small files replaced or a directory changed since the last flush: a flush is
+    /// owed even with nothing new to sync in the segments (the shard's tick queues one).
+    pub fn sync_owed(&self) -> bool {
+        !self.unsynced_files.is_empty() || self.dir_changes != self.dir_synced_changes
+    }
+
+    /// Segments retention removed from the log, to unlink (`DeletedSegment::remove`),
+    /// off the data core.
+    pub fn take_deleted_segments(&mut self) -> Vec<DeletedSegment> {
+        std::mem::take(&mut self.deleted_segments)
     }
 
     /// Remove every record at or above `offset` (whole batches: a batch that holds
     /// `offset` goes entirely). Below the log start, the log restarts empty at `offset`.
-    /// Durable before it returns (fdatasync of the segment, directory and checkpoints).
     /// The leader epoch cache forgets every epoch starting at or after the new log end
     /// (a follower cutting its divergent suffix, KIP-101); the recovery point and the
     /// written end offset (the high watermark of a single replica) are clamped to it.
+    ///
+    /// No fsync here (a follower's fetcher calls it on the data core): the cut, the
+    /// lowered recovery point and the epoch checkpoint are in the page cache when it
+    /// returns (a kill -9 keeps them), segments above the cut are renamed `*.deleted`
+    /// (`take_deleted_segments`), and the next flush makes it all durable
+    /// (`truncation_durable`); the fetcher waits for that flush before it appends past
+    /// the cut, so that a power loss never finds new bytes below a stale recovery point.
     ///
     /// Refused, by panicking, while any append is still being written
     /// (`has_pending_writes()`): an in-flight write could land past the cut, and the cut
@@ -1114,9 +1205,8 @@ impl PartitionLog {
         }
         let interval = self.config.index_interval_bytes;
         if offset < self.log_start_offset().0 {
-            while let Some(seg) = self.segments.pop() {
-                let r = seg.delete_files();
-                self.offline_on_err("truncate: delete segment", r)?;
+            while !self.segments.is_empty() {
+                self.retire_newest_segment("truncate: rename segment")?;
             }
             let r = Segment::create(&self.dir, offset, self.config.segment_index_bytes);
             let seg = self.offline_on_err("truncate: create segment", r)?;
@@ -1124,9 +1214,7 @@ impl PartitionLog {
             self.recovery_point = offset;
         } else {
             while self.segments.len() > 1 && self.active().base_offset > offset {
-                let seg = self.segments.pop().unwrap();
-                let r = seg.delete_files();
-                self.offline_on_err("truncate: delete segment", r)?;
+                self.retire_newest_segment("truncate: rename segment")?;
             }
             let index_bytes = self.config.segment_index_bytes;
             let seg = self.active_mut();
@@ -1134,22 +1222,20 @@ impl PartitionLog {
             self.offline_on_err("truncate", r)?;
         }
         let end = self.log_end_offset().0;
-        let r = self.active().log.sync_data().and_then(|_| self.dir_file.sync_all());
-        self.offline_on_err("truncate: fdatasync", r)?;
+        let active = self.active().log.clone();
+        self.unsynced_files.push(active);
         if self.leader_epochs.truncate_from_end(end) {
             self.save_leader_epochs("truncate: leader-epoch-checkpoint", end)?;
         }
         self.recovery_point = self.recovery_point.min(end);
-        let r = write_checkpoint(&self.dir, self.recovery_point, true, true);
-        self.offline_on_err("truncate: checkpoint", r)?;
+        self.replace_recovery_point("truncate: checkpoint")?;
         // Producer state as the shorter log leaves it (Kafka's `truncateAndReload`):
         // snapshots past the new end go, the rest is replayed from the newest one.
         // No clock here: nothing expires on a truncation (the shard's tick expires).
         let r = producers::rebuild(&self.dir, &self.segments, 0, i64::MAX);
         self.producers = self.offline_on_err("truncate: producer state", r)?.0;
-        self.checkpointed_recovery_point = self.recovery_point;
-        let below = self.truncated_below.get().map_or(end, |t| t.min(end));
-        self.truncated_below.set(Some(below));
+        self.truncated_below = Some(self.truncated_below.map_or(end, |t| t.min(end)));
+        self.truncated_at_change = self.dir_changes;
         if self.recovery_point >= end {
             self.first_unflushed_append_ms = None;
         }
@@ -1160,34 +1246,32 @@ impl PartitionLog {
     /// `truncateFullyAndStartAt`): a follower whose log ends below its leader's log start
     /// (retention removed what it would fetch next) has nothing the leader still has, so
     /// it starts over where the leader's log starts. Segments, producer snapshots and
-    /// leader epochs all go (the epochs come back with the leader's batches); the new
-    /// segment, the emptied epoch checkpoint and the recovery point are durable before
-    /// this returns. A crash half way leaves either the old log (the follower fetches,
+    /// leader epochs all go (the epochs come back with the leader's batches); the old
+    /// segments are renamed `*.deleted`, and the new segment, the emptied epoch
+    /// checkpoint and the recovery point become durable with the next flush, as after
+    /// `truncate_to`. A crash half way leaves either the old log (the follower fetches,
     /// is out of range again, and starts over again) or an empty one at `offset` or at
     /// 0 (it fetches from there).
     pub fn truncate_fully_and_start_at(&mut self, offset: Offset) -> Result<(), LogError> {
         self.check_online()?;
         assert!(self.pending_writes.is_empty(), "truncate with appends still being written");
         let offset = offset.0;
-        while let Some(seg) = self.segments.pop() {
-            let r = seg.delete_files();
-            self.offline_on_err("start over: delete segment", r)?;
+        while !self.segments.is_empty() {
+            self.retire_newest_segment("start over: rename segment")?;
         }
         let r = producers::delete_snapshots_outside(&self.dir, i64::MAX, i64::MAX);
         self.offline_on_err("start over: producer snapshots", r)?;
         let r = Segment::create(&self.dir, offset, self.config.segment_index_bytes);
         let seg = self.offline_on_err("start over: create segment", r)?;
         self.segments.push(seg);
-        let r = self.dir_file.sync_all();
-        self.offline_on_err("start over: directory fsync", r)?;
+        self.dir_changes += 1;
         self.leader_epochs.truncate_from_end(i64::MIN); // every epoch goes
         self.save_leader_epochs("start over: leader-epoch-checkpoint", offset)?;
         self.producers = ProducerStates::new();
         self.recovery_point = offset;
-        self.checkpointed_recovery_point = offset;
-        let r = write_checkpoint(&self.dir, offset, true, true);
-        self.offline_on_err("start over: checkpoint", r)?;
-        self.truncated_below.set(Some(offset));
+        self.replace_recovery_point("start over: checkpoint")?;
+        self.truncated_below = Some(offset);
+        self.truncated_at_change = self.dir_changes;
         self.first_unflushed_append_ms = None;
         Ok(())
     }
@@ -1267,10 +1351,35 @@ impl PartitionLog {
     }
 }
 
-/// Files to fdatasync for a group commit, and the offset that makes durable.
+/// A segment retention removed from its log, its files renamed `*.deleted`.
+pub struct DeletedSegment(Segment);
+
+impl DeletedSegment {
+    /// Unlink its files and close them. Blocking: run it off the data core.
+    pub fn remove(self) -> std::io::Result<()> {
+        self.0.delete_files()
+    }
+}
+
+/// Files to fdatasync for a group commit, and what that makes durable.
 pub struct FlushHandle {
     pub files: Vec<std::sync::Arc<std::fs::File>>,
+    pub flushed: Flushed,
+}
+
+impl FlushHandle {
+    /// fdatasync every file, in order (the directory last). Blocking.
+    pub fn sync(&self) -> std::io::Result<()> {
+        self.files.iter().try_for_each(|f| f.sync_data())
+    }
+}
+
+/// What a flush made durable, for `mark_flushed`: the offsets below `upto` and the
+/// first `dir_changes` directory changes.
+#[derive(Debug, Clone, Copy)]
+pub struct Flushed {
     pub upto: Offset,
+    dir_changes: u64,
 }
 
 fn file_mtime_ms(file: &File) -> Option<i64> {
@@ -1343,57 +1452,103 @@ fn write_checkpoint(dir: &Path, offset: i64, sync_file: bool, sync_dir: bool) ->
 }
 
 /// The leader epoch cache at open: the checkpoint (absent = empty; unreadable = rebuilt
-/// from the batch headers of `segments`), cut to the log's offsets, given `leader_epoch`
-/// at the log end (a leader's new epoch), saved if that changed it.
+/// from the batch headers of `segments`), reconciled with the segments recovered from
+/// `recovered_from` on, cut to the log's offsets, given `leader_epoch` at the log end (a
+/// leader's new epoch), saved (durably: open runs off the data core) if that changed it.
+///
+/// Why the checkpoint is not trusted whole after a crash: the running log replaces it
+/// without an fsync (`save_leader_epochs`) and a flush fsyncs it before the recovery
+/// point passes what it describes, so after a power loss it may lack the epochs of the
+/// unflushed tail, or still hold an epoch that a truncation removed there; never
+/// anything wrong below the recovery point, and every recovered segment starts at or
+/// below it. So an entry starting in the recovered tail stands only if the batches there
+/// carry its epoch (batches stamped -1 cannot tell); the first that does not goes, with
+/// every later one (a truncation cuts suffixes). Then the tail's epochs are replayed with
+/// the append rule (Kafka's recovery does the same with `LogSegment.recover`). This
+/// relies on a log's batches carrying non-decreasing epochs: a leader stamps its own,
+/// the newest its log knows, and a follower copies a leader's log after truncating
+/// where the two diverged.
 fn open_leader_epochs(
     dir: &Path,
     segments: &[Segment],
+    recovered_from: Option<i64>,
     leader_epoch: Option<i32>,
 ) -> Result<LeaderEpochCache, LogError> {
-    let (mut cache, mut changed) = match LeaderEpochCache::load(dir) {
-        Ok(cache) => (cache, false),
+    let loaded = match LeaderEpochCache::load(dir) {
+        Ok(cache) => Some(cache),
         Err(reason) => {
             tracing::warn!(dir = %dir.display(), %reason,
                 "unreadable leader-epoch-checkpoint; rebuilding it from the batch headers");
-            (rebuild_leader_epochs(dir, segments), true)
+            None
+        }
+    };
+    let mut cache = match (&loaded, recovered_from) {
+        (None, _) => {
+            let mut cache = LeaderEpochCache::default();
+            for (base, epoch) in epoch_runs(dir, segments) {
+                cache.assign_if_newer(epoch, base);
+            }
+            cache
+        }
+        (Some(cache), None) => cache.clone(),
+        (Some(cache), Some(from)) => {
+            let tail = &segments[segments.partition_point(|s| s.base_offset < from)..];
+            let runs = epoch_runs(dir, tail);
+            let epoch_at = |offset: i64| runs.iter().rev().find(|(base, _)| *base <= offset).map(|&(_, e)| e);
+            let mut cache = cache.clone();
+            let stale = cache.entries().iter().find(|e| {
+                e.start_offset >= from && epoch_at(e.start_offset).is_some_and(|got| got >= 0 && got != e.epoch)
+            });
+            if let Some(stale) = stale.copied() {
+                tracing::info!(dir = %dir.display(), epoch = stale.epoch, start_offset = stale.start_offset,
+                    "leader-epoch-checkpoint names an epoch the recovered batches do not carry; cut there");
+                cache.truncate_from_end(stale.start_offset);
+            }
+            for (base, epoch) in runs {
+                cache.assign_if_newer(epoch, base);
+            }
+            cache
         }
     };
     let log_start_offset = segments[0].base_offset;
     let log_end_offset = segments[segments.len() - 1].next_offset;
-    changed |= cache.truncate_from_end(log_end_offset);
-    changed |= cache.truncate_from_start(log_start_offset);
+    cache.truncate_from_end(log_end_offset);
+    cache.truncate_from_start(log_start_offset);
     if let Some(epoch) = leader_epoch {
-        changed |= cache.assign_if_newer(epoch, log_end_offset);
+        cache.assign_if_newer(epoch, log_end_offset);
     }
-    if changed {
+    if loaded.as_ref() != Some(&cache) {
         cache.save(dir)?;
     }
     check_leader_epochs(&cache, log_start_offset, log_end_offset);
     Ok(cache)
 }
 
-/// Scan every batch header of `segments` (already recovered or trusted) and apply the
-/// append rule to each one's `partitionLeaderEpoch`.
-fn rebuild_leader_epochs(dir: &Path, segments: &[Segment]) -> LeaderEpochCache {
-    let mut cache = LeaderEpochCache::default();
+/// The `partitionLeaderEpoch` of every batch header of `segments` (already recovered or
+/// trusted), in order, as runs: (base offset of the first batch of a run, its epoch),
+/// one entry per change of epoch.
+fn epoch_runs(dir: &Path, segments: &[Segment]) -> Vec<(i64, i32)> {
+    let mut runs: Vec<(i64, i32)> = Vec::new();
     for seg in segments {
         let mut pos = 0;
         loop {
             match seg.header_at(pos, seg.size_bytes) {
                 Ok(Some(h)) => {
-                    cache.assign_if_newer(h.partition_leader_epoch, h.base_offset);
+                    if runs.last().is_none_or(|&(_, epoch)| epoch != h.partition_leader_epoch) {
+                        runs.push((h.base_offset, h.partition_leader_epoch));
+                    }
                     pos += h.size_bytes();
                 }
                 Ok(None) => break,
                 Err(stop) => {
                     tracing::warn!(dir = %dir.display(), segment = seg.base_offset, position = stop.position_bytes,
-                        reason = %stop.reason, "leader epoch rebuild stopped early in a segment");
+                        reason = %stop.reason, "leader epoch scan stopped early in a segment");
                     break;
                 }
             }
         }
     }
-    cache
+    runs
 }
 
 /// Every epoch starts inside the log: `log_start_offset <= start <= log_end_offset` (an

@@ -12,6 +12,10 @@ use std::sync::Arc;
 use super::batch::{self, BatchHeader, HEADER_BYTES};
 use super::index::{Index, Kind};
 
+/// Appended to a segment's file names when retention removes it (Kafka's suffix): the
+/// files are unlinked later, off the data core, and an open removes any it finds.
+pub const DELETED_SUFFIX: &str = ".deleted";
+
 pub fn file_name(base_offset: i64, suffix: &str) -> String {
     format!("{base_offset:020}{suffix}")
 }
@@ -320,6 +324,18 @@ impl Segment {
         self.time_index.make_active(index_bytes_max)
     }
 
+    /// Rename the three files to `<name>.deleted` (one rename each, directory metadata
+    /// only: cheap enough for a data core). Open `Arc<File>` readers keep working;
+    /// `delete_files` unlinks them later.
+    pub fn rename_deleted(&mut self) -> std::io::Result<()> {
+        self.log_path = with_deleted_suffix(&self.log_path)?;
+        let index = with_deleted_suffix(self.index.path())?;
+        self.index.renamed(index);
+        let time_index = with_deleted_suffix(self.time_index.path())?;
+        self.time_index.renamed(time_index);
+        Ok(())
+    }
+
     /// Unlink the three files; open `Arc<File>` readers keep working.
     pub fn delete_files(self) -> std::io::Result<()> {
         let paths = [self.log_path.clone(), self.index.path().to_path_buf(), self.time_index.path().to_path_buf()];
@@ -341,5 +357,14 @@ impl Segment {
             files.push(self.time_index.file());
         }
         files
+    }
+}
+
+fn with_deleted_suffix(path: &Path) -> std::io::Result<PathBuf> {
+    let mut renamed = path.as_os_str().to_owned();
+    renamed.push(DELETED_SUFFIX);
+    match std::fs::rename(path, &renamed) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(e),
+        _ => Ok(PathBuf::from(renamed)),
     }
 }

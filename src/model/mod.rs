@@ -202,9 +202,7 @@ pub fn parallel_map<T: Send, R: Send>(items: Vec<T>, threads_max: usize, f: impl
 /// fsynced. For small metadata files (checkpoints, snapshots, the embedded store).
 pub fn write_file_atomically(path: &std::path::Path, data: &[u8]) -> std::io::Result<()> {
     use std::io::Write;
-    let mut tmp = path.as_os_str().to_owned();
-    tmp.push(".tmp");
-    let tmp = std::path::PathBuf::from(tmp);
+    let tmp = temporary_beside(path);
     let mut f = std::fs::File::create(&tmp)?;
     f.write_all(data)?;
     f.sync_all()?;
@@ -213,6 +211,27 @@ pub fn write_file_atomically(path: &std::path::Path, data: &[u8]) -> std::io::Re
         Some(dir) => std::fs::File::open(dir)?.sync_all(),
         None => Ok(()),
     }
+}
+
+fn temporary_beside(path: &std::path::Path) -> std::path::PathBuf {
+    let mut tmp = path.as_os_str().to_owned();
+    tmp.push(".tmp");
+    std::path::PathBuf::from(tmp)
+}
+
+/// Replace `path` with `data` without waiting for the disk: a temporary file beside
+/// it, written, renamed over it. Page-cache work only (no fsync), so a data core may
+/// do it; readers and a kill -9 see the old or the new contents. Returns the new file,
+/// which the caller fsyncs later (then the directory) for the contents to survive a
+/// power loss; until then a power loss may leave the old contents or an empty or torn
+/// file, which the reader must tell apart (checksums or a strict parse).
+pub fn write_file_replacing(path: &std::path::Path, data: &[u8]) -> std::io::Result<std::fs::File> {
+    use std::io::Write;
+    let tmp = temporary_beside(path);
+    let mut f = std::fs::File::create(&tmp)?;
+    f.write_all(data)?;
+    std::fs::rename(&tmp, path)?;
+    Ok(f)
 }
 
 /// SplitMix64: small and seedable. For spreads (replica placement) and seeded

@@ -344,16 +344,7 @@ impl ShardContext {
                     let results = batch
                         .items
                         .into_iter()
-                        .map(|(tp, handle)| {
-                            let mut result = Ok(());
-                            for f in &handle.files {
-                                if let Err(e) = f.sync_data() {
-                                    result = Err(e);
-                                    break;
-                                }
-                            }
-                            (tp, handle.upto, result)
-                        })
+                        .map(|(tp, handle)| (tp, handle.flushed, handle.sync()))
                         .collect::<Vec<_>>();
                     // Tests only (`--test-fsync-delay-ms`): a slow disk's fsync, on the
                     // blocking thread, before the round's acks are released.

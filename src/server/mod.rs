@@ -153,9 +153,15 @@ pub fn run(config: BrokerConfig) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Remove deleted partitions' directories (blocking: run it on the blocking pool).
-fn remove_trash(dirs: Vec<std::path::PathBuf>) {
-    for dir in dirs {
+/// Remove deleted partitions' directories and retention's segments (blocking: run it
+/// on the blocking pool).
+fn remove_trash(trash: crate::shard::Trash) {
+    for segment in trash.segments {
+        if let Err(e) = segment.remove() {
+            tracing::warn!(error = %e, "cannot remove a segment retention deleted (an open removes it)");
+        }
+    }
+    for dir in trash.dirs {
         match std::fs::remove_dir_all(&dir) {
             Ok(()) => tracing::debug!(dir = %dir.display(), "removed a deleted partition's directory"),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}

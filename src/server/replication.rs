@@ -399,6 +399,42 @@ async fn truncate(ctx: &ShardContext, conn: &mut Peer, leader: i32, parts: &Fetc
     Ok(())
 }
 
+/// Nothing is appended past a truncation before it is durable (`PartitionLog::truncate_to`
+/// leaves the fsyncs to the group-commit round, off the data core): wait for the rounds
+/// that make the truncations of `ready` durable. A partition whose round failed (its log
+/// is offline now) leaves `ready`.
+async fn truncations_durable(ctx: &ShardContext, leader: i32, ready: &mut Vec<(TopicPartition, i32, FollowerLog)>) {
+    let mut failed = Vec::new();
+    loop {
+        let waits: Vec<_> = {
+            let mut shard = ctx.shard.borrow_mut();
+            ready
+                .iter()
+                .filter(|(tp, _, _)| !failed.contains(tp))
+                .filter_map(|(tp, epoch, _)| shard.truncation_flush(tp).map(|rx| (tp.clone(), *epoch, rx)))
+                .collect()
+        };
+        if waits.is_empty() {
+            break;
+        }
+        ctx.wakeup();
+        for (tp, epoch, rx) in waits {
+            match rx.await {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => {
+                    partition_failed(ctx, &tp, leader, epoch, format!("truncation fsync: {e}"));
+                    failed.push(tp);
+                }
+                Err(_) => {
+                    partition_failed(ctx, &tp, leader, epoch, "truncation fsync: partition gone".into());
+                    failed.push(tp);
+                }
+            }
+        }
+    }
+    ready.retain(|(tp, _, _)| !failed.contains(tp));
+}
+
 /// A follower's incremental fetch session with its leader (KIP-227): after the first
 /// full request, a partition is named only when its fetch position moved (or it is new),
 /// partitions that left are named as forgotten, and the leader answers with a partition
@@ -422,11 +458,12 @@ async fn fetch(
 ) -> Result<bool, String> {
     let me = ctx.config.node_id;
     // Position of every partition that may fetch now.
-    let ready: Vec<(TopicPartition, i32, FollowerLog)> = next_steps(ctx, leader, parts)
+    let mut ready: Vec<(TopicPartition, i32, FollowerLog)> = next_steps(ctx, leader, parts)
         .into_iter()
         .filter(|(_, _, step, _)| *step == FollowerStep::Fetch)
         .map(|(tp, epoch, _, log)| (tp, epoch, log))
         .collect();
+    truncations_durable(ctx, leader, &mut ready).await;
     if ready.is_empty() && session.sent.is_empty() {
         return Ok(true);
     }

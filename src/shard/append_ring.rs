@@ -303,6 +303,11 @@ mod tests {
     use super::*;
     use std::io::Read;
 
+    /// A write of `parts` at `position` of `file`, for log instance 0.
+    fn staged(tp: &TopicPartition, write_id: u64, file: &Arc<File>, position: u64, parts: Vec<Bytes>) -> StagedWrite {
+        StagedWrite { tp: tp.clone(), log: 0, write_id, file: file.clone(), position, parts }
+    }
+
     #[test]
     fn contiguous_appends_coalesce_into_one_writev_and_land_in_order() {
         let mut ring = AppendRing::new().unwrap();
@@ -315,22 +320,8 @@ mod tests {
             let len = bytes.len() as u64;
             // Two parts, as a patched header and the rest of a batch.
             let parts = vec![Bytes::copy_from_slice(&bytes[..7]), Bytes::copy_from_slice(&bytes[7..])];
-            ring.stage(StagedWrite {
-                tp: tp.clone(),
-                log: 0,
-                write_id: i as u64,
-                file: file.clone(),
-                position: pos,
-                parts,
-            });
-            ring.stage(StagedWrite {
-                tp: tp.clone(),
-                log: 0,
-                write_id: 100 + i as u64,
-                file: other.clone(),
-                position: i as u64 * 10,
-                parts: vec![Bytes::from(vec![9; 10])],
-            });
+            ring.stage(staged(&tp, i as u64, &file, pos, parts));
+            ring.stage(staged(&tp, 100 + i as u64, &other, i as u64 * 10, vec![Bytes::from(vec![9; 10])]));
             pos += len;
         }
         let mut done = ring.submit();
@@ -372,7 +363,7 @@ mod tests {
             parts.push(Bytes::from(body));
         }
         assert!(parts.len() > limits::writev_iovecs_max);
-        ring.stage(StagedWrite { tp: tp.clone(), log: 0, write_id: 7, file: file.clone(), position: 0, parts });
+        ring.stage(staged(&tp, 7, &file, 0, parts));
         let submitted = ring.submit();
         let done = drain(&mut ring, submitted);
         assert_eq!(done.len(), 1);
@@ -399,14 +390,7 @@ mod tests {
                 expected.extend_from_slice(p);
             }
             let len = parts.iter().map(|p| p.len() as u64).sum::<u64>();
-            ring.stage(StagedWrite {
-                tp: tp.clone(),
-                log: 0,
-                write_id: i as u64,
-                file: file.clone(),
-                position: pos,
-                parts,
-            });
+            ring.stage(staged(&tp, i as u64, &file, pos, parts));
             pos += len;
         }
         let submitted = ring.submit();

@@ -28,7 +28,7 @@ use crate::coordinator::owner::Metadata;
 use crate::coordinator::registry::Hosting;
 use crate::coordinator::view::ClusterView;
 use crate::group::{GroupConfig, GroupCoordinator};
-use crate::log::{AppendInfo, FlushHandle, LogError, PartitionLog};
+use crate::log::{AppendInfo, FlushHandle, Flushed, LogError, PartitionLog};
 use crate::model::{Offset, ShardId, TopicPartition};
 use crate::replication::{AppendRefusal, FetchRefusal, FollowerFetchError};
 
@@ -243,6 +243,22 @@ struct Partition {
 }
 
 /// An fsync to run off the data core for group commit: every dirty partition's files.
+/// What the data core moved aside for removal on the blocking pool
+/// (`server::remove_trash`).
+#[derive(Default)]
+pub struct Trash {
+    /// Deleted partitions' directories (`log::move_to_trash`).
+    pub dirs: Vec<PathBuf>,
+    /// Segments retention removed, renamed `*.deleted`.
+    pub segments: Vec<crate::log::DeletedSegment>,
+}
+
+impl Trash {
+    pub fn is_empty(&self) -> bool {
+        self.dirs.is_empty() && self.segments.is_empty()
+    }
+}
+
 pub struct FlushBatch {
     pub items: Vec<(TopicPartition, FlushHandle)>,
 }
@@ -288,9 +304,9 @@ pub struct Shard {
     /// With each, what waits for it (see `Opening`).
     opening: HashMap<TopicPartition, Opening>,
     open_queue: Vec<OpenJob>,
-    /// Directories of deleted partitions, moved aside, to remove off the data core
-    /// (`take_trash`).
-    trash: Vec<PathBuf>,
+    /// Deleted partitions' directories and retention's segments, moved aside, to remove
+    /// off the data core (`take_trash`).
+    trash: Trash,
     /// `__consumer_offsets` partitions whose groups are being loaded from the log, off
     /// the data core (`groups::GroupLoad`), by partition number; their group requests
     /// are answered COORDINATOR_LOAD_IN_PROGRESS meanwhile.
@@ -325,7 +341,7 @@ impl Shard {
             closing: false,
             opening: Default::default(),
             open_queue: Vec::new(),
-            trash: Vec::new(),
+            trash: Trash::default(),
             group_loads: HashMap::new(),
             group_load_queue: Vec::new(),
             next_group_load_id: 0,
@@ -432,7 +448,7 @@ impl Shard {
             }
             // Deleted before a stop, not removed yet: shard 0 finishes the job.
             if self.id.0 == 0 && entry.file_name().to_str().is_some_and(crate::log::is_trash_dir_name) {
-                self.trash.push(entry.path());
+                self.trash.dirs.push(entry.path());
                 continue;
             }
             let Some(tp) = entry.file_name().to_str().and_then(parse_partition_dir) else {
@@ -454,7 +470,7 @@ impl Shard {
                 }
                 Err(PartitionError::UnknownTopicOrPartition(_)) if known => {
                     tracing::info!(shard = self.id.0, partition = %tp, "removing partition of a deleted topic");
-                    self.trash.push(crate::log::move_to_trash(&self.data_dir.join(tp.dir_name()))?);
+                    self.trash.dirs.push(crate::log::move_to_trash(&self.data_dir.join(tp.dir_name()))?);
                 }
                 Err(PartitionError::UnknownTopicOrPartition(_)) => {
                     tracing::info!(shard = self.id.0, partition = %tp, "partition kept until cluster metadata arrives");
@@ -474,8 +490,9 @@ impl Shard {
         self.log_roles_taken();
     }
 
-    /// Directories of deleted partitions to remove, off the data core.
-    pub fn take_trash(&mut self) -> Vec<PathBuf> {
+    /// Deleted partitions' directories and retention's segments to remove, off the
+    /// data core.
+    pub fn take_trash(&mut self) -> Trash {
         std::mem::take(&mut self.trash)
     }
 
@@ -818,11 +835,11 @@ impl Shard {
                     for (_, w) in p.durable_waiters {
                         let _ = w.send(Err(format!("partition {tp} deleted")));
                     }
-                    self.trash.push(p.log.delete()?);
+                    self.trash.dirs.push(p.log.delete()?);
                 } else {
                     let dir = self.data_dir.join(tp.dir_name());
                     match crate::log::move_to_trash(&dir) {
-                        Ok(trash) => self.trash.push(trash),
+                        Ok(trash) => self.trash.dirs.push(trash),
                         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
                         Err(e) => return Err(PartitionError::Log(LogError::Io(e))),
                     }
@@ -857,12 +874,30 @@ impl Shard {
                     tracing::info!(partition = %tp, producers = expired, "expired idle producer ids");
                 }
             }
-            if p.durable_waiters.is_empty() && p.log.flush_due(now_ms) {
-                // flush.ms elapsed with nobody waiting: queue a flush all the same.
+            // Segments retention or a truncation renamed away: unlinked off the core.
+            self.trash.segments.extend(p.log.take_deleted_segments());
+            if p.durable_waiters.is_empty() && (p.log.flush_due(now_ms) || p.log.sync_owed()) {
+                // flush.ms elapsed (or a checkpoint or snapshot was replaced) with nobody
+                // waiting: queue a flush all the same.
                 let (tx, _rx) = oneshot::channel();
                 p.durable_waiters.push((p.log.unflushed_end(), tx));
             }
         }
+    }
+
+    /// A flush round that makes `tp`'s last truncation durable, when it is not yet
+    /// (`PartitionLog::truncation_durable`): a follower's fetcher awaits it, then asks
+    /// again (a round already running when it was queued may not cover it), before it
+    /// appends past the cut.
+    pub fn truncation_flush(&mut self, tp: &TopicPartition) -> Option<oneshot::Receiver<Result<(), String>>> {
+        let p = self.partitions.get_mut(tp)?;
+        if p.log.truncation_durable() || p.log.offline_reason().is_some() {
+            return None;
+        }
+        let (tx, rx) = oneshot::channel();
+        // Below every offset: taken by the next round whatever it covers.
+        p.durable_waiters.push((Offset(-1), tx));
+        Some(rx)
     }
 
     /// True when some partition has acks (or a flush policy) waiting for an fsync.
@@ -880,7 +915,7 @@ impl Shard {
     pub fn take_flush_batch(&mut self) -> FlushBatch {
         let items = self
             .partitions
-            .iter()
+            .iter_mut()
             .filter(|(_, p)| Self::flushable(p))
             .map(|(tp, p)| (tp.clone(), p.log.flush_handle()))
             .collect();
@@ -888,13 +923,14 @@ impl Shard {
     }
 
     /// Group commit, step 2: record the outcome and release every ack it covers.
-    pub fn complete_flush(&mut self, results: Vec<(TopicPartition, Offset, std::io::Result<()>)>) {
-        for (tp, upto, result) in results {
+    pub fn complete_flush(&mut self, results: Vec<(TopicPartition, Flushed, std::io::Result<()>)>) {
+        for (tp, flushed, result) in results {
             let Some(p) = self.partitions.get_mut(&tp) else {
                 continue;
             };
+            let upto = flushed.upto;
             // A failed fsync takes the log offline, which it logs once.
-            let outcome = p.log.mark_flushed(upto, result).map_err(|e| e.to_string());
+            let outcome = p.log.mark_flushed(flushed, result).map_err(|e| e.to_string());
             let waiters = std::mem::take(&mut p.durable_waiters);
             for (offset, w) in waiters {
                 if outcome.is_err() || offset <= upto {
