@@ -84,7 +84,9 @@ pub fn record_batch(data: &[u8]) {
 
 /// A partition directory after a crash: the bytes become a segment's `.log`, `.index`
 /// and `.timeindex`, with or without a recovery point and the clean-shutdown marker
-/// (which makes the log trust its indexes), then the log is opened and read through.
+/// (which makes the log trust its indexes), then the log is opened and read through,
+/// and what is read is replayed as a `__consumer_offsets` partition's groups are at
+/// load (`GroupCoordinator::replay_batches`, as `Shard::group_load_apply` does).
 /// Layout: flags (1 byte), index length (u16), time-index length (u16), then the index,
 /// the time index and the log.
 pub fn segment_recovery(data: &[u8]) {
@@ -118,6 +120,7 @@ pub fn segment_recovery(data: &[u8]) {
         return;
     }
     let Ok(log) = crate::log::PartitionLog::open(&p, crate::log::LogConfig::default(), 0) else { return };
+    let mut groups = crate::group::GroupCoordinator::new(Default::default());
     let mut offset = log.log_start_offset();
     let end = log.log_end_offset();
     for _ in 0..1024 {
@@ -130,6 +133,7 @@ pub fn segment_recovery(data: &[u8]) {
             break;
         }
         let h = batch::BatchHeader::parse(&bytes);
+        let _ = groups.replay_batches(bytes, offset, 0);
         offset = crate::model::Offset(h.last_offset() + 1);
     }
     let _ = log.close();

@@ -935,6 +935,41 @@ impl GroupCoordinator {
         (recs, results)
     }
 
+    /// Replay `bytes`, batches read from an offsets partition at `from` (a load): every
+    /// keyed record is decoded and applied; one that does not decode is skipped and
+    /// logged. Returns the offset after the last record, and how many records were
+    /// applied and skipped; an error when the bytes are not well-formed batches (the
+    /// load stops there). The bytes come from disk: every length is checked before use
+    /// (`check_batches_records` first, then the decoders' own bounds).
+    pub fn replay_batches(
+        &mut self,
+        bytes: Vec<u8>,
+        from: crate::model::Offset,
+        now_ms: i64,
+    ) -> Result<(crate::model::Offset, usize, usize), String> {
+        crate::log::batch::check_batches_records(&bytes).map_err(|e| e.to_string())?;
+        let mut buf = Bytes::from(bytes);
+        let sets = kafka_protocol::records::RecordBatchDecoder::decode_all(&mut buf).map_err(|e| e.to_string())?;
+        let (mut next, mut loaded, mut skipped) = (from, 0, 0);
+        for set in sets {
+            for r in set.records {
+                next = next.max(crate::model::Offset(r.offset + 1));
+                let Some(key) = r.key else { continue };
+                match records::decode(&key, r.value.as_ref()) {
+                    Ok(rec) => {
+                        self.apply_record(rec, now_ms);
+                        loaded += 1;
+                    }
+                    Err(e) => {
+                        skipped += 1;
+                        tracing::warn!(offset = r.offset, error = %e, "skipping offsets record");
+                    }
+                }
+            }
+        }
+        Ok((next, loaded, skipped))
+    }
+
     /// Apply records once they are in the log: commits, and replay at load time.
     pub fn apply_record(&mut self, record: records::OffsetsRecord, now_ms: i64) {
         match record {

@@ -2,7 +2,7 @@
 //! `__consumer_offsets` partition this shard owns, and the appends of their records.
 
 use bytes::{Bytes, BytesMut};
-use kafka_protocol::records::{Compression, Record, RecordBatchDecoder, RecordBatchEncoder, RecordEncodeOptions};
+use kafka_protocol::records::{Compression, Record, RecordBatchEncoder, RecordEncodeOptions};
 
 use crate::group::records as group_records;
 use crate::group::{
@@ -384,37 +384,14 @@ impl Shard {
                 return;
             }
         };
-        if let Err(e) = crate::log::batch::check_batches_records(&bytes) {
-            tracing::error!(partition = %tp, %offset, error = %e, "malformed offsets batch; stopping load");
-            self.finish_group_load(tp);
-            return;
-        }
-        let mut buf = Bytes::from(bytes);
-        let sets = match RecordBatchDecoder::decode_all(&mut buf) {
-            Ok(s) => s,
+        let (next, loaded, skipped) = match self.groups.replay_batches(bytes, offset, now_ms) {
+            Ok(replayed) => replayed,
             Err(e) => {
-                tracing::error!(partition = %tp, %offset, error = %e, "undecodable offsets batch; stopping load");
+                tracing::error!(partition = %tp, %offset, error = %e, "malformed offsets batch; stopping load");
                 self.finish_group_load(tp);
                 return;
             }
         };
-        let (mut next, mut loaded, mut skipped) = (offset, 0, 0);
-        for set in sets {
-            for r in set.records {
-                next = next.max(Offset(r.offset + 1));
-                let Some(key) = r.key else { continue };
-                match group_records::decode(&key, r.value.as_ref()) {
-                    Ok(rec) => {
-                        self.groups.apply_record(rec, now_ms);
-                        loaded += 1;
-                    }
-                    Err(e) => {
-                        skipped += 1;
-                        tracing::warn!(partition = %tp, offset = r.offset, error = %e, "skipping offsets record");
-                    }
-                }
-            }
-        }
         let state = self.group_loads.get_mut(&tp.partition).expect("checked above");
         state.loaded += loaded;
         state.skipped += skipped;
