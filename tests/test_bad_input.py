@@ -156,3 +156,21 @@ def test_api_versions_unsupported_version_gets_error_35(broker):
     finally:
         s.close()
     assert_still_serving(broker)
+
+
+def test_elect_leaders_naming_too_many_partitions_is_closed(broker):
+    """ElectLeaders answers once per named partition. Two topics of 131,073 partitions
+    each (every array within bounds, their sum above `limits::request_array_elements_max`,
+    262,144) never reach the handler: the shape walk bounds a message's array elements
+    as a whole and the connection is closed as a bad request. (The handler checks the
+    same bound again; this shows that check is out of reach from the wire, and that the
+    fuzzers, which cannot build a request this large, need not reach it.) The broker
+    then serves as before."""
+    per_topic = 128 * 1024 + 1
+    body = struct.pack(">i", 2)
+    for topic in (b"elect-many-a", b"elect-many-b"):
+        body += struct.pack(">h", len(topic)) + topic + struct.pack(">i", per_topic)
+        body += struct.pack(f">{per_topic}i", *range(per_topic))
+    body += struct.pack(">i", 1000)  # timeout_ms
+    assert send_and_observe(broker, wire.frame(wire.request_header_v1(43, 0, 9) + body)) == "closed"
+    assert_still_serving(broker)

@@ -59,7 +59,9 @@ pub async fn handle(ctx: &ShardContext, frame: &RequestFrame) -> Result<Bytes, P
             format!("election type {} is not supported: only preferred elections (0)", req.election_type),
         );
     }
-    // The shape walk already bounds the request's arrays; this bounds what is built here.
+    // The shape walk already bounds the request's array elements as a whole, to the same
+    // limit (tests/test_bad_input.py shows such a request closed before it gets here);
+    // checked again because this handler builds one answer per named partition.
     if named.is_some_and(|n| n > limits::request_array_elements_max) {
         return refuse(error_code::INVALID_REQUEST, "too many partitions in one request".into());
     }
