@@ -174,3 +174,36 @@ def test_offsets_for_times_inside_compressed_batches(broker, codec):
             assert r.offset == want, f"{codec}: offsets_for_times({ts - TS0:+d} ms) = {r.offset}, want {want}"
     finally:
         c.close()
+
+
+def checkpoint_epochs(broker, topic, partition):
+    """The partition's leader-epoch-checkpoint on disk: [(epoch, start offset)]."""
+    path = broker.data_dir / f"{topic}-{partition}" / "leader-epoch-checkpoint"
+    lines = path.read_text().split("\n")
+    count = int(lines[1])
+    return [tuple(int(x) for x in line.split()) for line in lines[2:2 + count]]
+
+
+def test_list_offsets_answers_the_leader_epoch_of_each_offset(broker):
+    """ListOffsets v4+ carries a leader epoch (KIP-320: consumers validate their position
+    against it after a leader change): the leader's epoch for latest, the epoch the
+    offset was written in otherwise, -1 for no offset. Records are written in two leader
+    epochs (a restart makes the broker lead again in a new one); the answers are checked
+    against the broker's leader-epoch-checkpoint."""
+    topic = "epochs"
+    create_topic(broker.bootstrap, topic, 1)
+    cf_produce(broker.bootstrap, topic, [{"value": b"a%d" % i, "timestamp": TS0 + i} for i in range(3)])
+    broker.restart()
+    cf_produce(broker.bootstrap, topic, [{"value": b"b%d" % i, "timestamp": TS0 + 10 + i} for i in range(2)])
+    epochs = checkpoint_epochs(broker, topic, 0)
+    assert len(epochs) == 2 and epochs[1][1] == 3, epochs
+    (first, _), (second, _) = epochs
+    a = admin(broker.bootstrap)
+    tp = TopicPartition(topic, 0)
+    for spec, want in ((OffsetSpec.earliest(), (0, first)),
+                       (OffsetSpec.latest(), (5, second)),
+                       (OffsetSpec.for_timestamp(TS0 + 1), (1, first)),
+                       (OffsetSpec.for_timestamp(TS0 + 11), (4, second)),
+                       (OffsetSpec.for_timestamp(TS0 + 100), (-1, None))):  # no epoch: None
+        info = a.list_offsets({tp: spec}, request_timeout=15)[tp].result(15)
+        assert (info.offset, info.leader_epoch) == want, (spec, info)

@@ -48,6 +48,12 @@ impl LeaderEpochCache {
         self.entries.last().map(|e| e.epoch)
     }
 
+    /// The epoch `offset` belongs to: the latest starting at or below it (Kafka's
+    /// `epochForOffset`); None below the first entry or with none.
+    pub fn epoch_for_offset(&self, offset: i64) -> Option<i32> {
+        self.entries.iter().rev().find(|e| e.start_offset <= offset).map(|e| e.epoch)
+    }
+
     /// Record that `epoch` starts at `start_offset` (a leader appending its first batch
     /// of a new epoch, or a follower copying one). Entries it contradicts (epoch or
     /// start offset at or above it) are removed first. Returns whether anything changed.

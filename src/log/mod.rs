@@ -819,6 +819,11 @@ impl PartitionLog {
         self.leader_epochs.latest_epoch()
     }
 
+    /// The leader epoch `offset` was written in (the cache's entry covering it).
+    pub fn epoch_for_offset(&self, offset: Offset) -> Option<i32> {
+        self.leader_epochs.epoch_for_offset(offset.0)
+    }
+
     /// The leader epoch cache: (epoch, start offset) entries, both strictly increasing.
     pub fn epoch_entries(&self) -> &[EpochEntry] {
         self.leader_epochs.entries()

@@ -210,6 +210,8 @@ pub enum PartitionReply {
     Offset {
         offset: Offset,
         timestamp_ms: i64,
+        /// The leader epoch of `offset` (-1 when unknown).
+        leader_epoch: i32,
     },
     Waiting(oneshot::Receiver<()>),
     /// Done, nothing to report (delete, config refresh).
@@ -776,16 +778,24 @@ impl Shard {
                     records,
                 }))
             }
-            PartitionOp::ListOffset { tp, timestamp_ms, .. } => {
+            PartitionOp::ListOffset { tp, timestamp_ms: spec, .. } => {
                 let p = self.partition_mut(&tp, 0)?;
-                let (offset, timestamp_ms) = match timestamp_ms {
+                let (offset, timestamp_ms) = match spec {
                     -2 => (p.log.log_start_offset(), -1),
                     // "Latest" is the high watermark: what a consumer can read (appends still
                     // being written are not).
                     -1 => (replica::high_watermark(p), -1),
                     ts => p.log.offset_for_timestamp(ts)?.unwrap_or((Offset(-1), -1)),
                 };
-                Ok(PartitionReply::Offset { offset, timestamp_ms })
+                // As Kafka: the leader's epoch for "latest", else the epoch the offset was
+                // written in (-1 when unknown), which a consumer validates its position
+                // against after a leader change (KIP-320).
+                let leader_epoch = match spec {
+                    _ if offset.0 < 0 => None,
+                    -1 => p.log.latest_epoch(),
+                    _ => p.log.epoch_for_offset(offset),
+                };
+                Ok(PartitionReply::Offset { offset, timestamp_ms, leader_epoch: leader_epoch.unwrap_or(-1) })
             }
             PartitionOp::EpochEndOffset { tp, leader_epoch, .. } => {
                 let p = self.partition_mut(&tp, 0)?;

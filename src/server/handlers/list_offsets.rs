@@ -30,10 +30,10 @@ pub async fn handle(ctx: &ShardContext, frame: &RequestFrame) -> Result<Bytes, P
             .map(|(p, reply)| {
                 let r = ListOffsetsPartitionResponse::default().with_partition_index(p.partition_index);
                 match reply {
-                    Ok(PartitionReply::Offset { offset, timestamp_ms }) => {
+                    Ok(PartitionReply::Offset { offset, timestamp_ms, leader_epoch }) => {
                         let r = r.with_offset(offset.0).with_timestamp(timestamp_ms);
                         if frame.api_version >= 4 {
-                            r.with_leader_epoch(if offset.0 >= 0 { 0 } else { -1 })
+                            r.with_leader_epoch(leader_epoch)
                         } else {
                             r
                         }
