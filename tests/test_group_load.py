@@ -145,3 +145,24 @@ def test_a_consumer_at_its_defaults_rides_through_the_load(broker_factory):
         time.sleep(0.05)
     cf_produce(b.bootstrap, topic, [{"value": b"after"}])
     assert group_reads(b.bootstrap, group, topic, 1) == [(5, b"after")], "resumed elsewhere than the committed offset"
+
+
+def test_a_slow_load_does_not_hold_back_fsync_acks(broker_factory):
+    """Each shard's blocking work runs on a pool of its own threads, so a slow read of a
+    group load does not hold back the fsync round that acks wait for under
+    `--fsync always` (with one thread per shard, the round queued behind the load's 4 s
+    read and the produce was answered only after the load had ended). The produce
+    writes to eight partitions, on every shard."""
+    b = broker_factory("--test-group-load-delay-ms", str(LOAD_DELAY_MS), "--fsync", "always")
+    topic, group = "loaded3", "g-load3"
+    create_topic(b.bootstrap, topic, 8)
+    cf_produce(b.bootstrap, topic, [{"value": b"v", "partition": 0}])
+    group_reads(b.bootstrap, group, topic, 1, subscribe=False, commit=True)
+    b.restart()
+    deadline = time.monotonic() + 30
+    while fetch_committed(b.port, group, topic, 7)[0] != COORDINATOR_LOAD_IN_PROGRESS:
+        assert time.monotonic() < deadline, "never saw the load in progress"
+        time.sleep(0.05)
+    cf_produce(b.bootstrap, topic, [{"value": b"fsynced", "partition": p} for p in range(8)])
+    top, _ = fetch_committed(b.port, group, topic, 8)
+    assert top == COORDINATOR_LOAD_IN_PROGRESS, f"the fsync acks waited for the load to end: {top}"

@@ -156,6 +156,11 @@ pub mod limits {
     /// in flight: 1,000 partitions closed one by one took 12.6 s on the 2-core VM, ~2 s
     /// with 32 threads (16: ~2.5 s; 64 did no better and loaded the machine).
     pub const log_recovery_threads_max: usize = 32;
+    /// Threads in each shard's blocking pool (glommio's `spawn_blocking`), unbound to
+    /// any CPU: fsync rounds, checkpoint writes, log opens, group-load reads and trash
+    /// removal. More than one, so that a slow job (a load's read from a cold disk, a
+    /// burst of opens) never holds back the fsync round that acks wait for.
+    pub const shard_blocking_threads: usize = 4;
     /// `disk.free.min.bytes` default: below this much free space produce is refused
     /// (Redpanda's `storage_min_free_bytes` is 5 GiB; Kafka has no such setting).
     pub const disk_free_min_bytes_default: u64 = 1024 * 1024 * 1024;

@@ -120,6 +120,11 @@ pub fn run(config: BrokerConfig) -> anyhow::Result<()> {
             // No O_DIRECT buffers are used; a small pool keeps non-root users inside
             // the default 8 MiB memlock limit.
             .io_memory(shard_io_memory_bytes)
+            // Not pinned to the shard's CPU (glommio's default for a fixed placement):
+            // recovery's CRC checks and reads would take that core from the requests.
+            .blocking_thread_pool_placement(glommio::PoolPlacement::Unbound(
+                crate::model::limits::shard_blocking_threads,
+            ))
             .spawn(move || async move {
                 if let Err(e) = run_shard(
                     ShardId(shard),
