@@ -7,7 +7,11 @@
 //! - `producer_id`: producer-id blocks (`/latest_producer_id_block`, Kafka's JSON) and
 //!   the allocator the active coordinator hands ids out of. Pure; the registry persists.
 //!
-//! Transactions (`__transaction_state`, markers, LSO) are not here yet.
+//! - `coordinator`: the transaction coordinator's state per transactional id (Kafka's
+//!   `TransactionMetadata`), a pure machine: requests and write outcomes in, records to
+//!   write to `__transaction_state` and markers to send out. Not wired to the broker
+//!   yet: no request handler, `__transaction_state` topic, markers or LSO exist.
 
+pub mod coordinator;
 pub mod producer_id;
 pub mod producer_state;
