@@ -57,8 +57,8 @@ pub fn response(data: &[u8]) {
 }
 
 /// Record batches as produced or replicated: structure, CRC, producer fields, then the
-/// records walk and the codec (and `__consumer_offsets` keys and values, which the
-/// group coordinator decodes when it loads).
+/// records walk and the codec (and `__consumer_offsets` and `__transaction_state` keys
+/// and values, which the coordinators decode when they load).
 pub fn record_batch(data: &[u8]) {
     let mut buf = data;
     while !buf.is_empty() {
@@ -74,6 +74,8 @@ pub fn record_batch(data: &[u8]) {
                 for r in set.records {
                     if let Some(key) = &r.key {
                         let _ = crate::group::records::decode(key, r.value.as_ref());
+                        let _ = crate::txn::log_records::decode_key(key);
+                        let _ = crate::txn::log_records::decode_value(r.value.as_ref());
                     }
                 }
             }

@@ -11,7 +11,10 @@
 //!   `TransactionMetadata`), a pure machine: requests and write outcomes in, records to
 //!   write to `__transaction_state` and markers to send out. Not wired to the broker
 //!   yet: no request handler, `__transaction_state` topic, markers or LSO exist.
+//! - `log_records`: Kafka's `__transaction_state` key and value schemas (versions 0
+//!   and 1), by hand, bounded against the bytes they come in.
 
 pub mod coordinator;
+pub mod log_records;
 pub mod producer_id;
 pub mod producer_state;
