@@ -14,6 +14,7 @@ from helpers.clients import cf_conf, cf_produce, create_topic
 from helpers.wire import connect, frame, recv_frame, request_header_v1
 
 OFFSET_FETCH = 9
+LIST_GROUPS = 16
 NONE = 0
 COORDINATOR_LOAD_IN_PROGRESS = 14
 COORDINATOR_NOT_AVAILABLE = 15
@@ -58,6 +59,25 @@ def fetch_committed(port, group, topic, correlation_id):
         return parse_offset_fetch_v3(recv_frame(s, timeout=30))
     finally:
         s.close()
+
+
+def list_groups(port, correlation_id):
+    """ListGroups v0: (error code, [group ids])."""
+    s = connect(port)
+    try:
+        s.sendall(frame(request_header_v1(LIST_GROUPS, 0, correlation_id)))
+        resp = recv_frame(s, timeout=30)
+    finally:
+        s.close()
+    (code, count) = struct.unpack_from(">hi", resp, 4)
+    pos, groups = 10, []
+    for _ in range(count):
+        (n,) = struct.unpack_from(">h", resp, pos)
+        groups.append(resp[pos + 2:pos + 2 + n].decode())
+        pos += 2 + n
+        (n,) = struct.unpack_from(">h", resp, pos)
+        pos += 2 + n
+    return code, groups
 
 
 def group_reads(bootstrap, group, topic, count, timeout=60, subscribe=True, commit=False):
@@ -107,6 +127,9 @@ def test_groups_load_off_the_core_with_load_in_progress_meanwhile(broker_factory
         time.sleep(0.05)
     assert codes[-1] == COORDINATOR_LOAD_IN_PROGRESS, f"never saw the load in progress: {codes}"
 
+    # The groups cannot all be listed meanwhile: as Kafka, LOAD_IN_PROGRESS and none.
+    assert list_groups(b.port, 50) == (COORDINATOR_LOAD_IN_PROGRESS, [])
+
     # The data core is not held by the load: a produce is answered while the load still
     # goes on (the group is still loading after the produce's answer).
     cf_produce(b.bootstrap, topic, [{"value": b"during the load"}])
@@ -122,6 +145,7 @@ def test_groups_load_off_the_core_with_load_in_progress_meanwhile(broker_factory
         assert time.monotonic() < deadline, "the load never ended"
         time.sleep(0.2)
     assert (top, parts) == (NONE, [(0, 10, NONE)])
+    assert list_groups(b.port, 102) == (NONE, [group])
 
     # A consumer at its defaults resumes at the committed offset (a client retries
     # LOAD_IN_PROGRESS; this one came after the load, so it simply reads on).

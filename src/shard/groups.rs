@@ -287,6 +287,8 @@ impl Shard {
             GroupOp::FetchOffsets { group_id, partitions } => {
                 GroupReply::Offsets(self.groups.fetch_offsets(&group_id, partitions.as_deref()))
             }
+            // While a load runs, the list is not whole (Kafka answers the same).
+            GroupOp::List if !self.group_loads.is_empty() => GroupReply::Loading,
             GroupOp::List => GroupReply::List(self.groups.list()),
             GroupOp::Describe { group_id } => GroupReply::Describe(self.groups.describe(&group_id)),
             GroupOp::Delete { group_id, now_ms } => {

@@ -15,7 +15,9 @@ pub async fn handle(ctx: &ShardContext, frame: &RequestFrame) -> Result<Bytes, P
     let req: ListGroupsRequest = decode_body(frame)?;
     let calls = (0..ctx.nr_shards).map(|s| ctx.call_group(GroupOp::List, Some(ShardId(s))));
     let mut groups = Vec::new();
+    let mut loading = false;
     for reply in futures::future::join_all(calls).await {
+        loading |= matches!(reply, Some(GroupReply::Loading));
         if let Some(GroupReply::List(list)) = reply {
             for (id, protocol_type, state) in list {
                 if !req.states_filter.is_empty() && !req.states_filter.iter().any(|s| s.as_str() == state.name()) {
@@ -28,5 +30,12 @@ pub async fn handle(ctx: &ShardContext, frame: &RequestFrame) -> Result<Bytes, P
             }
         }
     }
-    respond(ApiKey::ListGroups, frame, &ListGroupsResponse::default().with_groups(groups))
+    // A shard loading groups from `__consumer_offsets` cannot list them all yet: as
+    // Kafka's coordinator, COORDINATOR_LOAD_IN_PROGRESS (retriable) and no groups.
+    let body = if loading {
+        ListGroupsResponse::default().with_error_code(crate::protocol::error_code::COORDINATOR_LOAD_IN_PROGRESS)
+    } else {
+        ListGroupsResponse::default().with_groups(groups)
+    };
+    respond(ApiKey::ListGroups, frame, &body)
 }
