@@ -15,6 +15,7 @@ use spate::coordinator::controller::{
     TopicInfo, NO_LEADER, UNCLEAN_LEADER_ELECTION_CONFIG,
 };
 use spate::coordinator::layout;
+use spate::model::{BrokerEpoch, LeaderEpoch, NodeId, PartitionEpoch};
 use spate::replication::NO_BROKER_EPOCH;
 use uuid::Uuid;
 
@@ -40,7 +41,13 @@ impl Rng {
     }
 }
 
-const BROKER_IDS: [i32; 6] = [1, 2, 3, 4, 5, 6];
+const BROKER_IDS: [NodeId; 6] = [B1, B2, B3, B4, B5, B6];
+const B1: NodeId = NodeId(1);
+const B2: NodeId = NodeId(2);
+const B3: NodeId = NodeId(3);
+const B4: NodeId = NodeId(4);
+const B5: NodeId = NodeId(5);
+const B6: NodeId = NodeId(6);
 const STEPS_PER_SEED: usize = 250;
 /// Topic creation pauses at this many topics (deletes keep going), to bound a step's cost.
 const TOPICS_MAX: usize = 10;
@@ -117,7 +124,11 @@ impl Store {
                 let version =
                     self.set(layout::paths::partition_state(topic, *partition), layout::encode_partition_state(state));
                 // Every change is persisted, so the znode version is the partition epoch.
-                assert_eq!(version, state.partition_epoch, "{topic}-{partition}: znode version != partition epoch");
+                assert_eq!(
+                    PartitionEpoch(version),
+                    state.partition_epoch,
+                    "{topic}-{partition}: znode version != partition epoch"
+                );
             }
         }
         trace.push(format!("{change:?}"));
@@ -136,7 +147,7 @@ impl Store {
         for id in self.children(layout::paths::BROKER_IDS) {
             let (data, _) = &self.nodes[&format!("{}/{id}", layout::paths::BROKER_IDS)];
             let doc = layout::decode_broker(data).unwrap();
-            c.restore_broker(id.parse().unwrap(), doc.endpoint, doc.rack, 1, now_ms);
+            c.restore_broker(NodeId(id.parse().unwrap()), doc.endpoint, doc.rack, 1, now_ms);
         }
         for name in self.children(layout::paths::TOPICS) {
             let doc = layout::decode_topic(&self.nodes[&layout::paths::topic(&name)].0).unwrap();
@@ -162,7 +173,7 @@ impl Store {
 }
 
 /// A partition as last seen: (leader_epoch, partition_epoch, leader, isr).
-type Seen = (i32, i32, i32, Vec<i32>);
+type Seen = (LeaderEpoch, PartitionEpoch, NodeId, Vec<NodeId>);
 
 /// What the simulation remembers between steps, to check invariants over time.
 #[derive(Default)]
@@ -171,7 +182,7 @@ struct History {
     /// (topic id, partition) -> (leader_epoch, partition_epoch, leader, isr)
     partitions: BTreeMap<(Uuid, i32), Seen>,
     /// (topic id, partition, leader_epoch) -> leader: one leader per epoch.
-    leaders: BTreeMap<(Uuid, i32, i32), i32>,
+    leaders: BTreeMap<(Uuid, i32, LeaderEpoch), NodeId>,
 }
 
 fn check(c: &Controller, h: &mut History, now_ms: u64) -> Result<(), String> {
@@ -260,7 +271,7 @@ fn run_seed(seed: u64) -> Result<(), String> {
     let mut h = History::default();
     let mut trace: Vec<String> = Vec::new();
     let mut now_ms: u64 = 1_000;
-    let mut procs: BTreeMap<i32, Process> = BROKER_IDS.iter().map(|&id| (id, Process::Down)).collect();
+    let mut procs: BTreeMap<NodeId, Process> = BROKER_IDS.iter().map(|&id| (id, Process::Down)).collect();
     let mut topic_seq = 0u32;
     let mut epoch = 1;
     for ch in c.becomes_active(epoch).unwrap() {
@@ -282,11 +293,11 @@ fn run_seed(seed: u64) -> Result<(), String> {
                         match c.heartbeat(id, now_ms) {
                             Ok(ch) => changes.extend(ch),
                             Err(ControllerError::UnknownBroker(_)) => {
-                                let rack = racks.then(|| format!("r{}", id % 3));
+                                let rack = racks.then(|| format!("r{}", id.0 % 3));
                                 changes.extend(
                                     c.register_broker(
                                         id,
-                                        Endpoint::new("127.0.0.1", 9090 + id as u16),
+                                        Endpoint::new("127.0.0.1", 9090 + id.0 as u16),
                                         rack,
                                         2,
                                         now_ms,
@@ -304,9 +315,9 @@ fn run_seed(seed: u64) -> Result<(), String> {
                 // A broker process starts (or restarts) and registers.
                 let id = *rng.pick(&BROKER_IDS).unwrap();
                 action = format!("start broker {id}");
-                let rack = racks.then(|| format!("r{}", id % 3));
+                let rack = racks.then(|| format!("r{}", id.0 % 3));
                 changes.extend(
-                    c.register_broker(id, Endpoint::new("127.0.0.1", 9090 + id as u16), rack, 2, now_ms)
+                    c.register_broker(id, Endpoint::new("127.0.0.1", 9090 + id.0 as u16), rack, 2, now_ms)
                         .map_err(|e| e.to_string())?,
                 );
                 procs.insert(id, Process::Running);
@@ -428,7 +439,7 @@ fn run_seed(seed: u64) -> Result<(), String> {
                         let kind = rng.below(10);
                         if kind < 4 {
                             // Shrink to the leader plus a random part of the ISR.
-                            let isr: Vec<i32> =
+                            let isr: Vec<NodeId> =
                                 s.isr.iter().copied().filter(|&r| r == s.leader || rng.chance(50)).collect();
                             action = format!("shrink {topic}-{p} {:?} -> {isr:?}", s.isr);
                             changes.extend(
@@ -457,7 +468,7 @@ fn run_seed(seed: u64) -> Result<(), String> {
                                 &topic,
                                 p,
                                 s.leader,
-                                s.leader_epoch - 1,
+                                LeaderEpoch(s.leader_epoch.0 - 1),
                                 s.partition_epoch,
                                 &ids(&isr),
                             ) {
@@ -469,7 +480,7 @@ fn run_seed(seed: u64) -> Result<(), String> {
                                 p,
                                 s.leader,
                                 s.leader_epoch,
-                                s.partition_epoch - 1,
+                                PartitionEpoch(s.partition_epoch.0 - 1),
                                 &ids(&isr),
                             ) {
                                 Err(ControllerError::InvalidUpdateVersion { .. }) => {}
@@ -593,12 +604,12 @@ fn sim_seeds() {
 
 // ---- Targeted scenarios ----
 
-fn cluster(ids: &[i32], racks: bool) -> Controller {
+fn cluster(ids: &[NodeId], racks: bool) -> Controller {
     let mut c = Controller::new(ControllerConfig::default());
     c.becomes_active(1).unwrap();
     for &id in ids {
-        let rack = racks.then(|| format!("rack{}", id % 3));
-        c.register_broker(id, Endpoint::new("127.0.0.1", 9090 + id as u16), rack, 4, 0).unwrap();
+        let rack = racks.then(|| format!("rack{}", id.0 % 3));
+        c.register_broker(id, Endpoint::new("127.0.0.1", 9090 + id.0 as u16), rack, 4, 0).unwrap();
     }
     c
 }
@@ -607,26 +618,26 @@ fn zero() -> impl FnMut() -> u64 {
     || 0
 }
 
-fn heartbeat_all_but(c: &mut Controller, dead: &[i32], now_ms: u64) {
-    let ids: Vec<i32> = c.brokers().map(|b| b.id).filter(|id| !dead.contains(id)).collect();
+fn heartbeat_all_but(c: &mut Controller, dead: &[NodeId], now_ms: u64) {
+    let ids: Vec<NodeId> = c.brokers().map(|b| b.id).filter(|id| !dead.contains(id)).collect();
     for id in ids {
         c.heartbeat(id, now_ms).unwrap();
     }
 }
 
 /// An ISR as AlterPartition v2 names it: ids without broker epochs.
-fn ids(isr: &[i32]) -> Vec<(i32, i64)> {
+fn ids(isr: &[NodeId]) -> Vec<(NodeId, BrokerEpoch)> {
     isr.iter().map(|id| (*id, NO_BROKER_EPOCH)).collect()
 }
 
 #[test]
 fn rack_aware_placement_through_create_topic() {
-    let mut c = cluster(&[1, 2, 3, 4, 5, 6], true);
+    let mut c = cluster(&[B1, B2, B3, B4, B5, B6], true);
     let mut rng = Rng(7);
     c.create_topic("racked", Uuid::from_u128(1), 12, 3, BTreeMap::new(), &mut || rng.next()).unwrap();
     let t = c.topic("racked").unwrap();
     for replicas in &t.assignment {
-        let racks: BTreeSet<i32> = replicas.iter().map(|id| id % 3).collect();
+        let racks: BTreeSet<i32> = replicas.iter().map(|id| id.0 % 3).collect();
         assert_eq!(racks.len(), 3, "{replicas:?} not spread over the three racks");
     }
     // And the pure placement agrees with what the controller did for the same draws.
@@ -639,7 +650,7 @@ fn rack_aware_placement_through_create_topic() {
 
 #[test]
 fn replication_factor_above_live_brokers_is_refused() {
-    let mut c = cluster(&[1, 2], false);
+    let mut c = cluster(&[B1, B2], false);
     let err = c.create_topic("t", Uuid::from_u128(1), 3, 3, BTreeMap::new(), &mut zero()).unwrap_err();
     assert_eq!(err, ControllerError::InvalidReplicationFactor { requested: 3, available: 2 });
     assert!(matches!(
@@ -665,87 +676,93 @@ fn replication_factor_above_live_brokers_is_refused() {
 
 #[test]
 fn fencing_moves_leadership_to_an_isr_member() {
-    let mut c = cluster(&[1, 2, 3], false);
-    c.create_topic_with_assignment("t", Uuid::from_u128(1), vec![vec![1, 2, 3]], BTreeMap::new()).unwrap();
-    assert_eq!(c.leader_of("t", 0), Some(1));
-    heartbeat_all_but(&mut c, &[1], 5_000);
+    let mut c = cluster(&[B1, B2, B3], false);
+    c.create_topic_with_assignment("t", Uuid::from_u128(1), vec![vec![B1, B2, B3]], BTreeMap::new()).unwrap();
+    assert_eq!(c.leader_of("t", 0), Some(B1));
+    heartbeat_all_but(&mut c, &[B1], 5_000);
     assert!(c.tick(9_000).is_empty(), "nobody is late yet");
     let changes = c.tick(9_001);
-    assert!(changes.contains(&Change::BrokerFenced { id: 1, reason: FenceReason::SessionExpired }));
+    assert!(changes.contains(&Change::BrokerFenced { id: B1, reason: FenceReason::SessionExpired }));
     let s = c.partition_state("t", 0).unwrap();
-    assert_eq!((s.leader, s.leader_epoch, s.isr.clone(), s.partition_epoch), (2, 1, vec![2, 3], 1));
+    assert_eq!(
+        (s.leader, s.leader_epoch, s.isr.clone(), s.partition_epoch),
+        (B2, LeaderEpoch(1), vec![B2, B3], PartitionEpoch(1))
+    );
     assert!(changes.iter().any(|ch| matches!(ch, Change::PartitionChanged { state, .. } if state == s)));
     // Broker 1 comes back: unfenced, but not in the ISR until the leader says so.
-    let changes = c.heartbeat(1, 10_000).unwrap();
-    assert_eq!(changes, vec![Change::BrokerUnfenced { id: 1 }]);
-    c.alter_partition("t", 0, 2, 1, 1, &ids(&[1, 2, 3])).unwrap();
+    let changes = c.heartbeat(B1, 10_000).unwrap();
+    assert_eq!(changes, vec![Change::BrokerUnfenced { id: B1 }]);
+    c.alter_partition("t", 0, B2, LeaderEpoch(1), PartitionEpoch(1), &ids(&[B1, B2, B3])).unwrap();
     let s = c.partition_state("t", 0).unwrap().clone();
-    assert_eq!((s.leader, s.leader_epoch, s.isr.clone(), s.partition_epoch), (2, 1, vec![1, 2, 3], 2));
+    assert_eq!(
+        (s.leader, s.leader_epoch, s.isr.clone(), s.partition_epoch),
+        (B2, LeaderEpoch(1), vec![B1, B2, B3], PartitionEpoch(2))
+    );
     // Preferred leader election hands it back to 1.
     c.elect_preferred_leaders();
     let s = c.partition_state("t", 0).unwrap();
-    assert_eq!((s.leader, s.leader_epoch, s.partition_epoch), (1, 2, 3));
+    assert_eq!((s.leader, s.leader_epoch, s.partition_epoch), (B1, LeaderEpoch(2), PartitionEpoch(3)));
 }
 
 #[test]
 fn partition_goes_offline_when_no_isr_member_is_live_and_returns_with_it() {
-    let mut c = cluster(&[1, 2, 3], false);
-    c.create_topic_with_assignment("t", Uuid::from_u128(1), vec![vec![1, 2, 3]], BTreeMap::new()).unwrap();
+    let mut c = cluster(&[B1, B2, B3], false);
+    c.create_topic_with_assignment("t", Uuid::from_u128(1), vec![vec![B1, B2, B3]], BTreeMap::new()).unwrap();
     // The ISR shrinks to the leader alone.
-    c.alter_partition("t", 0, 1, 0, 0, &ids(&[1])).unwrap();
-    heartbeat_all_but(&mut c, &[1], 8_000);
+    c.alter_partition("t", 0, B1, LeaderEpoch(0), PartitionEpoch(0), &ids(&[B1])).unwrap();
+    heartbeat_all_but(&mut c, &[B1], 8_000);
     c.tick(9_500);
     let s = c.partition_state("t", 0).unwrap().clone();
     assert_eq!(s.leader, NO_LEADER, "2 and 3 are live but not in the ISR: no unclean election");
-    assert_eq!(s.isr, vec![1], "the last ISR member stays, so it can come back");
+    assert_eq!(s.isr, vec![B1], "the last ISR member stays, so it can come back");
     assert_eq!(c.leader_of("t", 0), None);
-    assert_eq!((s.leader_epoch, s.partition_epoch), (1, 2));
+    assert_eq!((s.leader_epoch, s.partition_epoch), (LeaderEpoch(1), PartitionEpoch(2)));
     // 1 restarts and registers again: it leads again.
-    c.register_broker(1, Endpoint::new("127.0.0.1", 9091), None, 4, 10_000).unwrap();
+    c.register_broker(B1, Endpoint::new("127.0.0.1", 9091), None, 4, 10_000).unwrap();
     let s = c.partition_state("t", 0).unwrap();
-    assert_eq!((s.leader, s.leader_epoch, s.isr.clone()), (1, 2, vec![1]));
+    assert_eq!((s.leader, s.leader_epoch, s.isr.clone()), (B1, LeaderEpoch(2), vec![B1]));
 }
 
 #[test]
 fn unclean_election_is_off_by_default_and_on_per_topic() {
-    let mut c = cluster(&[1, 2], false);
-    c.create_topic_with_assignment("clean", Uuid::from_u128(1), vec![vec![1, 2]], BTreeMap::new()).unwrap();
+    let mut c = cluster(&[B1, B2], false);
+    c.create_topic_with_assignment("clean", Uuid::from_u128(1), vec![vec![B1, B2]], BTreeMap::new()).unwrap();
     let unclean = BTreeMap::from([(UNCLEAN_LEADER_ELECTION_CONFIG.to_string(), "true".to_string())]);
-    c.create_topic_with_assignment("unclean", Uuid::from_u128(2), vec![vec![1, 2]], unclean).unwrap();
-    c.alter_partition("clean", 0, 1, 0, 0, &ids(&[1])).unwrap();
-    c.alter_partition("unclean", 0, 1, 0, 0, &ids(&[1])).unwrap();
-    heartbeat_all_but(&mut c, &[1], 9_000);
+    c.create_topic_with_assignment("unclean", Uuid::from_u128(2), vec![vec![B1, B2]], unclean).unwrap();
+    c.alter_partition("clean", 0, B1, LeaderEpoch(0), PartitionEpoch(0), &ids(&[B1])).unwrap();
+    c.alter_partition("unclean", 0, B1, LeaderEpoch(0), PartitionEpoch(0), &ids(&[B1])).unwrap();
+    heartbeat_all_but(&mut c, &[B1], 9_000);
     c.tick(10_000);
     assert_eq!(c.leader_of("clean", 0), None);
     let s = c.partition_state("unclean", 0).unwrap();
-    assert_eq!((s.leader, s.isr.clone(), s.leader_epoch), (2, vec![2], 1));
+    assert_eq!((s.leader, s.isr.clone(), s.leader_epoch), (B2, vec![B2], LeaderEpoch(1)));
 
     // The broker-level default turns it on for every topic.
     let mut c = Controller::new(ControllerConfig { unclean_leader_election: true, ..ControllerConfig::default() });
     c.becomes_active(1).unwrap();
-    c.register_broker(1, Endpoint::new("h", 1), None, 1, 0).unwrap();
-    c.register_broker(2, Endpoint::new("h", 2), None, 1, 0).unwrap();
-    c.create_topic_with_assignment("t", Uuid::from_u128(1), vec![vec![1, 2]], BTreeMap::new()).unwrap();
-    c.alter_partition("t", 0, 1, 0, 0, &ids(&[1])).unwrap();
-    c.heartbeat(2, 9_000).unwrap();
+    c.register_broker(B1, Endpoint::new("h", 1), None, 1, 0).unwrap();
+    c.register_broker(B2, Endpoint::new("h", 2), None, 1, 0).unwrap();
+    c.create_topic_with_assignment("t", Uuid::from_u128(1), vec![vec![B1, B2]], BTreeMap::new()).unwrap();
+    c.alter_partition("t", 0, B1, LeaderEpoch(0), PartitionEpoch(0), &ids(&[B1])).unwrap();
+    c.heartbeat(B2, 9_000).unwrap();
     c.tick(10_000);
-    assert_eq!(c.leader_of("t", 0), Some(2));
+    assert_eq!(c.leader_of("t", 0), Some(B2));
 }
 
 #[test]
 fn controlled_shutdown_moves_leadership_first() {
-    let mut c = cluster(&[1, 2, 3], false);
+    let mut c = cluster(&[B1, B2, B3], false);
     c.create_topic("t", Uuid::from_u128(1), 6, 3, BTreeMap::new(), &mut zero()).unwrap();
-    let changes = c.unregister_broker(2).unwrap();
-    assert_eq!(changes.last(), Some(&Change::BrokerUnregistered { id: 2 }));
+    let changes = c.unregister_broker(B2).unwrap();
+    assert_eq!(changes.last(), Some(&Change::BrokerUnregistered { id: B2 }));
     let t = c.topic("t").unwrap();
     for s in &t.partitions {
-        assert_ne!(s.leader, 2);
+        assert_ne!(s.leader, B2);
         assert_ne!(s.leader, NO_LEADER);
-        assert!(!s.isr.contains(&2));
+        assert!(!s.isr.contains(&B2));
     }
-    assert!(c.broker(2).is_none());
-    assert_eq!(c.heartbeat(2, 1), Err(ControllerError::UnknownBroker(2)));
+    assert!(c.broker(B2).is_none());
+    assert_eq!(c.heartbeat(B2, 1), Err(ControllerError::UnknownBroker(B2)));
 }
 
 /// Fencing says why: only a missed heartbeat is a session expiry (the broker logs it as
@@ -753,60 +770,74 @@ fn controlled_shutdown_moves_leadership_first() {
 /// single-node start and stop used to warn "no heartbeat" about itself).
 #[test]
 fn fencing_says_why() {
-    let mut c = cluster(&[1, 2], false);
-    let changes = c.register_broker(1, Endpoint::new("127.0.0.1", 9091), None, 4, 1_000).unwrap();
-    assert!(changes.contains(&Change::BrokerFenced { id: 1, reason: FenceReason::Reregistered }), "{changes:?}");
-    let changes = c.unregister_broker(1).unwrap();
-    assert!(changes.contains(&Change::BrokerFenced { id: 1, reason: FenceReason::ControlledShutdown }), "{changes:?}");
+    let mut c = cluster(&[B1, B2], false);
+    let changes = c.register_broker(B1, Endpoint::new("127.0.0.1", 9091), None, 4, 1_000).unwrap();
+    assert!(changes.contains(&Change::BrokerFenced { id: B1, reason: FenceReason::Reregistered }), "{changes:?}");
+    let changes = c.unregister_broker(B1).unwrap();
+    assert!(changes.contains(&Change::BrokerFenced { id: B1, reason: FenceReason::ControlledShutdown }), "{changes:?}");
     let changes = c.tick(1_000_000);
     assert_eq!(
         changes.iter().filter(|ch| matches!(ch, Change::BrokerFenced { .. })).collect::<Vec<_>>(),
-        vec![&Change::BrokerFenced { id: 2, reason: FenceReason::SessionExpired }]
+        vec![&Change::BrokerFenced { id: B2, reason: FenceReason::SessionExpired }]
     );
 }
 
 #[test]
 fn alter_partition_rejects_stale_and_ineligible_requests() {
-    let mut c = cluster(&[1, 2, 3], false);
-    c.create_topic_with_assignment("t", Uuid::from_u128(1), vec![vec![1, 2, 3]], BTreeMap::new()).unwrap();
-    assert!(matches!(c.alter_partition("t", 0, 1, 0, 0, &ids(&[1, 2])), Ok(ch) if ch.len() == 1));
+    let mut c = cluster(&[B1, B2, B3], false);
+    c.create_topic_with_assignment("t", Uuid::from_u128(1), vec![vec![B1, B2, B3]], BTreeMap::new()).unwrap();
+    assert!(
+        matches!(c.alter_partition("t", 0, B1, LeaderEpoch(0), PartitionEpoch(0), &ids(&[B1, B2])), Ok(ch) if ch.len() == 1)
+    );
     assert!(matches!(
-        c.alter_partition("t", 0, 1, 0, 0, &ids(&[1])),
-        Err(ControllerError::InvalidUpdateVersion { request: 0, current: 1 })
-    ));
-    assert!(matches!(c.alter_partition("t", 0, 1, 1, 1, &ids(&[1])), Err(ControllerError::UnknownLeaderEpoch { .. })));
-    assert!(matches!(c.alter_partition("t", 0, 2, 0, 1, &ids(&[2])), Err(ControllerError::NotLeader { .. })));
-    assert!(matches!(c.alter_partition("t", 0, 1, 0, 1, &ids(&[2])), Err(ControllerError::InvalidIsr(_))));
-    assert!(matches!(c.alter_partition("t", 0, 1, 0, 1, &ids(&[1, 1])), Err(ControllerError::InvalidIsr(_))));
-    assert!(matches!(
-        c.alter_partition("t", 0, 1, 0, 1, &ids(&[1, 4])),
-        Err(ControllerError::IneligibleReplica { replica: 4, .. })
+        c.alter_partition("t", 0, B1, LeaderEpoch(0), PartitionEpoch(0), &ids(&[B1])),
+        Err(ControllerError::InvalidUpdateVersion { request: PartitionEpoch(0), current: PartitionEpoch(1) })
     ));
     assert!(matches!(
-        c.alter_partition("t", 1, 1, 0, 1, &ids(&[1])),
+        c.alter_partition("t", 0, B1, LeaderEpoch(1), PartitionEpoch(1), &ids(&[B1])),
+        Err(ControllerError::UnknownLeaderEpoch { .. })
+    ));
+    assert!(matches!(
+        c.alter_partition("t", 0, B2, LeaderEpoch(0), PartitionEpoch(1), &ids(&[B2])),
+        Err(ControllerError::NotLeader { .. })
+    ));
+    assert!(matches!(
+        c.alter_partition("t", 0, B1, LeaderEpoch(0), PartitionEpoch(1), &ids(&[B2])),
+        Err(ControllerError::InvalidIsr(_))
+    ));
+    assert!(matches!(
+        c.alter_partition("t", 0, B1, LeaderEpoch(0), PartitionEpoch(1), &ids(&[B1, B1])),
+        Err(ControllerError::InvalidIsr(_))
+    ));
+    assert!(matches!(
+        c.alter_partition("t", 0, B1, LeaderEpoch(0), PartitionEpoch(1), &ids(&[B1, B4])),
+        Err(ControllerError::IneligibleReplica { replica: B4, .. })
+    ));
+    assert!(matches!(
+        c.alter_partition("t", 1, B1, LeaderEpoch(0), PartitionEpoch(1), &ids(&[B1])),
         Err(ControllerError::UnknownTopicOrPartition { .. })
     ));
     // Same set, other order: nothing changes.
-    assert_eq!(c.alter_partition("t", 0, 1, 0, 1, &ids(&[2, 1])).unwrap(), vec![]);
-    heartbeat_all_but(&mut c, &[3], 9_000);
+    assert_eq!(c.alter_partition("t", 0, B1, LeaderEpoch(0), PartitionEpoch(1), &ids(&[B2, B1])).unwrap(), vec![]);
+    heartbeat_all_but(&mut c, &[B3], 9_000);
     c.tick(9_001);
     assert!(matches!(
-        c.alter_partition("t", 0, 1, 0, 1, &ids(&[1, 2, 3])),
-        Err(ControllerError::IneligibleReplica { replica: 3, .. })
+        c.alter_partition("t", 0, B1, LeaderEpoch(0), PartitionEpoch(1), &ids(&[B1, B2, B3])),
+        Err(ControllerError::IneligibleReplica { replica: B3, .. })
     ));
     // After a leader change the old leader's epoch is fenced. (The controller ticks
     // every second: a longer gap would be its own pause, which fences nobody.)
     for now in (10_001..18_000).step_by(1_000) {
-        heartbeat_all_but(&mut c, &[1, 3], now);
+        heartbeat_all_but(&mut c, &[B1, B3], now);
         c.tick(now);
     }
-    heartbeat_all_but(&mut c, &[1, 3], 18_000);
+    heartbeat_all_but(&mut c, &[B1, B3], 18_000);
     c.tick(18_002);
     let s = c.partition_state("t", 0).unwrap().clone();
-    assert_eq!(s.leader, 2);
+    assert_eq!(s.leader, B2);
     assert!(matches!(
-        c.alter_partition("t", 0, 1, 0, 1, &ids(&[1, 2])),
-        Err(ControllerError::FencedLeaderEpoch { request: 0, current: 1 })
+        c.alter_partition("t", 0, B1, LeaderEpoch(0), PartitionEpoch(1), &ids(&[B1, B2])),
+        Err(ControllerError::FencedLeaderEpoch { request: LeaderEpoch(0), current: LeaderEpoch(1) })
     ));
 }
 
@@ -815,30 +846,30 @@ fn alter_partition_rejects_stale_and_ineligible_requests() {
 /// have lost what that incarnation fetched), and accepts its current registration.
 #[test]
 fn alter_partition_refuses_a_member_from_a_previous_incarnation() {
-    let mut c = cluster(&[1, 2, 3], false);
-    c.create_topic_with_assignment("t", Uuid::from_u128(1), vec![vec![1, 2, 3]], BTreeMap::new()).unwrap();
-    let epoch = |c: &Controller, id: i32| c.broker_epoch(id).unwrap();
-    let (e1, e2, e3) = (epoch(&c, 1), epoch(&c, 2), epoch(&c, 3));
-    c.alter_partition("t", 0, 1, 0, 0, &[(1, e1), (2, e2)]).unwrap();
+    let mut c = cluster(&[B1, B2, B3], false);
+    c.create_topic_with_assignment("t", Uuid::from_u128(1), vec![vec![B1, B2, B3]], BTreeMap::new()).unwrap();
+    let epoch = |c: &Controller, id: NodeId| c.broker_epoch(id).unwrap();
+    let (e1, e2, e3) = (epoch(&c, B1), epoch(&c, B2), epoch(&c, B3));
+    c.alter_partition("t", 0, B1, LeaderEpoch(0), PartitionEpoch(0), &[(B1, e1), (B2, e2)]).unwrap();
     // 3 restarts: its new incarnation registers with a new broker epoch.
-    c.register_broker(3, Endpoint::new("127.0.0.1", 9093), None, 4, 1_000).unwrap();
-    let e3_new = epoch(&c, 3);
+    c.register_broker(B3, Endpoint::new("127.0.0.1", 9093), None, 4, 1_000).unwrap();
+    let e3_new = epoch(&c, B3);
     assert!(e3_new > e3);
     let pe = c.partition_state("t", 0).unwrap().partition_epoch;
     assert!(matches!(
-        c.alter_partition("t", 0, 1, 0, pe, &[(1, e1), (2, e2), (3, e3)]),
-        Err(ControllerError::IneligibleReplica { replica: 3, .. })
+        c.alter_partition("t", 0, B1, LeaderEpoch(0), pe, &[(B1, e1), (B2, e2), (B3, e3)]),
+        Err(ControllerError::IneligibleReplica { replica: B3, .. })
     ));
     assert!(
         matches!(
-            c.alter_partition("t", 0, 1, 0, pe, &[(1, e1), (2, e2 + 1), (3, e3_new)]),
-            Err(ControllerError::IneligibleReplica { replica: 2, .. })
+            c.alter_partition("t", 0, B1, LeaderEpoch(0), pe, &[(B1, e1), (B2, BrokerEpoch(e2.0 + 1)), (B3, e3_new)]),
+            Err(ControllerError::IneligibleReplica { replica: B2, .. })
         ),
         "every member is checked, not only the added one"
     );
-    assert_eq!(c.partition_state("t", 0).unwrap().isr, vec![1, 2], "refusals change nothing");
-    c.alter_partition("t", 0, 1, 0, pe, &[(1, NO_BROKER_EPOCH), (2, e2), (3, e3_new)]).unwrap();
-    assert_eq!(c.partition_state("t", 0).unwrap().isr, vec![1, 2, 3]);
+    assert_eq!(c.partition_state("t", 0).unwrap().isr, vec![B1, B2], "refusals change nothing");
+    c.alter_partition("t", 0, B1, LeaderEpoch(0), pe, &[(B1, NO_BROKER_EPOCH), (B2, e2), (B3, e3_new)]).unwrap();
+    assert_eq!(c.partition_state("t", 0).unwrap().isr, vec![B1, B2, B3]);
 }
 
 #[test]
@@ -853,7 +884,7 @@ fn controller_epoch_only_grows() {
 
 #[test]
 fn create_partitions_continues_the_assignment() {
-    let mut c = cluster(&[1, 2, 3], false);
+    let mut c = cluster(&[B1, B2, B3], false);
     c.create_topic("t", Uuid::from_u128(1), 2, 2, BTreeMap::new(), &mut zero()).unwrap();
     let changes = c.create_partitions("t", 5, &mut zero()).unwrap();
     assert!(
@@ -863,7 +894,7 @@ fn create_partitions_continues_the_assignment() {
     let t = c.topic("t").unwrap();
     assert_eq!(t.partitions.len(), 5);
     // Kafka's placement with start index 0 and shift 0 over brokers 1, 2, 3.
-    assert_eq!(t.assignment, vec![vec![1, 2], vec![2, 3], vec![3, 1], vec![1, 3], vec![2, 1]]);
+    assert_eq!(t.assignment, vec![vec![B1, B2], vec![B2, B3], vec![B3, B1], vec![B1, B3], vec![B2, B1]]);
     assert!(matches!(c.create_partitions("t", 5, &mut zero()), Err(ControllerError::InvalidPartitions(5))));
     assert!(matches!(c.create_partitions("nope", 5, &mut zero()), Err(ControllerError::UnknownTopic(_))));
     let ch = c.delete_topic("t").unwrap();
@@ -879,8 +910,8 @@ fn create_partitions_continues_the_assignment() {
 fn broker_partitions_max_refuses_what_a_broker_cannot_host() {
     let mut c = Controller::new(ControllerConfig { broker_partitions_max: 10, ..ControllerConfig::default() });
     c.becomes_active(1).unwrap();
-    for id in [1, 2] {
-        c.register_broker(id, Endpoint::new("127.0.0.1", 9090 + id as u16), None, 4, 0).unwrap();
+    for id in [B1, B2] {
+        c.register_broker(id, Endpoint::new("127.0.0.1", 9090 + id.0 as u16), None, 4, 0).unwrap();
     }
     // RF 2 over 2 brokers: 10 partitions put 10 replicas on each, the most allowed.
     c.create_topic("fits", Uuid::from_u128(1), 10, 2, BTreeMap::new(), &mut zero()).unwrap();
@@ -902,15 +933,15 @@ fn broker_partitions_max_refuses_what_a_broker_cannot_host() {
 /// is really gone is fenced one session timeout after the pause.
 #[test]
 fn a_pause_of_the_controller_fences_nobody_and_a_dead_broker_a_session_later() {
-    let mut c = cluster(&[1, 2, 3], false);
+    let mut c = cluster(&[B1, B2, B3], false);
     let session = c.config().broker_session_timeout_ms;
-    c.create_topic_with_assignment("t", Uuid::from_u128(1), vec![vec![1, 2, 3]], BTreeMap::new()).unwrap();
+    c.create_topic_with_assignment("t", Uuid::from_u128(1), vec![vec![B1, B2, B3]], BTreeMap::new()).unwrap();
     heartbeat_all_but(&mut c, &[], 1_000);
     assert!(c.tick(1_000).is_empty());
     assert_eq!(c.take_pause(), None);
     // Stalled from 1,000 to 1,000 + 3 sessions; the heartbeats that came at 1,500 are
     // processed after it. Broker 1 died during the pause.
-    heartbeat_all_but(&mut c, &[1], 1_500);
+    heartbeat_all_but(&mut c, &[B1], 1_500);
     let resumed = 1_000 + 3 * session;
     assert!(c.tick(resumed).is_empty(), "fenced for the controller's own pause");
     assert_eq!(c.take_pause(), Some(3 * session));
@@ -920,9 +951,9 @@ fn a_pause_of_the_controller_fences_nobody_and_a_dead_broker_a_session_later() {
     let mut now = resumed;
     let fenced_at = loop {
         now += 1_000;
-        heartbeat_all_but(&mut c, &[1], now);
+        heartbeat_all_but(&mut c, &[B1], now);
         let changes = c.tick(now);
-        if changes.contains(&Change::BrokerFenced { id: 1, reason: FenceReason::SessionExpired }) {
+        if changes.contains(&Change::BrokerFenced { id: B1, reason: FenceReason::SessionExpired }) {
             break now;
         }
         assert!(!changes.iter().any(|ch| matches!(ch, Change::BrokerFenced { .. })), "{changes:?}");

@@ -111,19 +111,21 @@ use std::collections::{BTreeMap, BinaryHeap, VecDeque};
 use std::rc::Rc;
 
 use spate::coordinator::controller::{Change, Controller, ControllerConfig, Endpoint, PartitionState, NO_LEADER};
-use spate::log::leader_epoch::LeaderEpochCache;
-use spate::model::{ProducerEpoch, ProducerId};
+use spate::log::leader_epoch::{LeaderEpochCache, UNDEFINED_EPOCH};
+use spate::model::{BrokerEpoch, LeaderEpoch, NodeId, PartitionEpoch, ProducerEpoch, ProducerId};
 use spate::replication::{
     truncation_offset, AckError, Answers, AppendRefusal, FetchRefusal, FollowerFetchError, FollowerLog, FollowerStep,
-    IsrOutcome, IsrProposal, OutOfRange, Role, RoleError, Truncation, NO_BROKER_EPOCH, UNDEFINED_EPOCH,
-    UNDEFINED_OFFSET,
+    IsrOutcome, IsrProposal, OutOfRange, Role, RoleError, Truncation, NO_BROKER_EPOCH, UNDEFINED_OFFSET,
 };
 use spate::txn::producer_state::{increment_sequence, ProducerBatch, ProducerStateError, ProducerStates, Verdict};
 use uuid::Uuid;
 
 // ---- Knobs ----
 
-const BROKER_IDS: [i32; 3] = [1, 2, 3];
+const BROKER_IDS: [NodeId; 3] = [B1, B2, B3];
+const B1: NodeId = NodeId(1);
+const B2: NodeId = NodeId(2);
+const B3: NodeId = NodeId(3);
 const TOPIC: &str = "t";
 const MIN_INSYNC_REPLICAS: usize = 2;
 const SESSION_TIMEOUT_MS: u64 = 2_000;
@@ -514,7 +516,7 @@ fn end_offset_for(epochs: &[(i32, i64)], requested: i32, leo: i64) -> (i32, i64)
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Node {
     Controller,
-    Broker(i32),
+    Broker(NodeId),
     Client,
 }
 
@@ -546,8 +548,8 @@ impl From<ProducerStateError> for Refusal {
 #[derive(Debug)]
 struct Snapshot {
     seq: u64,
-    registration_epochs: BTreeMap<i32, i64>,
-    assignment: Vec<Vec<i32>>,
+    registration_epochs: BTreeMap<NodeId, BrokerEpoch>,
+    assignment: Vec<Vec<NodeId>>,
     partitions: Vec<PartitionState>,
 }
 
@@ -561,18 +563,61 @@ struct Fetched {
 /// `Produce::batch`: the idempotent producer's batch header (None: the plain producer).
 #[derive(Debug, Clone)]
 enum Body {
-    Register { incarnation: u32 },
-    Registered { incarnation: u32, registration_epoch: i64 },
-    Heartbeat { registration_epoch: i64 },
+    Register {
+        incarnation: u32,
+    },
+    Registered {
+        incarnation: u32,
+        registration_epoch: BrokerEpoch,
+    },
+    Heartbeat {
+        registration_epoch: BrokerEpoch,
+    },
     Snapshot(Rc<Snapshot>),
-    AlterPartition { req: u64, partition: usize, leader_epoch: i32, partition_epoch: i32, new_isr: Vec<(i32, i64)> },
-    AlterPartitionAnswer { req: u64, result: Result<(Vec<i32>, i32), String> },
-    EpochQuery { req: u64, partition: usize, current_leader_epoch: i32, leader_epoch: i32 },
-    EpochAnswer { req: u64, partition: usize, result: Result<(i32, i64), Refusal> },
-    Fetch { req: u64, partition: usize, current_leader_epoch: i32, broker_epoch: i64, fetch_offset: i64 },
-    FetchAnswer { req: u64, partition: usize, result: Result<Fetched, Refusal> },
-    Produce { req: u64, partition: usize, ids: Vec<u64>, batch: Option<ProducerBatch> },
-    ProduceAnswer { req: u64, result: Result<(i64, i32), Refusal> },
+    AlterPartition {
+        req: u64,
+        partition: usize,
+        leader_epoch: LeaderEpoch,
+        partition_epoch: PartitionEpoch,
+        new_isr: Vec<(NodeId, BrokerEpoch)>,
+    },
+    AlterPartitionAnswer {
+        req: u64,
+        result: Result<(Vec<NodeId>, PartitionEpoch), String>,
+    },
+    EpochQuery {
+        req: u64,
+        partition: usize,
+        current_leader_epoch: LeaderEpoch,
+        leader_epoch: LeaderEpoch,
+    },
+    EpochAnswer {
+        req: u64,
+        partition: usize,
+        result: Result<(LeaderEpoch, i64), Refusal>,
+    },
+    Fetch {
+        req: u64,
+        partition: usize,
+        current_leader_epoch: LeaderEpoch,
+        broker_epoch: BrokerEpoch,
+        fetch_offset: i64,
+    },
+    FetchAnswer {
+        req: u64,
+        partition: usize,
+        result: Result<Fetched, Refusal>,
+    },
+    Produce {
+        req: u64,
+        partition: usize,
+        ids: Vec<u64>,
+        batch: Option<ProducerBatch>,
+    },
+    ProduceAnswer {
+        req: u64,
+        result: Result<(i64, i32), Refusal>,
+    },
 }
 
 struct Msg {
@@ -613,7 +658,7 @@ enum Cut {
 struct Net {
     queue: BinaryHeap<Msg>,
     seq: u64,
-    isolated: Option<(i32, Cut)>,
+    isolated: Option<(NodeId, Cut)>,
 }
 
 impl Net {
@@ -636,7 +681,7 @@ struct FetchIo {
     /// (request, sent at) of the one request in flight.
     inflight: Option<(u64, u64)>,
     /// The epoch the OffsetForLeaderEpoch in flight asks about.
-    asked_epoch: i32,
+    asked_epoch: LeaderEpoch,
     next_ms: u64,
 }
 
@@ -669,7 +714,7 @@ impl Replica {
         self.machine.high_watermark(self.log.leo())
     }
 
-    fn role_epoch(&self) -> Option<i32> {
+    fn role_epoch(&self) -> Option<LeaderEpoch> {
         match self.machine.role() {
             Role::Leader(l) => Some(l.leader_epoch()),
             Role::Follower(f) => Some(f.leader_epoch),
@@ -677,7 +722,7 @@ impl Replica {
         }
     }
 
-    fn follower_log(&self, latest_epoch: Option<i32>) -> FollowerLog {
+    fn follower_log(&self, latest_epoch: Option<LeaderEpoch>) -> FollowerLog {
         // No retention here: every log starts at 0.
         FollowerLog {
             log_end_offset: self.log.leo(),
@@ -689,7 +734,7 @@ impl Replica {
 }
 
 /// `replica::deliver`: the machine's answers to acks=all produces go to the client.
-fn deliver(me: i32, answers: Answers<Waiter>, out: &mut Vec<(Node, Node, Body)>) {
+fn deliver(me: NodeId, answers: Answers<Waiter>, out: &mut Vec<(Node, Node, Body)>) {
     for (w, result) in answers {
         let result = match result {
             Ok(()) => Ok((w.base_offset, w.leader_epoch)),
@@ -709,10 +754,10 @@ fn refusal(e: RoleError) -> Refusal {
 }
 
 struct Broker {
-    id: i32,
+    id: NodeId,
     up: bool,
     incarnation: u32,
-    registration_epoch: Option<i64>,
+    registration_epoch: Option<BrokerEpoch>,
     snapshot_seq: u64,
     next_heartbeat_ms: u64,
     next_isr_check_ms: u64,
@@ -723,7 +768,7 @@ struct Broker {
 }
 
 impl Broker {
-    fn new(id: i32, partitions: usize, segment_records: i64) -> Self {
+    fn new(id: NodeId, partitions: usize, segment_records: i64) -> Self {
         Self {
             id,
             up: true,
@@ -787,7 +832,7 @@ impl IdempotentProducer {
 
 struct Client {
     snapshot_seq: u64,
-    leaders: Vec<i32>,
+    leaders: Vec<NodeId>,
     /// request -> (partition, record ids, sent at)
     inflight: BTreeMap<u64, (usize, Vec<u64>, u64)>,
     next_id: u64,
@@ -801,14 +846,14 @@ struct Client {
 
 enum Fault {
     Crash {
-        broker: i32,
+        broker: NodeId,
         restart_ms: u64,
         restarted: bool,
     },
     /// Cut off until `until_ms` (`healed`: the network is back); over once the controller
     /// has heard from the broker since.
     Isolate {
-        broker: i32,
+        broker: NodeId,
         until_ms: u64,
         healed: bool,
     },
@@ -820,13 +865,13 @@ struct History {
     /// Per partition: every record that was ever below some replica's high watermark.
     committed: Vec<Vec<Record>>,
     /// (partition, leader epoch) -> the broker that acted as its leader.
-    leaders: BTreeMap<(usize, i32), i32>,
+    leaders: BTreeMap<(usize, LeaderEpoch), NodeId>,
     /// (broker, partition) -> the highest leader epoch it acted on.
-    role_epochs: BTreeMap<(i32, usize), i32>,
+    role_epochs: BTreeMap<(NodeId, usize), LeaderEpoch>,
     /// (broker, incarnation, partition, leader epoch) -> its high watermark as leader.
-    leader_hws: BTreeMap<(i32, u32, usize, i32), i64>,
+    leader_hws: BTreeMap<(NodeId, u32, usize, LeaderEpoch), i64>,
     /// Per partition: the controller's (leader epoch, partition epoch).
-    controller_epochs: Vec<(i32, i32)>,
+    controller_epochs: Vec<(LeaderEpoch, PartitionEpoch)>,
     acked: Vec<(usize, i64, Record)>,
     /// Per partition: what of the committed log the idempotence checks have seen, the
     /// record ids in it, and the producer's last complete batch in it.
@@ -843,9 +888,9 @@ struct Sim {
     now_ms: u64,
     controller: Controller,
     /// The incarnation whose registration the controller processed, per broker.
-    registered: BTreeMap<i32, u32>,
+    registered: BTreeMap<NodeId, u32>,
     /// When the controller last processed a registration or heartbeat, per broker.
-    heard_ms: BTreeMap<i32, u64>,
+    heard_ms: BTreeMap<NodeId, u64>,
     snapshot_seq: u64,
     next_snapshot_ms: u64,
     brokers: Vec<Broker>,
@@ -861,12 +906,12 @@ struct Sim {
     violations: Vec<String>,
 }
 
-fn index(id: i32) -> usize {
+fn index(id: NodeId) -> usize {
     BROKER_IDS.iter().position(|b| *b == id).expect("a known broker")
 }
 
 impl Sim {
-    fn new(mut rng: Rng, knobs: Knobs, assignment: Vec<Vec<i32>>) -> Self {
+    fn new(mut rng: Rng, knobs: Knobs, assignment: Vec<Vec<NodeId>>) -> Self {
         assert_eq!(assignment.len(), knobs.partitions);
         let config = ControllerConfig {
             broker_session_timeout_ms: SESSION_TIMEOUT_MS,
@@ -878,7 +923,7 @@ impl Sim {
         let mut brokers = Vec::new();
         let mut registered = BTreeMap::new();
         for &id in &BROKER_IDS {
-            controller.register_broker(id, Endpoint::new("sim", 9000 + id as u16), None, 1, 0).expect("register");
+            controller.register_broker(id, Endpoint::new("sim", 9000 + id.0 as u16), None, 1, 0).expect("register");
             let mut b = Broker::new(id, knobs.partitions, knobs.segment_records);
             b.registration_epoch = controller.broker_epoch(id);
             b.next_heartbeat_ms = rng.below(HEARTBEAT_INTERVAL_MS);
@@ -922,7 +967,7 @@ impl Sim {
                 idempotence_checked: vec![0; partitions],
                 committed_ids: vec![Default::default(); partitions],
                 committed_last_batch: vec![None; partitions],
-                controller_epochs: vec![(0, 0); partitions],
+                controller_epochs: vec![(LeaderEpoch(0), PartitionEpoch(0)); partitions],
                 ..History::default()
             },
             violations: Vec::new(),
@@ -1099,7 +1144,7 @@ impl Sim {
 
     /// The broker dies: its state goes, its log keeps what it synced (or everything),
     /// its connections (messages in flight) die with it.
-    fn crash(&mut self, id: i32, lossy: bool) {
+    fn crash(&mut self, id: NodeId, lossy: bool) {
         let b = &mut self.brokers[index(id)];
         assert!(b.up, "crash of a broker already down");
         b.up = false;
@@ -1124,7 +1169,7 @@ impl Sim {
     }
 
     /// A new incarnation starts; it registers before it acts on any metadata.
-    fn restart(&mut self, id: i32) {
+    fn restart(&mut self, id: NodeId) {
         let now = self.now_ms;
         let b = &mut self.brokers[index(id)];
         assert!(!b.up, "restart of a running broker");
@@ -1190,7 +1235,7 @@ impl Sim {
                     assert!(incarnation > self.registered[&b], "registration from an old incarnation");
                     let changes = self
                         .controller
-                        .register_broker(b, Endpoint::new("sim", 9000 + b as u16), None, 1, now)
+                        .register_broker(b, Endpoint::new("sim", 9000 + b.0 as u16), None, 1, now)
                         .expect("register");
                     self.registered.insert(b, incarnation);
                     self.controller_changed(changes);
@@ -1260,8 +1305,11 @@ impl Sim {
             }
             Body::EpochQuery { req, partition, current_leader_epoch, leader_epoch } => {
                 let r = &mut b.replicas[partition];
-                let result =
-                    r.machine.leader(current_leader_epoch).map_err(refusal).map(|_| r.log.end_offset_for(leader_epoch));
+                // `PartitionOp::EpochEndOffset`: the log answers in its own (i32) epochs.
+                let result = r.machine.leader(current_leader_epoch).map_err(refusal).map(|_| {
+                    let (epoch, end) = r.log.end_offset_for(leader_epoch.0);
+                    (LeaderEpoch(epoch), end)
+                });
                 self.send(Node::Broker(b.id), from, Body::EpochAnswer { req, partition, result });
             }
             Body::EpochAnswer { req, partition, result } => self.on_epoch_answer(b, partition, req, result),
@@ -1288,7 +1336,7 @@ impl Sim {
     }
 
     /// `Shard::set_role`: the replica machine takes the controller's state.
-    fn refresh_role(&mut self, b: &mut Broker, p: usize, replicas: &[i32], state: &PartitionState) {
+    fn refresh_role(&mut self, b: &mut Broker, p: usize, replicas: &[NodeId], state: &PartitionState) {
         let (me, now) = (b.id, self.now_ms);
         let r = &mut b.replicas[p];
         let leo = r.log.leo();
@@ -1296,7 +1344,7 @@ impl Sim {
         let change =
             r.machine.on_partition_state(me, Some((replicas, state)), leo, 0, now as i64, REPLICA_LAG_TIME_MAX_MS);
         if let Some(epoch) = change.record_leader_epoch {
-            if let Err(e) = r.log.assign_leader_epoch(epoch) {
+            if let Err(e) = r.log.assign_leader_epoch(epoch.0) {
                 self.violation(format!("b{me} p{p}: {e}"));
             }
         }
@@ -1379,7 +1427,7 @@ impl Sim {
         b: &mut Broker,
         p: usize,
         proposal: &IsrProposal,
-        result: Result<(Vec<i32>, i32), Option<String>>,
+        result: Result<(Vec<NodeId>, PartitionEpoch), Option<String>>,
     ) {
         let refusals = self.knobs.refusals;
         let me = b.id;
@@ -1431,7 +1479,7 @@ impl Sim {
             return;
         }
         // Before KIP-101 (the scripted `kip101_*` tests) a follower had no epochs to ask.
-        let latest = if rule == Rule::HighWatermark { None } else { r.log.latest_epoch() };
+        let latest = if rule == Rule::HighWatermark { None } else { r.log.latest_epoch().map(LeaderEpoch) };
         let log = r.follower_log(latest);
         let f = r.machine.follower_mut(leader, current_leader_epoch).expect("follows");
         match f.step(now as i64, &log) {
@@ -1462,7 +1510,7 @@ impl Sim {
     }
 
     /// `Shard::replica_truncate`, checking that no committed record it holds goes.
-    fn truncate_follower(&mut self, me: i32, p: usize, r: &mut Replica, offset: i64) {
+    fn truncate_follower(&mut self, me: NodeId, p: usize, r: &mut Replica, offset: i64) {
         let leo = r.log.leo();
         if offset < leo {
             let committed = &self.hist.committed[p];
@@ -1494,7 +1542,7 @@ impl Sim {
 
     /// The fetcher's `truncate`: one OffsetForLeaderEpoch round, decided by the machine
     /// (`Shard::follower_epoch_answer`).
-    fn on_epoch_answer(&mut self, b: &mut Broker, p: usize, req: u64, result: Result<(i32, i64), Refusal>) {
+    fn on_epoch_answer(&mut self, b: &mut Broker, p: usize, req: u64, result: Result<(LeaderEpoch, i64), Refusal>) {
         let (me, now, rule) = (b.id, self.now_ms, self.knobs.rule);
         let r = &mut b.replicas[p];
         if r.machine.follower().is_none() || r.io.inflight.map(|(q, _)| q) != Some(req) {
@@ -1510,21 +1558,21 @@ impl Sim {
             }
         };
         let epoch = r.io.asked_epoch;
-        let log = r.follower_log(r.log.latest_epoch());
+        let log = r.follower_log(r.log.latest_epoch().map(LeaderEpoch));
         let (leo, hw) = (log.log_end_offset, log.high_watermark);
         let Truncation { offset, done } = match rule {
             Rule::Epoch => {
                 let f = r.machine.follower().expect("checked above");
-                f.on_epoch_answer(epoch, (answer_epoch, answer_end), &log, |e| r.log.end_offset_for(e).1)
+                f.on_epoch_answer(epoch, (answer_epoch, answer_end), &log, |e| r.log.end_offset_for(e.0).1)
             }
             // KIP-101 as first shipped (the scripted `kip279_*` tests): no second round.
-            Rule::Kip101Only if answer_epoch == UNDEFINED_EPOCH || answer_end == UNDEFINED_OFFSET => {
+            Rule::Kip101Only if answer_epoch == LeaderEpoch::UNDEFINED || answer_end == UNDEFINED_OFFSET => {
                 Truncation { offset: hw.min(leo), done: true }
             }
             Rule::Kip101Only => Truncation { offset: answer_end.min(leo), done: true },
             Rule::HighWatermark => unreachable!("no OffsetForLeaderEpoch before KIP-101"),
         };
-        if answer_epoch >= 0 && answer_epoch < epoch {
+        if answer_epoch.get() >= 0 && answer_epoch < epoch {
             self.count("older epoch answers");
         }
         self.note(format!(
@@ -1545,8 +1593,8 @@ impl Sim {
         from: Node,
         req: u64,
         p: usize,
-        current_leader_epoch: i32,
-        broker_epoch: i64,
+        current_leader_epoch: LeaderEpoch,
+        broker_epoch: BrokerEpoch,
         offset: i64,
     ) {
         let Node::Broker(follower) = from else { return };
@@ -1590,7 +1638,7 @@ impl Sim {
             Err(Refusal::OffsetOutOfRange) => {
                 // `Shard::follower_out_of_range` with the leader's log start, which is 0
                 // here (no retention): never below it, so truncate by epoch again.
-                let log = r.follower_log(r.log.latest_epoch());
+                let log = r.follower_log(r.log.latest_epoch().map(LeaderEpoch));
                 let f = r.machine.follower().expect("follows");
                 match f.on_out_of_range(0, &log) {
                     OutOfRange::StartOver(start) => {
@@ -1638,8 +1686,9 @@ impl Sim {
             AppendRefusal::NotEnoughReplicas { .. } => Refusal::NotEnoughReplicas,
             AppendRefusal::NotLeader => Refusal::NotLeader,
         });
+        // The epoch the leader stamps into the batch header (the log's i32).
         let leader_epoch = match leader_epoch {
-            Ok(e) => e,
+            Ok(e) => e.0,
             Err(e) => {
                 self.send(Node::Broker(me), Node::Client, Body::ProduceAnswer { req, result: Err(e) });
                 return;
@@ -2160,7 +2209,7 @@ fn run_seed(seed: u64, as_spate: AsSpate) -> Result<Summary, String> {
         segment_records: 4 + segment_rng.below(60) as i64,
         ..Knobs::random(&mut rng)
     };
-    let assignment: Vec<Vec<i32>> = (0..knobs.partitions)
+    let assignment: Vec<Vec<NodeId>> = (0..knobs.partitions)
         .map(|_| {
             let mut replicas = BROKER_IDS.to_vec();
             for i in (1..replicas.len()).rev() {
@@ -2320,16 +2369,17 @@ impl Sim {
         self.filter = Some(Box::new(f));
     }
 
-    fn ids(&self, id: i32) -> Vec<(i32, u64)> {
+    /// (leader epoch in the batch header, record id) of each record of `id`'s log.
+    fn ids(&self, id: NodeId) -> Vec<(i32, u64)> {
         self.brokers[index(id)].replicas[P0].log.records.iter().map(|r| (r.leader_epoch, r.id)).collect()
     }
 
-    fn leads(&self, id: i32, epoch: i32) -> bool {
+    fn leads(&self, id: NodeId, epoch: LeaderEpoch) -> bool {
         let b = &self.brokers[index(id)];
         b.up && matches!(b.replicas[P0].machine.role(), Role::Leader(l) if l.leader_epoch() == epoch)
     }
 
-    fn truncated_as_follower(&self, id: i32, epoch: i32) -> bool {
+    fn truncated_as_follower(&self, id: NodeId, epoch: LeaderEpoch) -> bool {
         matches!(self.brokers[index(id)].replicas[P0].machine.role(), Role::Follower(f) if f.leader_epoch == epoch && f.truncated())
     }
 
@@ -2337,12 +2387,12 @@ impl Sim {
         self.hist.acked.iter().any(|(_, _, r)| r.id == id)
     }
 
-    fn is_registered(&self, id: i32) -> bool {
+    fn is_registered(&self, id: NodeId) -> bool {
         let b = &self.brokers[index(id)];
         b.up && b.registration_epoch.is_some() && self.registered[&id] == b.incarnation
     }
 
-    fn isr(&self) -> Vec<i32> {
+    fn isr(&self) -> Vec<NodeId> {
         self.controller.partition_state(TOPIC, P0 as i32).expect("partition").isr.clone()
     }
 
@@ -2364,7 +2414,7 @@ impl Sim {
     }
 }
 
-fn is_fetch_from(body: &Body, from: Node, who: &[i32]) -> bool {
+fn is_fetch_from(body: &Body, from: Node, who: &[NodeId]) -> bool {
     matches!(body, Body::Fetch { .. }) && who.iter().any(|id| from == Node::Broker(*id))
 }
 
@@ -2380,26 +2430,26 @@ fn kip101_scenario(rule: Rule) -> Result<Sim, String> {
     let m1 = sim.produce(P0, 1)[0];
     sim.run_until("m1 acked", 500, |s| s.is_acked(m1))?;
     sim.set_filter(|_, to, body| {
-        matches!(body, Body::FetchAnswer { result: Ok(f), .. } if f.high_watermark >= 2) && to != Node::Broker(1)
+        matches!(body, Body::FetchAnswer { result: Ok(f), .. } if f.high_watermark >= 2) && to != Node::Broker(B1)
     });
     let m2 = sim.produce(P0, 1)[0];
     sim.run_until("m2 acked", 500, |s| s.is_acked(m2))?;
-    for id in [2, 3] {
+    for id in [B2, B3] {
         let r = &sim.brokers[index(id)].replicas[P0];
         assert_eq!((r.log.leo(), r.high_watermark()), (2, 1), "b{id} has m2 but not the high watermark that covers it");
     }
     // What a follower that truncates to its high watermark keeps: m1 only.
-    assert_eq!(truncation_offset(2, 1, None, (UNDEFINED_EPOCH, UNDEFINED_OFFSET), |_| 2), 1);
+    assert_eq!(truncation_offset(2, 1, None, (LeaderEpoch::UNDEFINED, UNDEFINED_OFFSET), |_| 2), 1);
 
-    sim.set_filter(|from, _, body| is_fetch_from(body, from, &[1, 3]));
-    sim.crash(1, false);
-    sim.run_until("2 leads epoch 1", 3_000, |s| s.leads(2, 1))?;
-    sim.run_until("3 truncated", 500, |s| s.truncated_as_follower(3, 1))?;
-    sim.restart(1);
-    sim.run_until("1 registered", 500, |s| s.is_registered(1))?;
-    sim.crash(2, false);
-    sim.run_until("3 leads epoch 2", 3_000, |s| s.leads(3, 2))?;
-    sim.restart(2);
+    sim.set_filter(|from, _, body| is_fetch_from(body, from, &[B1, B3]));
+    sim.crash(B1, false);
+    sim.run_until("2 leads epoch 1", 3_000, |s| s.leads(B2, LeaderEpoch(1)))?;
+    sim.run_until("3 truncated", 500, |s| s.truncated_as_follower(B3, LeaderEpoch(1)))?;
+    sim.restart(B1);
+    sim.run_until("1 registered", 500, |s| s.is_registered(B1))?;
+    sim.crash(B2, false);
+    sim.run_until("3 leads epoch 2", 3_000, |s| s.leads(B3, LeaderEpoch(2)))?;
+    sim.restart(B2);
     sim.converged_to(&[(0, m1), (0, m2)])?;
     Ok(sim)
 }
@@ -2407,7 +2457,7 @@ fn kip101_scenario(rule: Rule) -> Result<Sim, String> {
 #[test]
 fn kip101_truncation_by_leader_epoch_keeps_an_acknowledged_record() {
     let sim = kip101_scenario(Rule::Epoch).unwrap_or_else(|e| panic!("{e}"));
-    assert_eq!(sim.ids(3)[1].1, sim.hist.acked[1].2.id);
+    assert_eq!(sim.ids(B3)[1].1, sim.hist.acked[1].2.id);
 }
 
 #[test]
@@ -2428,31 +2478,31 @@ fn kip279_scenario(rule: Rule) -> Result<Sim, String> {
     sim.run_ms(300)?;
     let m1 = sim.produce(P0, 1)[0];
     sim.run_until("m1 acked", 500, |s| s.is_acked(m1))?;
-    sim.set_filter(|from, _, body| is_fetch_from(body, from, &[2]));
+    sim.set_filter(|from, _, body| is_fetch_from(body, from, &[B2]));
     let m2 = sim.produce(P0, 1)[0];
-    sim.run_until("m2 on 3", 500, |s| s.ids(3).len() == 2)?;
+    sim.run_until("m2 on 3", 500, |s| s.ids(B3).len() == 2)?;
 
     sim.set_filter(|from, to, body| {
-        is_fetch_from(body, from, &[2]) || (matches!(body, Body::Snapshot(_)) && to == Node::Broker(3))
+        is_fetch_from(body, from, &[B2]) || (matches!(body, Body::Snapshot(_)) && to == Node::Broker(B3))
     });
-    sim.crash(1, false);
-    sim.run_until("2 leads epoch 1", 3_000, |s| s.leads(2, 1) && s.client.leaders[P0] == 2)?;
+    sim.crash(B1, false);
+    sim.run_until("2 leads epoch 1", 3_000, |s| s.leads(B2, LeaderEpoch(1)) && s.client.leaders[P0] == B2)?;
     let m3 = sim.produce(P0, 1)[0];
-    sim.run_until("m3 on 2", 100, |s| s.ids(2).len() == 2)?;
+    sim.run_until("m3 on 2", 100, |s| s.ids(B2).len() == 2)?;
     sim.set_filter(|from, to, body| {
-        (matches!(body, Body::Snapshot(_)) && to == Node::Broker(3))
-            || (matches!(body, Body::Fetch { .. } | Body::EpochQuery { .. }) && from == Node::Broker(1))
+        (matches!(body, Body::Snapshot(_)) && to == Node::Broker(B3))
+            || (matches!(body, Body::Fetch { .. } | Body::EpochQuery { .. }) && from == Node::Broker(B1))
     });
-    sim.restart(1);
-    sim.run_until("1 registered", 500, |s| s.is_registered(1))?;
-    sim.crash(2, false);
+    sim.restart(B1);
+    sim.run_until("1 registered", 500, |s| s.is_registered(B1))?;
+    sim.crash(B2, false);
     sim.set_filter(|from, _, body| {
-        matches!(body, Body::Fetch { .. } | Body::EpochQuery { .. }) && from == Node::Broker(1)
+        matches!(body, Body::Fetch { .. } | Body::EpochQuery { .. }) && from == Node::Broker(B1)
     });
-    sim.run_until("3 leads epoch 2", 3_000, |s| s.leads(3, 2))?;
-    assert_eq!(sim.ids(3), vec![(0, m1), (0, m2)]);
-    assert_eq!(sim.ids(2), vec![(0, m1), (1, m3)], "2 diverged from 3 at offset 1, in an epoch 3 never had");
-    sim.restart(2);
+    sim.run_until("3 leads epoch 2", 3_000, |s| s.leads(B3, LeaderEpoch(2)))?;
+    assert_eq!(sim.ids(B3), vec![(0, m1), (0, m2)]);
+    assert_eq!(sim.ids(B2), vec![(0, m1), (1, m3)], "2 diverged from 3 at offset 1, in an epoch 3 never had");
+    sim.restart(B2);
     sim.converged_to(&[(0, m1), (0, m2)])?;
     assert!(sim.hist.counts.contains_key("older epoch answers"), "the leader answered an older epoch than asked");
     Ok(sim)
@@ -2484,20 +2534,20 @@ fn restarted_follower_scenario() -> Result<Sim, String> {
     }
     let ids = sim.produce(P0, 3);
     sim.run_until("records acked", 500, |s| ids.iter().all(|id| s.is_acked(*id)))?;
-    sim.crash(2, true);
-    assert!(sim.ids(2).is_empty(), "2 lost what it had not synced");
-    sim.run_until("2 out of the isr", 3_000, |s| s.isr() == [1, 3])?;
+    sim.crash(B2, true);
+    assert!(sim.ids(B2).is_empty(), "2 lost what it had not synced");
+    sim.run_until("2 out of the isr", 3_000, |s| s.isr() == [B1, B3])?;
     sim.run_ms(300)?;
     // 2's new incarnation is slow to fetch.
     sim.set_filter(|from, _, body| {
-        matches!(body, Body::Fetch { .. } | Body::EpochQuery { .. }) && from == Node::Broker(2)
+        matches!(body, Body::Fetch { .. } | Body::EpochQuery { .. }) && from == Node::Broker(B2)
     });
-    sim.restart(2);
-    sim.run_until("2 registered", 500, |s| s.is_registered(2))?;
-    if sim.run_until("2 back in the isr", 1_000, |s| s.isr().contains(&2)).is_ok() {
+    sim.restart(B2);
+    sim.run_until("2 registered", 500, |s| s.is_registered(B2))?;
+    if sim.run_until("2 back in the isr", 1_000, |s| s.isr().contains(&B2)).is_ok() {
         // 2 is in the ISR with an empty log. 1 dies; 2, first in the assignment, leads.
-        sim.crash(1, false);
-        sim.run_until("a new leader", 3_000, |s| s.leads(2, 1) || s.leads(3, 1))?;
+        sim.crash(B1, false);
+        sim.run_until("a new leader", 3_000, |s| s.leads(B2, LeaderEpoch(1)) || s.leads(B3, LeaderEpoch(1)))?;
         return Err(sim.report("2 rejoined the isr on the fetch offset of its previous incarnation"));
     }
     let acked: Vec<(i32, u64)> = ids.iter().map(|id| (0, *id)).collect();
@@ -2526,26 +2576,27 @@ fn restarted_catching_up_follower_scenario(as_spate: AsSpate) -> Result<Sim, Str
     }
     // 2 stops fetching and leaves the ISR; the records are acknowledged by 1 and 3.
     let from_2 = |from: Node, body: &Body| {
-        from == Node::Broker(2) && matches!(body, Body::Fetch { .. } | Body::EpochQuery { .. })
+        from == Node::Broker(B2) && matches!(body, Body::Fetch { .. } | Body::EpochQuery { .. })
     };
     sim.set_filter(move |from, _, body| from_2(from, body));
-    sim.run_until("2 out of the isr", 5_000, |s| s.isr() == [1, 3])?;
+    sim.run_until("2 out of the isr", 5_000, |s| s.isr() == [B1, B3])?;
     let ids = sim.produce(P0, 3);
     sim.run_until("records acked", 1_000, |s| ids.iter().all(|id| s.is_acked(*id)))?;
     // 2 catches up, but 1's AlterPartitions are lost.
-    let alter_from_1 = |from: Node, body: &Body| from == Node::Broker(1) && matches!(body, Body::AlterPartition { .. });
+    let alter_from_1 =
+        |from: Node, body: &Body| from == Node::Broker(B1) && matches!(body, Body::AlterPartition { .. });
     sim.set_filter(move |from, _, body| alter_from_1(from, body));
     sim.run_until("2 caught up", 1_000, |s| {
-        s.brokers[index(1)].replicas[P0].machine.leader_state().and_then(|l| l.follower_leo(2)) == Some(3)
+        s.brokers[index(B1)].replicas[P0].machine.leader_state().and_then(|l| l.follower_leo(B2)) == Some(3)
     })?;
-    sim.crash(2, true);
-    assert!(sim.ids(2).is_empty(), "2 lost what it had not synced");
+    sim.crash(B2, true);
+    assert!(sim.ids(B2).is_empty(), "2 lost what it had not synced");
     sim.set_filter(move |from, _, body| from_2(from, body) || alter_from_1(from, body));
-    sim.restart(2);
-    sim.run_until("2 registered", 3_000, |s| s.is_registered(2))?;
+    sim.restart(B2);
+    sim.run_until("2 registered", 3_000, |s| s.is_registered(B2))?;
     // 1's proposals reach the controller again; 2's new incarnation has not fetched.
     sim.set_filter(move |from, _, body| from_2(from, body));
-    if sim.run_until("2 back in the isr", 2_000, |s| s.isr().contains(&2)).is_ok() {
+    if sim.run_until("2 back in the isr", 2_000, |s| s.isr().contains(&B2)).is_ok() {
         return Err(sim.report("2 rejoined the isr on the fetch offset of its previous incarnation"));
     }
     sim.filter = None;
@@ -2581,10 +2632,10 @@ fn idempotent_retry_scenario(appends_retries: bool) -> Result<Sim, String> {
     let ids = sim.idempotent_batch(P0, 2);
     sim.run_until("the batch committed", 500, |s| s.hist.committed[P0].len() == 2)?;
     sim.filter = None;
-    sim.crash(1, false);
-    sim.run_until("2 leads epoch 1", 3_000, |s| s.leads(2, 1))?;
+    sim.crash(B1, false);
+    sim.run_until("2 leads epoch 1", 3_000, |s| s.leads(B2, LeaderEpoch(1)))?;
     sim.run_until("the retry acked", 6_000, |s| ids.iter().all(|id| s.is_acked(*id)))?;
-    sim.restart(1);
+    sim.restart(B1);
     sim.converged_to(&[(0, ids[0]), (0, ids[1])])?;
     Ok(sim)
 }

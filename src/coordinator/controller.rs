@@ -24,11 +24,11 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use uuid::Uuid;
 
-use crate::model::limits;
+use crate::model::{limits, BrokerEpoch, LeaderEpoch, NodeId, PartitionEpoch};
 use crate::replication::NO_BROKER_EPOCH;
 
 /// `leader` of a partition that has none (Kafka's `LeaderAndIsr.NoLeader`).
-pub const NO_LEADER: i32 = -1;
+pub const NO_LEADER: NodeId = NodeId::NONE;
 /// Kafka's `broker.session.timeout.ms` default.
 pub const BROKER_SESSION_TIMEOUT_MS_DEFAULT: u64 = 9_000;
 /// The largest replication factor a topic may ask for.
@@ -89,7 +89,7 @@ impl std::fmt::Display for Endpoint {
 /// A registered broker.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct BrokerInfo {
-    pub id: i32,
+    pub id: NodeId,
     pub endpoint: Endpoint,
     pub rack: Option<String>,
     /// Shards (cores) the broker runs.
@@ -99,7 +99,7 @@ pub struct BrokerInfo {
     pub fenced: bool,
     /// Grows with every registration in this cluster (Kafka's broker epoch): a broker that
     /// restarts gets a new one.
-    pub registration_epoch: i64,
+    pub registration_epoch: BrokerEpoch,
 }
 
 impl BrokerInfo {
@@ -113,12 +113,12 @@ impl BrokerInfo {
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct PartitionState {
     /// `NO_LEADER` when offline.
-    pub leader: i32,
-    pub leader_epoch: i32,
+    pub leader: NodeId,
+    pub leader_epoch: LeaderEpoch,
     /// In-sync replicas, in the order the controller keeps them (assignment order).
-    pub isr: Vec<i32>,
+    pub isr: Vec<NodeId>,
     /// +1 on every change of leader or ISR (Kafka's partition epoch / zk version).
-    pub partition_epoch: i32,
+    pub partition_epoch: PartitionEpoch,
     /// The controller epoch that last wrote this state.
     pub controller_epoch: i32,
 }
@@ -129,7 +129,7 @@ pub struct TopicInfo {
     pub name: String,
     pub topic_id: Uuid,
     /// `assignment[p]` = the replicas of partition `p`, the preferred leader first.
-    pub assignment: Vec<Vec<i32>>,
+    pub assignment: Vec<Vec<NodeId>>,
     /// Topic config overrides, Kafka's names (`retention.ms`, ...).
     pub configs: BTreeMap<String, String>,
     /// `partitions[p]` = the state of partition `p`.
@@ -167,21 +167,21 @@ pub enum Change {
     },
     /// A broker lost its leaderships and ISR places, for `reason`.
     BrokerFenced {
-        id: i32,
+        id: NodeId,
         reason: FenceReason,
     },
     BrokerUnfenced {
-        id: i32,
+        id: NodeId,
     },
     /// A broker left (controlled shutdown): remove `/brokers/ids/<id>`.
     BrokerUnregistered {
-        id: i32,
+        id: NodeId,
     },
     /// A new topic; a `PartitionChanged` for each of its partitions follows.
     TopicCreated {
         name: String,
         topic_id: Uuid,
-        assignment: Vec<Vec<i32>>,
+        assignment: Vec<Vec<NodeId>>,
         configs: BTreeMap<String, String>,
     },
     /// Partitions were added; `assignment` is the full new assignment (rewrite
@@ -190,7 +190,7 @@ pub enum Change {
         topic: String,
         topic_id: Uuid,
         first_new_partition: i32,
-        assignment: Vec<Vec<i32>>,
+        assignment: Vec<Vec<NodeId>>,
     },
     TopicDeleted {
         name: String,
@@ -218,25 +218,25 @@ pub enum ControllerError {
     #[error("invalid partition count {0}")]
     InvalidPartitions(i32),
     #[error("broker {broker} would host {replicas} partition replicas, above max.broker.partitions ({max})")]
-    BrokerPartitionsExceeded { broker: i32, replicas: usize, max: usize },
+    BrokerPartitionsExceeded { broker: NodeId, replicas: usize, max: usize },
     #[error("invalid replica assignment: {0}")]
     InvalidReplicaAssignment(String),
     #[error("broker {0} is not registered")]
-    UnknownBroker(i32),
+    UnknownBroker(NodeId),
     #[error("broker {broker} is not the leader of {topic}-{partition} (leader is {leader})")]
-    NotLeader { topic: String, partition: i32, broker: i32, leader: i32 },
+    NotLeader { topic: String, partition: i32, broker: NodeId, leader: NodeId },
     /// The request's leader epoch is older than the controller's (Kafka FENCED_LEADER_EPOCH).
     #[error("leader epoch {request} is fenced: current is {current}")]
-    FencedLeaderEpoch { request: i32, current: i32 },
+    FencedLeaderEpoch { request: LeaderEpoch, current: LeaderEpoch },
     /// The request's leader epoch is newer than the controller's (UNKNOWN_LEADER_EPOCH).
     #[error("leader epoch {request} is unknown: current is {current}")]
-    UnknownLeaderEpoch { request: i32, current: i32 },
+    UnknownLeaderEpoch { request: LeaderEpoch, current: LeaderEpoch },
     /// The request's partition epoch is not the current one (Kafka INVALID_UPDATE_VERSION).
     #[error("partition epoch {request} is stale: current is {current}")]
-    InvalidUpdateVersion { request: i32, current: i32 },
+    InvalidUpdateVersion { request: PartitionEpoch, current: PartitionEpoch },
     /// A proposed ISR member is not a live replica (Kafka INELIGIBLE_REPLICA).
     #[error("replica {replica} may not be in the ISR: {reason}")]
-    IneligibleReplica { replica: i32, reason: &'static str },
+    IneligibleReplica { replica: NodeId, reason: &'static str },
     #[error("invalid ISR: {0}")]
     InvalidIsr(String),
     #[error("controller epoch {request} is not above the current {current}")]
@@ -258,7 +258,7 @@ pub enum Election {
 /// A broker as placement sees it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PlacementBroker {
-    pub id: i32,
+    pub id: NodeId,
     pub rack: Option<String>,
 }
 
@@ -276,7 +276,7 @@ pub fn assign_replicas(
     start_partition: i32,
     start_index: usize,
     replica_shift: usize,
-) -> Result<Vec<Vec<i32>>, ControllerError> {
+) -> Result<Vec<Vec<NodeId>>, ControllerError> {
     if partitions < 0 {
         return Err(ControllerError::InvalidPartitions(partitions));
     }
@@ -300,7 +300,7 @@ pub fn assign_replicas(
     let mut out = Vec::with_capacity(partitions as usize);
 
     if !rack_aware {
-        let ids: Vec<i32> = sorted.iter().map(|b| b.id).collect();
+        let ids: Vec<NodeId> = sorted.iter().map(|b| b.id).collect();
         for p in start_partition..start_partition + partitions as usize {
             if p > 0 && p % n == 0 {
                 shift += 1;
@@ -314,15 +314,15 @@ pub fn assign_replicas(
         }
     } else {
         // Brokers alternating between racks: racks sorted by name, brokers by id in each.
-        let mut by_rack: BTreeMap<&str, Vec<i32>> = BTreeMap::new();
-        let mut rack_of: BTreeMap<i32, &str> = BTreeMap::new();
+        let mut by_rack: BTreeMap<&str, Vec<NodeId>> = BTreeMap::new();
+        let mut rack_of: BTreeMap<NodeId, &str> = BTreeMap::new();
         for b in &sorted {
             let rack = b.rack.as_deref().expect("rack-aware placement: every broker has a rack");
             by_rack.entry(rack).or_default().push(b.id);
             rack_of.insert(b.id, rack);
         }
         let rack_count = by_rack.len();
-        let mut iters: Vec<std::vec::IntoIter<i32>> = by_rack.into_values().map(|v| v.into_iter()).collect();
+        let mut iters: Vec<std::vec::IntoIter<NodeId>> = by_rack.into_values().map(|v| v.into_iter()).collect();
         let mut arranged = Vec::with_capacity(n);
         let mut r = 0;
         while arranged.len() < n {
@@ -361,7 +361,7 @@ pub fn assign_replicas(
     }
     for replicas in &out {
         assert_eq!(replicas.len(), rf);
-        let distinct: BTreeSet<&i32> = replicas.iter().collect();
+        let distinct: BTreeSet<&NodeId> = replicas.iter().collect();
         assert_eq!(distinct.len(), rf, "placement put two replicas on one broker: {replicas:?}");
     }
     Ok(out)
@@ -385,10 +385,10 @@ pub struct ControllerSnapshot {
 pub struct Controller {
     config: ControllerConfig,
     controller_epoch: i32,
-    brokers: BTreeMap<i32, BrokerInfo>,
+    brokers: BTreeMap<NodeId, BrokerInfo>,
     topics: BTreeMap<String, TopicInfo>,
     /// The last registration epoch handed out.
-    registration_epoch_last: i64,
+    registration_epoch_last: BrokerEpoch,
     /// When `tick` last ran the preferred leader election.
     preferred_checked_ms: u64,
     /// When `tick` last ran (0: never).
@@ -404,7 +404,7 @@ impl Controller {
             controller_epoch: 0,
             brokers: BTreeMap::new(),
             topics: BTreeMap::new(),
-            registration_epoch_last: 0,
+            registration_epoch_last: BrokerEpoch(0),
             preferred_checked_ms: 0,
             ticked_ms: 0,
             pause_ms: None,
@@ -428,7 +428,8 @@ impl Controller {
     /// A read-only copy of the active controller, built from its snapshot (on brokers
     /// that are not the active coordinator; they answer Metadata from it).
     pub fn from_snapshot(config: ControllerConfig, snapshot: ControllerSnapshot) -> Self {
-        let registration_epoch_last = snapshot.brokers.iter().map(|b| b.registration_epoch).max().unwrap_or(0);
+        let registration_epoch_last =
+            snapshot.brokers.iter().map(|b| b.registration_epoch).max().unwrap_or(BrokerEpoch(0));
         Self {
             config,
             controller_epoch: snapshot.controller_epoch,
@@ -443,7 +444,7 @@ impl Controller {
 
     /// The registration epoch a registered broker must present in heartbeats (Kafka's
     /// broker epoch); `None` for an unknown broker.
-    pub fn broker_epoch(&self, id: i32) -> Option<i64> {
+    pub fn broker_epoch(&self, id: NodeId) -> Option<BrokerEpoch> {
         self.brokers.get(&id).map(|b| b.registration_epoch)
     }
 
@@ -463,7 +464,7 @@ impl Controller {
         self.brokers.values().filter(|b| b.is_live())
     }
 
-    pub fn broker(&self, id: i32) -> Option<&BrokerInfo> {
+    pub fn broker(&self, id: NodeId) -> Option<&BrokerInfo> {
         self.brokers.get(&id)
     }
 
@@ -484,13 +485,13 @@ impl Controller {
         usize::try_from(partition).ok().and_then(|p| t.partitions.get(p))
     }
 
-    pub fn replicas(&self, topic: &str, partition: i32) -> Option<&[i32]> {
+    pub fn replicas(&self, topic: &str, partition: i32) -> Option<&[NodeId]> {
         let t = self.topics.get(topic)?;
         usize::try_from(partition).ok().and_then(|p| t.assignment.get(p)).map(|r| r.as_slice())
     }
 
     /// The leader, or `None` when the partition does not exist or is offline.
-    pub fn leader_of(&self, topic: &str, partition: i32) -> Option<i32> {
+    pub fn leader_of(&self, topic: &str, partition: i32) -> Option<NodeId> {
         self.partition_state(topic, partition).map(|s| s.leader).filter(|&l| l != NO_LEADER)
     }
 
@@ -511,7 +512,7 @@ impl Controller {
 
     /// Restore a broker read from the store (after a failover): it counts as live and
     /// heartbeating at `now_ms`, and is fenced by `tick` if it does not heartbeat in time.
-    pub fn restore_broker(&mut self, id: i32, endpoint: Endpoint, rack: Option<String>, shards: u32, now_ms: u64) {
+    pub fn restore_broker(&mut self, id: NodeId, endpoint: Endpoint, rack: Option<String>, shards: u32, now_ms: u64) {
         let broker = self.new_registration(id, endpoint, rack, shards, now_ms);
         self.brokers.insert(id, broker);
     }
@@ -519,13 +520,13 @@ impl Controller {
     /// A live, unfenced broker with the next registration epoch.
     fn new_registration(
         &mut self,
-        id: i32,
+        id: NodeId,
         endpoint: Endpoint,
         rack: Option<String>,
         shards: u32,
         now_ms: u64,
     ) -> BrokerInfo {
-        self.registration_epoch_last += 1;
+        self.registration_epoch_last = self.registration_epoch_last.next();
         BrokerInfo {
             id,
             endpoint,
@@ -559,12 +560,12 @@ impl Controller {
     /// After restoring: partitions whose leader is not a live broker get a new leader (or
     /// go offline), and ISR members that are not registered are removed.
     pub fn reconcile(&mut self) -> Vec<Change> {
-        let dead: Vec<i32> = self
+        let dead: Vec<NodeId> = self
             .topics
             .values()
             .flat_map(|t| t.partitions.iter().flat_map(|s| s.isr.iter().copied()))
             .filter(|id| !self.is_live(*id))
-            .collect::<BTreeSet<i32>>()
+            .collect::<BTreeSet<NodeId>>()
             .into_iter()
             .collect();
         let mut changes = Vec::new();
@@ -579,13 +580,13 @@ impl Controller {
     /// fenced (its old incarnation's leaderships move away), then registered anew.
     pub fn register_broker(
         &mut self,
-        id: i32,
+        id: NodeId,
         endpoint: Endpoint,
         rack: Option<String>,
         shards: u32,
         now_ms: u64,
     ) -> Result<Vec<Change>, ControllerError> {
-        if id < 0 {
+        if id.get() < 0 {
             return Err(ControllerError::UnknownBroker(id));
         }
         let mut changes = Vec::new();
@@ -604,7 +605,7 @@ impl Controller {
 
     /// A broker's heartbeat. A fenced broker that heartbeats again is unfenced, and leads
     /// the offline partitions whose ISR it is in.
-    pub fn heartbeat(&mut self, id: i32, now_ms: u64) -> Result<Vec<Change>, ControllerError> {
+    pub fn heartbeat(&mut self, id: NodeId, now_ms: u64) -> Result<Vec<Change>, ControllerError> {
         let broker = self.brokers.get_mut(&id).ok_or(ControllerError::UnknownBroker(id))?;
         broker.last_heartbeat_ms = broker.last_heartbeat_ms.max(now_ms);
         let mut changes = Vec::new();
@@ -637,7 +638,7 @@ impl Controller {
             }
         }
         self.ticked_ms = self.ticked_ms.max(now_ms);
-        let expired: Vec<i32> = self
+        let expired: Vec<NodeId> = self
             .brokers
             .values()
             .filter(|b| !b.fenced && now_ms.saturating_sub(b.last_heartbeat_ms) > timeout_ms)
@@ -665,7 +666,7 @@ impl Controller {
 
     /// Controlled shutdown: leadership moves away and the broker leaves the ISRs first,
     /// then it is unregistered.
-    pub fn unregister_broker(&mut self, id: i32) -> Result<Vec<Change>, ControllerError> {
+    pub fn unregister_broker(&mut self, id: NodeId) -> Result<Vec<Change>, ControllerError> {
         let broker = self.brokers.get(&id).ok_or(ControllerError::UnknownBroker(id))?;
         let mut changes = Vec::new();
         if !broker.fenced {
@@ -712,7 +713,7 @@ impl Controller {
         &mut self,
         name: &str,
         topic_id: Uuid,
-        assignment: Vec<Vec<i32>>,
+        assignment: Vec<Vec<NodeId>>,
         configs: BTreeMap<String, String>,
     ) -> Result<Vec<Change>, ControllerError> {
         self.check_new_topic(name, topic_id)?;
@@ -755,8 +756,8 @@ impl Controller {
 
     /// Refuse `added` replicas if any broker would then host more than
     /// `broker_partitions_max`.
-    fn check_broker_partitions(&self, added: &[Vec<i32>]) -> Result<(), ControllerError> {
-        let mut count: BTreeMap<i32, usize> = BTreeMap::new();
+    fn check_broker_partitions(&self, added: &[Vec<NodeId>]) -> Result<(), ControllerError> {
+        let mut count: BTreeMap<NodeId, usize> = BTreeMap::new();
         for replica in self.topics.values().flat_map(|t| t.assignment.iter().flatten()).chain(added.iter().flatten()) {
             *count.entry(*replica).or_default() += 1;
         }
@@ -814,7 +815,7 @@ impl Controller {
     pub fn create_partitions_with_assignment(
         &mut self,
         name: &str,
-        added: Vec<Vec<i32>>,
+        added: Vec<Vec<NodeId>>,
     ) -> Result<Vec<Change>, ControllerError> {
         let t = self.topics.get(name).ok_or_else(|| ControllerError::UnknownTopic(name.to_string()))?;
         let current = t.partition_count();
@@ -829,7 +830,7 @@ impl Controller {
     }
 
     /// Append checked replica lists to `name` as new partitions (`new_partition_state`).
-    fn append_partitions(&mut self, name: &str, added: Vec<Vec<i32>>) -> Vec<Change> {
+    fn append_partitions(&mut self, name: &str, added: Vec<Vec<NodeId>>) -> Vec<Change> {
         let epoch = self.controller_epoch;
         let states: Vec<PartitionState> = added.iter().map(|r| self.new_partition_state(r, epoch)).collect();
         let t = self.topics.get_mut(name).expect("append_partitions: the topic exists");
@@ -866,10 +867,10 @@ impl Controller {
         &mut self,
         topic: &str,
         partition: i32,
-        leader_id: i32,
-        leader_epoch: i32,
-        partition_epoch: i32,
-        new_isr_with_epochs: &[(i32, i64)],
+        leader_id: NodeId,
+        leader_epoch: LeaderEpoch,
+        partition_epoch: PartitionEpoch,
+        new_isr_with_epochs: &[(NodeId, BrokerEpoch)],
     ) -> Result<Vec<Change>, ControllerError> {
         let unknown = || ControllerError::UnknownTopicOrPartition { topic: topic.to_string(), partition };
         let t = self.topics.get(topic).ok_or_else(unknown)?;
@@ -896,7 +897,7 @@ impl Controller {
                 current: state.partition_epoch,
             });
         }
-        let new_isr: Vec<i32> = new_isr_with_epochs.iter().map(|(r, _)| *r).collect();
+        let new_isr: Vec<NodeId> = new_isr_with_epochs.iter().map(|(r, _)| *r).collect();
         if !new_isr.contains(&leader_id) {
             return Err(ControllerError::InvalidIsr(format!("{new_isr:?} does not contain the leader {leader_id}")));
         }
@@ -919,7 +920,7 @@ impl Controller {
             }
         }
         // Keep the ISR in assignment order, so that equal sets compare equal.
-        let ordered: Vec<i32> = replicas.iter().copied().filter(|r| new_isr.contains(r)).collect();
+        let ordered: Vec<NodeId> = replicas.iter().copied().filter(|r| new_isr.contains(r)).collect();
         let mut current_sorted = state.isr.clone();
         current_sorted.sort_unstable();
         let mut new_sorted = ordered.clone();
@@ -994,7 +995,7 @@ impl Controller {
                         return Err(format!("{tp}: offline although unclean election may pick a live replica"));
                     }
                 }
-                if s.leader_epoch < 0 || s.partition_epoch < 0 {
+                if s.leader_epoch.get() < 0 || s.partition_epoch.get() < 0 {
                     return Err(format!("{tp}: negative epochs {s:?}"));
                 }
                 if s.controller_epoch > self.controller_epoch {
@@ -1018,7 +1019,7 @@ impl Controller {
         }
     }
 
-    fn is_live(&self, id: i32) -> bool {
+    fn is_live(&self, id: NodeId) -> bool {
         self.brokers.get(&id).is_some_and(|b| b.is_live())
     }
 
@@ -1053,7 +1054,7 @@ impl Controller {
     /// `assignment[i]` is partition `first_partition + i` (for messages).
     pub fn check_assignment(
         &self,
-        assignment: &[Vec<i32>],
+        assignment: &[Vec<NodeId>],
         rf: usize,
         first_partition: i32,
     ) -> Result<(), ControllerError> {
@@ -1093,17 +1094,23 @@ impl Controller {
     /// A new partition on `replicas` (checked: at least one live): its ISR is its live
     /// replicas in assignment order, its leader the first of them, which is the
     /// preferred replica unless that one is fenced (as Kafka's `createTopic`).
-    fn new_partition_state(&self, replicas: &[i32], controller_epoch: i32) -> PartitionState {
-        let isr: Vec<i32> = replicas.iter().copied().filter(|r| self.is_live(*r)).collect();
+    fn new_partition_state(&self, replicas: &[NodeId], controller_epoch: i32) -> PartitionState {
+        let isr: Vec<NodeId> = replicas.iter().copied().filter(|r| self.is_live(*r)).collect();
         assert!(!isr.is_empty(), "a new partition on {replicas:?} needs a live replica");
-        PartitionState { leader: isr[0], leader_epoch: 0, isr, partition_epoch: 0, controller_epoch }
+        PartitionState {
+            leader: isr[0],
+            leader_epoch: LeaderEpoch(0),
+            isr,
+            partition_epoch: PartitionEpoch(0),
+            controller_epoch,
+        }
     }
 
     fn insert_topic(
         &mut self,
         name: &str,
         topic_id: Uuid,
-        assignment: Vec<Vec<i32>>,
+        assignment: Vec<Vec<NodeId>>,
         configs: BTreeMap<String, String>,
     ) -> Vec<Change> {
         let epoch = self.controller_epoch;
@@ -1129,7 +1136,7 @@ impl Controller {
     }
 
     /// Mark `id` fenced, then take it out of every ISR and leadership.
-    fn fence(&mut self, id: i32, reason: FenceReason, changes: &mut Vec<Change>) {
+    fn fence(&mut self, id: NodeId, reason: FenceReason, changes: &mut Vec<Change>) {
         let b = self.brokers.get_mut(&id).expect("fence: broker is registered");
         assert!(!b.fenced, "fence: broker {id} already fenced");
         b.fenced = true;
@@ -1140,7 +1147,7 @@ impl Controller {
     /// `id` is no longer live: remove it from every ISR (keeping it when it is the last
     /// member, as Kafka does), and give the partitions it led a new leader from the ISR
     /// (or, where allowed, an unclean one), else `NO_LEADER`.
-    fn remove_from_partitions(&mut self, id: i32, changes: &mut Vec<Change>) {
+    fn remove_from_partitions(&mut self, id: NodeId, changes: &mut Vec<Change>) {
         assert!(!self.is_live(id));
         let affected: Vec<(String, usize)> = self
             .topics
@@ -1153,7 +1160,7 @@ impl Controller {
             let t = &self.topics[&topic];
             let s = &t.partitions[p];
             let replicas = &t.assignment[p];
-            let mut isr: Vec<i32> = s.isr.iter().copied().filter(|&r| r != id).collect();
+            let mut isr: Vec<NodeId> = s.isr.iter().copied().filter(|&r| r != id).collect();
             if isr.is_empty() {
                 isr = s.isr.clone();
             }
@@ -1190,7 +1197,7 @@ impl Controller {
                 let clean = self.choose_leader(replicas, &s.isr);
                 if clean != NO_LEADER {
                     // Members that are not live leave the ISR with the new leadership.
-                    let isr: Vec<i32> = s.isr.iter().copied().filter(|r| self.is_live(*r)).collect();
+                    let isr: Vec<NodeId> = s.isr.iter().copied().filter(|r| self.is_live(*r)).collect();
                     moves.push((t.name.clone(), p, clean, isr));
                 } else if self.unclean_allowed(t) {
                     if let Some(&u) = replicas.iter().find(|r| self.is_live(**r)) {
@@ -1213,7 +1220,7 @@ impl Controller {
     }
 
     /// First live replica, in assignment order, that is in `isr`.
-    fn choose_leader(&self, replicas: &[i32], isr: &[i32]) -> i32 {
+    fn choose_leader(&self, replicas: &[NodeId], isr: &[NodeId]) -> NodeId {
         replicas.iter().copied().find(|r| isr.contains(r) && self.is_live(*r)).unwrap_or(NO_LEADER)
     }
 
@@ -1239,9 +1246,9 @@ impl Controller {
         }
         assert_eq!((new.leader_epoch, new.partition_epoch), (old.leader_epoch, old.partition_epoch));
         if new.leader != old.leader {
-            new.leader_epoch = old.leader_epoch.checked_add(1).expect("leader epoch overflow");
+            new.leader_epoch = old.leader_epoch.next();
         }
-        new.partition_epoch = old.partition_epoch.checked_add(1).expect("partition epoch overflow");
+        new.partition_epoch = old.partition_epoch.next();
         new.controller_epoch = controller_epoch;
         assert!(!new.isr.is_empty(), "{topic}-{p}: empty ISR");
         assert!(new.leader == NO_LEADER || new.isr.contains(&new.leader), "{topic}-{p}: leader outside the ISR");
@@ -1251,7 +1258,7 @@ impl Controller {
 }
 
 /// Quadratic, for the short lists of replicas (at most `REPLICATION_FACTOR_MAX`).
-fn has_duplicates(ids: &[i32]) -> bool {
+fn has_duplicates(ids: &[NodeId]) -> bool {
     ids.iter().enumerate().any(|(i, a)| ids[i + 1..].contains(a))
 }
 
@@ -1269,7 +1276,11 @@ mod tests {
     use super::*;
 
     fn pb(id: i32, rack: Option<&str>) -> PlacementBroker {
-        PlacementBroker { id, rack: rack.map(str::to_string) }
+        PlacementBroker { id: NodeId(id), rack: rack.map(str::to_string) }
+    }
+
+    fn ids(assignment: Vec<Vec<i32>>) -> Vec<Vec<NodeId>> {
+        assignment.into_iter().map(|r| r.into_iter().map(NodeId).collect()).collect()
     }
 
     #[test]
@@ -1278,7 +1289,7 @@ mod tests {
         // fixed start index 0.
         let brokers: Vec<_> = (0..5).map(|i| pb(i, None)).collect();
         let got = assign_replicas(&brokers, 10, 3, 0, 0, 0).unwrap();
-        let want = vec![
+        let want = ids(vec![
             vec![0, 1, 2],
             vec![1, 2, 3],
             vec![2, 3, 4],
@@ -1289,14 +1300,14 @@ mod tests {
             vec![2, 4, 0],
             vec![3, 0, 1],
             vec![4, 1, 2],
-        ];
+        ]);
         assert_eq!(got, want);
     }
 
     #[test]
     fn single_broker_rf1() {
         let got = assign_replicas(&[pb(7, None)], 3, 1, 0, 5, 9).unwrap();
-        assert_eq!(got, vec![vec![7], vec![7], vec![7]]);
+        assert_eq!(got, ids(vec![vec![7], vec![7], vec![7]]));
     }
 
     #[test]
@@ -1307,14 +1318,14 @@ mod tests {
         let brokers: Vec<_> = racks.iter().map(|&(id, r)| pb(id, Some(r))).collect();
         let rack_of = |id: i32| racks.iter().find(|r| r.0 == id).unwrap().1;
         let got = assign_replicas(&brokers, 6, 1, 0, 0, 0).unwrap();
-        let leaders: Vec<i32> = got.iter().map(|r| r[0]).collect();
+        let leaders: Vec<i32> = got.iter().map(|r| r[0].0).collect();
         assert_eq!(leaders, vec![0, 3, 1, 5, 4, 2]);
         for start in 0..6 {
             for shift in 0..6 {
                 for rf in 1..=6 {
                     let got = assign_replicas(&brokers, 12, rf, 0, start, shift).unwrap();
                     for replicas in &got {
-                        let racks: BTreeSet<&str> = replicas.iter().map(|&b| rack_of(b)).collect();
+                        let racks: BTreeSet<&str> = replicas.iter().map(|&b| rack_of(b.0)).collect();
                         assert_eq!(racks.len(), (rf as usize).min(3), "{replicas:?}");
                     }
                     // Leaders are balanced: 12 partitions over 6 brokers, 2 each.

@@ -31,9 +31,12 @@ use uuid::Uuid;
 
 use super::controller::{Endpoint, PartitionState};
 use super::store::{base64_decode, base64_encode};
+use crate::model::{LeaderEpoch, NodeId, PartitionEpoch};
 
 /// Znode paths, as `kafka.zk.ZkData` names them.
 pub mod paths {
+    use crate::model::NodeId;
+
     pub const BROKERS: &str = "/brokers";
     pub const BROKER_IDS: &str = "/brokers/ids";
     pub const TOPICS: &str = "/brokers/topics";
@@ -45,7 +48,7 @@ pub mod paths {
     pub const DELETE_TOPICS: &str = "/admin/delete_topics";
     pub const CLUSTER_ID: &str = "/cluster/id";
 
-    pub fn broker(id: i32) -> String {
+    pub fn broker(id: NodeId) -> String {
         format!("{BROKER_IDS}/{id}")
     }
     pub fn topic(topic: &str) -> String {
@@ -212,7 +215,7 @@ pub struct TopicDoc {
     /// Absent in documents older than Kafka 2.8.
     pub topic_id: Option<Uuid>,
     /// `assignment[p]` = the replicas of partition `p`.
-    pub assignment: Vec<Vec<i32>>,
+    pub assignment: Vec<Vec<NodeId>>,
 }
 
 #[derive(Serialize)]
@@ -232,9 +235,9 @@ struct TopicDocIn {
     topic_id: Option<String>,
 }
 
-pub fn encode_topic(topic_id: Uuid, assignment: &[Vec<i32>]) -> Vec<u8> {
+pub fn encode_topic(topic_id: Uuid, assignment: &[Vec<NodeId>]) -> Vec<u8> {
     to_bytes(&TopicDocOut {
-        partitions: assignment.iter().enumerate().map(|(p, r)| (p as i32, r.clone())).collect(),
+        partitions: assignment.iter().enumerate().map(|(p, r)| (p as i32, r.iter().map(|b| b.0).collect())).collect(),
         topic_id: kafka_uuid_string(topic_id),
         adding_replicas: BTreeMap::new(),
         removing_replicas: BTreeMap::new(),
@@ -249,7 +252,7 @@ pub fn decode_topic(bytes: &[u8]) -> Result<TopicDoc, LayoutError> {
     let mut by_partition = BTreeMap::new();
     for (p, replicas) in d.partitions {
         let p: i32 = p.parse().map_err(|_| invalid(KIND, format!("partition {p:?}")))?;
-        by_partition.insert(p, replicas);
+        by_partition.insert(p, replicas.into_iter().map(NodeId).collect());
     }
     if by_partition.keys().copied().ne(0..by_partition.len() as i32) {
         return Err(invalid(KIND, "partitions are not numbered 0..n"));
@@ -272,10 +275,10 @@ struct PartitionStateDoc {
 pub fn encode_partition_state(state: &PartitionState) -> Vec<u8> {
     to_bytes(&PartitionStateDoc {
         controller_epoch: state.controller_epoch,
-        leader: state.leader,
+        leader: state.leader.0,
         version: PARTITION_STATE_DOC_VERSION,
-        leader_epoch: state.leader_epoch,
-        isr: state.isr.clone(),
+        leader_epoch: state.leader_epoch.0,
+        isr: state.isr.iter().map(|b| b.0).collect(),
     })
 }
 
@@ -283,10 +286,10 @@ pub fn encode_partition_state(state: &PartitionState) -> Vec<u8> {
 pub fn decode_partition_state(bytes: &[u8], znode_version: i32) -> Result<PartitionState, LayoutError> {
     let d: PartitionStateDoc = serde_json::from_slice(bytes).map_err(|e| invalid("partition state", e))?;
     Ok(PartitionState {
-        leader: d.leader,
-        leader_epoch: d.leader_epoch,
-        isr: d.isr,
-        partition_epoch: znode_version,
+        leader: NodeId(d.leader),
+        leader_epoch: LeaderEpoch(d.leader_epoch),
+        isr: d.isr.into_iter().map(NodeId).collect(),
+        partition_epoch: PartitionEpoch(znode_version),
         controller_epoch: d.controller_epoch,
     })
 }
@@ -332,18 +335,18 @@ struct ControllerDocIn {
     brokerid: i32,
 }
 
-pub fn encode_controller(broker_id: i32, timestamp_ms: u64) -> Vec<u8> {
+pub fn encode_controller(broker_id: NodeId, timestamp_ms: u64) -> Vec<u8> {
     to_bytes(&ControllerDocOut {
         version: CONTROLLER_DOC_VERSION,
-        brokerid: broker_id,
+        brokerid: broker_id.0,
         timestamp: timestamp_ms.to_string(),
     })
 }
 
 /// The active controller's broker id.
-pub fn decode_controller(bytes: &[u8]) -> Result<i32, LayoutError> {
+pub fn decode_controller(bytes: &[u8]) -> Result<NodeId, LayoutError> {
     let d: ControllerDocIn = serde_json::from_slice(bytes).map_err(|e| invalid("controller", e))?;
-    Ok(d.brokerid)
+    Ok(NodeId(d.brokerid))
 }
 
 /// `/cluster/id`: `{"version":"1","id":"<cluster id>"}` (Kafka's ClusterIdZNode).
@@ -408,11 +411,15 @@ mod tests {
         assert!(decode_broker(b"not json").is_err());
     }
 
+    fn ids(assignment: Vec<Vec<i32>>) -> Vec<Vec<NodeId>> {
+        assignment.into_iter().map(|r| r.into_iter().map(NodeId).collect()).collect()
+    }
+
     #[test]
     fn topic_document_is_kafkas() {
         let kafka = br#"{"partitions":{"0":[0,2,3],"1":[2,3,0],"2":[3,0,2]},"topic_id":"aSFJVxF7SIaTCptmWn_GgA","adding_replicas":{},"removing_replicas":{},"version":3}"#;
         let doc = decode_topic(kafka).unwrap();
-        assert_eq!(doc.assignment, vec![vec![0, 2, 3], vec![2, 3, 0], vec![3, 0, 2]]);
+        assert_eq!(doc.assignment, ids(vec![vec![0, 2, 3], vec![2, 3, 0], vec![3, 0, 2]]));
         let id = doc.topic_id.unwrap();
         assert_eq!(kafka_uuid_string(id), "aSFJVxF7SIaTCptmWn_GgA");
         assert_eq!(encode_topic(id, &doc.assignment), kafka.to_vec());
@@ -425,8 +432,7 @@ mod tests {
         let doc = decode_topic(kafka).unwrap();
         assert_eq!(doc.topic_id, None);
         assert_eq!(doc.assignment.len(), 12);
-        assert_eq!(doc.assignment[10], vec![1, 2, 3]);
-        assert_eq!(doc.assignment[11], vec![1, 3, 4]);
+        assert_eq!(ids(vec![vec![1, 2, 3], vec![1, 3, 4]]), doc.assignment[10..12]);
         assert!(decode_topic(br#"{"partitions":{"1":[1]},"version":3}"#).is_err());
     }
 
@@ -449,11 +455,22 @@ mod tests {
         let state = decode_partition_state(kafka, 7).unwrap();
         assert_eq!(
             state,
-            PartitionState { leader: 1, leader_epoch: 2, isr: vec![1, 0], partition_epoch: 7, controller_epoch: 20 }
+            PartitionState {
+                leader: NodeId(1),
+                leader_epoch: LeaderEpoch(2),
+                isr: vec![NodeId(1), NodeId(0)],
+                partition_epoch: PartitionEpoch(7),
+                controller_epoch: 20
+            }
         );
         assert_eq!(encode_partition_state(&state), kafka.to_vec());
-        let offline =
-            PartitionState { leader: -1, leader_epoch: 3, isr: vec![2], partition_epoch: 9, controller_epoch: 1 };
+        let offline = PartitionState {
+            leader: NodeId::NONE,
+            leader_epoch: LeaderEpoch(3),
+            isr: vec![NodeId(2)],
+            partition_epoch: PartitionEpoch(9),
+            controller_epoch: 1,
+        };
         assert_eq!(
             encode_partition_state(&offline),
             br#"{"controller_epoch":1,"leader":-1,"version":1,"leader_epoch":3,"isr":[2]}"#.to_vec()
@@ -470,10 +487,10 @@ mod tests {
         assert_eq!(decode_topic_config(b"").unwrap(), BTreeMap::new());
 
         let kafka = br#"{"version":1,"brokerid":0,"timestamp":"1643692590537"}"#;
-        assert_eq!(encode_controller(0, 1643692590537), kafka.to_vec());
-        assert_eq!(decode_controller(kafka).unwrap(), 0);
+        assert_eq!(encode_controller(NodeId(0), 1643692590537), kafka.to_vec());
+        assert_eq!(decode_controller(kafka).unwrap(), NodeId(0));
         let v2 = br#"{"version":2,"brokerid":2,"timestamp":"1676813353461","kraftControllerEpoch":-1}"#;
-        assert_eq!(decode_controller(v2).unwrap(), 2);
+        assert_eq!(decode_controller(v2).unwrap(), NodeId(2));
 
         assert_eq!(encode_controller_epoch(12), b"12".to_vec());
         assert_eq!(decode_controller_epoch(b"12").unwrap(), 12);
@@ -482,7 +499,7 @@ mod tests {
 
     #[test]
     fn paths_are_kafkas() {
-        assert_eq!(paths::broker(3), "/brokers/ids/3");
+        assert_eq!(paths::broker(NodeId(3)), "/brokers/ids/3");
         assert_eq!(paths::topic("t"), "/brokers/topics/t");
         assert_eq!(paths::topic_partition("t", 0), "/brokers/topics/t/partitions/0");
         assert_eq!(paths::partition_state("t", 4), "/brokers/topics/t/partitions/4/state");

@@ -123,7 +123,12 @@ mod tests {
     /// An owner on a single-broker registry in a fresh embedded store.
     fn started() -> (tempfile::TempDir, Arc<Metadata>) {
         let dir = tempfile::tempdir().unwrap();
-        let broker = LocalBroker { id: 1, endpoint: Endpoint::new("127.0.0.1", 9092), rack: None, shards: 1 };
+        let broker = LocalBroker {
+            id: crate::model::NodeId(1),
+            endpoint: Endpoint::new("127.0.0.1", 9092),
+            rack: None,
+            shards: 1,
+        };
         let registry = Registry::open(Box::new(LocalStore::open(dir.path()).unwrap()), broker, 1_000).unwrap();
         (dir, Metadata::start(registry).unwrap())
     }

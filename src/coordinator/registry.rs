@@ -25,7 +25,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use crate::config::TopicConfig;
-use crate::model::limits;
+use crate::model::{limits, BrokerEpoch, LeaderEpoch, NodeId, PartitionEpoch};
 
 use super::controller::{
     BrokerInfo, Change, Controller, ControllerConfig, ControllerError, ControllerSnapshot, Election, Endpoint,
@@ -51,7 +51,7 @@ pub enum RegistryError {
     #[error("invalid replica assignment: {0}")]
     InvalidReplicaAssignment(String),
     #[error("another coordinator (broker {0}) is active on this metadata store")]
-    ControllerTaken(i32),
+    ControllerTaken(NodeId),
     #[error("controller: {0}")]
     Controller(ControllerError),
     #[error("metadata store: {0}")]
@@ -59,12 +59,12 @@ pub enum RegistryError {
     /// This broker is not the active coordinator (Kafka NOT_CONTROLLER); the active one
     /// is `Some(id)` when known.
     #[error("this broker is not the active coordinator (active: {0:?})")]
-    NotController(Option<i32>),
+    NotController(Option<NodeId>),
     /// A heartbeat from an old incarnation of a broker (Kafka STALE_BROKER_EPOCH).
     #[error("broker {id} heartbeated with epoch {epoch}, current is {current}")]
-    StaleBrokerEpoch { id: i32, epoch: i64, current: i64 },
+    StaleBrokerEpoch { id: NodeId, epoch: BrokerEpoch, current: BrokerEpoch },
     #[error("broker {0} is not registered")]
-    UnknownBroker(i32),
+    UnknownBroker(NodeId),
     #[error("metadata document {path}: {error}")]
     Corrupt { path: String, error: String },
 }
@@ -97,7 +97,7 @@ pub struct TopicMeta {
 /// This broker, as it registers.
 #[derive(Debug, Clone)]
 pub struct LocalBroker {
-    pub id: i32,
+    pub id: NodeId,
     pub endpoint: Endpoint,
     pub rack: Option<String>,
     pub shards: u32,
@@ -109,10 +109,10 @@ pub struct LocalBroker {
 #[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub struct ClusterSnapshot {
     pub version: u64,
-    pub controller_id: i32,
+    pub controller_id: NodeId,
     pub cluster_id: String,
     #[serde(default)]
-    pub incarnations: BTreeMap<i32, uuid::Uuid>,
+    pub incarnations: BTreeMap<NodeId, uuid::Uuid>,
     pub controller: ControllerSnapshot,
     /// Producer ids at or above this were never issued (see `producer_id_bound`).
     #[serde(default)]
@@ -141,7 +141,7 @@ enum Role {
     Mirror {
         cache: Option<PathBuf>,
         version: u64,
-        controller_id: Option<i32>,
+        controller_id: Option<NodeId>,
     },
 }
 
@@ -161,7 +161,7 @@ pub struct Registry {
     /// Kafka's cluster id (`/cluster/id`); empty on a mirror without a snapshot.
     cluster_id: String,
     /// The incarnation id each registered broker gave (a new one per process start).
-    incarnations: BTreeMap<i32, uuid::Uuid>,
+    incarnations: BTreeMap<NodeId, uuid::Uuid>,
     /// Where a mirror caches its snapshot (see `set_snapshot_cache`).
     snapshot_cache: Option<PathBuf>,
     /// A mirror's coordinator link is registered and heartbeating.
@@ -343,10 +343,10 @@ impl Registry {
                 let state = match store.get(&path)? {
                     Some(n) => layout::decode_partition_state(&n.data, n.version).map_err(|e| corrupt(&path, e))?,
                     None => PartitionState {
-                        leader: replicas.first().copied().unwrap_or(-1),
-                        leader_epoch: 0,
+                        leader: replicas.first().copied().unwrap_or(NodeId::NONE),
+                        leader_epoch: LeaderEpoch(0),
                         isr: replicas.clone(),
-                        partition_epoch: 0,
+                        partition_epoch: PartitionEpoch(0),
                         controller_epoch: epoch,
                     },
                 };
@@ -396,7 +396,7 @@ impl Registry {
         registry.refresh_cache();
         tracing::info!(
             controller_epoch = epoch,
-            broker = registry.broker.id,
+            broker = %registry.broker.id,
             topics = registry.topics.len(),
             "metadata loaded; this broker is the active controller"
         );
@@ -472,12 +472,12 @@ impl Registry {
         matches!(self.role, Role::Active { .. })
     }
 
-    pub fn local_broker_id(&self) -> i32 {
+    pub fn local_broker_id(&self) -> NodeId {
         self.broker.id
     }
 
     /// The active coordinator's broker id, when known.
-    pub fn active_controller_id(&self) -> Option<i32> {
+    pub fn active_controller_id(&self) -> Option<NodeId> {
         match &self.role {
             Role::Active { .. } => Some(self.broker.id),
             Role::Mirror { controller_id, .. } => *controller_id,
@@ -592,10 +592,10 @@ impl Registry {
         &mut self,
         topic: &str,
         partition: i32,
-        leader_id: i32,
-        leader_epoch: i32,
-        partition_epoch: i32,
-        new_isr_with_epochs: &[(i32, i64)],
+        leader_id: NodeId,
+        leader_epoch: LeaderEpoch,
+        partition_epoch: PartitionEpoch,
+        new_isr_with_epochs: &[(NodeId, BrokerEpoch)],
     ) -> Result<PartitionState, RegistryError> {
         self.store()?;
         let changes = self.controller.alter_partition(
@@ -613,11 +613,11 @@ impl Registry {
 
     /// Controlled shutdown of another broker (BrokerHeartbeat with want_shut_down): its
     /// leaderships move away and it leaves the cluster.
-    pub fn unregister_remote(&mut self, id: i32) -> Result<(), RegistryError> {
+    pub fn unregister_remote(&mut self, id: NodeId) -> Result<(), RegistryError> {
         self.store()?;
         let changes = self.controller.unregister_broker(id)?;
         self.persist(&changes)?;
-        tracing::info!(broker = id, "broker left the cluster (controlled shutdown)");
+        tracing::info!(broker = %id, "broker left the cluster (controlled shutdown)");
         Ok(())
     }
 
@@ -628,7 +628,7 @@ impl Registry {
         broker: LocalBroker,
         incarnation: uuid::Uuid,
         now_ms: u64,
-    ) -> Result<i64, RegistryError> {
+    ) -> Result<BrokerEpoch, RegistryError> {
         self.store()?;
         if broker.id == self.broker.id {
             return Err(RegistryError::Controller(ControllerError::InvalidReplicaAssignment(format!(
@@ -647,7 +647,7 @@ impl Registry {
                     broker: self.controller.broker(broker.id).expect("known").clone(),
                 });
                 self.persist(&changes)?;
-                tracing::info!(broker = broker.id, "broker registered again (same incarnation)");
+                tracing::info!(broker = %broker.id, "broker registered again (same incarnation)");
                 return Ok(epoch);
             }
         }
@@ -655,12 +655,12 @@ impl Registry {
         let changes =
             self.controller.register_broker(broker.id, broker.endpoint, broker.rack, broker.shards, now_ms)?;
         self.persist(&changes)?;
-        tracing::info!(broker = broker.id, "broker registered");
+        tracing::info!(broker = %broker.id, "broker registered");
         Ok(self.controller.broker_epoch(broker.id).expect("just registered"))
     }
 
     /// BrokerHeartbeat from another broker. Returns whether it is fenced after it.
-    pub fn heartbeat_remote(&mut self, id: i32, epoch: i64, now_ms: u64) -> Result<bool, RegistryError> {
+    pub fn heartbeat_remote(&mut self, id: NodeId, epoch: BrokerEpoch, now_ms: u64) -> Result<bool, RegistryError> {
         self.store()?;
         let current = self.controller.broker_epoch(id).ok_or(RegistryError::UnknownBroker(id))?;
         if epoch != current {
@@ -726,7 +726,7 @@ impl Registry {
                 ),
                 None => None,
             };
-            let Some(block) = ProducerIdBlock::next_after(previous.as_ref(), broker) else {
+            let Some(block) = ProducerIdBlock::next_after(previous.as_ref(), broker.0) else {
                 return Err(RegistryError::Corrupt {
                     path: LATEST_PRODUCER_ID_BLOCK.into(),
                     error: "producer id space exhausted".into(),
@@ -738,7 +738,7 @@ impl Registry {
             };
             match written {
                 Ok(()) => {
-                    tracing::info!(broker, start = block.start, end = block.end, "reserved a producer id block");
+                    tracing::info!(broker = %broker, start = block.start, end = block.end, "reserved a producer id block");
                     self.producer_ids.install(block);
                     self.set_producer_id_bound(Some(&block));
                     return Ok(self.producer_ids.next_id().expect("a fresh block has ids"));
@@ -835,7 +835,7 @@ impl Registry {
     pub fn create_with_assignment(
         &mut self,
         name: &str,
-        assignment: Vec<Vec<i32>>,
+        assignment: Vec<Vec<NodeId>>,
         configs: TopicConfig,
     ) -> Result<TopicMeta, RegistryError> {
         validate_topic_name(name)?;
@@ -851,7 +851,7 @@ impl Registry {
 
     /// Check a manual assignment for a new topic (CreateTopics with validate_only)
     /// without creating anything.
-    pub fn check_assignment(&self, name: &str, assignment: &[Vec<i32>]) -> Result<(), RegistryError> {
+    pub fn check_assignment(&self, name: &str, assignment: &[Vec<NodeId>]) -> Result<(), RegistryError> {
         validate_topic_name(name)?;
         if self.topics.contains_key(name) {
             return Err(RegistryError::TopicExists(name.to_string()));
@@ -863,7 +863,7 @@ impl Registry {
     }
 
     /// The replica lists of `name`'s partitions, in partition order.
-    pub fn assignment(&self, name: &str) -> Option<&[Vec<i32>]> {
+    pub fn assignment(&self, name: &str) -> Option<&[Vec<NodeId>]> {
         self.controller.topic(name).map(|t| t.assignment.as_slice())
     }
 
@@ -901,7 +901,7 @@ impl Registry {
     pub fn create_partitions_with_assignment(
         &mut self,
         name: &str,
-        added: Vec<Vec<i32>>,
+        added: Vec<Vec<NodeId>>,
         validate_only: bool,
     ) -> Result<TopicMeta, RegistryError> {
         self.store()?;
@@ -1029,14 +1029,14 @@ fn write_changes(s: &dyn MetaStore, changes: &[Change]) -> Result<(), StoreError
             }
             Change::BrokerFenced { id, reason } => match reason {
                 FenceReason::SessionExpired => {
-                    tracing::warn!(broker = id, "broker fenced: no heartbeat within broker.session.timeout.ms")
+                    tracing::warn!(broker = %id, "broker fenced: no heartbeat within broker.session.timeout.ms")
                 }
                 FenceReason::Reregistered => {
-                    tracing::info!(broker = id, "broker registered again: its previous incarnation is fenced")
+                    tracing::info!(broker = %id, "broker registered again: its previous incarnation is fenced")
                 }
-                FenceReason::ControlledShutdown => tracing::info!(broker = id, "broker fenced: controlled shutdown"),
+                FenceReason::ControlledShutdown => tracing::info!(broker = %id, "broker fenced: controlled shutdown"),
             },
-            Change::BrokerUnfenced { id } => tracing::info!(broker = id, "broker unfenced: heartbeating again"),
+            Change::BrokerUnfenced { id } => tracing::info!(broker = %id, "broker unfenced: heartbeating again"),
             Change::BrokerUnregistered { id } => match s.delete(&paths::broker(*id), None) {
                 Ok(()) | Err(StoreError::NoNode(_)) => {}
                 Err(e) => return Err(e),
@@ -1066,7 +1066,7 @@ mod tests {
     use crate::coordinator::store::LocalStore;
 
     fn broker() -> LocalBroker {
-        LocalBroker { id: 1, endpoint: Endpoint::new("127.0.0.1", 9092), rack: None, shards: 2 }
+        LocalBroker { id: NodeId(1), endpoint: Endpoint::new("127.0.0.1", 9092), rack: None, shards: 2 }
     }
 
     #[test]
@@ -1084,7 +1084,7 @@ mod tests {
             r.delete("gone").unwrap();
             let view = r.view();
             let (replicas, state) = view.partition("orders", 2).unwrap();
-            assert_eq!((replicas, state.leader, &state.isr[..]), (&[1][..], 1, &[1][..]));
+            assert_eq!((replicas, state.leader, &state.isr[..]), (&[NodeId(1)][..], NodeId(1), &[NodeId(1)][..]));
             r.close();
         }
         let store = LocalStore::open(dir.path()).unwrap();
@@ -1138,7 +1138,11 @@ mod tests {
     }
 
     fn remote(id: i32) -> LocalBroker {
-        LocalBroker { id, endpoint: Endpoint::new("127.0.0.1", 9092 + id as u16), rack: None, shards: 0 }
+        LocalBroker { id: NodeId(id), endpoint: Endpoint::new("127.0.0.1", 9092 + id as u16), rack: None, shards: 0 }
+    }
+
+    fn ids(assignment: Vec<Vec<i32>>) -> Vec<Vec<NodeId>> {
+        assignment.into_iter().map(|r| r.into_iter().map(NodeId).collect()).collect()
     }
 
     /// Broker 1 active with brokers 2 and 3 registered and a topic spread over the three.
@@ -1153,7 +1157,7 @@ mod tests {
 
     fn states(r: &Registry, topic: &str) -> Vec<(i32, i32)> {
         (0..r.get(topic).unwrap().partitions)
-            .map(|p| r.view().partition(topic, p).map(|(_, s)| (s.leader, s.leader_epoch)).unwrap())
+            .map(|p| r.view().partition(topic, p).map(|(_, s)| (s.leader.0, s.leader_epoch.0)).unwrap())
             .collect()
     }
 
@@ -1164,7 +1168,7 @@ mod tests {
     fn manual_assignments_are_kept_as_given_and_checked() {
         let dir = tempfile::tempdir().unwrap();
         let (mut r, _) = cluster(dir.path());
-        let given = vec![vec![2, 3], vec![3, 1], vec![1, 2]];
+        let given = ids(vec![vec![2, 3], vec![3, 1], vec![1, 2]]);
         r.create_with_assignment("manual", given.clone(), TopicConfig::default()).unwrap();
         assert_eq!(r.assignment("manual").unwrap(), &given[..]);
         let view = r.view();
@@ -1172,8 +1176,11 @@ mod tests {
             let (in_view, state) = view.partition("manual", p as i32).unwrap();
             assert_eq!((in_view, state.leader, &state.isr[..]), (&replicas[..], replicas[0], &replicas[..]));
         }
-        let bad = |r: &mut Registry, a: Vec<Vec<i32>>| match r.create_with_assignment("bad", a, TopicConfig::default())
-        {
+        let bad = |r: &mut Registry, a: Vec<Vec<i32>>| match r.create_with_assignment(
+            "bad",
+            ids(a),
+            TopicConfig::default(),
+        ) {
             Err(RegistryError::InvalidReplicaAssignment(m)) => m,
             other => panic!("expected InvalidReplicaAssignment, got {other:?}"),
         };
@@ -1182,31 +1189,31 @@ mod tests {
         assert!(bad(&mut r, vec![vec![1, 9]]).contains("broker 9 is not registered"));
         assert!(bad(&mut r, vec![vec![]]).contains("empty"));
         assert!(r.get("bad").is_none());
-        assert!(r.check_assignment("bad", &[vec![1, 4]]).is_err());
-        assert!(r.check_assignment("bad", &[vec![1, 3]]).is_ok());
-        assert!(matches!(r.check_assignment("manual", &[vec![1]]), Err(RegistryError::TopicExists(_))));
+        assert!(r.check_assignment("bad", &ids(vec![vec![1, 4]])).is_err());
+        assert!(r.check_assignment("bad", &ids(vec![vec![1, 3]])).is_ok());
+        assert!(matches!(r.check_assignment("manual", &ids(vec![vec![1]])), Err(RegistryError::TopicExists(_))));
 
-        assert!(r.create_partitions_with_assignment("manual", vec![vec![1, 2, 3]], false).is_err());
-        r.create_partitions_with_assignment("manual", vec![vec![3, 2]], true).unwrap();
+        assert!(r.create_partitions_with_assignment("manual", ids(vec![vec![1, 2, 3]]), false).is_err());
+        r.create_partitions_with_assignment("manual", ids(vec![vec![3, 2]]), true).unwrap();
         assert_eq!(r.get("manual").unwrap().partitions, 3, "validate_only changes nothing");
-        r.create_partitions_with_assignment("manual", vec![vec![3, 2], vec![1, 3]], false).unwrap();
-        let grown = [given.clone(), vec![vec![3, 2], vec![1, 3]]].concat();
+        r.create_partitions_with_assignment("manual", ids(vec![vec![3, 2], vec![1, 3]]), false).unwrap();
+        let grown = [given.clone(), ids(vec![vec![3, 2], vec![1, 3]])].concat();
         assert_eq!(r.assignment("manual").unwrap(), &grown[..]);
-        assert_eq!(r.view().partition("manual", 4).unwrap().1.leader, 1);
+        assert_eq!(r.view().partition("manual", 4).unwrap().1.leader, NodeId(1));
 
         // Brokers 2 and 3 stop heartbeating and are fenced: still registered, they may be
         // named beside a live broker, which leads, and start outside the ISR.
         r.tick(1_000_000).unwrap();
-        r.create_with_assignment("fenced", vec![vec![3, 1], vec![2, 1]], TopicConfig::default()).unwrap();
+        r.create_with_assignment("fenced", ids(vec![vec![3, 1], vec![2, 1]]), TopicConfig::default()).unwrap();
         let view = r.view();
         for p in 0..2 {
             let (replicas, state) = view.partition("fenced", p).unwrap();
-            assert_eq!((replicas[1], state.leader, &state.isr[..]), (1, 1, &[1][..]));
+            assert_eq!((replicas[1], state.leader, &state.isr[..]), (NodeId(1), NodeId(1), &[NodeId(1)][..]));
         }
         assert!(bad(&mut r, vec![vec![2, 3]]).contains("are fenced"));
-        assert!(r.create_partitions_with_assignment("fenced", vec![vec![3, 2]], false).is_err());
-        r.create_partitions_with_assignment("fenced", vec![vec![3, 1]], false).unwrap();
-        assert_eq!(r.view().partition("fenced", 2).unwrap().1.isr, [1]);
+        assert!(r.create_partitions_with_assignment("fenced", ids(vec![vec![3, 2]]), false).is_err());
+        r.create_partitions_with_assignment("fenced", ids(vec![vec![3, 1]]), false).unwrap();
+        assert_eq!(r.view().partition("fenced", 2).unwrap().1.isr, [NodeId(1)]);
         r.close();
         drop(r);
 
@@ -1223,21 +1230,22 @@ mod tests {
     fn preferred_elections_move_only_what_can_move() {
         let dir = tempfile::tempdir().unwrap();
         let (mut r, _) = cluster(dir.path());
-        r.create_with_assignment("elect", vec![vec![2, 1], vec![1, 2], vec![3, 1]], TopicConfig::default()).unwrap();
+        r.create_with_assignment("elect", ids(vec![vec![2, 1], vec![1, 2], vec![3, 1]]), TopicConfig::default())
+            .unwrap();
         // Broker 2 leaves: partition 0 goes to broker 1, then broker 2 comes back into
         // the ISR of partition 0 (as its leader would report).
-        r.unregister_remote(2).unwrap();
-        assert_eq!(r.view().partition("elect", 0).unwrap().1.leader, 1);
+        r.unregister_remote(NodeId(2)).unwrap();
+        assert_eq!(r.view().partition("elect", 0).unwrap().1.leader, NodeId(1));
         let epoch = r.register_remote(remote(2), uuid::Uuid::new_v4(), 2_000).unwrap();
         let state = r.view().partition("elect", 0).unwrap().1.clone();
-        let isr_with_epochs = [(1, r.controller.broker_epoch(1).unwrap()), (2, epoch)];
-        r.alter_partition("elect", 0, 1, state.leader_epoch, state.partition_epoch, &isr_with_epochs).unwrap();
+        let isr_with_epochs = [(NodeId(1), r.controller.broker_epoch(NodeId(1)).unwrap()), (NodeId(2), epoch)];
+        r.alter_partition("elect", 0, NodeId(1), state.leader_epoch, state.partition_epoch, &isr_with_epochs).unwrap();
 
         let asked = vec![("elect".to_string(), 0), ("elect".to_string(), 1), ("elect".to_string(), 7)];
         let outcomes: Vec<Election> = r.elect_preferred(Some(asked)).unwrap().into_iter().map(|o| o.2).collect();
         assert_eq!(outcomes, [Election::Elected, Election::NotNeeded, Election::UnknownPartition]);
         let s = r.view().partition("elect", 0).unwrap().1.clone();
-        assert_eq!((s.leader, s.leader_epoch), (2, state.leader_epoch + 1));
+        assert_eq!((s.leader, s.leader_epoch), (NodeId(2), state.leader_epoch.next()));
         let all = r.elect_preferred(None).unwrap();
         assert!(all.iter().all(|o| o.2 == Election::NotNeeded), "{all:?}");
     }
@@ -1258,16 +1266,19 @@ mod tests {
         assert_eq!(mirror.get("spread"), active.get("spread"));
         assert_eq!(states(&mirror, "spread"), states(&active, "spread"));
         assert_eq!(mirror.cluster_id(), active.cluster_id());
-        assert_eq!(mirror.active_controller_id(), Some(1));
+        assert_eq!(mirror.active_controller_id(), Some(NodeId(1)));
         assert_eq!(mirror.view().live_brokers().len(), 3);
         for p in 0..6 {
             let leader = active.view().leader_of("spread", p).unwrap();
-            let expect = if leader == 2 { Hosting::Leader } else { Hosting::Elsewhere };
+            let expect = if leader == NodeId(2) { Hosting::Leader } else { Hosting::Elsewhere };
             assert_eq!(mirror.view().hosting("spread", p), expect);
         }
         assert_eq!(mirror.view().hosting("nope", 0), Hosting::Unknown);
-        assert!(matches!(mirror.create("x", 1, TopicConfig::default()), Err(RegistryError::NotController(Some(1)))));
-        assert!(matches!(mirror.delete("spread"), Err(RegistryError::NotController(Some(1)))));
+        assert!(matches!(
+            mirror.create("x", 1, TopicConfig::default()),
+            Err(RegistryError::NotController(Some(NodeId(1))))
+        ));
+        assert!(matches!(mirror.delete("spread"), Err(RegistryError::NotController(Some(NodeId(1))))));
         assert!(mirror.get("x").is_none(), "a refused write leaves the mirror as it was");
 
         // A restart starts from the cached snapshot.
@@ -1285,10 +1296,14 @@ mod tests {
     fn heartbeats_need_the_current_broker_epoch_and_a_new_incarnation_is_fenced_first() {
         let dir = tempfile::tempdir().unwrap();
         let (mut r, incarnations) = cluster(dir.path());
-        let epoch = r.controller.broker_epoch(2).unwrap();
-        assert!(matches!(r.heartbeat_remote(2, epoch - 1, 2_000), Err(RegistryError::StaleBrokerEpoch { .. })));
-        assert!(matches!(r.heartbeat_remote(9, 1, 2_000), Err(RegistryError::UnknownBroker(9))));
-        assert!(!r.heartbeat_remote(2, epoch, 2_000).unwrap());
+        let (two, nine) = (NodeId(2), NodeId(9));
+        let epoch = r.controller.broker_epoch(two).unwrap();
+        let stale = BrokerEpoch(epoch.0 - 1);
+        assert!(matches!(r.heartbeat_remote(two, stale, 2_000), Err(RegistryError::StaleBrokerEpoch { .. })));
+        assert!(
+            matches!(r.heartbeat_remote(nine, BrokerEpoch(1), 2_000), Err(RegistryError::UnknownBroker(n)) if n == nine)
+        );
+        assert!(!r.heartbeat_remote(two, epoch, 2_000).unwrap());
         let before = states(&r, "spread");
 
         // The same process registering again keeps its epoch and its leaderships.
@@ -1314,8 +1329,8 @@ mod tests {
             assert_eq!(s.0 == -1, before[p].0 != 1, "partition {p}: {s:?}");
         }
         // Controlled shutdown of a broker removes it at once.
-        r.unregister_remote(3).unwrap();
-        assert!(r.view().broker_info(3).is_none());
+        r.unregister_remote(NodeId(3)).unwrap();
+        assert!(r.view().broker_info(NodeId(3)).is_none());
     }
 
     #[test]
@@ -1394,6 +1409,33 @@ mod tests {
         let generation = restarted.generation();
         restarted.set_registered();
         assert_eq!(restarted.generation(), generation, "registering again changes nothing");
+    }
+
+    /// The snapshot mirrors cache (`cluster-snapshot.json`) and fetch: ids and epochs are
+    /// the plain integers they were before they had their own types.
+    #[test]
+    fn a_cluster_snapshot_is_read_and_written_byte_for_byte() {
+        let json = concat!(
+            r#"{"version":4294967298,"controller_id":1,"cluster_id":"c","#,
+            r#""incarnations":{"2":"00000000-0000-0000-0000-000000000007"},"#,
+            r#""controller":{"controller_epoch":1,"brokers":[{"id":1,"endpoint":{"host":"h","port":9092},"#,
+            r#""rack":null,"shards":2,"last_heartbeat_ms":5,"fenced":false,"registration_epoch":3}],"#,
+            r#""topics":[{"name":"t","topic_id":"00000000-0000-0000-0000-000000000001","assignment":[[1,2]],"#,
+            r#""configs":{},"partitions":[{"leader":-1,"leader_epoch":4,"isr":[2],"partition_epoch":9,"#,
+            r#""controller_epoch":1}]}]},"producer_id_bound":1000}"#
+        );
+        let snapshot: ClusterSnapshot = serde_json::from_str(json).unwrap();
+        assert_eq!(snapshot.controller_id, NodeId(1));
+        assert_eq!(snapshot.incarnations.keys().copied().collect::<Vec<_>>(), [NodeId(2)]);
+        assert_eq!(snapshot.controller.brokers[0].registration_epoch, BrokerEpoch(3));
+        let t = &snapshot.controller.topics[0];
+        assert_eq!(t.assignment, ids(vec![vec![1, 2]]));
+        let s = &t.partitions[0];
+        assert_eq!(
+            (s.leader, s.leader_epoch, &s.isr[..], s.partition_epoch),
+            (NodeId::NONE, LeaderEpoch(4), &[NodeId(2)][..], PartitionEpoch(9))
+        );
+        assert_eq!(serde_json::to_string(&snapshot).unwrap(), json);
     }
 
     #[test]

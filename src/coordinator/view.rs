@@ -8,21 +8,22 @@ use std::collections::{BTreeMap, HashMap};
 
 use super::controller::{BrokerInfo, Controller, PartitionState};
 use super::registry::{ClusterSnapshot, Hosting, RegistryError, TopicMeta};
+use crate::model::NodeId;
 
 /// The cluster as the registry saw it at one generation.
 #[derive(Debug, Clone)]
 pub struct ClusterView {
     /// The registry's change counter when this view was built: grows with every change.
     pub(super) generation: u64,
-    pub(super) broker_id: i32,
+    pub(super) broker_id: NodeId,
     pub(super) active: bool,
-    pub(super) active_controller_id: Option<i32>,
+    pub(super) active_controller_id: Option<NodeId>,
     pub(super) link_up: bool,
     pub(super) left_cluster: bool,
     pub(super) registered: bool,
     pub(super) metadata_version: u64,
     pub(super) cluster_id: String,
-    pub(super) incarnations: BTreeMap<i32, uuid::Uuid>,
+    pub(super) incarnations: BTreeMap<NodeId, uuid::Uuid>,
     pub(super) producer_id_bound: Option<i64>,
     pub(super) controller: Controller,
     pub(super) topics: BTreeMap<String, TopicMeta>,
@@ -45,12 +46,12 @@ impl ClusterView {
         self.active
     }
 
-    pub fn local_broker_id(&self) -> i32 {
+    pub fn local_broker_id(&self) -> NodeId {
         self.broker_id
     }
 
     /// The active coordinator's broker id, when known.
-    pub fn active_controller_id(&self) -> Option<i32> {
+    pub fn active_controller_id(&self) -> Option<NodeId> {
         self.active_controller_id
     }
 
@@ -73,7 +74,7 @@ impl ClusterView {
     /// is in touch with it, else this broker itself (admin requests sent here are
     /// forwarded as soon as a coordinator is reachable; clients that wait for an
     /// unreachable controller would otherwise wait until their request times out).
-    pub fn controller_id_for_clients(&self) -> i32 {
+    pub fn controller_id_for_clients(&self) -> NodeId {
         match self.active_controller_id {
             Some(id) if self.active || self.link_up => id,
             _ => self.broker_id,
@@ -112,12 +113,12 @@ impl ClusterView {
         self.controller.live_brokers().cloned().collect()
     }
 
-    pub fn broker_info(&self, id: i32) -> Option<&BrokerInfo> {
+    pub fn broker_info(&self, id: NodeId) -> Option<&BrokerInfo> {
         self.controller.broker(id)
     }
 
     /// The leader of a partition, when it has one.
-    pub fn leader_of(&self, topic: &str, partition: i32) -> Option<i32> {
+    pub fn leader_of(&self, topic: &str, partition: i32) -> Option<NodeId> {
         self.controller.leader_of(topic, partition)
     }
 
@@ -139,7 +140,7 @@ impl ClusterView {
     }
 
     /// Replicas, leader, leader epoch and ISR of a partition (for Metadata).
-    pub fn partition(&self, topic: &str, partition: i32) -> Option<(&[i32], &PartitionState)> {
+    pub fn partition(&self, topic: &str, partition: i32) -> Option<(&[NodeId], &PartitionState)> {
         Some((self.controller.replicas(topic, partition)?, self.controller.partition_state(topic, partition)?))
     }
 

@@ -24,9 +24,135 @@ impl fmt::Display for Offset {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct ShardId(pub usize);
 
-/// A broker's node id (`--node-id`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct BrokerId(pub i32);
+// Cluster ids and epochs. Each is its own type so that a broker id cannot be passed
+// where a leader epoch is expected; they become plain integers only at the wire (Kafka
+// requests and responses: `.0` or `From`) and in persisted documents, where serde writes
+// each exactly as the integer it wraps (`#[serde(transparent)]`), so the ZooKeeper
+// layout, the snapshot cache and the checkpoints are unchanged. `Debug` prints the bare
+// integer too, so an ISR reads `[1, 2, 3]` in log lines and error messages, as before.
+
+/// A broker's node id (`--node-id`; Kafka's `node.id` / `broker.id`). `NodeId::NONE`
+/// (-1) is Kafka's "no broker": a partition without a leader, a request from a consumer.
+/// (The `kafka_protocol` crate's own `BrokerId` is the wire type.)
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(transparent)]
+pub struct NodeId(pub i32);
+
+impl NodeId {
+    pub const NONE: NodeId = NodeId(-1);
+
+    pub fn get(self) -> i32 {
+        self.0
+    }
+}
+
+impl fmt::Display for NodeId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.0)
+    }
+}
+
+impl fmt::Debug for NodeId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.0)
+    }
+}
+
+/// A partition's leader epoch (KIP-101): +1 at every leader change, stamped into each
+/// batch the leader writes. `LeaderEpoch::UNDEFINED` (-1) is Kafka's UNDEFINED_EPOCH: no
+/// epoch known, or (a request's current leader epoch) none to check (KIP-320).
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default, serde::Serialize, serde::Deserialize)]
+#[serde(transparent)]
+pub struct LeaderEpoch(pub i32);
+
+impl LeaderEpoch {
+    pub const UNDEFINED: LeaderEpoch = LeaderEpoch(-1);
+
+    pub fn get(self) -> i32 {
+        self.0
+    }
+
+    /// The epoch after this one. Panics at `i32::MAX` (an epoch never wraps).
+    pub fn next(self) -> LeaderEpoch {
+        LeaderEpoch(self.0.checked_add(1).expect("leader epoch overflow"))
+    }
+}
+
+impl fmt::Display for LeaderEpoch {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.0)
+    }
+}
+
+impl fmt::Debug for LeaderEpoch {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.0)
+    }
+}
+
+/// A partition epoch (KIP-497, KIP-841): the version of a partition's leader and ISR,
+/// +1 on every change of either; an AlterPartition names the one it was based on and is
+/// refused if it is not the current one (INVALID_UPDATE_VERSION). ZooKeeper-era Kafka
+/// called it the state znode's version.
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default, serde::Serialize, serde::Deserialize)]
+#[serde(transparent)]
+pub struct PartitionEpoch(pub i32);
+
+impl PartitionEpoch {
+    pub fn get(self) -> i32 {
+        self.0
+    }
+
+    /// The epoch after this one. Panics at `i32::MAX` (an epoch never wraps).
+    pub fn next(self) -> PartitionEpoch {
+        PartitionEpoch(self.0.checked_add(1).expect("partition epoch overflow"))
+    }
+}
+
+impl fmt::Display for PartitionEpoch {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.0)
+    }
+}
+
+impl fmt::Debug for PartitionEpoch {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.0)
+    }
+}
+
+/// A broker epoch (KIP-903): the coordinator's number for one registration of a broker,
+/// growing with every registration in the cluster, so a restarted broker has a newer one.
+/// Sent in a follower's Fetch (ReplicaEpoch) and in AlterPartition (NewIsrWithEpochs).
+/// `BrokerEpoch::NONE` (-1) is Kafka's "not known or not sent": not checked.
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(transparent)]
+pub struct BrokerEpoch(pub i64);
+
+impl BrokerEpoch {
+    pub const NONE: BrokerEpoch = BrokerEpoch(-1);
+
+    pub fn get(self) -> i64 {
+        self.0
+    }
+
+    /// The epoch after this one (the next registration's).
+    pub fn next(self) -> BrokerEpoch {
+        BrokerEpoch(self.0.checked_add(1).expect("broker epoch overflow"))
+    }
+}
+
+impl fmt::Display for BrokerEpoch {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.0)
+    }
+}
+
+impl fmt::Debug for BrokerEpoch {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.0)
+    }
+}
 
 /// A producer id (Kafka's `producerId`): issued by InitProducerId, carried in every
 /// batch of an idempotent producer. -1 (`ProducerId::NONE`) in a plain producer's batch.
@@ -247,4 +373,36 @@ pub fn splitmix64(state: &mut u64) -> u64 {
     z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
     z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
     z ^ (z >> 31)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Persisted documents (the snapshot cache, the embedded store) hold these as the
+    /// integers they replaced: serde must write and read the bare integer, map keys too.
+    #[test]
+    fn ids_and_epochs_serialize_as_the_integers_they_wrap() {
+        let json = serde_json::to_string(&(NodeId(3), LeaderEpoch(7), PartitionEpoch(-1), BrokerEpoch(1 << 40)));
+        assert_eq!(json.unwrap(), "[3,7,-1,1099511627776]");
+        let back: (NodeId, LeaderEpoch, PartitionEpoch, BrokerEpoch) =
+            serde_json::from_str("[3,7,-1,1099511627776]").unwrap();
+        assert_eq!(back, (NodeId(3), LeaderEpoch(7), PartitionEpoch(-1), BrokerEpoch(1 << 40)));
+        let by_id = std::collections::BTreeMap::from([(NodeId(2), 5), (NodeId(10), 6)]);
+        assert_eq!(serde_json::to_string(&by_id).unwrap(), r#"{"2":5,"10":6}"#);
+        let back: std::collections::BTreeMap<NodeId, i32> = serde_json::from_str(r#"{"2":5,"10":6}"#).unwrap();
+        assert_eq!(back, by_id);
+    }
+
+    /// Log lines and error messages read as they did with plain integers.
+    #[test]
+    fn ids_and_epochs_print_as_integers() {
+        assert_eq!(format!("{} {:?}", NodeId(1), vec![NodeId(1), NodeId::NONE]), "1 [1, -1]");
+        assert_eq!(format!("{} {:?}", LeaderEpoch(4), Some(LeaderEpoch::UNDEFINED)), "4 Some(-1)");
+        assert_eq!(format!("{} {:?}", PartitionEpoch(2), BrokerEpoch::NONE), "2 -1");
+        assert_eq!(
+            (LeaderEpoch(4).next(), PartitionEpoch(2).next(), BrokerEpoch(8).next()),
+            (LeaderEpoch(5), PartitionEpoch(3), BrokerEpoch(9))
+        );
+    }
 }

@@ -39,6 +39,8 @@
 
 use std::collections::BTreeMap;
 
+use crate::model::{BrokerEpoch, LeaderEpoch, NodeId, PartitionEpoch};
+
 pub mod replica;
 
 pub use replica::{
@@ -49,11 +51,11 @@ pub use replica::{
 /// Kafka's `replica.lag.time.max.ms` default.
 pub const REPLICA_LAG_TIME_MAX_MS_DEFAULT: i64 = 30_000;
 /// Kafka's UNDEFINED_EPOCH / UNDEFINED_EPOCH_OFFSET in OffsetForLeaderEpoch answers.
-pub const UNDEFINED_EPOCH: i32 = -1;
+pub const UNDEFINED_EPOCH: LeaderEpoch = LeaderEpoch::UNDEFINED;
 pub const UNDEFINED_OFFSET: i64 = -1;
 /// A broker epoch that is not known or not sent (Kafka's -1 in Fetch's ReplicaEpoch and
 /// AlterPartition's BrokerEpoch): not checked.
-pub const NO_BROKER_EPOCH: i64 = -1;
+pub const NO_BROKER_EPOCH: BrokerEpoch = BrokerEpoch::NONE;
 /// Pause after an error on a followed partition before it truncates and fetches again
 /// (Kafka's replica.fetch.backoff.ms).
 pub const REPLICA_FETCH_BACKOFF_MS: i64 = 200;
@@ -69,7 +71,7 @@ struct FollowerProgress {
     leader_leo_at_last_fetch: i64,
     /// The broker epoch of the incarnation whose fetches made this progress
     /// (`NO_BROKER_EPOCH`: unknown).
-    broker_epoch: i64,
+    broker_epoch: BrokerEpoch,
 }
 
 /// Why a follower's fetch was refused (no effect on the leader's state).
@@ -79,31 +81,31 @@ pub enum FollowerFetchError {
     NotReplica,
     /// The fetch comes from an incarnation older than one already seen (KIP-903; Kafka
     /// answers NOT_LEADER_OR_FOLLOWER).
-    StaleBrokerEpoch { broker_epoch: i64, current: i64 },
+    StaleBrokerEpoch { broker_epoch: BrokerEpoch, current: BrokerEpoch },
 }
 
 /// An ISR change for the coordinator (AlterPartition).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct IsrProposal {
-    pub new_isr: Vec<i32>,
+    pub new_isr: Vec<NodeId>,
     /// Each member's broker epoch, in `new_isr`'s order (AlterPartition v3's
     /// NewIsrWithEpochs): the incarnation whose fetches put it there; `NO_BROKER_EPOCH`
     /// for the leader itself and for followers that sent none.
-    pub broker_epochs: Vec<i64>,
-    pub leader_epoch: i32,
-    pub partition_epoch: i32,
+    pub broker_epochs: Vec<BrokerEpoch>,
+    pub leader_epoch: LeaderEpoch,
+    pub partition_epoch: PartitionEpoch,
 }
 
 #[derive(Debug, Clone)]
 pub struct LeaderState {
-    local_id: i32,
-    leader_epoch: i32,
+    local_id: NodeId,
+    leader_epoch: LeaderEpoch,
     /// Assignment order.
-    replicas: Vec<i32>,
+    replicas: Vec<NodeId>,
     /// As committed by the coordinator.
-    isr: Vec<i32>,
-    partition_epoch: i32,
-    followers: BTreeMap<i32, FollowerProgress>,
+    isr: Vec<NodeId>,
+    partition_epoch: PartitionEpoch,
+    followers: BTreeMap<NodeId, FollowerProgress>,
     high_watermark: i64,
     /// The log end offset when this leader epoch began.
     epoch_start_offset: i64,
@@ -111,7 +113,7 @@ pub struct LeaderState {
     /// Replicas that a proposal at the current partition epoch may have added to the
     /// coordinator's ISR although we were told it failed (its answer may have been lost):
     /// part of the maximal ISR until a newer committed state shows the truth.
-    maybe_added: Vec<i32>,
+    maybe_added: Vec<NodeId>,
     replica_lag_time_max_ms: i64,
 }
 
@@ -120,11 +122,11 @@ impl LeaderState {
     /// it knew (as a follower, or before a restart); the leader's log end offset is `leo`.
     #[allow(clippy::too_many_arguments)]
     pub fn new(
-        local_id: i32,
-        leader_epoch: i32,
-        replicas: Vec<i32>,
-        isr: Vec<i32>,
-        partition_epoch: i32,
+        local_id: NodeId,
+        leader_epoch: LeaderEpoch,
+        replicas: Vec<NodeId>,
+        isr: Vec<NodeId>,
+        partition_epoch: PartitionEpoch,
         leo: i64,
         high_watermark: i64,
         now_ms: i64,
@@ -166,7 +168,7 @@ impl LeaderState {
         s
     }
 
-    pub fn leader_epoch(&self) -> i32 {
+    pub fn leader_epoch(&self) -> LeaderEpoch {
         self.leader_epoch
     }
 
@@ -174,11 +176,11 @@ impl LeaderState {
         self.high_watermark
     }
 
-    pub fn isr(&self) -> &[i32] {
+    pub fn isr(&self) -> &[NodeId] {
         &self.isr
     }
 
-    pub fn replicas(&self) -> &[i32] {
+    pub fn replicas(&self) -> &[NodeId] {
         &self.replicas
     }
 
@@ -189,8 +191,8 @@ impl LeaderState {
     /// incarnation's first fetch forgets the progress of the previous one first.
     pub fn on_follower_fetch(
         &mut self,
-        replica: i32,
-        broker_epoch: i64,
+        replica: NodeId,
+        broker_epoch: BrokerEpoch,
         fetch_offset: i64,
         leader_leo: i64,
         now_ms: i64,
@@ -220,13 +222,13 @@ impl LeaderState {
         Ok(self.update_high_watermark(leader_leo))
     }
 
-    pub fn is_replica(&self, broker: i32) -> bool {
+    pub fn is_replica(&self, broker: NodeId) -> bool {
         self.followers.contains_key(&broker)
     }
 
     /// Whether `replica` is in the maximal ISR: committed, proposed by the change in
     /// flight, or possibly added by one whose answer we did not get.
-    fn in_maximal_isr(&self, replica: i32) -> bool {
+    fn in_maximal_isr(&self, replica: NodeId) -> bool {
         self.isr.contains(&replica)
             || self.pending.as_ref().is_some_and(|p| p.new_isr.contains(&replica))
             || self.maybe_added.contains(&replica)
@@ -256,7 +258,7 @@ impl LeaderState {
         if self.pending.is_some() {
             return None;
         }
-        let lagging: Vec<i32> = self
+        let lagging: Vec<NodeId> = self
             .isr
             .iter()
             .copied()
@@ -265,10 +267,10 @@ impl LeaderState {
                 self.followers.get(r).is_none_or(|f| now_ms - f.last_caught_up_ms > self.replica_lag_time_max_ms)
             })
             .collect();
-        let new_isr: Vec<i32> = if !lagging.is_empty() {
+        let new_isr: Vec<NodeId> = if !lagging.is_empty() {
             self.isr.iter().copied().filter(|r| !lagging.contains(r)).collect()
         } else {
-            let joining: Vec<i32> = self
+            let joining: Vec<NodeId> = self
                 .followers
                 .iter()
                 .filter(|(r, f)| {
@@ -300,7 +302,12 @@ impl LeaderState {
     /// (the coordinator refuses a proposal whose partition epoch is not its own). The same
     /// epoch again (a snapshot sent for another reason) settles nothing: a proposal in
     /// flight may still be applied, so it keeps counting for the high watermark.
-    pub fn on_isr_committed(&mut self, isr: Vec<i32>, partition_epoch: i32, leader_leo: i64) -> Option<i64> {
+    pub fn on_isr_committed(
+        &mut self,
+        isr: Vec<NodeId>,
+        partition_epoch: PartitionEpoch,
+        leader_leo: i64,
+    ) -> Option<i64> {
         if partition_epoch < self.partition_epoch {
             return None; // older than what we have
         }
@@ -308,7 +315,7 @@ impl LeaderState {
             // A replica that left the ISR (the coordinator takes a restarted broker out)
             // must show again, by fetching, that it caught up: the log end offset we have
             // for it may be from before it lost its unsynced suffix.
-            let left: Vec<i32> =
+            let left: Vec<NodeId> =
                 self.replicas.iter().copied().filter(|r| self.in_maximal_isr(*r) && !isr.contains(r)).collect();
             for r in left {
                 if let Some(f) = self.followers.get_mut(&r) {
@@ -357,18 +364,18 @@ impl LeaderState {
     }
 
     /// Followers' log end offsets (for metrics and tests).
-    pub fn follower_leo(&self, replica: i32) -> Option<i64> {
+    pub fn follower_leo(&self, replica: NodeId) -> Option<i64> {
         self.followers.get(&replica).map(|f| f.leo)
     }
 
     /// The broker epoch a follower's progress was made in (for tests).
-    pub fn follower_broker_epoch(&self, replica: i32) -> Option<i64> {
+    pub fn follower_broker_epoch(&self, replica: NodeId) -> Option<BrokerEpoch> {
         self.followers.get(&replica).map(|f| f.broker_epoch)
     }
 }
 
 /// Whether two ISRs hold the same replicas (the coordinator keeps its own order).
-fn same_members(a: &[i32], b: &[i32]) -> bool {
+fn same_members(a: &[NodeId], b: &[NodeId]) -> bool {
     a.len() == b.len() && a.iter().all(|r| b.contains(r))
 }
 
@@ -383,9 +390,9 @@ fn same_members(a: &[i32], b: &[i32]) -> bool {
 pub fn truncation_offset(
     local_leo: i64,
     local_hw: i64,
-    requested_epoch: Option<i32>,
-    answer: (i32, i64),
-    local_end_for: impl Fn(i32) -> i64,
+    requested_epoch: Option<LeaderEpoch>,
+    answer: (LeaderEpoch, i64),
+    local_end_for: impl Fn(LeaderEpoch) -> i64,
 ) -> i64 {
     let Some(requested) = requested_epoch else {
         return local_hw.min(local_leo);
@@ -407,17 +414,33 @@ pub fn truncation_offset(
 mod tests {
     use super::*;
 
+    fn ids(ids: &[i32]) -> Vec<NodeId> {
+        ids.iter().copied().map(NodeId).collect()
+    }
+
     fn leader(isr: Vec<i32>, leo: i64, now: i64) -> LeaderState {
-        LeaderState::new(1, 5, vec![1, 2, 3], isr, 10, leo, 0, now, 30_000)
+        LeaderState::new(NodeId(1), LeaderEpoch(5), ids(&[1, 2, 3]), ids(&isr), PartitionEpoch(10), leo, 0, now, 30_000)
     }
 
     /// Every follower's broker epoch in these tests, unless one restarts.
-    const EPOCH: i64 = 7;
+    const EPOCH: BrokerEpoch = BrokerEpoch(7);
 
     impl LeaderState {
         /// A fetch from the follower's incarnation with `EPOCH`.
         fn fetch(&mut self, replica: i32, offset: i64, leader_leo: i64, now_ms: i64) -> Option<i64> {
-            self.on_follower_fetch(replica, EPOCH, offset, leader_leo, now_ms).expect("fetch accepted")
+            self.on_follower_fetch(NodeId(replica), EPOCH, offset, leader_leo, now_ms).expect("fetch accepted")
+        }
+
+        /// A fetch from `replica`'s incarnation with `broker_epoch`.
+        fn fetch_in(
+            &mut self,
+            replica: i32,
+            broker_epoch: BrokerEpoch,
+            offset: i64,
+            leader_leo: i64,
+            now_ms: i64,
+        ) -> Result<Option<i64>, FollowerFetchError> {
+            self.on_follower_fetch(NodeId(replica), broker_epoch, offset, leader_leo, now_ms)
         }
     }
 
@@ -432,8 +455,8 @@ mod tests {
         // A follower that truncated (fetches lower) does not pull the HW back.
         assert_eq!(l.fetch(2, 90, 120, 30), None);
         assert_eq!(l.high_watermark(), 100);
-        assert_eq!(l.on_follower_fetch(9, 1, 500, 120, 30), Err(FollowerFetchError::NotReplica));
-        assert!(!l.is_replica(9));
+        assert_eq!(l.fetch_in(9, BrokerEpoch(1), 500, 120, 30), Err(FollowerFetchError::NotReplica));
+        assert!(!l.is_replica(NodeId(9)));
     }
 
     #[test]
@@ -453,14 +476,14 @@ mod tests {
         l.fetch(2, 100, 100, 31_000);
         l.fetch(3, 60, 100, 31_000);
         let p = l.isr_change(31_000).expect("3 lags");
-        assert_eq!((p.new_isr.clone(), p.partition_epoch), (vec![1, 2], 10));
+        assert_eq!((p.new_isr.clone(), p.partition_epoch), (ids(&[1, 2]), PartitionEpoch(10)));
         assert_eq!(l.isr_change(31_000), None, "one change in flight at a time");
         assert_eq!(l.high_watermark(), 60, "HW over the committed ISR until the change commits");
-        assert_eq!(l.on_isr_committed(vec![1, 2], 11, 100), Some(100));
+        assert_eq!(l.on_isr_committed(ids(&[1, 2]), PartitionEpoch(11), 100), Some(100));
         // 3 catches up: reaches the HW and the epoch start offset.
         l.fetch(3, 100, 100, 32_000);
         let p = l.isr_change(32_000).expect("3 is back");
-        assert_eq!((p.new_isr, p.partition_epoch), (vec![1, 2, 3], 11));
+        assert_eq!((p.new_isr, p.partition_epoch), (ids(&[1, 2, 3]), PartitionEpoch(11)));
         l.on_isr_change_failed();
         assert!(l.isr_change(32_000).is_some(), "proposed again after a failure");
     }
@@ -476,15 +499,15 @@ mod tests {
         l.fetch(3, 100, 100, 10);
         assert_eq!(l.high_watermark(), 100);
         let p = l.isr_change(20).expect("3 caught up");
-        assert_eq!(p.new_isr, vec![1, 2, 3]);
+        assert_eq!(p.new_isr, ids(&[1, 2, 3]));
         // The leader appends; 2 follows, 3 has not fetched yet.
         assert_eq!(l.update_high_watermark(120), None);
         assert_eq!(l.fetch(2, 120, 120, 30), None, "3, maybe in the ISR already, is at 100");
         assert_eq!(l.high_watermark(), 100);
         // A snapshot of the same partition epoch (sent for another reason) settles nothing.
-        assert_eq!(l.on_isr_committed(vec![1, 2], 10, 120), None);
+        assert_eq!(l.on_isr_committed(ids(&[1, 2]), PartitionEpoch(10), 120), None);
         assert_eq!(l.pending_change(), Some(&p));
-        assert_eq!(l.on_isr_committed(vec![1, 2, 3], 11, 120), None);
+        assert_eq!(l.on_isr_committed(ids(&[1, 2, 3]), PartitionEpoch(11), 120), None);
         assert_eq!(l.pending_change(), None);
         assert_eq!(l.fetch(3, 120, 120, 40), Some(120));
     }
@@ -503,9 +526,13 @@ mod tests {
         assert_eq!(l.fetch(2, 120, 120, 30), None, "3 may be in the ISR");
         assert!(l.isr_change(40).is_some(), "proposed again");
         l.on_isr_change_failed();
-        assert_eq!(l.on_isr_committed(vec![1, 2], 10, 120), None, "same partition epoch: still unknown");
+        assert_eq!(
+            l.on_isr_committed(ids(&[1, 2]), PartitionEpoch(10), 120),
+            None,
+            "same partition epoch: still unknown"
+        );
         // A newer state without 3: the proposal was not applied and cannot be any more.
-        assert_eq!(l.on_isr_committed(vec![1, 2], 11, 120), Some(120));
+        assert_eq!(l.on_isr_committed(ids(&[1, 2]), PartitionEpoch(11), 120), Some(120));
     }
 
     #[test]
@@ -514,7 +541,7 @@ mod tests {
         l.fetch(2, 100, 100, 10);
         l.fetch(3, 100, 100, 10);
         let p = l.isr_change(20).expect("3 caught up");
-        let older = IsrProposal { partition_epoch: 9, ..p.clone() };
+        let older = IsrProposal { partition_epoch: PartitionEpoch(9), ..p.clone() };
         l.on_isr_change_refused(&older);
         assert_eq!(l.pending_change(), Some(&p), "the answer to another proposal");
         l.update_high_watermark(120);
@@ -534,23 +561,23 @@ mod tests {
         l.fetch(2, 100, 100, 10);
         l.fetch(3, 100, 100, 10);
         assert_eq!(l.high_watermark(), 100);
-        assert_eq!(l.on_isr_committed(vec![1, 2], 11, 100), None);
-        assert_eq!(l.follower_leo(3), Some(-1));
+        assert_eq!(l.on_isr_committed(ids(&[1, 2]), PartitionEpoch(11), 100), None);
+        assert_eq!(l.follower_leo(NodeId(3)), Some(-1));
         assert_eq!(l.isr_change(20), None, "3 has not fetched since it left");
         l.fetch(3, 0, 100, 30);
         assert_eq!(l.isr_change(40), None, "its log is empty now");
         l.fetch(3, 100, 100, 50);
-        assert_eq!(l.isr_change(60).map(|p| p.new_isr), Some(vec![1, 2, 3]));
+        assert_eq!(l.isr_change(60).map(|p| p.new_isr), Some(ids(&[1, 2, 3])));
     }
 
     #[test]
     fn isr_proposals_carry_the_broker_epoch_each_member_fetched_in() {
         let mut l = leader(vec![1, 2], 100, 0);
         l.fetch(2, 100, 100, 10);
-        assert_eq!(l.on_follower_fetch(3, EPOCH + 1, 100, 100, 10), Ok(None));
+        assert_eq!(l.fetch_in(3, BrokerEpoch(8), 100, 100, 10), Ok(None));
         let p = l.isr_change(20).expect("3 caught up");
-        assert_eq!(p.new_isr, vec![1, 2, 3]);
-        assert_eq!(p.broker_epochs, vec![NO_BROKER_EPOCH, EPOCH, EPOCH + 1], "the leader sends none for itself");
+        assert_eq!(p.new_isr, ids(&[1, 2, 3]));
+        assert_eq!(p.broker_epochs, vec![NO_BROKER_EPOCH, EPOCH, BrokerEpoch(8)], "the leader sends none for itself");
     }
 
     #[test]
@@ -569,18 +596,18 @@ mod tests {
         // The coordinator refuses it: 3 was fenced, or has registered again since.
         l.on_isr_change_refused(&p);
         // 3's new incarnation (epoch 9) fetches from its empty log.
-        assert_eq!(l.on_follower_fetch(3, 9, 0, 100, 30), Ok(None));
-        assert_eq!((l.follower_leo(3), l.follower_broker_epoch(3)), (Some(0), Some(9)));
+        assert_eq!(l.fetch_in(3, BrokerEpoch(9), 0, 100, 30), Ok(None));
+        assert_eq!((l.follower_leo(NodeId(3)), l.follower_broker_epoch(NodeId(3))), (Some(0), Some(BrokerEpoch(9))));
         assert_eq!(l.isr_change(40), None, "3 must catch up again");
         // A late fetch of the dead incarnation (a long poll answered after the restart).
         assert_eq!(
-            l.on_follower_fetch(3, EPOCH, 100, 100, 50),
-            Err(FollowerFetchError::StaleBrokerEpoch { broker_epoch: EPOCH, current: 9 })
+            l.fetch_in(3, EPOCH, 100, 100, 50),
+            Err(FollowerFetchError::StaleBrokerEpoch { broker_epoch: EPOCH, current: BrokerEpoch(9) })
         );
-        assert_eq!(l.follower_leo(3), Some(0), "a refused fetch changes nothing");
-        assert_eq!(l.on_follower_fetch(3, 9, 100, 100, 60), Ok(None));
+        assert_eq!(l.follower_leo(NodeId(3)), Some(0), "a refused fetch changes nothing");
+        assert_eq!(l.fetch_in(3, BrokerEpoch(9), 100, 100, 60), Ok(None));
         let p = l.isr_change(70).expect("3 caught up in its new incarnation");
-        assert_eq!(p.broker_epochs, vec![NO_BROKER_EPOCH, EPOCH, 9]);
+        assert_eq!(p.broker_epochs, vec![NO_BROKER_EPOCH, EPOCH, BrokerEpoch(9)]);
     }
 
     #[test]
@@ -590,18 +617,18 @@ mod tests {
         l.fetch(3, 90, 100, 10);
         assert_eq!(l.high_watermark(), 90);
         // 3 restarts with 50 records; the coordinator has not taken it out of the ISR yet.
-        assert_eq!(l.on_follower_fetch(3, EPOCH + 1, 50, 100, 20), Ok(None));
+        assert_eq!(l.fetch_in(3, BrokerEpoch(8), 50, 100, 20), Ok(None));
         assert_eq!(l.high_watermark(), 90, "never moves back");
-        assert_eq!(l.on_follower_fetch(3, EPOCH + 1, 95, 100, 30), Ok(Some(95)));
+        assert_eq!(l.fetch_in(3, BrokerEpoch(8), 95, 100, 30), Ok(Some(95)));
     }
 
     #[test]
     fn followers_that_send_no_broker_epoch_are_not_checked() {
         let mut l = leader(vec![1, 2], 100, 0);
-        assert_eq!(l.on_follower_fetch(3, NO_BROKER_EPOCH, 100, 100, 10), Ok(None));
-        assert_eq!(l.on_follower_fetch(3, EPOCH, 100, 100, 20), Ok(None));
-        assert_eq!(l.on_follower_fetch(3, NO_BROKER_EPOCH, 100, 100, 30), Ok(None));
-        assert_eq!(l.follower_broker_epoch(3), Some(NO_BROKER_EPOCH));
+        assert_eq!(l.fetch_in(3, NO_BROKER_EPOCH, 100, 100, 10), Ok(None));
+        assert_eq!(l.fetch_in(3, EPOCH, 100, 100, 20), Ok(None));
+        assert_eq!(l.fetch_in(3, NO_BROKER_EPOCH, 100, 100, 30), Ok(None));
+        assert_eq!(l.follower_broker_epoch(NodeId(3)), Some(NO_BROKER_EPOCH));
         l.fetch(2, 100, 100, 30);
         assert_eq!(l.isr_change(40).map(|p| p.broker_epochs), Some(vec![NO_BROKER_EPOCH, EPOCH, NO_BROKER_EPOCH]));
     }
@@ -609,22 +636,23 @@ mod tests {
     #[test]
     fn a_follower_that_never_fetches_leaves_the_isr() {
         let mut l = leader(vec![1, 2], 10, 0);
-        assert_eq!(l.isr_change(30_001).map(|p| p.new_isr), Some(vec![1]));
+        assert_eq!(l.isr_change(30_001).map(|p| p.new_isr), Some(ids(&[1])));
     }
 
     #[test]
     fn truncation_follows_epochs_not_the_high_watermark() {
+        let e = LeaderEpoch;
         // KIP-101: the follower has [epoch 1: 0..10), HW 5; the leader answers epoch 1 ends
         // at 8: truncate to 8, not to the HW.
-        assert_eq!(truncation_offset(10, 5, Some(1), (1, 8), |_| 10), 8);
+        assert_eq!(truncation_offset(10, 5, Some(e(1)), (e(1), 8), |_| 10), 8);
         // The leader has more in our epoch than we do: keep everything.
-        assert_eq!(truncation_offset(10, 5, Some(1), (1, 12), |_| 10), 10);
+        assert_eq!(truncation_offset(10, 5, Some(e(1)), (e(1), 12), |_| 10), 10);
         // KIP-279: we are at epoch 3 which the leader never had; it answers epoch 2 ending
         // at 20, and our epoch 2 ended at 15: truncate to 15.
-        assert_eq!(truncation_offset(30, 5, Some(3), (2, 20), |e| if e == 2 { 15 } else { 30 }), 15);
+        assert_eq!(truncation_offset(30, 5, Some(e(3)), (e(2), 20), |x| if x == e(2) { 15 } else { 30 }), 15);
         // The leader knows no epoch at or before ours: only what the HW proves.
-        assert_eq!(truncation_offset(30, 5, Some(3), (UNDEFINED_EPOCH, UNDEFINED_OFFSET), |_| 30), 5);
+        assert_eq!(truncation_offset(30, 5, Some(e(3)), (UNDEFINED_EPOCH, UNDEFINED_OFFSET), |_| 30), 5);
         // No epochs at all: only what the HW proves.
-        assert_eq!(truncation_offset(30, 5, None, (1, 8), |_| 30), 5);
+        assert_eq!(truncation_offset(30, 5, None, (e(1), 8), |_| 30), 5);
     }
 }

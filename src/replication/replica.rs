@@ -12,6 +12,7 @@
 //! the simulation.
 
 use crate::coordinator::controller::PartitionState;
+use crate::model::{BrokerEpoch, LeaderEpoch, NodeId, PartitionEpoch};
 
 use super::{truncation_offset, FollowerFetchError, IsrProposal, LeaderState};
 
@@ -30,13 +31,13 @@ pub enum RoleError {
     NotLeader,
     /// The request's leader epoch is older than this leader's.
     FencedLeaderEpoch {
-        request: i32,
-        current: i32,
+        request: LeaderEpoch,
+        current: LeaderEpoch,
     },
     /// The request's leader epoch is newer than this leader's (we have not heard yet).
     UnknownLeaderEpoch {
-        request: i32,
-        current: i32,
+        request: LeaderEpoch,
+        current: LeaderEpoch,
     },
 }
 
@@ -74,9 +75,9 @@ pub enum Role {
 #[derive(Debug)]
 pub struct RoleChange<W> {
     /// Record this leader epoch at the log end (a new leader epoch begins here).
-    pub record_leader_epoch: Option<i32>,
+    pub record_leader_epoch: Option<LeaderEpoch>,
     /// Follow (leader, leader epoch): its fetcher must carry this partition.
-    pub start_fetcher: Option<(i32, i32)>,
+    pub start_fetcher: Option<(NodeId, LeaderEpoch)>,
     pub answers: Answers<W>,
     /// The role was taken now (false: unchanged, or an ISR update within it).
     pub took_role: bool,
@@ -142,12 +143,12 @@ impl<W> Replica<W> {
         }
     }
 
-    /// The leader state, checked against a request's `current_leader_epoch` (-1: no
-    /// check) as KIP-320 says.
-    pub fn leader(&mut self, current_leader_epoch: i32) -> Result<&mut LeaderState, RoleError> {
+    /// The leader state, checked against a request's `current_leader_epoch`
+    /// (`LeaderEpoch::UNDEFINED`, or any negative epoch: no check) as KIP-320 says.
+    pub fn leader(&mut self, current_leader_epoch: LeaderEpoch) -> Result<&mut LeaderState, RoleError> {
         let Role::Leader(l) = &mut self.role else { return Err(RoleError::NotLeader) };
         let current = l.leader_epoch();
-        if current_leader_epoch >= 0 && current_leader_epoch < current {
+        if current_leader_epoch.get() >= 0 && current_leader_epoch < current {
             return Err(RoleError::FencedLeaderEpoch { request: current_leader_epoch, current });
         }
         if current_leader_epoch > current {
@@ -158,12 +159,12 @@ impl<W> Replica<W> {
 
     /// Whether this replica follows `leader` in `leader_epoch` (a fetcher's answer for
     /// anything else is stale).
-    pub fn follows(&self, leader: i32, leader_epoch: i32) -> bool {
+    pub fn follows(&self, leader: NodeId, leader_epoch: LeaderEpoch) -> bool {
         matches!(&self.role, Role::Follower(f) if f.leader == leader && f.leader_epoch == leader_epoch)
     }
 
     /// The follower state for (`leader`, `leader_epoch`), if this replica follows it.
-    pub fn follower_mut(&mut self, leader: i32, leader_epoch: i32) -> Option<&mut Follower> {
+    pub fn follower_mut(&mut self, leader: NodeId, leader_epoch: LeaderEpoch) -> Option<&mut Follower> {
         match &mut self.role {
             Role::Follower(f) if f.leader == leader && f.leader_epoch == leader_epoch => Some(f),
             _ => None,
@@ -176,8 +177,8 @@ impl<W> Replica<W> {
     #[allow(clippy::too_many_arguments)]
     pub fn on_partition_state(
         &mut self,
-        me: i32,
-        state: Option<(&[i32], &PartitionState)>,
+        me: NodeId,
+        state: Option<(&[NodeId], &PartitionState)>,
         log_end: i64,
         log_start: i64,
         now_ms: i64,
@@ -214,7 +215,7 @@ impl<W> Replica<W> {
             change.record_leader_epoch = Some(state.leader_epoch);
             change.took_role = true;
             self.release(&mut change.answers);
-        } else if state.leader >= 0 {
+        } else if state.leader.get() >= 0 {
             if self.follows(state.leader, state.leader_epoch) {
                 return change;
             }
@@ -248,7 +249,7 @@ impl<W> Replica<W> {
 
     /// Before an append: the leader epoch to stamp, or why this replica may not append
     /// (`acks_all`: the produce waits for the ISR, which must hold min.insync.replicas).
-    pub fn may_append(&self, acks_all: bool) -> Result<i32, AppendRefusal> {
+    pub fn may_append(&self, acks_all: bool) -> Result<LeaderEpoch, AppendRefusal> {
         let Role::Leader(l) = &self.role else { return Err(AppendRefusal::NotLeader) };
         if acks_all && l.isr().len() < self.min_insync {
             return Err(AppendRefusal::NotEnoughReplicas { isr: l.isr().len(), min: self.min_insync });
@@ -279,9 +280,9 @@ impl<W> Replica<W> {
     /// watermark after it and the produces it released.
     pub fn on_follower_fetch(
         &mut self,
-        current_leader_epoch: i32,
-        follower: i32,
-        broker_epoch: i64,
+        current_leader_epoch: LeaderEpoch,
+        follower: NodeId,
+        broker_epoch: BrokerEpoch,
         fetch_offset: i64,
         log_end: i64,
         now_ms: i64,
@@ -362,7 +363,7 @@ impl<W> Replica<W> {
 /// How an AlterPartition ended.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum IsrOutcome {
-    Committed(Vec<i32>, i32),
+    Committed(Vec<NodeId>, PartitionEpoch),
     /// The coordinator answered with an error.
     Refused,
     /// No answer (unreachable, timed out): it may have committed.
@@ -375,7 +376,7 @@ pub struct FollowerLog {
     pub log_end_offset: i64,
     pub high_watermark: i64,
     pub log_start_offset: i64,
-    pub latest_epoch: Option<i32>,
+    pub latest_epoch: Option<LeaderEpoch>,
 }
 
 /// What a follower's fetcher does next for a partition.
@@ -386,7 +387,7 @@ pub enum FollowerStep {
     /// It has no leader epochs: keep only what its high watermark proves, then fetch.
     TruncateTo(i64),
     /// Ask the leader where `latest_epoch` (ours) ends in its log (OffsetForLeaderEpoch).
-    AskEpoch { latest_epoch: i32 },
+    AskEpoch { latest_epoch: LeaderEpoch },
     /// Fetch from the log end.
     Fetch,
 }
@@ -417,8 +418,8 @@ pub enum OutOfRange {
 /// and makes it truncate again.
 #[derive(Debug, Clone)]
 pub struct Follower {
-    pub leader: i32,
-    pub leader_epoch: i32,
+    pub leader: NodeId,
+    pub leader_epoch: LeaderEpoch,
     /// Truncated by leader epoch for this epoch: it may fetch.
     truncated: bool,
     /// After an error: nothing until then (ms).
@@ -427,7 +428,7 @@ pub struct Follower {
 }
 
 impl Follower {
-    fn new(leader: i32, leader_epoch: i32) -> Self {
+    fn new(leader: NodeId, leader_epoch: LeaderEpoch) -> Self {
         Self { leader, leader_epoch, truncated: false, retry_at_ms: None, last_error: String::new() }
     }
 
@@ -454,16 +455,16 @@ impl Follower {
     /// calls `on_truncated`.
     pub fn on_epoch_answer(
         &self,
-        asked: i32,
-        answer: (i32, i64),
+        asked: LeaderEpoch,
+        answer: (LeaderEpoch, i64),
         log: &FollowerLog,
-        local_end_for: impl Fn(i32) -> i64,
+        local_end_for: impl Fn(LeaderEpoch) -> i64,
     ) -> Truncation {
         let offset = truncation_offset(log.log_end_offset, log.high_watermark, Some(asked), answer, local_end_for);
         let (epoch, _) = answer;
         // KIP-279: when the leader answered an earlier epoch, ask again with our new
         // latest (unless nothing was cut: then our latest is still the one asked).
-        let done = epoch == asked || offset >= log.log_end_offset || epoch < 0;
+        let done = epoch == asked || offset >= log.log_end_offset || epoch.get() < 0;
         Truncation { offset, done }
     }
 
@@ -506,27 +507,59 @@ impl Follower {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::replication::NO_BROKER_EPOCH;
 
-    const ME: i32 = 1;
+    const ME: NodeId = NodeId(1);
     const LAG_MS: i64 = 30_000;
+    const REPLICAS: [NodeId; 3] = [NodeId(1), NodeId(2), NodeId(3)];
+
+    fn ids(ids: &[i32]) -> Vec<NodeId> {
+        ids.iter().copied().map(NodeId).collect()
+    }
 
     fn state(leader: i32, leader_epoch: i32, isr: Vec<i32>, partition_epoch: i32) -> PartitionState {
-        PartitionState { leader, leader_epoch, isr, partition_epoch, controller_epoch: 0 }
+        PartitionState {
+            leader: NodeId(leader),
+            leader_epoch: LeaderEpoch(leader_epoch),
+            isr: ids(&isr),
+            partition_epoch: PartitionEpoch(partition_epoch),
+            controller_epoch: 0,
+        }
     }
 
     fn lead(r: &mut Replica<u32>, epoch: i32, isr: Vec<i32>, log_end: i64) -> RoleChange<u32> {
-        r.on_partition_state(ME, Some((&[1, 2, 3], &state(ME, epoch, isr, 1))), log_end, 0, 0, LAG_MS)
+        r.on_partition_state(ME, Some((&REPLICAS, &state(ME.0, epoch, isr, 1))), log_end, 0, 0, LAG_MS)
+    }
+
+    /// A fetch from follower `follower` that sends no broker epoch, checked against
+    /// `current_leader_epoch`.
+    fn fetch(
+        r: &mut Replica<u32>,
+        current_leader_epoch: i32,
+        follower: i32,
+        fetch_offset: i64,
+        log_end: i64,
+        now_ms: i64,
+    ) -> Result<(i64, Answers<u32>), FetchRefusal> {
+        r.on_follower_fetch(
+            LeaderEpoch(current_leader_epoch),
+            NodeId(follower),
+            NO_BROKER_EPOCH,
+            fetch_offset,
+            log_end,
+            now_ms,
+        )
     }
 
     #[test]
     fn a_new_leader_records_its_epoch_starts_from_the_high_watermark_it_knew_and_answers_when_it_moves() {
         let mut r: Replica<u32> = Replica::new(40, 2);
         let change = lead(&mut r, 3, vec![1, 2], 100);
-        assert_eq!(change.record_leader_epoch, Some(3));
+        assert_eq!(change.record_leader_epoch, Some(LeaderEpoch(3)));
         assert!(change.took_role && change.start_fetcher.is_none());
         assert_eq!(r.high_watermark(100), 40, "the checkpointed high watermark");
         assert!(r.wait_for_high_watermark(99, 7, 100).is_empty(), "2 has not fetched the batch");
-        let (hw, answers) = r.on_follower_fetch(3, 2, -1, 100, 100, 10).unwrap();
+        let (hw, answers) = fetch(&mut r, 3, 2, 100, 100, 10).unwrap();
         assert_eq!((hw, answers), (100, vec![(7, Ok(()))]));
         // The same state again changes nothing.
         let again = lead(&mut r, 3, vec![1, 2], 100);
@@ -538,15 +571,20 @@ mod tests {
         let mut r: Replica<u32> = Replica::new(0, 2);
         lead(&mut r, 1, vec![1], 0);
         assert_eq!(r.may_append(true), Err(AppendRefusal::NotEnoughReplicas { isr: 1, min: 2 }));
-        assert_eq!(r.may_append(false), Ok(1));
+        assert_eq!(r.may_append(false), Ok(LeaderEpoch(1)));
         lead(&mut r, 1, vec![1, 2], 0);
-        assert_eq!(r.may_append(true), Ok(1));
+        assert_eq!(r.may_append(true), Ok(LeaderEpoch(1)));
         assert!(r.wait_for_high_watermark(9, 1, 10).is_empty());
         // The coordinator takes 2 out: the high watermark is the leader's log end, but the
         // ISR is below min.insync.replicas.
         let answers = r.on_isr_result(
-            &IsrProposal { new_isr: vec![1], broker_epochs: vec![-1], leader_epoch: 1, partition_epoch: 1 },
-            IsrOutcome::Committed(vec![1], 2),
+            &IsrProposal {
+                new_isr: ids(&[1]),
+                broker_epochs: vec![NO_BROKER_EPOCH],
+                leader_epoch: LeaderEpoch(1),
+                partition_epoch: PartitionEpoch(1),
+            },
+            IsrOutcome::Committed(ids(&[1]), PartitionEpoch(2)),
             10,
         );
         assert_eq!(answers, vec![(1, Err(AckError::NotEnoughReplicasAfterAppend))]);
@@ -556,17 +594,17 @@ mod tests {
     fn stepping_down_fails_the_waiters_keeps_the_high_watermark_and_starts_a_fetcher() {
         let mut r: Replica<u32> = Replica::new(0, 1);
         lead(&mut r, 1, vec![1, 2], 10);
-        r.on_follower_fetch(1, 2, -1, 5, 10, 1).unwrap();
+        fetch(&mut r, 1, 2, 5, 10, 1).unwrap();
         assert_eq!(r.high_watermark(10), 5);
         assert!(r.wait_for_high_watermark(9, 4, 10).is_empty());
-        let change = r.on_partition_state(ME, Some((&[1, 2, 3], &state(2, 2, vec![2], 2))), 10, 0, 5, LAG_MS);
+        let change = r.on_partition_state(ME, Some((&REPLICAS, &state(2, 2, vec![2], 2))), 10, 0, 5, LAG_MS);
         assert_eq!(change.answers, vec![(4, Err(AckError::NotLeader))]);
-        assert_eq!(change.start_fetcher, Some((2, 2)));
-        assert!(r.follows(2, 2) && !r.follows(2, 1));
+        assert_eq!(change.start_fetcher, Some((NodeId(2), LeaderEpoch(2))));
+        assert!(r.follows(NodeId(2), LeaderEpoch(2)) && !r.follows(NodeId(2), LeaderEpoch(1)));
         assert_eq!(r.high_watermark(10), 5, "a follower keeps the high watermark it led with");
-        assert_eq!(r.leader(-1).err(), Some(RoleError::NotLeader));
+        assert_eq!(r.leader(LeaderEpoch::UNDEFINED).err(), Some(RoleError::NotLeader));
         // Offline, then unknown: no role.
-        r.on_partition_state(ME, Some((&[1, 2, 3], &state(-1, 3, vec![], 3))), 10, 0, 6, LAG_MS);
+        r.on_partition_state(ME, Some((&REPLICAS, &state(-1, 3, vec![], 3))), 10, 0, 6, LAG_MS);
         assert!(matches!(r.role(), Role::None));
         r.on_partition_state(ME, None, 10, 0, 6, LAG_MS);
         assert!(matches!(r.role(), Role::None));
@@ -576,32 +614,36 @@ mod tests {
     fn requests_are_checked_against_the_leader_epoch() {
         let mut r: Replica<u32> = Replica::new(0, 1);
         lead(&mut r, 5, vec![1], 0);
-        assert!(r.leader(-1).is_ok() && r.leader(5).is_ok());
-        assert_eq!(r.leader(4).err(), Some(RoleError::FencedLeaderEpoch { request: 4, current: 5 }));
-        assert_eq!(r.leader(6).err(), Some(RoleError::UnknownLeaderEpoch { request: 6, current: 5 }));
+        assert!(r.leader(LeaderEpoch::UNDEFINED).is_ok() && r.leader(LeaderEpoch(5)).is_ok());
+        let (four, five, six) = (LeaderEpoch(4), LeaderEpoch(5), LeaderEpoch(6));
+        assert_eq!(r.leader(four).err(), Some(RoleError::FencedLeaderEpoch { request: four, current: five }));
+        assert_eq!(r.leader(six).err(), Some(RoleError::UnknownLeaderEpoch { request: six, current: five }));
         assert_eq!(
-            r.on_follower_fetch(4, 2, -1, 0, 0, 1).err(),
-            Some(FetchRefusal::Role(RoleError::FencedLeaderEpoch { request: 4, current: 5 }))
+            fetch(&mut r, 4, 2, 0, 0, 1).err(),
+            Some(FetchRefusal::Role(RoleError::FencedLeaderEpoch { request: four, current: five }))
         );
-        assert_eq!(
-            r.on_follower_fetch(5, 9, -1, 0, 0, 1).err(),
-            Some(FetchRefusal::Follower(FollowerFetchError::NotReplica))
-        );
+        assert_eq!(fetch(&mut r, 5, 9, 0, 0, 1).err(), Some(FetchRefusal::Follower(FollowerFetchError::NotReplica)));
     }
 
     fn follower_log(leo: i64, hw: i64, latest_epoch: Option<i32>) -> FollowerLog {
-        FollowerLog { log_end_offset: leo, high_watermark: hw, log_start_offset: 0, latest_epoch }
+        FollowerLog {
+            log_end_offset: leo,
+            high_watermark: hw,
+            log_start_offset: 0,
+            latest_epoch: latest_epoch.map(LeaderEpoch),
+        }
     }
 
     #[test]
     fn a_follower_truncates_by_epoch_before_it_fetches_and_again_after_an_error() {
+        let e = LeaderEpoch;
         let mut r: Replica<u32> = Replica::new(0, 1);
-        r.on_partition_state(ME, Some((&[1, 2, 3], &state(2, 4, vec![2, 1], 1))), 50, 0, 0, LAG_MS);
+        r.on_partition_state(ME, Some((&REPLICAS, &state(2, 4, vec![2, 1], 1))), 50, 0, 0, LAG_MS);
         let log = follower_log(50, 20, Some(3));
-        let f = r.follower_mut(2, 4).unwrap();
-        assert_eq!(f.step(0, &log), FollowerStep::AskEpoch { latest_epoch: 3 });
+        let f = r.follower_mut(NodeId(2), e(4)).unwrap();
+        assert_eq!(f.step(0, &log), FollowerStep::AskEpoch { latest_epoch: e(3) });
         // The leader has epoch 3 ending at 40: cut to 40, done.
-        let t = f.on_epoch_answer(3, (3, 40), &log, |_| unreachable!());
+        let t = f.on_epoch_answer(e(3), (e(3), 40), &log, |_| unreachable!());
         assert_eq!(t, Truncation { offset: 40, done: true });
         f.on_truncated(t.done);
         assert_eq!(f.step(0, &log), FollowerStep::Fetch);
@@ -609,21 +651,24 @@ mod tests {
         assert!(f.on_error(100, 200, "boom".into()));
         assert!(!f.on_error(100, 200, "boom".into()), "the same error is not news");
         assert_eq!(f.step(299, &log), FollowerStep::Wait);
-        assert_eq!(f.step(300, &log), FollowerStep::AskEpoch { latest_epoch: 3 });
+        assert_eq!(f.step(300, &log), FollowerStep::AskEpoch { latest_epoch: e(3) });
         // KIP-279: the leader answers an earlier epoch: cut where both end, ask again.
-        let t = f.on_epoch_answer(3, (2, 30), &log, |e| if e == 2 { 25 } else { -1 });
+        let t = f.on_epoch_answer(e(3), (e(2), 30), &log, |x| if x == e(2) { 25 } else { -1 });
         assert_eq!(t, Truncation { offset: 25, done: false });
         f.on_truncated(t.done);
-        assert_eq!(f.step(300, &log), FollowerStep::AskEpoch { latest_epoch: 3 });
+        assert_eq!(f.step(300, &log), FollowerStep::AskEpoch { latest_epoch: e(3) });
         // No epochs at all: keep only the high watermark.
         assert_eq!(f.step(300, &follower_log(50, 20, None)), FollowerStep::TruncateTo(20));
         // The leader knows no epoch at or below ours: the high watermark too.
-        assert_eq!(f.on_epoch_answer(3, (-1, -1), &log, |_| -1), Truncation { offset: 20, done: true });
+        assert_eq!(
+            f.on_epoch_answer(e(3), (LeaderEpoch::UNDEFINED, -1), &log, |_| -1),
+            Truncation { offset: 20, done: true }
+        );
     }
 
     #[test]
     fn a_follower_below_the_leaders_log_start_starts_over_there() {
-        let f = Follower::new(2, 1);
+        let f = Follower::new(NodeId(2), LeaderEpoch(1));
         assert_eq!(f.on_out_of_range(100, &follower_log(40, 40, Some(1))), OutOfRange::StartOver(100));
         assert_eq!(f.on_out_of_range(100, &follower_log(100, 40, Some(1))), OutOfRange::TruncateAgain);
         let mut r: Replica<u32> = Replica::new(10, 1);

@@ -66,7 +66,7 @@ pub struct ShardContext {
     /// Free space on the data dir: produce is refused while it is short.
     pub disk: Arc<super::disk::DiskSpace>,
     /// The replica fetchers of this shard, by source broker (`replication::start_fetchers`).
-    pub fetchers: RefCell<HashMap<i32, super::replication::FetcherPartitions>>,
+    pub fetchers: RefCell<HashMap<crate::model::NodeId, super::replication::FetcherPartitions>>,
     /// This context, for tasks it starts (it lives in an `Rc` built with `new_cyclic`).
     me: std::rc::Weak<ShardContext>,
 }

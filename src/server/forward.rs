@@ -19,6 +19,7 @@ use kafka_protocol::protocol::Encodable;
 use crate::client::{sb, Connection};
 use crate::coordinator::owner::Metadata;
 use crate::coordinator::view::ClusterView;
+use crate::model::NodeId;
 use crate::protocol::{error_code, RequestFrame};
 
 use super::context::ShardContext;
@@ -109,7 +110,7 @@ pub async fn forward(ctx: &ShardContext, frame: &RequestFrame) -> Option<Bytes> 
     header.encode(&mut raw, header_version).ok()?;
     raw.extend_from_slice(&frame.body);
     let raw = raw.freeze();
-    let broker_id = ctx.config.node_id;
+    let broker_id = NodeId(ctx.config.node_id);
     let outcome = with_coordinator(ctx, move |conn, metadata| {
         let answer = conn.call_raw(&raw).map_err(|e| e.to_string())?;
         catch_up(metadata, conn, broker_id);
@@ -128,7 +129,7 @@ pub async fn forward(ctx: &ShardContext, frame: &RequestFrame) -> Option<Bytes> 
 /// Create a topic through the active coordinator (auto-creation on a broker that is not
 /// it). Errors are (Kafka error code, message).
 pub async fn create_topic(ctx: &ShardContext, name: &str, partitions: i32) -> Result<(), (i16, String)> {
-    let (broker_id, name) = (ctx.config.node_id, name.to_string());
+    let (broker_id, name) = (NodeId(ctx.config.node_id), name.to_string());
     let outcome = with_coordinator(ctx, move |conn, metadata| {
         let req = CreateTopicsRequest::default().with_timeout_ms(forward_timeout_ms as i32).with_topics(vec![
             CreatableTopic::default()
@@ -149,7 +150,7 @@ pub async fn create_topic(ctx: &ShardContext, name: &str, partitions: i32) -> Re
 }
 
 /// Pull the snapshot that carries what the coordinator just did.
-fn catch_up(metadata: &Metadata, conn: &mut Connection, broker_id: i32) {
+fn catch_up(metadata: &Metadata, conn: &mut Connection, broker_id: NodeId) {
     if let Err(e) = link::pull(metadata, conn, broker_id, Duration::ZERO) {
         tracing::debug!(error = %e, "snapshot pull after a forwarded request failed");
     }

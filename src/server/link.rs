@@ -36,6 +36,7 @@ use crate::coordinator::owner::Metadata;
 use crate::coordinator::registry::{LocalBroker, RegistryError, CLUSTER_METADATA_TOPIC};
 use crate::coordinator::store::MetaStore;
 use crate::coordinator::zookeeper::ZkStore;
+use crate::model::{BrokerEpoch, NodeId};
 
 /// How long one request to the coordinator may take (the snapshot long-poll included).
 const coordinator_request_timeout_ms: u64 = 5_000;
@@ -86,7 +87,7 @@ enum LinkError {
 enum Located {
     /// The coordinator's address, and with ZooKeeper its broker id (re-checked while
     /// connected: a coordinator that lost `/controller` is deposed).
-    At(String, Option<i32>),
+    At(String, Option<NodeId>),
     /// This broker is now the active coordinator.
     Active,
 }
@@ -187,7 +188,12 @@ impl Link {
 
     /// Register with the coordinator at `addr`, then heartbeat and pull snapshots until
     /// something fails (Err) or the broker shuts down (Ok).
-    fn session(&self, addr: &str, elected: Option<(i32, &ZkStore)>, incarnation: uuid::Uuid) -> Result<(), LinkError> {
+    fn session(
+        &self,
+        addr: &str,
+        elected: Option<(NodeId, &ZkStore)>,
+        incarnation: uuid::Uuid,
+    ) -> Result<(), LinkError> {
         let timeout = Duration::from_millis(coordinator_request_timeout_ms);
         let mut conn = Connection::open(addr, timeout, &format!("spate-broker-{}", self.broker.id))?;
         let listener = Listener::default()
@@ -196,7 +202,7 @@ impl Link {
             .with_port(self.broker.endpoint.port)
             .with_security_protocol(0);
         let req = BrokerRegistrationRequest::default()
-            .with_broker_id(BrokerId(self.broker.id))
+            .with_broker_id(BrokerId(self.broker.id.0))
             .with_cluster_id(sb(&self.cluster_id))
             .with_incarnation_id(incarnation)
             .with_listeners(vec![listener])
@@ -205,8 +211,8 @@ impl Link {
         if resp.error_code != 0 {
             return Err(LinkError::Refused(resp.error_code, "BrokerRegistration"));
         }
-        let epoch = resp.broker_epoch;
-        tracing::info!(coordinator = %addr, broker_epoch = epoch, "registered with the active coordinator");
+        let epoch = BrokerEpoch(resp.broker_epoch);
+        tracing::info!(coordinator = %addr, broker_epoch = %epoch, "registered with the active coordinator");
         // The coordinator has seen this process: once we hold a snapshot taken after that,
         // replicated partitions may take their roles (see ClusterView::may_take_roles).
         pull_snapshot(&self.metadata, &mut conn, self.broker.id, Duration::ZERO)?;
@@ -217,14 +223,19 @@ impl Link {
     }
 
     /// Heartbeat and pull snapshots as broker epoch `epoch`.
-    fn registered(&self, conn: &mut Connection, elected: Option<(i32, &ZkStore)>, epoch: i64) -> Result<(), LinkError> {
+    fn registered(
+        &self,
+        conn: &mut Connection,
+        elected: Option<(NodeId, &ZkStore)>,
+        epoch: BrokerEpoch,
+    ) -> Result<(), LinkError> {
         let mut next_heartbeat = Instant::now();
         let mut next_election_check = Instant::now() + Duration::from_millis(election_check_interval_ms);
         loop {
             if let Some((id, store)) = elected.filter(|_| Instant::now() >= next_election_check) {
                 next_election_check = Instant::now() + Duration::from_millis(election_check_interval_ms);
                 let holder = store.get(paths::CONTROLLER).map_err(RegistryError::from)?;
-                let holder = holder.map(|n| layout::decode_controller(&n.data).unwrap_or(-1));
+                let holder = holder.map(|n| layout::decode_controller(&n.data).unwrap_or(NodeId::NONE));
                 if holder != Some(id) {
                     return Err(LinkError::Other(format!("broker {id} is no longer the elected coordinator")));
                 }
@@ -232,8 +243,8 @@ impl Link {
             let stopping = self.shutdown.load(Ordering::SeqCst);
             if stopping || Instant::now() >= next_heartbeat {
                 let req = BrokerHeartbeatRequest::default()
-                    .with_broker_id(BrokerId(self.broker.id))
-                    .with_broker_epoch(epoch)
+                    .with_broker_id(BrokerId(self.broker.id.0))
+                    .with_broker_epoch(epoch.0)
                     .with_current_metadata_offset(self.metadata.view().metadata_version() as i64)
                     .with_want_shut_down(stopping);
                 let (_, resp) = conn.call(&req)?;
@@ -260,19 +271,19 @@ impl Link {
 
 /// Ask the coordinator on `conn` for a snapshot newer than the one `metadata` holds,
 /// waiting at most `wait`, and install it. Returns whether one came.
-pub fn pull(metadata: &Metadata, conn: &mut Connection, broker_id: i32, wait: Duration) -> Result<bool, String> {
+pub fn pull(metadata: &Metadata, conn: &mut Connection, broker_id: NodeId, wait: Duration) -> Result<bool, String> {
     pull_snapshot(metadata, conn, broker_id, wait).map_err(|e| e.to_string())
 }
 
 fn pull_snapshot(
     metadata: &Metadata,
     conn: &mut Connection,
-    broker_id: i32,
+    broker_id: NodeId,
     wait: Duration,
 ) -> Result<bool, LinkError> {
     let known = metadata.view().metadata_version() as i64;
     let req = FetchRequest::default()
-        .with_replica_id(BrokerId(broker_id))
+        .with_replica_id(BrokerId(broker_id.0))
         .with_max_wait_ms(wait.as_millis() as i32)
         .with_min_bytes(1)
         .with_max_bytes(crate::model::limits::fetch_response_bytes_max as i32)

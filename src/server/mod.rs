@@ -179,7 +179,7 @@ fn remove_trash(trash: crate::shard::Trash) {
 fn local_broker(config: &BrokerConfig, nr_shards: usize) -> crate::coordinator::registry::LocalBroker {
     let (host, port) = crate::config::split_host_port(config.advertised()).expect("validated at startup");
     crate::coordinator::registry::LocalBroker {
-        id: config.node_id,
+        id: crate::model::NodeId(config.node_id),
         endpoint: crate::coordinator::controller::Endpoint::new(host, port as u16),
         rack: config.rack.clone(),
         shards: nr_shards as u32,
@@ -254,7 +254,7 @@ fn open_registry(config: &BrokerConfig, nr_shards: usize) -> anyhow::Result<(Reg
             Ok((active, locator))
         }
         Err(RegistryError::ControllerTaken(id)) => {
-            tracing::info!(active = id, "another broker is the active coordinator: standing by");
+            tracing::info!(active = %id, "another broker is the active coordinator: standing by");
             Ok((Registry::mirror(broker, Some(&meta_dir)), locator))
         }
         Err(e) => Err(e.into()),

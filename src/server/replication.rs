@@ -30,7 +30,7 @@ use kafka_protocol::messages::{
 };
 
 use crate::coordinator::registry::RegistryError;
-use crate::model::TopicPartition;
+use crate::model::{BrokerEpoch, LeaderEpoch, NodeId, PartitionEpoch, TopicPartition};
 use crate::protocol::error_code;
 use crate::replication::{FollowerLog, FollowerStep, IsrProposal, OutOfRange, NO_BROKER_EPOCH};
 use crate::shard::{FetcherStart, IsrOutcome};
@@ -141,15 +141,15 @@ pub(super) fn start_group_loads(ctx: &Rc<ShardContext>) {
 /// Send an ISR change to the active coordinator (here, or on another broker) and hand
 /// the answer to the partition.
 async fn alter_isr(ctx: Rc<ShardContext>, tp: TopicPartition, proposal: IsrProposal) {
-    let me = ctx.config.node_id;
+    let me = NodeId(ctx.config.node_id);
     tracing::info!(partition = %tp, isr = ?proposal.new_isr, "proposing an ISR change");
     let active = ctx.view().is_active();
     let sent = proposal.clone();
-    let isr_with_epochs: Vec<(i32, i64)> =
+    let isr_with_epochs: Vec<(NodeId, BrokerEpoch)> =
         proposal.new_isr.iter().copied().zip(proposal.broker_epochs.iter().copied()).collect();
     // Err((outcome, why)): Refused when the coordinator answered no, Unknown when there
     // was no answer (the change may have been committed).
-    let result: Result<(Vec<i32>, i32), (IsrOutcome, String)> = if active {
+    let result: Result<(Vec<NodeId>, PartitionEpoch), (IsrOutcome, String)> = if active {
         let (topic, p) = (tp.topic.clone(), tp.partition);
         ctx.metadata
             .write(move |reg| {
@@ -172,18 +172,18 @@ async fn alter_isr(ctx: Rc<ShardContext>, tp: TopicPartition, proposal: IsrPropo
             let version = conn.version(ApiKey::AlterPartition).map_err(unknown)?;
             let mut data = PartitionData::default()
                 .with_partition_index(partition)
-                .with_leader_epoch(proposal.leader_epoch)
-                .with_partition_epoch(proposal.partition_epoch);
+                .with_leader_epoch(proposal.leader_epoch.0)
+                .with_partition_epoch(proposal.partition_epoch.0);
             if version >= 3 {
                 data.new_isr_with_epochs = isr_with_epochs
                     .iter()
-                    .map(|(b, epoch)| BrokerState::default().with_broker_id(BrokerId(*b)).with_broker_epoch(*epoch))
+                    .map(|(b, epoch)| BrokerState::default().with_broker_id(BrokerId(b.0)).with_broker_epoch(epoch.0))
                     .collect();
             } else {
-                data.new_isr = proposal.new_isr.iter().map(|b| BrokerId(*b)).collect();
+                data.new_isr = proposal.new_isr.iter().map(|b| BrokerId(b.0)).collect();
             }
             let req = AlterPartitionRequest::default()
-                .with_broker_id(BrokerId(me))
+                .with_broker_id(BrokerId(me.0))
                 .with_broker_epoch(-1)
                 .with_topics(vec![TopicData::default().with_topic_id(topic_id).with_partitions(vec![data])]);
             let (_, resp) = conn.call(&req).map_err(unknown)?;
@@ -199,7 +199,7 @@ async fn alter_isr(ctx: Rc<ShardContext>, tp: TopicPartition, proposal: IsrPropo
             if p.error_code != 0 {
                 return Err(refused(p.error_code));
             }
-            Ok((p.isr.iter().map(|b| b.0).collect(), p.partition_epoch))
+            Ok((p.isr.iter().map(|b| NodeId(b.0)).collect(), PartitionEpoch(p.partition_epoch)))
         })
         .await
         .unwrap_or_else(|e| Err((IsrOutcome::Unknown, e)))
@@ -218,7 +218,7 @@ async fn alter_isr(ctx: Rc<ShardContext>, tp: TopicPartition, proposal: IsrPropo
 /// (shared between the shard's replication tasks and that fetcher). What to do for each
 /// (truncate, fetch, wait after an error) is its replica machine's decision, asked
 /// through the shard (`Shard::follower_step`).
-pub type FetcherPartitions = Rc<RefCell<BTreeMap<TopicPartition, i32>>>;
+pub type FetcherPartitions = Rc<RefCell<BTreeMap<TopicPartition, LeaderEpoch>>>;
 
 /// Hand follower partitions to their fetchers: this shard has one fetcher per source
 /// broker, carrying every partition of this shard that broker leads, over one
@@ -240,13 +240,13 @@ pub(super) fn start_fetchers(ctx: &Rc<ShardContext>, starts: Vec<FetcherStart>) 
 
 /// The fetcher of the partitions this shard follows on broker `leader` (see the module
 /// comment). It ends when it carries none.
-async fn fetcher(ctx: Rc<ShardContext>, leader: i32, parts: FetcherPartitions) {
+async fn fetcher(ctx: Rc<ShardContext>, leader: NodeId, parts: FetcherPartitions) {
     let me = ctx.config.node_id;
     let mut peer: Option<Peer> = None;
     let mut session = FollowerSession::default();
     let mut last_error = String::new();
     let mut paused_for_disk = false;
-    tracing::debug!(leader, partitions = parts.borrow().len(), "fetcher started");
+    tracing::debug!(%leader, partitions = parts.borrow().len(), "fetcher started");
     loop {
         // Once stopping, the shard is being closed (and held): nothing more to fetch.
         if !ctx.stopping.get() {
@@ -260,21 +260,21 @@ async fn fetcher(ctx: Rc<ShardContext>, leader: i32, parts: FetcherPartitions) {
             if fetchers.get(&leader).is_some_and(|p| Rc::ptr_eq(p, &parts)) {
                 fetchers.remove(&leader);
             }
-            tracing::debug!(leader, "fetcher stopped");
+            tracing::debug!(%leader, "fetcher stopped");
             return;
         }
         // Below the free-space floor a follower takes no more data (it falls out of the
         // ISR, as a slow one does) rather than fill the disk and take its log offline.
         if let Some(reason) = ctx.disk.produce_refusal() {
             if !paused_for_disk {
-                tracing::warn!(leader, %reason, "replica fetch paused: disk below the free-space floor");
+                tracing::warn!(%leader, %reason, "replica fetch paused: disk below the free-space floor");
                 paused_for_disk = true;
             }
             glommio::timer::sleep(Duration::from_millis(replica_fetch_backoff_ms)).await;
             continue;
         }
         if paused_for_disk {
-            tracing::info!(leader, "replica fetch resumed: disk above the free-space floor");
+            tracing::info!(%leader, "replica fetch resumed: disk above the free-space floor");
             paused_for_disk = false;
         }
         let step = async {
@@ -300,7 +300,7 @@ async fn fetcher(ctx: Rc<ShardContext>, leader: i32, parts: FetcherPartitions) {
             Ok(()) => last_error.clear(),
             Err(e) => {
                 if e != last_error {
-                    tracing::warn!(leader, partitions = parts.borrow().len(), error = %e,
+                    tracing::warn!(%leader, partitions = parts.borrow().len(), error = %e,
                         "replica fetch failed; retrying");
                     last_error = e;
                 }
@@ -315,11 +315,11 @@ async fn fetcher(ctx: Rc<ShardContext>, leader: i32, parts: FetcherPartitions) {
 /// partition: (partition, leader epoch, step, log position).
 fn next_steps(
     ctx: &ShardContext,
-    leader: i32,
+    leader: NodeId,
     parts: &FetcherPartitions,
-) -> Vec<(TopicPartition, i32, FollowerStep, FollowerLog)> {
+) -> Vec<(TopicPartition, LeaderEpoch, FollowerStep, FollowerLog)> {
     let now = now_ms();
-    let parts: Vec<(TopicPartition, i32)> = parts.borrow().iter().map(|(tp, e)| (tp.clone(), *e)).collect();
+    let parts: Vec<(TopicPartition, LeaderEpoch)> = parts.borrow().iter().map(|(tp, e)| (tp.clone(), *e)).collect();
     let mut shard = ctx.shard.borrow_mut();
     parts
         .into_iter()
@@ -332,17 +332,22 @@ fn next_steps(
 
 /// An error on one partition of a fetcher: its replica machine pauses it and makes it
 /// truncate again; logged once per new error; the other partitions go on.
-fn partition_failed(ctx: &ShardContext, tp: &TopicPartition, leader: i32, leader_epoch: i32, error: String) {
+fn partition_failed(ctx: &ShardContext, tp: &TopicPartition, leader: NodeId, leader_epoch: LeaderEpoch, error: String) {
     if ctx.shard.borrow_mut().follower_failed(tp, leader, leader_epoch, now_ms(), error.clone()) {
-        tracing::warn!(partition = %tp, leader, %error, "replica fetch failed; retrying");
+        tracing::warn!(partition = %tp, %leader, %error, "replica fetch failed; retrying");
     }
 }
 
 /// One round of truncation by leader epoch for the partitions whose replica machine
 /// asks for it, in one OffsetForLeaderEpoch request; the machine decides where each
 /// truncates (and whether it asks again: KIP-279).
-async fn truncate(ctx: &ShardContext, conn: &mut Peer, leader: i32, parts: &FetcherPartitions) -> Result<(), String> {
-    let asked: Vec<(TopicPartition, i32, i32)> = next_steps(ctx, leader, parts)
+async fn truncate(
+    ctx: &ShardContext,
+    conn: &mut Peer,
+    leader: NodeId,
+    parts: &FetcherPartitions,
+) -> Result<(), String> {
+    let asked: Vec<(TopicPartition, LeaderEpoch, LeaderEpoch)> = next_steps(ctx, leader, parts)
         .into_iter()
         .filter_map(|(tp, epoch, step, _)| match step {
             FollowerStep::AskEpoch { latest_epoch } => Some((tp, epoch, latest_epoch)),
@@ -356,8 +361,8 @@ async fn truncate(ctx: &ShardContext, conn: &mut Peer, leader: i32, parts: &Fetc
     for (tp, leader_epoch, epoch) in &asked {
         let partition = OffsetForLeaderPartition::default()
             .with_partition(tp.partition)
-            .with_current_leader_epoch(*leader_epoch)
-            .with_leader_epoch(*epoch);
+            .with_current_leader_epoch(leader_epoch.0)
+            .with_leader_epoch(epoch.0);
         match topics.iter_mut().find(|t| t.topic.as_str() == tp.topic.as_str()) {
             Some(t) => t.partitions.push(partition),
             None => topics.push(
@@ -390,7 +395,7 @@ async fn truncate(ctx: &ShardContext, conn: &mut Peer, leader: i32, parts: &Fetc
             leader,
             leader_epoch,
             epoch,
-            (p.leader_epoch, p.end_offset),
+            (LeaderEpoch(p.leader_epoch), p.end_offset),
         );
         if let Err(e) = truncated {
             partition_failed(ctx, &tp, leader, leader_epoch, e.to_string());
@@ -403,7 +408,11 @@ async fn truncate(ctx: &ShardContext, conn: &mut Peer, leader: i32, parts: &Fetc
 /// leaves the fsyncs to the group-commit round, off the data core): wait for the rounds
 /// that make the truncations of `ready` durable. A partition whose round failed (its log
 /// is offline now) leaves `ready`.
-async fn truncations_durable(ctx: &ShardContext, leader: i32, ready: &mut Vec<(TopicPartition, i32, FollowerLog)>) {
+async fn truncations_durable(
+    ctx: &ShardContext,
+    leader: NodeId,
+    ready: &mut Vec<(TopicPartition, LeaderEpoch, FollowerLog)>,
+) {
     let mut failed = Vec::new();
     loop {
         let waits: Vec<_> = {
@@ -453,12 +462,12 @@ async fn fetch(
     ctx: &ShardContext,
     conn: &mut Peer,
     session: &mut FollowerSession,
-    leader: i32,
+    leader: NodeId,
     parts: &FetcherPartitions,
 ) -> Result<bool, String> {
-    let me = ctx.config.node_id;
+    let me = NodeId(ctx.config.node_id);
     // Position of every partition that may fetch now.
-    let mut ready: Vec<(TopicPartition, i32, FollowerLog)> = next_steps(ctx, leader, parts)
+    let mut ready: Vec<(TopicPartition, LeaderEpoch, FollowerLog)> = next_steps(ctx, leader, parts)
         .into_iter()
         .filter(|(_, _, step, _)| *step == FollowerStep::Fetch)
         .map(|(tp, epoch, _, log)| (tp, epoch, log))
@@ -473,7 +482,7 @@ async fn fetch(
     let view = ctx.view();
     let broker_epoch = view.broker_info(me).map_or(NO_BROKER_EPOCH, |b| b.registration_epoch);
     let mut req = FetchRequest::default()
-        .with_replica_state(ReplicaState::default().with_replica_id(BrokerId(me)).with_replica_epoch(broker_epoch))
+        .with_replica_state(ReplicaState::default().with_replica_id(BrokerId(me.0)).with_replica_epoch(broker_epoch.0))
         .with_max_wait_ms(replica_fetch_wait_ms)
         .with_min_bytes(1)
         .with_max_bytes(replica_fetch_response_bytes_max)
@@ -492,7 +501,7 @@ async fn fetch(
         let Some(topic_id) = view.get(&tp.topic).map(|m| m.id) else { continue };
         let partition = FetchPartition::default()
             .with_partition(tp.partition)
-            .with_current_leader_epoch(*leader_epoch)
+            .with_current_leader_epoch(leader_epoch.0)
             .with_fetch_offset(state.log_end_offset)
             .with_log_start_offset(state.log_start_offset)
             .with_partition_max_bytes(replica_fetch_bytes_max);
@@ -545,7 +554,7 @@ async fn fetch(
     } else {
         session.sent.extend(sending);
     }
-    let ready_epochs: HashMap<&TopicPartition, i32> = ready.iter().map(|(tp, epoch, _)| (tp, *epoch)).collect();
+    let ready_epochs: HashMap<&TopicPartition, LeaderEpoch> = ready.iter().map(|(tp, epoch, _)| (tp, *epoch)).collect();
     let view = ctx.view();
     for t in &resp.responses {
         let Some(topic) = view.by_id(t.topic_id).map(|(name, _)| name.to_string()) else { continue };
@@ -610,7 +619,7 @@ async fn leader_log_start(
     ctx: &ShardContext,
     conn: &mut Peer,
     tp: &TopicPartition,
-    leader_epoch: i32,
+    leader_epoch: LeaderEpoch,
 ) -> Result<i64, String> {
     use kafka_protocol::messages::list_offsets_request::{ListOffsetsPartition, ListOffsetsTopic};
     use kafka_protocol::messages::ListOffsetsRequest;
@@ -619,7 +628,7 @@ async fn leader_log_start(
         ListOffsetsTopic::default().with_name(TopicName(crate::client::sb(&tp.topic))).with_partitions(vec![
             ListOffsetsPartition::default()
                 .with_partition_index(tp.partition)
-                .with_current_leader_epoch(leader_epoch)
+                .with_current_leader_epoch(leader_epoch.0)
                 .with_timestamp(EARLIEST),
         ]),
     ]);

@@ -29,7 +29,7 @@ use crate::coordinator::registry::Hosting;
 use crate::coordinator::view::ClusterView;
 use crate::group::{GroupConfig, GroupCoordinator};
 use crate::log::{AppendInfo, FlushHandle, Flushed, LogError, PartitionLog};
-use crate::model::{Offset, ShardId, TopicPartition};
+use crate::model::{BrokerEpoch, LeaderEpoch, NodeId, Offset, ShardId, TopicPartition};
 use crate::replication::{AppendRefusal, FetchRefusal, FollowerFetchError};
 
 /// Which shard owns a partition: a stable hash of the topic name, then partitions of one
@@ -59,16 +59,16 @@ pub enum PartitionError {
     NotLeader(TopicPartition),
     /// The request's leader epoch is older than the partition's (KIP-320).
     #[error("leader epoch {request} of {tp} is fenced: current is {current}")]
-    FencedLeaderEpoch { tp: TopicPartition, request: i32, current: i32 },
+    FencedLeaderEpoch { tp: TopicPartition, request: LeaderEpoch, current: LeaderEpoch },
     /// The request's leader epoch is newer than this broker knows.
     #[error("leader epoch {request} of {tp} is unknown: current is {current}")]
-    UnknownLeaderEpoch { tp: TopicPartition, request: i32, current: i32 },
+    UnknownLeaderEpoch { tp: TopicPartition, request: LeaderEpoch, current: LeaderEpoch },
     /// acks=all, and fewer in-sync replicas than min.insync.replicas.
     #[error("{tp}: {isr} in-sync replicas, min.insync.replicas is {min}")]
     NotEnoughReplicas { tp: TopicPartition, isr: usize, min: usize },
     /// A follower's fetch from an incarnation older than one the leader has seen (KIP-903).
     #[error("{tp}: fetch from broker {replica} with broker epoch {broker_epoch}, older than {current}")]
-    StaleBrokerEpoch { tp: TopicPartition, replica: i32, broker_epoch: i64, current: i64 },
+    StaleBrokerEpoch { tp: TopicPartition, replica: NodeId, broker_epoch: BrokerEpoch, current: BrokerEpoch },
     #[error("{0}")]
     Log(#[from] LogError),
 }
@@ -82,27 +82,28 @@ pub enum PartitionOp {
     Produce { tp: TopicPartition, records: bytes::Bytes, now_ms: i64, durable: bool, acks: i16 },
     /// Read whole batches from `offset`, at most `max_bytes` (but at least one batch when
     /// `min_one_batch`).
-    /// `replica`: the fetching follower's broker id, -1 for a consumer (who reads only
-    /// below the high watermark); `current_leader_epoch`: -1 or the epoch the fetcher
-    /// believes current (KIP-320); `replica_epoch`: the follower's broker epoch
+    /// `replica`: the fetching follower's broker id, `NodeId::NONE` (-1) for a consumer
+    /// (who reads only below the high watermark); `current_leader_epoch`:
+    /// `LeaderEpoch::UNDEFINED` or the epoch the fetcher believes current (KIP-320);
+    /// `replica_epoch`: the follower's broker epoch
     /// (`replication::NO_BROKER_EPOCH` when it sends none; KIP-903).
     Fetch {
         tp: TopicPartition,
         offset: Offset,
         max_bytes: usize,
         min_one_batch: bool,
-        replica: i32,
-        replica_epoch: i64,
-        current_leader_epoch: i32,
+        replica: NodeId,
+        replica_epoch: BrokerEpoch,
+        current_leader_epoch: LeaderEpoch,
         now_ms: i64,
     },
     /// ListOffsets: -2 earliest, -1 latest, else by timestamp.
-    ListOffset { tp: TopicPartition, timestamp_ms: i64, current_leader_epoch: i32 },
+    ListOffset { tp: TopicPartition, timestamp_ms: i64, current_leader_epoch: LeaderEpoch },
     /// Wake me when what I may read passes `offset` (the log end for a follower, the
     /// high watermark for a consumer).
     WaitForData { tp: TopicPartition, offset: Offset, replica: bool },
     /// OffsetForLeaderEpoch: the end offset of `leader_epoch` in the leader's log.
-    EpochEndOffset { tp: TopicPartition, current_leader_epoch: i32, leader_epoch: i32 },
+    EpochEndOffset { tp: TopicPartition, current_leader_epoch: LeaderEpoch, leader_epoch: LeaderEpoch },
     /// The topic is gone from the registry: close this partition's log and move its
     /// directory aside, to be removed off the core (`take_trash`).
     DeletePartition { tp: TopicPartition },
@@ -283,7 +284,7 @@ pub struct Shard {
     /// The view generation this shard last acted on.
     seen_generation: u64,
     /// This broker's id.
-    local_broker: i32,
+    local_broker: NodeId,
     /// replica.lag.time.max.ms
     replica_lag_time_max_ms: i64,
     /// Follower partitions that need a fetcher (taken by the runtime).
@@ -623,11 +624,11 @@ impl Shard {
         self.sync_registry();
         // Only the leader appends and serves reads.
         let led = match &op {
-            PartitionOp::Produce { tp, now_ms, .. } => Some((tp, *now_ms, -1)),
+            PartitionOp::Produce { tp, now_ms, .. } => Some((tp, *now_ms, LeaderEpoch::UNDEFINED)),
             PartitionOp::Fetch { tp, current_leader_epoch, .. }
             | PartitionOp::EpochEndOffset { tp, current_leader_epoch, .. } => Some((tp, 0, *current_leader_epoch)),
             PartitionOp::ListOffset { tp, current_leader_epoch, .. } => Some((tp, 0, *current_leader_epoch)),
-            PartitionOp::DescribeProducers { tp } => Some((tp, 0, -1)),
+            PartitionOp::DescribeProducers { tp } => Some((tp, 0, LeaderEpoch::UNDEFINED)),
             _ => None,
         };
         if let Some((tp, now_ms, epoch)) = led {
@@ -644,7 +645,7 @@ impl Shard {
                     }
                 })?;
                 // The leader stamps its epoch into every batch (KIP-101).
-                let (info, write, patches) = match p.log.append_shared_with_leader_epoch(&records, epoch, now_ms) {
+                let (info, write, patches) = match p.log.append_shared_with_leader_epoch(&records, epoch.0, now_ms) {
                     Err(LogError::DuplicateBatch(info)) => {
                         // A producer's retry: its original offsets, once a consumer could
                         // read them (and the in-sync replicas have them, for acks=all).
@@ -735,7 +736,7 @@ impl Shard {
                 let zero_copy_bytes_min = self.zero_copy_bytes_min;
                 let p = self.partition_mut(&tp, now_ms)?;
                 let written = p.log.written_end_offset();
-                if replica >= 0 {
+                if replica.get() >= 0 {
                     // A follower's fetch offset is its log end offset.
                     let before = replica::leader_hw(p);
                     let fetched = p.replica.on_follower_fetch(
@@ -762,7 +763,7 @@ impl Shard {
                 }
                 let high_watermark = replica::high_watermark(p);
                 // Followers read up to the log end, consumers below the high watermark.
-                let upper = if replica >= 0 { written } else { high_watermark };
+                let upper = if replica.get() >= 0 { written } else { high_watermark };
                 let plan = p.log.read(offset, max_bytes, upper, min_one_batch)?;
                 let records = if plan.length_bytes == 0 {
                     FetchRecords::Copied(Vec::new())
@@ -799,7 +800,7 @@ impl Shard {
             }
             PartitionOp::EpochEndOffset { tp, leader_epoch, .. } => {
                 let p = self.partition_mut(&tp, 0)?;
-                let (leader_epoch, end_offset) = p.log.end_offset_for_epoch(leader_epoch);
+                let (leader_epoch, end_offset) = p.log.end_offset_for_epoch(leader_epoch.0);
                 Ok(PartitionReply::EpochEnd { leader_epoch, end_offset })
             }
             PartitionOp::WaitForData { tp, offset, replica } => {
@@ -1008,14 +1009,14 @@ pub struct OpenJob {
     pub config: crate::log::LogConfig,
     pub min_insync: usize,
     /// The epoch this broker leads the partition in, if it does (recorded at open).
-    pub leader_epoch: Option<i32>,
+    pub leader_epoch: Option<LeaderEpoch>,
 }
 
 /// Startup, step 2 (blocking; run it off the data core): open and recover the logs, up
 /// to `log_recovery_threads_max` at once.
 pub fn open_logs(jobs: Vec<OpenJob>, now_ms: i64) -> Vec<(OpenJob, Result<PartitionLog, LogError>)> {
     crate::model::parallel_map(jobs, crate::model::limits::log_recovery_threads_max, |job| {
-        let log = PartitionLog::open_leading(&job.dir, job.config.clone(), now_ms, job.leader_epoch);
+        let log = PartitionLog::open_leading(&job.dir, job.config.clone(), now_ms, job.leader_epoch.map(|e| e.0));
         (job, log)
     })
 }

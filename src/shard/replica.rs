@@ -6,7 +6,7 @@
 use futures::channel::oneshot;
 
 use crate::coordinator::registry::Hosting;
-use crate::model::{Offset, TopicPartition};
+use crate::model::{LeaderEpoch, NodeId, Offset, TopicPartition};
 use crate::protocol::error_code;
 use crate::replication::{
     AckError, Answers, FollowerLog, FollowerStep, IsrProposal, LeaderState, OutOfRange, RoleError,
@@ -26,8 +26,8 @@ pub type Replica = crate::replication::Replica<AckSender>;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FetcherStart {
     pub tp: TopicPartition,
-    pub leader: i32,
-    pub leader_epoch: i32,
+    pub leader: NodeId,
+    pub leader_epoch: LeaderEpoch,
 }
 
 /// What a fetcher needs to know about its follower log.
@@ -45,12 +45,12 @@ pub(super) fn role_error(tp: &TopicPartition, e: RoleError) -> PartitionError {
     }
 }
 
-/// The leader state of `p`, checked against a request's `current_leader_epoch` (-1: no
-/// check) as KIP-320 says.
+/// The leader state of `p`, checked against a request's `current_leader_epoch`
+/// (`LeaderEpoch::UNDEFINED`: no check) as KIP-320 says.
 pub fn leader_of<'a>(
     p: &'a mut Partition,
     tp: &TopicPartition,
-    current_leader_epoch: i32,
+    current_leader_epoch: LeaderEpoch,
 ) -> Result<&'a mut LeaderState, PartitionError> {
     p.replica.leader(current_leader_epoch).map_err(|e| role_error(tp, e))
 }
@@ -238,7 +238,7 @@ impl Shard {
     }
 
     /// The leader epoch of `tp` if the registry says this broker leads it now.
-    pub(super) fn leader_epoch_here(&self, tp: &TopicPartition) -> Option<i32> {
+    pub(super) fn leader_epoch_here(&self, tp: &TopicPartition) -> Option<LeaderEpoch> {
         let reg = &self.view;
         reg.partition(&tp.topic, tp.partition)
             .filter(|(replicas, s)| reg.may_take_roles(replicas.len()) && s.leader == self.local_broker)
@@ -281,7 +281,7 @@ impl Shard {
             lag_ms,
         );
         if let Some(epoch) = change.record_leader_epoch {
-            if let Err(e) = p.log.assign_leader_epoch(epoch) {
+            if let Err(e) = p.log.assign_leader_epoch(epoch.0) {
                 tracing::error!(partition = %tp, error = %e, "cannot record the new leader epoch");
             }
         }
@@ -293,11 +293,11 @@ impl Shard {
         if change.took_role {
             match p.replica.role() {
                 Role::Leader(l) => {
-                    tracing::debug!(partition = %tp, leader_epoch = l.leader_epoch(), isr = ?l.isr(), "leading");
+                    tracing::debug!(partition = %tp, leader_epoch = %l.leader_epoch(), isr = ?l.isr(), "leading");
                     self.roles_taken.note(tp, true);
                 }
                 Role::Follower(f) => {
-                    tracing::debug!(partition = %tp, leader = f.leader, leader_epoch = f.leader_epoch, "following");
+                    tracing::debug!(partition = %tp, leader = %f.leader, leader_epoch = %f.leader_epoch, "following");
                     self.roles_taken.note(tp, false);
                 }
                 Role::None => {}
@@ -312,7 +312,7 @@ impl Shard {
 
     /// Whether `tp` is still followed from `leader` in `leader_epoch` (a fetcher stops
     /// when not).
-    pub fn follows(&self, tp: &TopicPartition, leader: i32, leader_epoch: i32) -> bool {
+    pub fn follows(&self, tp: &TopicPartition, leader: NodeId, leader_epoch: LeaderEpoch) -> bool {
         self.partitions.get(tp).is_some_and(|p| p.replica.follows(leader, leader_epoch))
     }
 
@@ -322,13 +322,13 @@ impl Shard {
             log_end_offset: p.log.log_end_offset().0,
             high_watermark: high_watermark(p).0,
             log_start_offset: p.log.log_start_offset().0,
-            latest_epoch: p.log.latest_epoch(),
+            latest_epoch: p.log.latest_epoch().map(LeaderEpoch),
         })
     }
 
     /// This log's own end offset for `epoch` (KIP-279 truncation).
-    pub fn local_epoch_end(&self, tp: &TopicPartition, epoch: i32) -> i64 {
-        self.partitions.get(tp).map(|p| p.log.end_offset_for_epoch(epoch).1).unwrap_or(-1)
+    pub fn local_epoch_end(&self, tp: &TopicPartition, epoch: LeaderEpoch) -> i64 {
+        self.partitions.get(tp).map(|p| p.log.end_offset_for_epoch(epoch.0).1).unwrap_or(-1)
     }
 
     /// `tp` as this shard follows it from `leader` in `leader_epoch`; NOT_LEADER when it
@@ -336,8 +336,8 @@ impl Shard {
     fn followed(
         &mut self,
         tp: &TopicPartition,
-        leader: i32,
-        leader_epoch: i32,
+        leader: NodeId,
+        leader_epoch: LeaderEpoch,
     ) -> Result<&mut Partition, PartitionError> {
         if !self.follows(tp, leader, leader_epoch) {
             return Err(PartitionError::NotLeader(tp.clone()));
@@ -351,8 +351,8 @@ impl Shard {
     pub fn follower_step(
         &mut self,
         tp: &TopicPartition,
-        leader: i32,
-        leader_epoch: i32,
+        leader: NodeId,
+        leader_epoch: LeaderEpoch,
         now_ms: i64,
     ) -> Option<(FollowerStep, ReplicaState)> {
         let log = self.replica_state(tp)?;
@@ -372,15 +372,15 @@ impl Shard {
     pub fn follower_epoch_answer(
         &mut self,
         tp: &TopicPartition,
-        leader: i32,
-        leader_epoch: i32,
-        asked: i32,
-        answer: (i32, i64),
+        leader: NodeId,
+        leader_epoch: LeaderEpoch,
+        asked: LeaderEpoch,
+        answer: (LeaderEpoch, i64),
     ) -> Result<(), PartitionError> {
         let log = self.replica_state(tp).ok_or_else(|| PartitionError::NotLeader(tp.clone()))?;
         let p = self.followed(tp, leader, leader_epoch)?;
         let f = p.replica.follower_mut(leader, leader_epoch).expect("followed");
-        let truncation = f.on_epoch_answer(asked, answer, &log, |e| p.log.end_offset_for_epoch(e).1);
+        let truncation = f.on_epoch_answer(asked, answer, &log, |e| p.log.end_offset_for_epoch(e.0).1);
         self.replica_truncate(tp, leader, leader_epoch, truncation.offset, truncation.done)
     }
 
@@ -389,8 +389,8 @@ impl Shard {
     pub fn replica_truncate(
         &mut self,
         tp: &TopicPartition,
-        leader: i32,
-        leader_epoch: i32,
+        leader: NodeId,
+        leader_epoch: LeaderEpoch,
         offset: i64,
         done: bool,
     ) -> Result<(), PartitionError> {
@@ -410,8 +410,8 @@ impl Shard {
     pub fn follower_failed(
         &mut self,
         tp: &TopicPartition,
-        leader: i32,
-        leader_epoch: i32,
+        leader: NodeId,
+        leader_epoch: LeaderEpoch,
         now_ms: i64,
         error: String,
     ) -> bool {
@@ -429,8 +429,8 @@ impl Shard {
     pub fn follower_out_of_range(
         &mut self,
         tp: &TopicPartition,
-        leader: i32,
-        leader_epoch: i32,
+        leader: NodeId,
+        leader_epoch: LeaderEpoch,
         leader_log_start: i64,
     ) -> Result<OutOfRange, PartitionError> {
         let log = self.replica_state(tp).ok_or_else(|| PartitionError::NotLeader(tp.clone()))?;
@@ -451,8 +451,8 @@ impl Shard {
     pub fn replica_append(
         &mut self,
         tp: &TopicPartition,
-        leader: i32,
-        leader_epoch: i32,
+        leader: NodeId,
+        leader_epoch: LeaderEpoch,
         records: &[u8],
         leader_hw: i64,
         now_ms: i64,
@@ -576,7 +576,7 @@ mod tests {
     const PARTITIONS: i32 = 6;
 
     fn broker(id: i32) -> LocalBroker {
-        LocalBroker { id, endpoint: Endpoint::new("127.0.0.1", 9090 + id as u16), rack: None, shards: 1 }
+        LocalBroker { id: NodeId(id), endpoint: Endpoint::new("127.0.0.1", 9090 + id as u16), rack: None, shards: 1 }
     }
 
     /// Broker 1 runs the coordinator with brokers 2 and 3 registered, and `TOPIC` has
@@ -628,7 +628,7 @@ mod tests {
         let (metadata, mut shard) = restarted_broker_2(&coordinator, cache.path(), data.path());
         let view = metadata.view();
         let leading: Vec<TopicPartition> =
-            tps().filter(|tp| view.leader_of(&tp.topic, tp.partition) == Some(2)).collect();
+            tps().filter(|tp| view.leader_of(&tp.topic, tp.partition) == Some(NodeId(2))).collect();
         assert!(!leading.is_empty() && leading.len() < PARTITIONS as usize, "broker 2 leads some, follows others");
         for tp in tps() {
             assert!(matches!(shard.partitions[&tp].replica.role(), Role::None), "{tp}: a role before registering");
@@ -671,14 +671,14 @@ mod tests {
         let (tp, leader, epoch) = tps()
             .find_map(|tp| {
                 let (_, s) = view.partition(&tp.topic, tp.partition)?;
-                (s.leader != 2).then(|| (tp.clone(), s.leader, s.leader_epoch))
+                (s.leader != NodeId(2)).then(|| (tp.clone(), s.leader, s.leader_epoch))
             })
             .expect("broker 2 follows a partition");
         assert!(shard.follows(&tp, leader, epoch));
         // As if this broker had led an older epoch here without appending.
         let log = &mut shard.partitions.get_mut(&tp).unwrap().log;
-        log.assign_leader_epoch(epoch).unwrap();
-        assert_eq!(log.latest_epoch(), Some(epoch));
+        log.assign_leader_epoch(epoch.0).unwrap();
+        assert_eq!(log.latest_epoch(), Some(epoch.0));
         assert_eq!(shard.local_epoch_end(&tp, epoch), 0);
 
         shard.replica_truncate(&tp, leader, epoch, 0, true).unwrap();
@@ -687,7 +687,10 @@ mod tests {
         assert_eq!(log.latest_epoch(), None, "the epoch with no record behind it is cut");
         let saved = crate::log::leader_epoch::LeaderEpochCache::load(log.dir()).unwrap();
         assert!(saved.entries().is_empty(), "and its checkpoint: {:?}", saved.entries());
-        assert!(matches!(shard.replica_truncate(&tp, leader, epoch + 1, 0, true), Err(PartitionError::NotLeader(_))));
+        assert!(matches!(
+            shard.replica_truncate(&tp, leader, epoch.next(), 0, true),
+            Err(PartitionError::NotLeader(_))
+        ));
     }
 
     /// A housekeeping tick while the logs close (a slow close: a large dirty page cache)

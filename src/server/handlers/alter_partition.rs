@@ -10,6 +10,7 @@ use kafka_protocol::messages::{AlterPartitionRequest, AlterPartitionResponse, Ap
 
 use crate::coordinator::controller::ControllerError;
 use crate::coordinator::registry::RegistryError;
+use crate::model::{BrokerEpoch, LeaderEpoch, NodeId, PartitionEpoch};
 use crate::protocol::{decode_body, error_code, ProtocolError, RequestFrame};
 use crate::replication::NO_BROKER_EPOCH;
 
@@ -18,7 +19,7 @@ use super::{registry_error_code, respond};
 
 pub async fn handle(ctx: &ShardContext, frame: &RequestFrame) -> Result<Bytes, ProtocolError> {
     let req: AlterPartitionRequest = decode_body(frame)?;
-    let leader = req.broker_id.0;
+    let leader = NodeId(req.broker_id.0);
     let version = frame.api_version;
     let mut topics = Vec::with_capacity(req.topics.len());
     for t in req.topics {
@@ -31,22 +32,23 @@ pub async fn handle(ctx: &ShardContext, frame: &RequestFrame) -> Result<Bytes, P
                 continue;
             };
             // v3 names each member with its broker epoch (KIP-903), v2 with its id alone.
-            let isr: Vec<(i32, i64)> = if version >= 3 {
-                p.new_isr_with_epochs.iter().map(|b| (b.broker_id.0, b.broker_epoch)).collect()
+            let isr: Vec<(NodeId, BrokerEpoch)> = if version >= 3 {
+                p.new_isr_with_epochs.iter().map(|b| (NodeId(b.broker_id.0), BrokerEpoch(b.broker_epoch))).collect()
             } else {
-                p.new_isr.iter().map(|b| (b.0, NO_BROKER_EPOCH)).collect()
+                p.new_isr.iter().map(|b| (NodeId(b.0), NO_BROKER_EPOCH)).collect()
             };
-            let (partition, leader_epoch, partition_epoch) = (p.partition_index, p.leader_epoch, p.partition_epoch);
+            let partition = p.partition_index;
+            let (leader_epoch, partition_epoch) = (LeaderEpoch(p.leader_epoch), PartitionEpoch(p.partition_epoch));
             let outcome = ctx
                 .metadata
                 .write(move |reg| reg.alter_partition(&name, partition, leader, leader_epoch, partition_epoch, &isr))
                 .await;
             partitions.push(match outcome {
                 Ok(state) => answer
-                    .with_leader_id(BrokerId(state.leader))
-                    .with_leader_epoch(state.leader_epoch)
-                    .with_isr(state.isr.iter().map(|b| BrokerId(*b)).collect())
-                    .with_partition_epoch(state.partition_epoch),
+                    .with_leader_id(BrokerId(state.leader.0))
+                    .with_leader_epoch(state.leader_epoch.0)
+                    .with_isr(state.isr.iter().map(|b| BrokerId(b.0)).collect())
+                    .with_partition_epoch(state.partition_epoch.0),
                 Err(e) => {
                     tracing::info!(partition, error = %e, "ISR change refused");
                     answer.with_error_code(alter_error_code(&e))

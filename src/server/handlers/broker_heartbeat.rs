@@ -6,6 +6,7 @@
 use bytes::Bytes;
 use kafka_protocol::messages::{ApiKey, BrokerHeartbeatRequest, BrokerHeartbeatResponse};
 
+use crate::model::{BrokerEpoch, NodeId};
 use crate::protocol::{decode_body, ProtocolError, RequestFrame};
 
 use super::super::context::ShardContext;
@@ -14,7 +15,8 @@ use super::{registry_error_code, respond};
 
 pub async fn handle(ctx: &ShardContext, frame: &RequestFrame) -> Result<Bytes, ProtocolError> {
     let req: BrokerHeartbeatRequest = decode_body(frame)?;
-    let (id, epoch, now, leave) = (req.broker_id.0, req.broker_epoch, now_ms() as u64, req.want_shut_down);
+    let (id, epoch) = (NodeId(req.broker_id.0), BrokerEpoch(req.broker_epoch));
+    let (now, leave) = (now_ms() as u64, req.want_shut_down);
     let outcome = ctx
         .metadata
         .write(move |reg| {
@@ -31,7 +33,7 @@ pub async fn handle(ctx: &ShardContext, frame: &RequestFrame) -> Result<Bytes, P
             .with_is_fenced(fenced)
             .with_should_shut_down(leave),
         Err(e) => {
-            tracing::debug!(broker = id, error = %e, "broker heartbeat refused");
+            tracing::debug!(broker = %id, error = %e, "broker heartbeat refused");
             BrokerHeartbeatResponse::default().with_error_code(registry_error_code(&e)).with_is_fenced(true)
         }
     };

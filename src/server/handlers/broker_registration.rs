@@ -7,6 +7,7 @@ use kafka_protocol::messages::{ApiKey, BrokerRegistrationRequest, BrokerRegistra
 
 use crate::coordinator::controller::Endpoint;
 use crate::coordinator::registry::LocalBroker;
+use crate::model::NodeId;
 use crate::protocol::{decode_body, ProtocolError, RequestFrame};
 
 use super::super::context::ShardContext;
@@ -21,7 +22,7 @@ pub async fn handle(ctx: &ShardContext, frame: &RequestFrame) -> Result<Bytes, P
         None => body.error_code = crate::protocol::error_code::INVALID_REQUEST,
         Some(l) => {
             let broker = LocalBroker {
-                id: req.broker_id.0,
+                id: NodeId(req.broker_id.0),
                 endpoint: Endpoint::new(l.host.to_string(), l.port),
                 rack: req.rack.as_ref().map(|r| r.to_string()),
                 shards: 0,
@@ -29,7 +30,7 @@ pub async fn handle(ctx: &ShardContext, frame: &RequestFrame) -> Result<Bytes, P
             let now = now_ms() as u64;
             let incarnation = req.incarnation_id;
             match ctx.metadata.write(move |reg| reg.register_remote(broker, incarnation, now)).await {
-                Ok(epoch) => body.broker_epoch = epoch,
+                Ok(epoch) => body.broker_epoch = epoch.0,
                 Err(e) => {
                     tracing::warn!(broker = req.broker_id.0, error = %e, "broker registration refused");
                     body.error_code = registry_error_code(&e);

@@ -11,7 +11,7 @@ use kafka_protocol::messages::{ApiKey, CreatePartitionsRequest, CreatePartitions
 
 use crate::coordinator::controller::{ControllerError, REPLICATION_FACTOR_MAX};
 use crate::coordinator::registry::{Registry, RegistryError};
-use crate::model::limits;
+use crate::model::{limits, NodeId};
 use crate::protocol::{decode_body, error_code, ProtocolError, RequestFrame};
 
 use super::super::context::ShardContext;
@@ -51,7 +51,7 @@ pub async fn handle(ctx: &ShardContext, frame: &RequestFrame) -> Result<Bytes, P
 /// count from the wire held to a named limit before anything is allocated for it.
 fn manual_assignment(
     assignments: Option<&[kafka_protocol::messages::create_partitions_request::CreatePartitionsAssignment]>,
-) -> Result<Option<Vec<Vec<i32>>>, (i16, String)> {
+) -> Result<Option<Vec<Vec<NodeId>>>, (i16, String)> {
     let Some(assignments) = assignments else { return Ok(None) };
     if assignments.len() > limits::topic_partitions_max as usize {
         return Err((
@@ -74,7 +74,7 @@ fn manual_assignment(
                 ),
             ));
         }
-        added.push(a.broker_ids.iter().map(|b| b.0).collect());
+        added.push(a.broker_ids.iter().map(|b| NodeId(b.0)).collect());
     }
     Ok(Some(added))
 }
@@ -84,7 +84,7 @@ fn grow(
     reg: &mut Registry,
     name: &str,
     count: i32,
-    assignment: Option<Vec<Vec<i32>>>,
+    assignment: Option<Vec<Vec<NodeId>>>,
     validate_only: bool,
 ) -> Result<(), (i16, String)> {
     let current = match reg.get(name).map(|m| m.partitions) {

@@ -18,7 +18,7 @@ use kafka_protocol::messages::{ApiKey, CreateTopicsRequest, CreateTopicsResponse
 use crate::config::TopicConfig;
 use crate::coordinator::controller::REPLICATION_FACTOR_MAX;
 use crate::coordinator::registry::{validate_topic_name, TopicMeta};
-use crate::model::limits;
+use crate::model::{limits, NodeId};
 use crate::protocol::{decode_body, error_code, ProtocolError, RequestFrame};
 
 use super::super::context::ShardContext;
@@ -43,7 +43,7 @@ pub enum Placement {
     /// `partitions` partitions of `replication_factor` replicas, placed by the controller.
     Replicated { partitions: i32, replication_factor: i32 },
     /// Partition `p` on the brokers `assignment[p]` (checked for shape already).
-    Manual(Vec<Vec<i32>>),
+    Manual(Vec<Vec<NodeId>>),
 }
 
 /// A CreateTopics manual assignment, in partition order, as Kafka's controller checks
@@ -51,7 +51,7 @@ pub enum Placement {
 /// count from the wire is held to a named limit before anything is allocated for it.
 fn manual_assignment(
     t: &kafka_protocol::messages::create_topics_request::CreatableTopic,
-) -> Result<Vec<Vec<i32>>, (i16, String)> {
+) -> Result<Vec<Vec<NodeId>>, (i16, String)> {
     if t.replication_factor != -1 {
         return Err((
             error_code::INVALID_REQUEST,
@@ -72,7 +72,7 @@ fn manual_assignment(
             limits::topic_partitions_max
         ));
     }
-    let mut by_partition: Vec<Option<Vec<i32>>> = vec![None; t.assignments.len()];
+    let mut by_partition: Vec<Option<Vec<NodeId>>> = vec![None; t.assignments.len()];
     for a in &t.assignments {
         if a.broker_ids.len() > REPLICATION_FACTOR_MAX as usize {
             return bad(format!(
@@ -88,7 +88,7 @@ fn manual_assignment(
         if slot.is_some() {
             return bad(format!("found multiple manual partition assignments for partition {}", a.partition_index));
         }
-        *slot = Some(a.broker_ids.iter().map(|b| b.0).collect());
+        *slot = Some(a.broker_ids.iter().map(|b| NodeId(b.0)).collect());
     }
     // n assignments, none twice, each index below n: every index 0..n-1 is there.
     Ok(by_partition.into_iter().map(|r| r.expect("each index filled once")).collect())

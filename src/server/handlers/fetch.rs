@@ -16,7 +16,7 @@ use kafka_protocol::messages::fetch_response::{FetchableTopicResponse, Partition
 use kafka_protocol::messages::{ApiKey, FetchRequest, FetchResponse, TopicName};
 
 use crate::coordinator::registry::CLUSTER_METADATA_TOPIC;
-use crate::model::{limits, Offset, TopicPartition};
+use crate::model::{limits, BrokerEpoch, LeaderEpoch, NodeId, Offset, TopicPartition};
 use crate::protocol::zero_copy::{new_marker, splice_file_ranges, FileRange, Response};
 use crate::protocol::{decode_body, error_code, ProtocolError, RequestFrame};
 use crate::replication::NO_BROKER_EPOCH;
@@ -159,7 +159,7 @@ async fn fetch_once(
     response_bytes_max: usize,
 ) -> (Vec<FetchableTopicResponse>, Vec<u64>, Vec<FileRange>, usize, bool, Vec<Offset>) {
     // KIP-903: the follower's broker epoch (ReplicaState, v15+).
-    let replica_epoch = if req_version >= 15 { req.replica_state.replica_epoch } else { NO_BROKER_EPOCH };
+    let replica_epoch = if req_version >= 15 { BrokerEpoch(req.replica_state.replica_epoch) } else { NO_BROKER_EPOCH };
     let calls = req.topics.iter().flat_map(|t| {
         t.partitions.iter().map(move |p| {
             let max_bytes = (p.partition_max_bytes.max(0) as usize).min(response_bytes_max);
@@ -168,9 +168,9 @@ async fn fetch_once(
                 offset: Offset(p.fetch_offset),
                 max_bytes,
                 min_one_batch: true,
-                replica: req.replica_id.0,
+                replica: NodeId(req.replica_id.0),
                 replica_epoch,
-                current_leader_epoch: p.current_leader_epoch,
+                current_leader_epoch: LeaderEpoch(p.current_leader_epoch),
                 now_ms: now_ms(),
             })
         })

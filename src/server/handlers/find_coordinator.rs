@@ -41,8 +41,8 @@ pub async fn handle(ctx: &ShardContext, frame: &RequestFrame) -> Result<Bytes, P
         let tp = group_partition(key);
         let leader = reg.leader_of(&tp.topic, tp.partition);
         match leader.and_then(|id| reg.broker_info(id).filter(|b| b.is_live())) {
-            Some(b) => Ok((BrokerId(b.id), b.endpoint.host.clone(), b.endpoint.port as i32)),
-            None if leader == Some(ctx.config.node_id) => {
+            Some(b) => Ok((BrokerId(b.id.0), b.endpoint.host.clone(), b.endpoint.port as i32)),
+            None if leader.map(|id| id.0) == Some(ctx.config.node_id) => {
                 let (host, port) = split_host_port(ctx.config.advertised()).expect("validated at startup");
                 Ok((BrokerId(ctx.config.node_id), host, port))
             }

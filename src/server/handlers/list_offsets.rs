@@ -4,7 +4,7 @@ use bytes::Bytes;
 use kafka_protocol::messages::list_offsets_response::{ListOffsetsPartitionResponse, ListOffsetsTopicResponse};
 use kafka_protocol::messages::{ApiKey, ListOffsetsRequest, ListOffsetsResponse};
 
-use crate::model::TopicPartition;
+use crate::model::{LeaderEpoch, TopicPartition};
 use crate::protocol::{decode_body, ProtocolError, RequestFrame};
 use crate::shard::{PartitionOp, PartitionReply};
 
@@ -19,7 +19,7 @@ pub async fn handle(ctx: &ShardContext, frame: &RequestFrame) -> Result<Bytes, P
             ctx.call(PartitionOp::ListOffset {
                 tp: TopicPartition::new(t.name.as_str(), p.partition_index),
                 timestamp_ms: p.timestamp,
-                current_leader_epoch: p.current_leader_epoch,
+                current_leader_epoch: LeaderEpoch(p.current_leader_epoch),
             })
         });
         let replies = futures::future::join_all(calls).await;

@@ -27,7 +27,7 @@ pub async fn handle(ctx: &ShardContext, frame: &RequestFrame) -> Result<Bytes, P
             .into_iter()
             .map(|b| {
                 MetadataResponseBroker::default()
-                    .with_node_id(BrokerId(b.id))
+                    .with_node_id(BrokerId(b.id.0))
                     .with_host(str_bytes(b.endpoint.host.clone()))
                     .with_port(b.endpoint.port as i32)
                     .with_rack(b.rack.map(str_bytes))
@@ -48,7 +48,7 @@ pub async fn handle(ctx: &ShardContext, frame: &RequestFrame) -> Result<Bytes, P
     let mut body = MetadataResponse::default().with_brokers(brokers);
     let version = frame.api_version;
     if version >= 1 {
-        body.controller_id = BrokerId(controller_id);
+        body.controller_id = BrokerId(controller_id.0);
     }
     if version >= 2 {
         let reg = ctx.view();
@@ -139,15 +139,15 @@ pub async fn handle(ctx: &ShardContext, frame: &RequestFrame) -> Result<Bytes, P
                                 let r = MetadataResponsePartition::default().with_partition_index(p);
                                 match reg.partition(&topic_name, p) {
                                     Some((replicas, state)) => r
-                                        .with_error_code(if state.leader < 0 {
+                                        .with_error_code(if state.leader.0 < 0 {
                                             error_code::LEADER_NOT_AVAILABLE
                                         } else {
                                             error_code::NONE
                                         })
-                                        .with_leader_id(BrokerId(state.leader))
-                                        .with_leader_epoch(if version >= 7 { state.leader_epoch } else { -1 })
-                                        .with_replica_nodes(replicas.iter().map(|b| BrokerId(*b)).collect())
-                                        .with_isr_nodes(state.isr.iter().map(|b| BrokerId(*b)).collect()),
+                                        .with_leader_id(BrokerId(state.leader.0))
+                                        .with_leader_epoch(if version >= 7 { state.leader_epoch.0 } else { -1 })
+                                        .with_replica_nodes(replicas.iter().map(|b| BrokerId(b.0)).collect())
+                                        .with_isr_nodes(state.isr.iter().map(|b| BrokerId(b.0)).collect()),
                                     None => {
                                         r.with_error_code(error_code::LEADER_NOT_AVAILABLE).with_leader_id(BrokerId(-1))
                                     }

@@ -8,7 +8,7 @@ use bytes::Bytes;
 use kafka_protocol::messages::offset_for_leader_epoch_response::{EpochEndOffset, OffsetForLeaderTopicResult};
 use kafka_protocol::messages::{ApiKey, OffsetForLeaderEpochRequest, OffsetForLeaderEpochResponse};
 
-use crate::model::TopicPartition;
+use crate::model::{LeaderEpoch, TopicPartition};
 use crate::protocol::{decode_body, ProtocolError, RequestFrame};
 use crate::shard::{PartitionOp, PartitionReply};
 
@@ -22,8 +22,8 @@ pub async fn handle(ctx: &ShardContext, frame: &RequestFrame) -> Result<Bytes, P
         let calls = t.partitions.iter().map(|p| {
             ctx.call(PartitionOp::EpochEndOffset {
                 tp: TopicPartition::new(t.topic.as_str(), p.partition),
-                current_leader_epoch: p.current_leader_epoch,
-                leader_epoch: p.leader_epoch,
+                current_leader_epoch: LeaderEpoch(p.current_leader_epoch),
+                leader_epoch: LeaderEpoch(p.leader_epoch),
             })
         });
         let partitions = futures::future::join_all(calls)
