@@ -693,6 +693,47 @@ mod tests {
         ));
     }
 
+    /// KIP-279 with a second round, through the shard and the real log: the follower
+    /// holds epochs 0, 1 and 3 (offsets 0, 1, 2); its leader holds epoch 0 up to 1, then
+    /// epoch 2 from 1 to 3. Asked for epoch 3, the leader answers epoch 2 ending at 3;
+    /// the follower cuts where its own epochs up to 2 end (2), asks again for its new
+    /// latest, 1, hears epoch 0 ending at 1, and cuts there: its epoch-1 record was never
+    /// the leader's. One round alone would keep it, diverged from the leader at offset 1.
+    #[test]
+    fn a_follower_asks_again_until_its_log_is_a_prefix_of_the_leaders() {
+        let (store, cache, data) =
+            (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+        let coordinator = coordinator(store.path());
+        let (metadata, mut shard) = restarted_broker_2(&coordinator, cache.path(), data.path());
+        metadata.write_blocking(|r| r.set_registered());
+        shard.sync_registry();
+        let view = metadata.view();
+        let (tp, leader, epoch) = tps()
+            .find_map(|tp| {
+                let (_, s) = view.partition(&tp.topic, tp.partition)?;
+                (s.leader != NodeId(2)).then(|| (tp.clone(), s.leader, s.leader_epoch))
+            })
+            .expect("broker 2 follows a partition");
+        let log = &mut shard.partitions.get_mut(&tp).unwrap().log;
+        for e in [0, 1, 3] {
+            log.append_with_leader_epoch(&mut batch(b"x").to_vec(), e, 1_000).unwrap();
+        }
+        let step = |shard: &mut Shard| shard.follower_step(&tp, leader, epoch, 1_000).map(|(s, _)| s);
+        assert_eq!(step(&mut shard), Some(FollowerStep::AskEpoch { latest_epoch: LeaderEpoch(3) }));
+        shard.follower_epoch_answer(&tp, leader, epoch, LeaderEpoch(3), (LeaderEpoch(2), 3)).unwrap();
+        assert_eq!(shard.partitions[&tp].log.log_end_offset(), Offset(2));
+        assert_eq!(step(&mut shard), Some(FollowerStep::AskEpoch { latest_epoch: LeaderEpoch(1) }), "asks again");
+        shard.follower_epoch_answer(&tp, leader, epoch, LeaderEpoch(1), (LeaderEpoch(0), 1)).unwrap();
+        assert_eq!(shard.partitions[&tp].log.log_end_offset(), Offset(1));
+        assert_eq!(shard.partitions[&tp].log.latest_epoch(), Some(0));
+        // A last round confirms (the answer was older than asked and cut something;
+        // Kafka stops a round earlier when it holds the epoch answered): nothing more goes.
+        assert_eq!(step(&mut shard), Some(FollowerStep::AskEpoch { latest_epoch: LeaderEpoch(0) }));
+        shard.follower_epoch_answer(&tp, leader, epoch, LeaderEpoch(0), (LeaderEpoch(0), 1)).unwrap();
+        assert_eq!(shard.partitions[&tp].log.log_end_offset(), Offset(1));
+        assert_eq!(step(&mut shard), Some(FollowerStep::Fetch));
+    }
+
     /// A housekeeping tick while the logs close (a slow close: a large dirty page cache)
     /// must not checkpoint the emptied shard: that erased every high watermark on disk.
     #[test]
