@@ -28,10 +28,7 @@ fn moved_log_start_hides_records_deletes_segments_and_survives_reopen() {
     assert_eq!(log.advance_log_start_offset(start).unwrap(), 2);
     assert_eq!(log.log_start_offset(), start);
     assert_eq!(log.segment_base_offsets()[0], bases[2]);
-    assert!(matches!(
-        log.read(Offset(start.0 - 1), 1 << 20, Offset(12), true),
-        Err(LogError::OffsetOutOfRange { .. })
-    ));
+    assert!(matches!(log.read(Offset(start.0 - 1), 1 << 20, Offset(12), true), Err(LogError::OffsetOutOfRange { .. })));
     assert!(log.read(start, 1 << 20, Offset(12), true).unwrap().length_bytes > 0);
     // Never down.
     assert_eq!(log.advance_log_start_offset(Offset(1)).unwrap(), 0);

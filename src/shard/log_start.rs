@@ -71,8 +71,11 @@ impl Shard {
             answer(waiter.into_iter().collect(), Ok(current));
             return;
         }
-        let entry =
-            self.log_start_moves.asked.entry(tp.clone()).or_insert_with(|| Asked { offset: i64::MIN, waiters: Vec::new() });
+        let entry = self
+            .log_start_moves
+            .asked
+            .entry(tp.clone())
+            .or_insert_with(|| Asked { offset: i64::MIN, waiters: Vec::new() });
         entry.offset = entry.offset.max(offset.0);
         entry.waiters.extend(waiter);
     }
@@ -147,24 +150,25 @@ impl Shard {
     /// A failed write takes the log offline, as a failed fsync does.
     pub fn complete_log_start_moves(&mut self, done: Vec<(LogStartMove, std::io::Result<()>)>) {
         for (m, result) in done {
-            let outcome: Result<Offset, String> = match self.partitions.get_mut(&m.tp).filter(|p| p.log.instance() == m.log) {
-                None => {
-                    answer(m.waiters, Err(&|| PartitionError::NotLeader(m.tp.clone())));
-                    continue;
-                }
-                Some(p) => match result {
-                    Err(e) => Err(p.log.log_start_checkpoint_failed(&e).to_string()),
-                    // Never past the log end (a follower may have truncated meanwhile).
-                    Ok(()) => match p.log.advance_log_start_offset(m.offset.min(p.log.log_end_offset())) {
-                        Ok(deleted) => {
-                            tracing::info!(partition = %m.tp, log_start_offset = %p.log.log_start_offset(),
+            let outcome: Result<Offset, String> =
+                match self.partitions.get_mut(&m.tp).filter(|p| p.log.instance() == m.log) {
+                    None => {
+                        answer(m.waiters, Err(&|| PartitionError::NotLeader(m.tp.clone())));
+                        continue;
+                    }
+                    Some(p) => match result {
+                        Err(e) => Err(p.log.log_start_checkpoint_failed(&e).to_string()),
+                        // Never past the log end (a follower may have truncated meanwhile).
+                        Ok(()) => match p.log.advance_log_start_offset(m.offset.min(p.log.log_end_offset())) {
+                            Ok(deleted) => {
+                                tracing::info!(partition = %m.tp, log_start_offset = %p.log.log_start_offset(),
                                 segments_deleted = deleted, "log start offset moved");
-                            Ok(p.log.log_start_offset())
-                        }
-                        Err(e) => Err(e.to_string()),
+                                Ok(p.log.log_start_offset())
+                            }
+                            Err(e) => Err(e.to_string()),
+                        },
                     },
-                },
-            };
+                };
             match outcome {
                 Ok(offset) => answer(m.waiters, Ok(offset)),
                 Err(reason) => answer(m.waiters, Err(&|| PartitionError::Log(LogError::Offline(reason.clone())))),

@@ -22,8 +22,8 @@ mod groups;
 mod log_start;
 mod replica;
 pub use append_ring::{AppendRing, Completed, StagedWrite};
-pub use log_start::{LogStartMove, LogStartWait};
 pub use groups::{group_partition, GroupLoad, GroupLoadStep, GroupOp, GroupReply, OffsetList};
+pub use log_start::{LogStartMove, LogStartWait};
 pub use replica::{load_hw_checkpoints, FetcherStart, IsrOutcome, ReplicaState, HW_CHECKPOINT_PREFIX};
 
 use crate::coordinator::owner::Metadata;
@@ -228,7 +228,11 @@ pub enum PartitionReply {
     /// DeleteRecords: resolves with the new log start once it is durable and applied.
     LogStartMoving(LogStartWait),
     /// DescribeLogDirs: the replica's segment bytes, log end and high watermark.
-    LogDescribed { size_bytes: u64, log_end_offset: i64, high_watermark: i64 },
+    LogDescribed {
+        size_bytes: u64,
+        log_end_offset: i64,
+        high_watermark: i64,
+    },
 }
 
 /// One producer as DescribeProducers shows it.
@@ -821,7 +825,9 @@ impl Shard {
                     .collect();
                 Ok(PartitionReply::Producers(producers))
             }
-            PartitionOp::DeleteRecords { tp, offset } => Ok(PartitionReply::LogStartMoving(self.delete_records(&tp, offset)?)),
+            PartitionOp::DeleteRecords { tp, offset } => {
+                Ok(PartitionReply::LogStartMoving(self.delete_records(&tp, offset)?))
+            }
             PartitionOp::DescribeLog { tp } => {
                 let p = self.partitions.get(&tp).ok_or(PartitionError::UnknownTopicOrPartition(tp))?;
                 Ok(PartitionReply::LogDescribed {

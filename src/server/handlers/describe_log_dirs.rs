@@ -31,13 +31,15 @@ pub async fn handle(ctx: &ShardContext, frame: &RequestFrame) -> Result<Bytes, P
         match &req.topics {
             None => {
                 for (name, meta) in view.topics() {
-                    hosted.extend((0..meta.partitions).filter(|&p| here(name, p)).map(|p| TopicPartition::new(name, p)));
+                    hosted
+                        .extend((0..meta.partitions).filter(|&p| here(name, p)).map(|p| TopicPartition::new(name, p)));
                 }
             }
             Some(topics) => {
                 for t in topics {
                     let name = t.topic.as_str();
-                    hosted.extend(t.partitions.iter().filter(|&&p| here(name, p)).map(|&p| TopicPartition::new(name, p)));
+                    hosted
+                        .extend(t.partitions.iter().filter(|&&p| here(name, p)).map(|&p| TopicPartition::new(name, p)));
                 }
             }
         }
