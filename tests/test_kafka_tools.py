@@ -25,7 +25,7 @@ on each broker's disk):
   files on its disk.
 - kafka-reassign-partitions: xfail while the APIs it needs are missing.
 - raw DeleteRecords errors (not the leader, above the high watermark, unknown
-  partition), confluent-kafka's describe_cluster().
+  partition); raw DescribeCluster v0/v1 and confluent-kafka's describe_cluster().
 - confluent-kafka's NewTopic(replica_assignment=...) and NewPartitions(replica_assignment=
   ...): the replicas and leaders as given, the records on the assigned brokers' disks
   and read back; bad assignments are INVALID_REPLICA_ASSIGNMENT and create nothing; a
@@ -875,32 +875,106 @@ def test_delete_records_errors(cluster):
     assert watermarks(b1.bootstrap, topic, 1) == (n, n)
 
 
+class Reader:
+    """Reads a flexible-version answer: fixed ints, unsigned varints, compact strings."""
+
+    def __init__(self, data):
+        self.data, self.at = data, 0
+
+    def fixed(self, fmt):
+        (v,) = struct.unpack_from(fmt, self.data, self.at)
+        self.at += struct.calcsize(fmt)
+        return v
+
+    def uvarint(self):
+        shift = value = 0
+        while True:
+            b = self.data[self.at]
+            self.at += 1
+            value |= (b & 0x7F) << shift
+            shift += 7
+            if not b & 0x80:
+                return value
+
+    def compact_string(self):
+        n = self.uvarint()
+        if n == 0:
+            return None
+        text = self.data[self.at:self.at + n - 1].decode()
+        self.at += n - 1
+        return text
+
+    def no_tags(self):
+        assert self.uvarint() == 0, "tagged fields in the answer"
+
+
+def describe_cluster(port, version, include_operations=False, endpoint_type=1):
+    """A raw DescribeCluster (v0: no endpoint type; v1: with one) -> its fields."""
+    body = struct.pack(">?", include_operations) + (struct.pack(">b", endpoint_type) if version >= 1 else b"")
+    resp = call(port, frame(request_header_v1(60, version, 9) + b"\x00" + body + b"\x00"))
+    r = Reader(resp)
+    assert r.fixed(">i") == 9
+    r.no_tags()  # response header v1
+    out = {"throttle_ms": r.fixed(">i"), "error_code": r.fixed(">h"), "error_message": r.compact_string()}
+    if version >= 1:
+        out["endpoint_type"] = r.fixed(">b")
+    out["cluster_id"] = r.compact_string()
+    out["controller_id"] = r.fixed(">i")
+    brokers = {}
+    for _ in range(r.uvarint() - 1):
+        broker_id, host, port_, rack = r.fixed(">i"), r.compact_string(), r.fixed(">i"), r.compact_string()
+        r.no_tags()
+        brokers[broker_id] = (host, port_, rack)
+    out["brokers"] = brokers
+    out["cluster_authorized_operations"] = r.fixed(">i")
+    r.no_tags()
+    assert r.at == len(resp), (r.at, len(resp))
+    return out
+
+
+# AclOperation bits of every cluster operation (no authorizer): CREATE 5, ALTER 7,
+# DESCRIBE 8, CLUSTER_ACTION 9, DESCRIBE_CONFIGS 10, ALTER_CONFIGS 11, IDEMPOTENT_WRITE 12.
+CLUSTER_OPERATIONS = {"CREATE": 5, "ALTER": 7, "DESCRIBE": 8, "CLUSTER_ACTION": 9, "DESCRIBE_CONFIGS": 10,
+                      "ALTER_CONFIGS": 11, "IDEMPOTENT_WRITE": 12}
+
+
 def test_describe_cluster(broker_factory):
-    """confluent-kafka's describe_cluster() (DescribeCluster): the cluster id and the
+    """DescribeCluster (raw, v0 and v1, to each broker): the cluster id and the
     controller that Metadata names, every live broker with its host, port and rack;
-    authorized operations only when asked for (every cluster operation: no authorizer)."""
+    authorized operations only when asked for (-2147483648 otherwise, as Kafka), every
+    cluster operation then (no authorizer); a v1 request for controller endpoints is
+    MISMATCHED_ENDPOINT_TYPE. confluent-kafka's describe_cluster() (which librdkafka
+    answers from Metadata) agrees."""
     brokers = [broker_factory(*cluster_args(1), "--rack", "rack-a", name="b1", cores=1)]
     for i, rack in ((2, "rack-b"), (3, "rack-a")):
         brokers.append(broker_factory(*cluster_args(i), "--rack", rack, "--coordinator", brokers[0].bootstrap,
                                       name=f"b{i}", cores=1))
     wait_brokers(brokers[0].bootstrap, {b.port for b in brokers})
+    want_brokers = {1: ("127.0.0.1", brokers[0].port, "rack-a"), 2: ("127.0.0.1", brokers[1].port, "rack-b"),
+                    3: ("127.0.0.1", brokers[2].port, "rack-a")}
     for b in brokers:
         a = admin(b.bootstrap)  # kept until the answer is in: a destroyed client fails its futures
         md = a.list_topics(timeout=10)
+        assert md.cluster_id and md.controller_id == 1, (md.cluster_id, md.controller_id)  # broker 1 coordinates
+        for version in (0, 1):
+            got = describe_cluster(b.port, version)
+            want = {"throttle_ms": 0, "error_code": 0, "error_message": None, "cluster_id": md.cluster_id,
+                    "controller_id": 1, "brokers": want_brokers, "cluster_authorized_operations": -2147483648}
+            if version >= 1:
+                want["endpoint_type"] = 1
+            assert got == want, (b.name, version)
         d = a.describe_cluster(request_timeout=15).result(20)
-        assert d.cluster_id == md.cluster_id and d.cluster_id, (d.cluster_id, md.cluster_id)
-        # Broker 1 runs the coordinator.
-        assert d.controller.id == md.controller_id == 1, (d.controller, md.controller_id)
-        assert {n.id: (n.host, n.port, n.rack) for n in d.nodes} == {
-            1: ("127.0.0.1", brokers[0].port, "rack-a"),
-            2: ("127.0.0.1", brokers[1].port, "rack-b"),
-            3: ("127.0.0.1", brokers[2].port, "rack-a")}, d.nodes
+        assert (d.cluster_id, d.controller.id) == (md.cluster_id, 1), d
+        assert {n.id: (n.host, n.port, n.rack) for n in d.nodes} == want_brokers, d.nodes
         assert d.authorized_operations is None, d.authorized_operations
+    got = describe_cluster(brokers[1].port, 1, include_operations=True)
+    assert got["error_code"] == 0 and got["cluster_authorized_operations"] == sum(
+        1 << bit for bit in CLUSTER_OPERATIONS.values()), got
+    got = describe_cluster(brokers[2].port, 1, endpoint_type=2)
+    assert (got["error_code"], got["brokers"]) == (114, {}), got  # MISMATCHED_ENDPOINT_TYPE
     a = admin(brokers[1].bootstrap)
     d = a.describe_cluster(include_authorized_operations=True, request_timeout=15).result(20)
-    assert {op.name for op in d.authorized_operations} == {
-        "CREATE", "ALTER", "DESCRIBE", "CLUSTER_ACTION", "DESCRIBE_CONFIGS", "ALTER_CONFIGS", "IDEMPOTENT_WRITE"}, (
-        d.authorized_operations)
+    assert {op.name for op in d.authorized_operations} == set(CLUSTER_OPERATIONS), d.authorized_operations
 
 
 # ---------------------------------------------------------------- tools Spate cannot serve yet
