@@ -80,3 +80,20 @@ fn garbled_checkpoint_is_ignored() {
     let log = PartitionLog::open(dir.path(), small_config(), 0).unwrap();
     assert_eq!(log.log_start_offset(), Offset(0));
 }
+
+#[test]
+fn truncation_below_a_moved_log_start_keeps_the_segments_before_it() {
+    // As Kafka's truncateTo: only a cut below the first segment starts the log over; a
+    // cut below a log start moved inside the log brings the log start down to it.
+    let dir = tempfile::tempdir().unwrap();
+    let mut log = PartitionLog::open(dir.path(), small_config(), 0).unwrap();
+    for i in 0..6 {
+        log.append(&mut build_batch(&recs(1, i, 10)), 0).unwrap();
+    }
+    log.advance_log_start_offset(Offset(4)).unwrap();
+    log.truncate_to(Offset(2)).unwrap();
+    assert_eq!((log.log_start_offset(), log.log_end_offset()), (Offset(2), Offset(2)));
+    assert_eq!(log.segment_base_offsets(), vec![Offset(0)]);
+    assert!(log.read(Offset(0), 1 << 20, Offset(2), true).is_err(), "below the log start");
+    assert!(log.read(Offset(2), 1 << 20, Offset(2), true).is_ok());
+}

@@ -1125,7 +1125,8 @@ impl PartitionLog {
             return Ok(());
         }
         let interval = self.config.index_interval_bytes;
-        if offset < self.log_start_offset().0 {
+        // Below the first segment (not below a log start moved inside it): as Kafka.
+        if offset < self.segments[0].base_offset {
             while let Some(seg) = self.segments.pop() {
                 let r = seg.delete_files();
                 self.offline_on_err("truncate: delete segment", r)?;
@@ -1145,6 +1146,8 @@ impl PartitionLog {
             let seg = self.active_mut();
             let r = seg.truncate_to(offset, interval).and_then(|_| seg.make_active(index_bytes));
             self.offline_on_err("truncate", r)?;
+            // A log start moved inside the log (start_offset.rs) never passes its end.
+            self.log_start_offset = self.log_start_offset.min(offset);
         }
         let end = self.log_end_offset().0;
         let r = self.active().log.sync_data().and_then(|_| self.dir_file.sync_all());
