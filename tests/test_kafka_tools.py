@@ -754,7 +754,8 @@ def test_kafka_log_dirs(cluster, tools_classpath):
     """kafka-log-dirs --describe lists, for every broker, its data directory and exactly
     the partitions whose directories it holds, each with the size of its segment files
     on that broker's disk and an offset lag of 0 (every replica caught up); again after
-    records were deleted (their segments gone)."""
+    records were deleted (their segments gone). A raw v4 request shows the same, with
+    the data dir's file system size and usable bytes."""
     b1, b2, b3 = cluster
     topic = "tools-logdirs"
     assignment = [[1, 2], [2, 3], [3, 1]]
@@ -783,6 +784,15 @@ def test_kafka_log_dirs(cluster, tools_classpath):
             for n, b in enumerate(cluster)}
 
     want = on_disk()
+    for n, b in enumerate(cluster):
+        # v4 adds the file system's size and usable bytes (statvfs of the data dir).
+        [(log_dir, partitions, total, usable)] = describe_log_dirs_v4(b.port)
+        fs = os.statvfs(b.data_dir)
+        assert log_dir == want[n + 1][0] and total == fs.f_blocks * fs.f_frsize, (log_dir, total)
+        # Usable space moves as everything on this machine writes: the broker's reading
+        # is at most a few seconds old.
+        assert 0 < usable <= total and abs(usable - fs.f_bavail * fs.f_frsize) < total // 20, (usable, total)
+        assert {q for q in partitions if q[0].startswith(topic + "-")} == want[n + 1][1], partitions
     assert {n: {q[0] for q in parts} for n, (_, parts) in want.items()} == {
         1: {f"{topic}-0", f"{topic}-2"}, 2: {f"{topic}-0", f"{topic}-1"}, 3: {f"{topic}-1", f"{topic}-2"}}, want
     assert all(size > SEGMENT_BYTES for _, parts in want.values() for _, size, _, _ in parts), want
@@ -797,6 +807,35 @@ def test_kafka_log_dirs(cluster, tools_classpath):
     after = on_disk()
     assert after[1][1] != want[1][1] and after[2][1] != want[2][1], "no segment of partition 0 was deleted"
     assert described() == after
+
+
+def describe_log_dirs_v4(port):
+    """A raw DescribeLogDirs v4 for every partition -> [(log dir, {(partition name, size,
+    offset lag, is future)}, total bytes, usable bytes)]."""
+    resp = call(port, frame(request_header_v1(35, 4, 11) + b"\x00" + b"\x00" + b"\x00"))
+    r = Reader(resp)
+    assert r.fixed(">i") == 11
+    r.no_tags()
+    r.fixed(">i")  # throttle
+    assert r.fixed(">h") == 0
+    results = []
+    for _ in range(r.uvarint() - 1):
+        assert r.fixed(">h") == 0
+        log_dir = r.compact_string()
+        partitions = set()
+        for _ in range(r.uvarint() - 1):
+            name = r.compact_string()
+            for _ in range(r.uvarint() - 1):
+                index, size, lag, future = r.fixed(">i"), r.fixed(">q"), r.fixed(">q"), r.fixed(">?")
+                r.no_tags()
+                partitions.add((f"{name}-{index}", size, lag, future))
+            r.no_tags()
+        total, usable = r.fixed(">q"), r.fixed(">q")
+        r.no_tags()
+        results.append((log_dir, partitions, total, usable))
+    r.no_tags()
+    assert r.at == len(resp), (r.at, len(resp))
+    return results
 
 
 # ---------------------------------------------------------------- DeleteRecords errors, DescribeCluster
