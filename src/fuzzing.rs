@@ -141,14 +141,15 @@ pub fn segment_recovery(data: &[u8]) {
     let _ = log.close();
 }
 
-/// Checkpoint files: the leader-epoch checkpoint (text), the high-watermark checkpoint
-/// (Kafka's replication-offset-checkpoint) and producer-state `.snapshot` files, all read
-/// at start.
+/// Checkpoint files: the leader-epoch checkpoint (text), the log start checkpoint, the
+/// high-watermark checkpoint (Kafka's replication-offset-checkpoint) and producer-state
+/// `.snapshot` files, all read at start.
 pub fn checkpoints(data: &[u8]) {
     let _ = crate::txn::producer_state::ProducerStates::decode_snapshot(data);
     if let Ok(text) = std::str::from_utf8(data) {
         let _ = crate::log::leader_epoch::LeaderEpochCache::decode(text);
     }
+    let _ = crate::log::start_offset::decode_log_start_checkpoint(data);
     let Ok(dir) = scratch_dir("checkpoint") else { return };
     let file = dir.path().join(format!("{}-0", crate::shard::HW_CHECKPOINT_PREFIX));
     if std::fs::write(&file, data).is_ok() {

@@ -18,8 +18,14 @@ on each broker's disk):
 - kafka-broker-api-versions lists every broker with the versions each one answers.
 - kafka-consumer-groups --list / --describe, kafka-cluster cluster-id.
 - kafka-leader-election (preferred) moves leadership back to preferred replicas.
-- kafka-delete-records, kafka-log-dirs, kafka-reassign-partitions: xfail while the one
-  API each needs is missing.
+- kafka-delete-records: the new low watermarks it prints are what ListOffsets answers,
+  records read back start there, fetches below are out of range, segments below are
+  gone, followers checkpoint the same log start, and all of it survives kill -9.
+- kafka-log-dirs: each broker's data dir and partitions, sizes equal to the segment
+  files on its disk.
+- kafka-reassign-partitions: xfail while the APIs it needs are missing.
+- raw DeleteRecords errors (not the leader, above the high watermark, unknown
+  partition); raw DescribeCluster v0/v1 and confluent-kafka's describe_cluster().
 - confluent-kafka's NewTopic(replica_assignment=...) and NewPartitions(replica_assignment=
   ...): the replicas and leaders as given, the records on the assigned brokers' disks
   and read back; bad assignments are INVALID_REPLICA_ASSIGNMENT and create nothing; a
@@ -33,20 +39,22 @@ Java and Maven missing is a skip on a developer's machine and a failure under CI
 (tests/README.md)."""
 
 import hashlib
+import json
+import os
 import re
 import struct
 import subprocess
 import time
 
 import pytest
-from confluent_kafka import Consumer, KafkaException, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import NewPartitions, NewTopic
 
 from helpers.broker import REPO_ROOT
 from helpers.maven import maven_classpath
 from helpers.clients import admin, cf_conf, cf_produce, cf_read_partition
 from helpers.wire import api_versions_request, call, frame, parse_api_versions_v0, request_header_v1
-from test_cluster import start_embedded_cluster, wait_brokers, wait_for
+from test_cluster import cluster_args, start_embedded_cluster, wait_brokers, wait_for
 
 TOOLS_DIR = REPO_ROOT / "tests" / "kafka-tools"
 RUN_TIMEOUT_S = 120
@@ -581,17 +589,438 @@ def test_kafka_leader_election_preferred(cluster, tools_classpath):
     assert leaders_of(b1.bootstrap, topic) == {0: 3, 1: 3, 2: 1}
 
 
+# ---------------------------------------------------------------- kafka-delete-records, kafka-log-dirs
+
+# Small segments: each produce call below (one batch of BATCH_RECORDS records of
+# VALUE_BYTES) fills one, so a log start inside the log leaves whole segments below it.
+SEGMENT_BYTES = 1000
+BATCH_RECORDS = 10
+BATCHES = 6
+VALUE_BYTES = 100
+
+
+def create_with_config(bootstrap, topic, assignment, config):
+    a = admin(bootstrap)
+    fs = a.create_topics([NewTopic(topic, len(assignment), replica_assignment=assignment, config=config)],
+                         request_timeout=15,
+                         operation_timeout=15)
+    fs[topic].result(20)
+
+
+def produce_batches(bootstrap, topic, partitions, tag):
+    """BATCHES produce calls of BATCH_RECORDS records to each partition, acks=all (each
+    call is flushed before the next, so each is its own batch); {partition: [values]}."""
+    values = {p: [] for p in partitions}
+    for b in range(BATCHES):
+        recs = []
+        for p in partitions:
+            batch = [f"{tag}-p{p}-{b * BATCH_RECORDS + i:03}-".encode().ljust(VALUE_BYTES, b"x")
+                     for i in range(BATCH_RECORDS)]
+            values[p] += batch
+            recs += [{"value": v, "partition": p} for v in batch]
+        cf_produce(bootstrap, topic, recs, acks="all")
+    return values
+
+
+def segment_bases(broker, topic, partition):
+    """Base offsets of the partition's segments on `broker`'s disk."""
+    return sorted(int(f.stem) for f in (broker.data_dir / f"{topic}-{partition}").glob("*.log"))
+
+
+def log_bytes(broker, topic, partition):
+    """Bytes of the partition's segment files (.log) on `broker`'s disk."""
+    return sum(f.stat().st_size for f in (broker.data_dir / f"{topic}-{partition}").glob("*.log"))
+
+
+def checkpointed_log_start(broker, topic, partition):
+    """The offset in the partition's `spate-log-start-offset` on `broker`'s disk (format
+    "1 <offset> <crc>"), None without one."""
+    f = broker.data_dir / f"{topic}-{partition}" / "spate-log-start-offset"
+    if not f.exists():
+        return None
+    version, offset, _crc = f.read_text().split()
+    assert version == "1", f.read_text()
+    return int(offset)
+
+
+def watermarks(bootstrap, topic, partition):
+    """(earliest, latest) offsets of the partition, asked of its leader (ListOffsets)."""
+    c = Consumer(cf_conf(bootstrap, **{"group.id": "spate-tests-watermarks"}))
+    try:
+        return c.get_watermark_offsets(TopicPartition(topic, partition), timeout=10, cached=False)
+    finally:
+        c.close()
+
+
+def fetch_error_below(bootstrap, topic, partition, offset, timeout=30):
+    """What a consumer that fetches at `offset` and may not reset gets: (error code,
+    message) of its first error."""
+    c = Consumer(cf_conf(bootstrap, **{"group.id": "spate-tests-below", "auto.offset.reset": "error",
+                                        "enable.auto.commit": False}))
+    try:
+        c.assign([TopicPartition(topic, partition, offset)])
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            m = c.poll(0.2)
+            if m is None:
+                continue
+            if m.error():
+                return m.error().code(), m.error().str()
+            return None, f"read offset {m.offset()}: {m.value()[:20]}"
+        raise AssertionError(f"no answer for offset {offset} of {topic}-{partition} within {timeout}s")
+    finally:
+        c.close()
+
+
+def bases_below(before, log_start):
+    """The segments wholly below `log_start` (their successor starts at or below it)."""
+    return [b for i, b in enumerate(before) if i + 1 < len(before) and before[i + 1] <= log_start]
+
+
+def test_kafka_delete_records(cluster, tools_classpath, tmp_path):
+    """kafka-delete-records, bootstrapped from broker 2, which leads neither partition (the
+    Java admin sends each partition to its leader): partition 0 up to an offset inside a
+    segment; partition 1 up to the high watermark (-1). The tool prints each new
+    low watermark; ListOffsets earliest answers it; a consumer reading from the beginning
+    gets exactly the records from there on; one fetching below it gets
+    OFFSET_OUT_OF_RANGE; the segments wholly below it are gone from the leader's disk;
+    the followers checkpoint the same log start; and after kill -9 of every broker and a
+    restart, all of it still holds."""
+    b1, b2, b3 = cluster
+    topic = "tools-delete"
+    assignment = [[1, 2], [3, 1]]
+    create_with_config(b2.bootstrap, topic, assignment, {"segment.bytes": str(SEGMENT_BYTES)})
+    wait_view(b2.bootstrap, topic, assignment)
+    values = produce_batches(b2.bootstrap, topic, [0, 1], "dr")
+    total = BATCHES * BATCH_RECORDS
+    assert watermarks(b1.bootstrap, topic, 0) == (0, total)
+    leader_of = {0: b1, 1: b3}
+    before = {p: segment_bases(leader_of[p], topic, p) for p in (0, 1)}
+    # One segment per batch the producer sent (it may split a produce call in two).
+    assert len(before[0]) >= BATCHES - 1 and len(before[1]) >= BATCHES - 1, before
+    # Inside the third segment from the end: the segments before it go.
+    start0 = before[0][-3] + 3
+    assert before[0][-3] < start0 < before[0][-2], before
+
+    offsets = tmp_path / "delete.json"
+    offsets.write_text(json.dumps({"version": 1, "partitions": [
+        {"topic": topic, "partition": 0, "offset": start0}, {"topic": topic, "partition": 1, "offset": -1}]}))
+    rc, out = run_tool(tools_classpath, "DeleteRecordsCommand", "--bootstrap-server", b2.bootstrap,
+                       "--offset-json-file", offsets)
+    assert rc == 0, out
+    printed = {(t, int(p)): int(lw) for t, p, lw in
+               re.findall(r"^partition: (\S+)-(\d+)\s+low_watermark: (\d+)$", out, re.M)}
+    assert printed == {(topic, 0): start0, (topic, 1): total}, out
+    want_start = {0: start0, 1: total}
+
+    def check(when):
+        for p, start in want_start.items():
+            # The high watermark of a restarted leader catches up as its followers fetch.
+            wait_for(lambda: watermarks(b2.bootstrap, topic, p), lambda w: w == (start, total), 30,
+                     f"{when}: earliest and latest offsets of {topic}-{p} = ({start}, {total})")
+            got = cf_read_partition(b3.bootstrap, topic, p)
+            assert got == values[p][start:], (
+                f"{when}: {topic}-{p} read from the beginning: {len(got)} records from {got[:1]}, "
+                f"want {total - start} from offset {start}")
+        code, message = fetch_error_below(b2.bootstrap, topic, 0, start0 - 1)
+        assert code == KafkaError._AUTO_OFFSET_RESET and "out of range" in message.lower(), (when, code, message)
+
+    check("after kafka-delete-records")
+    for p, start in want_start.items():
+        # (The active segment may have rolled since `before`: a roll is due once it is
+        # past segment.bytes, and it is never deleted while active.)
+        now, gone = segment_bases(leader_of[p], topic, p), bases_below(before[p], start)
+        assert gone and not set(gone) & set(now) and now[0] <= start, (p, start, now, before[p])
+        assert checkpointed_log_start(leader_of[p], topic, p) == start
+        follower = cluster[assignment[p][1] - 1]
+        wait_for(lambda: checkpointed_log_start(follower, topic, p), lambda o: o == start, 20,
+                 f"follower {follower.name} of {topic}-{p} checkpointing log start {start}")
+
+    # kill -9 every broker: what each checkpointed is all there is.
+    for b in cluster:
+        b.kill()
+    for b in cluster:
+        b.restart()
+    wait_brokers(b1.bootstrap, {b.port for b in cluster})
+    wait_for(lambda: cluster_view(b1.bootstrap, topic), lambda v: all(v[p][0] in (1, 2, 3) for p in (0, 1)), 30,
+             f"{topic} led again after the restart")
+    check("after kill -9 and a restart")
+
+
+LOG_DIRS_JSON = re.compile(r"^\{.*\}$", re.M)
+
+
+def test_kafka_log_dirs(cluster, tools_classpath):
+    """kafka-log-dirs --describe lists, for every broker, its data directory and exactly
+    the partitions whose directories it holds, each with the size of its segment files
+    on that broker's disk and an offset lag of 0 (every replica caught up); again after
+    records were deleted (their segments gone). A raw v4 request shows the same, with
+    the data dir's file system size and usable bytes."""
+    b1, b2, b3 = cluster
+    topic = "tools-logdirs"
+    assignment = [[1, 2], [2, 3], [3, 1]]
+    create_with_config(b3.bootstrap, topic, assignment, {"segment.bytes": str(SEGMENT_BYTES)})
+    wait_view(b1.bootstrap, topic, assignment)
+    produce_batches(b1.bootstrap, topic, [0, 1, 2], "ld")
+
+    def described():
+        rc, out = run_tool(tools_classpath, "LogDirsCommand", "--bootstrap-server", b2.bootstrap, "--describe",
+                           "--topic-list", topic)
+        assert rc == 0, out
+        found = LOG_DIRS_JSON.findall(out)
+        assert len(found) == 1, out
+        doc = json.loads(found[0])
+        got = {}
+        for broker in doc["brokers"]:
+            [log_dir] = broker["logDirs"]
+            assert log_dir["error"] is None, log_dir
+            got[broker["broker"]] = (log_dir["logDir"], {
+                (q["partition"], q["size"], q["offsetLag"], q["isFuture"]) for q in log_dir["partitions"]})
+        return got
+
+    def on_disk():
+        return {n + 1: (os.path.abspath(b.data_dir), {
+            (f"{topic}-{p}", log_bytes(b, topic, p), 0, False) for p in sorted(partition_dirs(b, topic))})
+            for n, b in enumerate(cluster)}
+
+    want = on_disk()
+    for n, b in enumerate(cluster):
+        # v4 adds the file system's size and usable bytes (statvfs of the data dir).
+        [(log_dir, partitions, total, usable)] = describe_log_dirs_v4(b.port)
+        fs = os.statvfs(b.data_dir)
+        assert log_dir == want[n + 1][0] and total == fs.f_blocks * fs.f_frsize, (log_dir, total)
+        # Usable space moves as everything on this machine writes: the broker's reading
+        # is at most a few seconds old.
+        assert 0 < usable <= total and abs(usable - fs.f_bavail * fs.f_frsize) < total // 20, (usable, total)
+        assert {q for q in partitions if q[0].startswith(topic + "-")} == want[n + 1][1], partitions
+    assert {n: {q[0] for q in parts} for n, (_, parts) in want.items()} == {
+        1: {f"{topic}-0", f"{topic}-2"}, 2: {f"{topic}-0", f"{topic}-1"}, 3: {f"{topic}-1", f"{topic}-2"}}, want
+    assert all(size > SEGMENT_BYTES for _, parts in want.values() for _, size, _, _ in parts), want
+    assert described() == want
+
+    # Deleting records removes segments: the sizes follow what is on disk.
+    a = admin(b1.bootstrap)
+    fs = a.delete_records([TopicPartition(topic, 0, 35)], request_timeout=15)
+    assert fs[TopicPartition(topic, 0)].result(20).low_watermark == 35
+    for b in (b1, b2):
+        wait_for(lambda: checkpointed_log_start(b, topic, 0), lambda o: o == 35, 20, f"{b.name} at log start 35")
+    after = on_disk()
+    assert after[1][1] != want[1][1] and after[2][1] != want[2][1], "no segment of partition 0 was deleted"
+    assert described() == after
+
+
+def describe_log_dirs_v4(port):
+    """A raw DescribeLogDirs v4 for every partition -> [(log dir, {(partition name, size,
+    offset lag, is future)}, total bytes, usable bytes)]."""
+    resp = call(port, frame(request_header_v1(35, 4, 11) + b"\x00" + b"\x00" + b"\x00"))
+    r = Reader(resp)
+    assert r.fixed(">i") == 11
+    r.no_tags()
+    r.fixed(">i")  # throttle
+    assert r.fixed(">h") == 0
+    results = []
+    for _ in range(r.uvarint() - 1):
+        assert r.fixed(">h") == 0
+        log_dir = r.compact_string()
+        partitions = set()
+        for _ in range(r.uvarint() - 1):
+            name = r.compact_string()
+            for _ in range(r.uvarint() - 1):
+                index, size, lag, future = r.fixed(">i"), r.fixed(">q"), r.fixed(">q"), r.fixed(">?")
+                r.no_tags()
+                partitions.add((f"{name}-{index}", size, lag, future))
+            r.no_tags()
+        total, usable = r.fixed(">q"), r.fixed(">q")
+        r.no_tags()
+        results.append((log_dir, partitions, total, usable))
+    r.no_tags()
+    assert r.at == len(resp), (r.at, len(resp))
+    return results
+
+
+# ---------------------------------------------------------------- DeleteRecords errors, DescribeCluster
+
+NOT_LEADER_OR_FOLLOWER = 6
+OFFSET_OUT_OF_RANGE = 1
+UNKNOWN_TOPIC_OR_PARTITION = 3
+
+
+def delete_records_v0(topics, timeout_ms=15000, correlation_id=3):
+    """DeleteRecords v0: `topics` is [(name, [(partition, offset)])]."""
+    body = struct.pack(">i", len(topics))
+    for name, parts in topics:
+        body += _str(name) + struct.pack(">i", len(parts))
+        body += b"".join(struct.pack(">iq", p, o) for p, o in parts)
+    body += struct.pack(">i", timeout_ms)
+    return frame(request_header_v1(21, 0, correlation_id) + body)
+
+
+def parse_delete_records_v0(resp):
+    """-> {(topic, partition): (low watermark, error code)}"""
+    _corr, _throttle, n = struct.unpack(">iii", resp[:12])
+    off, out = 12, {}
+    for _ in range(n):
+        (ln,) = struct.unpack(">h", resp[off:off + 2])
+        name = resp[off + 2:off + 2 + ln].decode()
+        off += 2 + ln
+        (m,) = struct.unpack(">i", resp[off:off + 4])
+        off += 4
+        for _ in range(m):
+            p, lw, code = struct.unpack(">iqh", resp[off:off + 14])
+            off += 14
+            out[(name, p)] = (lw, code)
+    assert off == len(resp), (off, len(resp))
+    return out
+
+
+def test_delete_records_errors(cluster):
+    """Raw DeleteRecords, as Kafka answers them: a replica that does not lead is
+    NOT_LEADER_OR_FOLLOWER, an offset above the high watermark (or negative, other than
+    -1) OFFSET_OUT_OF_RANGE, an unknown partition or topic UNKNOWN_TOPIC_OR_PARTITION,
+    and none of them moves the log start; one request may mix them with a good one,
+    whose low watermark is answered. Through confluent-kafka's admin (routed to the
+    leader) an offset above the high watermark is the same error."""
+    b1, b2, b3 = cluster
+    topic = "raw-delete"
+    assert create_error(b1.bootstrap, topic, [[1, 2], [2, 3]]) == (0, "")
+    wait_view(b1.bootstrap, topic, [[1, 2], [2, 3]])
+    produce_to_each(b1.bootstrap, topic, [0, 1], "e")
+    n = RECORDS_PER_PARTITION
+    answer = parse_delete_records_v0(call(b1.port, delete_records_v0([
+        (topic, [(0, 3), (1, 3), (9, 1)]), ("raw-no-such-topic", [(0, 1)])])))
+    assert answer == {
+        (topic, 0): (3, 0),
+        (topic, 1): (-1, NOT_LEADER_OR_FOLLOWER),  # broker 1 follows it
+        (topic, 9): (-1, UNKNOWN_TOPIC_OR_PARTITION),
+        ("raw-no-such-topic", 0): (-1, UNKNOWN_TOPIC_OR_PARTITION),
+    }, answer
+    answer = parse_delete_records_v0(call(b2.port, delete_records_v0([(topic, [(1, n + 1)])])))
+    assert answer == {(topic, 1): (-1, OFFSET_OUT_OF_RANGE)}, answer
+    answer = parse_delete_records_v0(call(b2.port, delete_records_v0([(topic, [(1, -5)])])))
+    assert answer == {(topic, 1): (-1, OFFSET_OUT_OF_RANGE)}, answer
+    # A lower offset than the log start moves nothing and answers the log start.
+    answer = parse_delete_records_v0(call(b1.port, delete_records_v0([(topic, [(0, 1)])])))
+    assert answer == {(topic, 0): (3, 0)}, answer
+    assert watermarks(b3.bootstrap, topic, 0) == (3, n)
+    assert watermarks(b3.bootstrap, topic, 1) == (0, n)
+
+    a = admin(b3.bootstrap)
+    fs = a.delete_records([TopicPartition(topic, 1, n + 5)], request_timeout=15)
+    with pytest.raises(KafkaException) as e:
+        fs[TopicPartition(topic, 1)].result(20)
+    assert e.value.args[0].code() == KafkaError.OFFSET_OUT_OF_RANGE, e.value
+    fs = a.delete_records([TopicPartition(topic, 1, -1)], request_timeout=15)
+    assert fs[TopicPartition(topic, 1)].result(20).low_watermark == n
+    assert watermarks(b1.bootstrap, topic, 1) == (n, n)
+
+
+class Reader:
+    """Reads a flexible-version answer: fixed ints, unsigned varints, compact strings."""
+
+    def __init__(self, data):
+        self.data, self.at = data, 0
+
+    def fixed(self, fmt):
+        (v,) = struct.unpack_from(fmt, self.data, self.at)
+        self.at += struct.calcsize(fmt)
+        return v
+
+    def uvarint(self):
+        shift = value = 0
+        while True:
+            b = self.data[self.at]
+            self.at += 1
+            value |= (b & 0x7F) << shift
+            shift += 7
+            if not b & 0x80:
+                return value
+
+    def compact_string(self):
+        n = self.uvarint()
+        if n == 0:
+            return None
+        text = self.data[self.at:self.at + n - 1].decode()
+        self.at += n - 1
+        return text
+
+    def no_tags(self):
+        assert self.uvarint() == 0, "tagged fields in the answer"
+
+
+def describe_cluster(port, version, include_operations=False, endpoint_type=1):
+    """A raw DescribeCluster (v0: no endpoint type; v1: with one) -> its fields."""
+    body = struct.pack(">?", include_operations) + (struct.pack(">b", endpoint_type) if version >= 1 else b"")
+    resp = call(port, frame(request_header_v1(60, version, 9) + b"\x00" + body + b"\x00"))
+    r = Reader(resp)
+    assert r.fixed(">i") == 9
+    r.no_tags()  # response header v1
+    out = {"throttle_ms": r.fixed(">i"), "error_code": r.fixed(">h"), "error_message": r.compact_string()}
+    if version >= 1:
+        out["endpoint_type"] = r.fixed(">b")
+    out["cluster_id"] = r.compact_string()
+    out["controller_id"] = r.fixed(">i")
+    brokers = {}
+    for _ in range(r.uvarint() - 1):
+        broker_id, host, port_, rack = r.fixed(">i"), r.compact_string(), r.fixed(">i"), r.compact_string()
+        r.no_tags()
+        brokers[broker_id] = (host, port_, rack)
+    out["brokers"] = brokers
+    out["cluster_authorized_operations"] = r.fixed(">i")
+    r.no_tags()
+    assert r.at == len(resp), (r.at, len(resp))
+    return out
+
+
+# AclOperation bits of every cluster operation (no authorizer): CREATE 5, ALTER 7,
+# DESCRIBE 8, CLUSTER_ACTION 9, DESCRIBE_CONFIGS 10, ALTER_CONFIGS 11, IDEMPOTENT_WRITE 12.
+CLUSTER_OPERATIONS = {"CREATE": 5, "ALTER": 7, "DESCRIBE": 8, "CLUSTER_ACTION": 9, "DESCRIBE_CONFIGS": 10,
+                      "ALTER_CONFIGS": 11, "IDEMPOTENT_WRITE": 12}
+
+
+def test_describe_cluster(broker_factory):
+    """DescribeCluster (raw, v0 and v1, to each broker): the cluster id and the
+    controller that Metadata names, every live broker with its host, port and rack;
+    authorized operations only when asked for (-2147483648 otherwise, as Kafka), every
+    cluster operation then (no authorizer); a v1 request for controller endpoints is
+    MISMATCHED_ENDPOINT_TYPE. confluent-kafka's describe_cluster() (which librdkafka
+    answers from Metadata) agrees."""
+    brokers = [broker_factory(*cluster_args(1), "--rack", "rack-a", name="b1", cores=1)]
+    for i, rack in ((2, "rack-b"), (3, "rack-a")):
+        brokers.append(broker_factory(*cluster_args(i), "--rack", rack, "--coordinator", brokers[0].bootstrap,
+                                      name=f"b{i}", cores=1))
+    wait_brokers(brokers[0].bootstrap, {b.port for b in brokers})
+    want_brokers = {1: ("127.0.0.1", brokers[0].port, "rack-a"), 2: ("127.0.0.1", brokers[1].port, "rack-b"),
+                    3: ("127.0.0.1", brokers[2].port, "rack-a")}
+    for b in brokers:
+        a = admin(b.bootstrap)  # kept until the answer is in: a destroyed client fails its futures
+        md = a.list_topics(timeout=10)
+        assert md.cluster_id and md.controller_id == 1, (md.cluster_id, md.controller_id)  # broker 1 coordinates
+        for version in (0, 1):
+            got = describe_cluster(b.port, version)
+            want = {"throttle_ms": 0, "error_code": 0, "error_message": None, "cluster_id": md.cluster_id,
+                    "controller_id": 1, "brokers": want_brokers, "cluster_authorized_operations": -2147483648}
+            if version >= 1:
+                want["endpoint_type"] = 1
+            assert got == want, (b.name, version)
+        d = a.describe_cluster(request_timeout=15).result(20)
+        assert (d.cluster_id, d.controller.id) == (md.cluster_id, 1), d
+        assert {n.id: (n.host, n.port, n.rack) for n in d.nodes} == want_brokers, d.nodes
+        assert d.authorized_operations is None, d.authorized_operations
+    got = describe_cluster(brokers[1].port, 1, include_operations=True)
+    assert got["error_code"] == 0 and got["cluster_authorized_operations"] == sum(
+        1 << bit for bit in CLUSTER_OPERATIONS.values()), got
+    got = describe_cluster(brokers[2].port, 1, endpoint_type=2)
+    assert (got["error_code"], got["brokers"]) == (114, {}), got  # MISMATCHED_ENDPOINT_TYPE
+    a = admin(brokers[1].bootstrap)
+    d = a.describe_cluster(include_authorized_operations=True, request_timeout=15).result(20)
+    assert {op.name for op in d.authorized_operations} == set(CLUSTER_OPERATIONS), d.authorized_operations
+
+
 # ---------------------------------------------------------------- tools Spate cannot serve yet
 
 # tool -> (the API it needs that Spate does not answer, as the Java client names it in
 # "The node does not support <API>", why, its arguments).
 UNSERVED = {
-    "kafka-delete-records": (
-        "DELETE_RECORDS", "DeleteRecords (API 21) is not implemented",
-        ["DeleteRecordsCommand", "--offset-json-file", "{json}"]),
-    "kafka-log-dirs": (
-        "DESCRIBE_LOG_DIRS", "DescribeLogDirs (API 35) is not implemented",
-        ["LogDirsCommand", "--describe"]),
     "kafka-reassign-partitions": (
         "LIST_PARTITION_REASSIGNMENTS",
         "ListPartitionReassignments / AlterPartitionReassignments (APIs 46 / 45) are not implemented",

@@ -19,6 +19,7 @@
 //! 00000000000000000000.timeindex  time index of that segment
 //! 00000000000000001234.log ...    the next segment, named by its base offset (20 digits)
 //! spate-recovery-point            checkpoint: offset below which data is known fsynced
+//! spate-log-start-offset          checkpoint: the log start offset (see start_offset.rs)
 //! leader-epoch-checkpoint         Kafka's leader epoch cache file (see leader_epoch.rs)
 //! .spate-clean-shutdown           present only after a clean close()
 //! ```
@@ -115,6 +116,7 @@ pub mod index;
 pub mod leader_epoch;
 pub mod producers;
 pub mod segment;
+pub mod start_offset;
 
 use crate::txn::producer_state::{ProducerStates, Verdict};
 use batch::BatchHeader;
@@ -242,6 +244,9 @@ pub struct PartitionLog {
     config: LogConfig,
     /// Sorted by base offset; the last one is the active segment. Never empty.
     segments: Vec<Segment>,
+    /// The first offset readers may fetch: `segments[0].base_offset` or above it
+    /// (start_offset.rs).
+    log_start_offset: i64,
     /// Offsets below this are known durable.
     recovery_point: i64,
     /// The value last written to the checkpoint file.
@@ -449,7 +454,8 @@ impl PartitionLog {
             tracing::info!(dir = %dir.display(), batches = replayed, producers = producers.len(),
                 "producer state rebuilt from the log");
         }
-        Ok(PartitionLog {
+        let log_start_offset = segments[0].base_offset;
+        let mut log = PartitionLog {
             instance: LOG_INSTANCES.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
             dir: dir.to_path_buf(),
             dir_file,
@@ -470,7 +476,10 @@ impl PartitionLog {
             leader_epochs,
             producers,
             producer_id_bound: None,
-        })
+            log_start_offset,
+        };
+        log.load_log_start_offset()?;
+        Ok(log)
     }
 
     fn check_online(&self) -> Result<(), LogError> {
@@ -943,7 +952,8 @@ impl PartitionLog {
     }
 
     pub fn log_start_offset(&self) -> Offset {
-        Offset(self.segments[0].base_offset)
+        debug_assert!(self.segments[0].base_offset <= self.log_start_offset);
+        Offset(self.log_start_offset)
     }
 
     pub fn log_end_offset(&self) -> Offset {
@@ -980,15 +990,16 @@ impl PartitionLog {
             let (mut pos, _) = seg.position_of(from).map_err(corrupt)?;
             let written_size = self.written_size(seg);
             while let Some(h) = seg.header_at(pos, written_size).map_err(corrupt)? {
-                if h.max_timestamp >= ts_ms {
+                // Records below the log start (DeleteRecords) are not found, as in Kafka.
+                if h.max_timestamp >= ts_ms && h.last_offset() >= self.log_start_offset {
                     if !h.is_log_append_time() {
                         buf.resize(h.size_bytes() as usize, 0);
                         seg.log.read_exact_at(&mut buf, pos)?;
                         if let Some((offset, ts)) = batch::find_record_by_timestamp(&buf, &h, ts_ms) {
-                            return Ok(Some((Offset(offset), ts)));
+                            return Ok(Some((Offset(offset.max(self.log_start_offset)), ts)));
                         }
                     }
-                    return Ok(Some((Offset(h.base_offset), h.max_timestamp)));
+                    return Ok(Some((Offset(h.base_offset.max(self.log_start_offset)), h.max_timestamp)));
                 }
                 pos += h.size_bytes();
             }
@@ -1083,7 +1094,7 @@ impl PartitionLog {
     /// one. Returns the number of segments deleted.
     pub fn enforce_retention(&mut self, now_ms: i64) -> Result<usize, LogError> {
         self.check_online()?;
-        let mut deleted = 0;
+        let mut deleted = self.delete_segments_below_log_start()?;
         if self.config.retention_ms >= 0 {
             while self.segments.len() > 1 && self.written_size(&self.segments[0]) == self.segments[0].size_bytes {
                 let seg = &self.segments[0];
@@ -1110,6 +1121,7 @@ impl PartitionLog {
                 deleted += 1;
             }
         }
+        self.log_start_offset = self.log_start_offset.max(self.segments[0].base_offset);
         self.recovery_point = self.recovery_point.max(self.log_start_offset().0);
         if deleted > 0 {
             let start = self.log_start_offset().0;
@@ -1209,13 +1221,15 @@ impl PartitionLog {
             return Ok(());
         }
         let interval = self.config.index_interval_bytes;
-        if offset < self.log_start_offset().0 {
+        // Below the first segment (not below a log start moved inside it): as Kafka.
+        if offset < self.segments[0].base_offset {
             while !self.segments.is_empty() {
                 self.retire_newest_segment("truncate: rename segment")?;
             }
             let r = Segment::create(&self.dir, offset, self.config.segment_index_bytes);
             let seg = self.offline_on_err("truncate: create segment", r)?;
             self.segments.push(seg);
+            self.log_start_offset = offset;
             self.recovery_point = offset;
         } else {
             while self.segments.len() > 1 && self.active().base_offset > offset {
@@ -1225,6 +1239,8 @@ impl PartitionLog {
             let seg = self.active_mut();
             let r = seg.truncate_to(offset, interval).and_then(|_| seg.make_active(index_bytes));
             self.offline_on_err("truncate", r)?;
+            // A log start moved inside the log (start_offset.rs) never passes its end.
+            self.log_start_offset = self.log_start_offset.min(offset);
         }
         let end = self.log_end_offset().0;
         let active = self.active().log.clone();
@@ -1270,6 +1286,7 @@ impl PartitionLog {
         let seg = self.offline_on_err("start over: create segment", r)?;
         self.segments.push(seg);
         self.dir_changes += 1;
+        self.log_start_offset = offset;
         self.leader_epochs.truncate_from_end(i64::MIN); // every epoch goes
         self.save_leader_epochs("start over: leader-epoch-checkpoint", offset)?;
         self.producers = ProducerStates::new();

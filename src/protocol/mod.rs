@@ -55,6 +55,11 @@ pub const SUPPORTED_APIS: &[(ApiKey, i16, i16)] = &[
     // Idempotent producers (no transactional ids yet).
     (ApiKey::InitProducerId, 0, 5),
     (ApiKey::DescribeProducers, 0, 0),
+    // kafka-delete-records, AdminClient.deleteRecords: the leader's log start moves.
+    (ApiKey::DeleteRecords, 0, 2),
+    // kafka-log-dirs (v0 is gone from Kafka 4).
+    (ApiKey::DescribeLogDirs, 1, 4),
+    (ApiKey::DescribeCluster, 0, 1),
 ];
 
 /// Versions handled beyond the advertised ranges, for Spate's own brokers, which talk to
@@ -289,6 +294,7 @@ pub mod error_code {
     pub const INVALID_PRODUCER_EPOCH: i16 = 47;
     pub const UNKNOWN_PRODUCER_ID: i16 = 59;
     pub const PRODUCER_FENCED: i16 = 90;
+    pub const MISMATCHED_ENDPOINT_TYPE: i16 = 114;
 }
 
 #[cfg(test)]

@@ -56,6 +56,7 @@ pub struct ShardContext {
     /// Work sent to glommio's blocking pool and not answered yet (`run_blocking`).
     blocking_in_flight: Cell<usize>,
     flush_notify: RefCell<Option<oneshot::Sender<()>>>,
+    log_start_notify: RefCell<Option<oneshot::Sender<()>>>,
     /// Client-error log lines in the current second, and how many were suppressed.
     client_error_log: Cell<(std::time::Instant, u32, u64)>,
     io_notify: RefCell<Option<oneshot::Sender<()>>>,
@@ -100,6 +101,7 @@ impl ShardContext {
             stopping: Cell::new(false),
             blocking_in_flight: Cell::new(0),
             flush_notify: RefCell::new(None),
+            log_start_notify: RefCell::new(None),
             client_error_log: Cell::new((std::time::Instant::now(), 0, 0)),
             io_notify: RefCell::new(None),
             fetch_sessions: RefCell::new(super::fetch_sessions::FetchSessions::new(id.0)),
@@ -277,6 +279,9 @@ impl ShardContext {
         if let Some(tx) = self.flush_notify.borrow_mut().take() {
             let _ = tx.send(());
         }
+        if let Some(tx) = self.log_start_notify.borrow_mut().take() {
+            let _ = tx.send(());
+        }
     }
 
     /// Appends through io_uring: submit what produce requests staged (all of a burst in
@@ -356,6 +361,38 @@ impl ShardContext {
                 .await;
             self.metrics.record_fsync(self.id, started.elapsed());
             self.shard.borrow_mut().complete_flush(results);
+        }
+    }
+}
+
+impl ShardContext {
+    /// Log start moves (DeleteRecords, a follower taking its leader's log start), in
+    /// rounds, one at a time: each round's checkpoints are written and fsynced on the
+    /// blocking pool, then applied and answered (`shard/log_start.rs`). One round at a
+    /// time keeps each partition's checkpoint writes in order.
+    pub async fn log_start_loop(self: Rc<Self>) {
+        loop {
+            if !self.shard.borrow().has_log_start_moves() {
+                let (tx, rx) = oneshot::channel();
+                *self.log_start_notify.borrow_mut() = Some(tx);
+                let _ = rx.await;
+                continue;
+            }
+            let moves = self.shard.borrow_mut().take_log_start_moves();
+            if moves.is_empty() {
+                continue;
+            }
+            let files: Vec<(std::path::PathBuf, crate::model::Offset)> =
+                moves.iter().map(|m| (m.dir.clone(), m.offset)).collect();
+            let results = self
+                .run_blocking(move || {
+                    files
+                        .iter()
+                        .map(|(dir, offset)| crate::log::start_offset::write_log_start_checkpoint(dir, *offset))
+                        .collect::<Vec<_>>()
+                })
+                .await;
+            self.shard.borrow_mut().complete_log_start_moves(moves.into_iter().zip(results).collect());
         }
     }
 }

@@ -40,6 +40,8 @@ pub struct DiskSpace {
     threshold_bytes: AtomicU64,
     /// Whether the last reading was below the threshold (for log lines on transitions).
     was_full: AtomicBool,
+    /// The file system's size at the last reading (0: not read yet).
+    total_bytes: AtomicU64,
 }
 
 /// Bytes available to the broker and the file system's size.
@@ -70,6 +72,7 @@ impl DiskSpace {
             free_bytes: AtomicU64::new(u64::MAX),
             threshold_bytes: AtomicU64::new(0),
             was_full: AtomicBool::new(false),
+            total_bytes: AtomicU64::new(0),
         })
     }
 
@@ -82,6 +85,14 @@ impl DiskSpace {
                  (disk-free-min-bytes / disk-free-min-percent); produce resumes once space is freed"
             )
         })
+    }
+
+    /// (usable bytes, file system bytes) of the data dir's file system, as last read
+    /// (usable: the reading minus what was appended since); None before the first
+    /// reading. No syscall: what DescribeLogDirs answers.
+    pub fn space(&self) -> Option<(u64, u64)> {
+        let total = self.total_bytes.load(Ordering::Relaxed);
+        (total > 0).then(|| (self.free_bytes.load(Ordering::Relaxed).min(total), total))
     }
 
     /// Produce appended `bytes`.
@@ -129,6 +140,7 @@ impl DiskSpace {
         }
         self.threshold_bytes.store(threshold, Ordering::Relaxed);
         self.free_bytes.store(free, Ordering::Relaxed);
+        self.total_bytes.store(total, Ordering::Relaxed);
         let full = free < threshold;
         if full != self.was_full.swap(full, Ordering::Relaxed) {
             if full {

@@ -196,6 +196,7 @@ async fn serve(mut jobs: mpsc::UnboundedReceiver<Job>) {
     let ctx = context().await.expect("cannot build the fuzzed broker");
     glommio::spawn_local(ctx.clone().append_io_loop()).detach();
     glommio::spawn_local(ctx.clone().group_commit_loop()).detach();
+    glommio::spawn_local(ctx.clone().log_start_loop()).detach();
     let mut inputs: u64 = 0;
     while let Some((bytes, done)) = jobs.next().await {
         inputs += 1;

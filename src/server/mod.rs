@@ -595,6 +595,12 @@ async fn run_shard(
     };
     flusher.detach();
 
+    // Log start moves (DeleteRecords): checkpoints written on the blocking pool.
+    {
+        let ctx = ctx.clone();
+        glommio::spawn_local(async move { ctx.log_start_loop().await }).detach();
+    }
+
     // Group timers: sessions, rebalance deadlines, offset expiry.
     {
         let ctx = ctx.clone();

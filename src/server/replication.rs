@@ -573,7 +573,13 @@ async fn fetch(
                         now_ms(),
                     );
                     match appended {
-                        Ok(_) => ctx.disk.note_appended(records.len() as u64),
+                        Ok(_) => {
+                            ctx.disk.note_appended(records.len() as u64);
+                            // The leader's log start moved (DeleteRecords): ours follows.
+                            if ctx.shard.borrow_mut().follower_log_start(&tp, p.log_start_offset) {
+                                ctx.wakeup();
+                            }
+                        }
                         Err(e) => {
                             session.sent.remove(&tp);
                             partition_failed(ctx, &tp, leader, leader_epoch, format!("append: {e}"));

@@ -19,9 +19,11 @@ use futures::channel::oneshot;
 
 mod append_ring;
 mod groups;
+mod log_start;
 mod replica;
 pub use append_ring::{AppendRing, Completed, StagedWrite};
 pub use groups::{group_partition, GroupLoad, GroupLoadStep, GroupOp, GroupReply, OffsetList};
+pub use log_start::{LogStartMove, LogStartWait};
 pub use replica::{load_hw_checkpoints, FetcherStart, IsrOutcome, ReplicaState, HW_CHECKPOINT_PREFIX};
 
 use crate::coordinator::owner::Metadata;
@@ -111,6 +113,11 @@ pub enum PartitionOp {
     RefreshConfig { tp: TopicPartition },
     /// DescribeProducers: the leader's producer state.
     DescribeProducers { tp: TopicPartition },
+    /// DeleteRecords: move the leader's log start offset to `offset` (-1: the high
+    /// watermark), durably, then answer (`log_start.rs`).
+    DeleteRecords { tp: TopicPartition, offset: i64 },
+    /// DescribeLogDirs: this replica's size and offsets, if its log is open.
+    DescribeLog { tp: TopicPartition },
 }
 
 impl PartitionOp {
@@ -123,7 +130,9 @@ impl PartitionOp {
             | PartitionOp::EpochEndOffset { tp, .. }
             | PartitionOp::DeletePartition { tp }
             | PartitionOp::RefreshConfig { tp }
-            | PartitionOp::DescribeProducers { tp } => tp,
+            | PartitionOp::DescribeProducers { tp }
+            | PartitionOp::DeleteRecords { tp, .. }
+            | PartitionOp::DescribeLog { tp } => tp,
         }
     }
 }
@@ -219,6 +228,14 @@ pub enum PartitionReply {
     Done,
     /// Every producer's state in the partition, by producer id.
     Producers(Vec<ProducerSummary>),
+    /// DeleteRecords: resolves with the new log start once it is durable and applied.
+    LogStartMoving(LogStartWait),
+    /// DescribeLogDirs: the replica's segment bytes, log end and high watermark.
+    LogDescribed {
+        size_bytes: u64,
+        log_end_offset: i64,
+        high_watermark: i64,
+    },
 }
 
 /// One producer as DescribeProducers shows it.
@@ -317,6 +334,8 @@ pub struct Shard {
     /// Loads to start (taken by the runtime, `take_group_loads`).
     group_load_queue: Vec<groups::GroupLoad>,
     next_group_load_id: u64,
+    /// Log start moves asked for, written and applied in rounds (`log_start.rs`).
+    log_start_moves: log_start::LogStartMoves,
 }
 
 impl Shard {
@@ -348,6 +367,7 @@ impl Shard {
             group_loads: HashMap::new(),
             group_load_queue: Vec::new(),
             next_group_load_id: 0,
+            log_start_moves: Default::default(),
             id,
             nr_shards,
             data_dir,
@@ -628,7 +648,9 @@ impl Shard {
             PartitionOp::Fetch { tp, current_leader_epoch, .. }
             | PartitionOp::EpochEndOffset { tp, current_leader_epoch, .. } => Some((tp, 0, *current_leader_epoch)),
             PartitionOp::ListOffset { tp, current_leader_epoch, .. } => Some((tp, 0, *current_leader_epoch)),
-            PartitionOp::DescribeProducers { tp } => Some((tp, 0, LeaderEpoch::UNDEFINED)),
+            PartitionOp::DescribeProducers { tp } | PartitionOp::DeleteRecords { tp, .. } => {
+                Some((tp, 0, LeaderEpoch::UNDEFINED))
+            }
             _ => None,
         };
         if let Some((tp, now_ms, epoch)) = led {
@@ -832,6 +854,17 @@ impl Shard {
                     })
                     .collect();
                 Ok(PartitionReply::Producers(producers))
+            }
+            PartitionOp::DeleteRecords { tp, offset } => {
+                Ok(PartitionReply::LogStartMoving(self.delete_records(&tp, offset)?))
+            }
+            PartitionOp::DescribeLog { tp } => {
+                let p = self.partitions.get(&tp).ok_or(PartitionError::UnknownTopicOrPartition(tp))?;
+                Ok(PartitionReply::LogDescribed {
+                    size_bytes: p.log.size_bytes(),
+                    log_end_offset: p.log.log_end_offset().0,
+                    high_watermark: replica::high_watermark(p).0,
+                })
             }
             PartitionOp::RefreshConfig { tp } => {
                 self.refresh_view();

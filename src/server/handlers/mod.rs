@@ -11,9 +11,12 @@ mod cluster_metadata;
 mod create_partitions;
 mod create_topics;
 mod delete_groups;
+mod delete_records;
 mod delete_topics;
+mod describe_cluster;
 mod describe_configs;
 mod describe_groups;
+mod describe_log_dirs;
 mod describe_producers;
 mod elect_leaders;
 mod fetch;
@@ -101,6 +104,9 @@ pub async fn handle(ctx: &ShardContext, frame: RequestFrame) -> Result<Option<Re
         ApiKey::OffsetForLeaderEpoch => offset_for_leader_epoch::handle(ctx, &frame).await.map(Some),
         ApiKey::InitProducerId => init_producer_id::handle(ctx, &frame).await.map(Some),
         ApiKey::DescribeProducers => describe_producers::handle(ctx, &frame).await.map(Some),
+        ApiKey::DeleteRecords => delete_records::handle(ctx, &frame).await.map(Some),
+        ApiKey::DescribeLogDirs => describe_log_dirs::handle(ctx, &frame).await.map(Some),
+        ApiKey::DescribeCluster => describe_cluster::handle(ctx, &frame).map(Some),
         other => Err(ProtocolError::BadHeader(format!("no handler for {other:?}"))),
     };
     bytes.map(|b| b.map(Response::from))

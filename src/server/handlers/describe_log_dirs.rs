@@ -1,0 +1,86 @@
+//! DescribeLogDirs: this broker's one log directory (the data dir), with every partition
+//! replica it hosts (or those of the requested topics): the bytes of its segments, its
+//! offset lag (Kafka's `max(high watermark - log end offset, 0)`: 0 on a leader and on
+//! a follower, whose high watermark never passes its log end), never a future replica
+//! (no intra-broker moves); from v4 the file system's total and usable bytes (the disk
+//! monitor's last statvfs reading, `server/disk.rs`).
+
+use std::collections::BTreeMap;
+
+use bytes::Bytes;
+use kafka_protocol::messages::describe_log_dirs_response::{
+    DescribeLogDirsPartition, DescribeLogDirsResult, DescribeLogDirsTopic,
+};
+use kafka_protocol::messages::{ApiKey, DescribeLogDirsRequest, DescribeLogDirsResponse};
+
+use crate::coordinator::registry::Hosting;
+use crate::model::TopicPartition;
+use crate::protocol::{decode_body, error_code, ProtocolError, RequestFrame};
+use crate::shard::{PartitionOp, PartitionReply};
+
+use super::super::context::ShardContext;
+use super::{respond, str_bytes};
+
+pub async fn handle(ctx: &ShardContext, frame: &RequestFrame) -> Result<Bytes, ProtocolError> {
+    let req: DescribeLogDirsRequest = decode_body(frame)?;
+    // The replicas hosted here, among those asked for (null: all of them).
+    let hosted: Vec<TopicPartition> = {
+        let view = ctx.view();
+        let here = |topic: &str, p: i32| matches!(view.hosting(topic, p), Hosting::Leader | Hosting::Follower);
+        let mut hosted = Vec::new();
+        match &req.topics {
+            None => {
+                for (name, meta) in view.topics() {
+                    hosted
+                        .extend((0..meta.partitions).filter(|&p| here(name, p)).map(|p| TopicPartition::new(name, p)));
+                }
+            }
+            Some(topics) => {
+                for t in topics {
+                    let name = t.topic.as_str();
+                    hosted
+                        .extend(t.partitions.iter().filter(|&&p| here(name, p)).map(|&p| TopicPartition::new(name, p)));
+                }
+            }
+        }
+        hosted.sort();
+        hosted.dedup();
+        hosted
+    };
+    let calls = hosted.iter().map(|tp| ctx.call(PartitionOp::DescribeLog { tp: tp.clone() }));
+    let replies = futures::future::join_all(calls).await;
+    let mut topics: BTreeMap<&str, Vec<DescribeLogDirsPartition>> = BTreeMap::new();
+    for (tp, reply) in hosted.iter().zip(replies) {
+        // A replica whose log is not open (yet) is left out, as Kafka leaves out what it
+        // has no log for.
+        let Ok(PartitionReply::LogDescribed { size_bytes, log_end_offset, high_watermark }) = reply else { continue };
+        topics.entry(tp.topic.as_str()).or_default().push(
+            DescribeLogDirsPartition::default()
+                .with_partition_index(tp.partition)
+                .with_partition_size(size_bytes as i64)
+                .with_offset_lag((high_watermark - log_end_offset).max(0))
+                .with_is_future_key(false),
+        );
+    }
+    let log_dir = std::path::absolute(&ctx.config.data_dir).unwrap_or_else(|_| ctx.config.data_dir.clone());
+    let (usable_bytes, total_bytes) = match ctx.disk.space() {
+        Some((usable, total)) => (usable as i64, total as i64),
+        None => (-1, -1),
+    };
+    let result = DescribeLogDirsResult::default()
+        .with_error_code(error_code::NONE)
+        .with_log_dir(str_bytes(log_dir.to_string_lossy()))
+        .with_topics(
+            topics
+                .into_iter()
+                .map(|(name, partitions)| {
+                    DescribeLogDirsTopic::default()
+                        .with_name(kafka_protocol::messages::TopicName(str_bytes(name)))
+                        .with_partitions(partitions)
+                })
+                .collect(),
+        )
+        .with_total_bytes(total_bytes)
+        .with_usable_bytes(usable_bytes);
+    respond(ApiKey::DescribeLogDirs, frame, &DescribeLogDirsResponse::default().with_results(vec![result]))
+}
