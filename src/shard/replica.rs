@@ -656,15 +656,13 @@ mod tests {
         assert_eq!(shard.take_fetcher_starts().len(), PARTITIONS as usize - leading.len());
     }
 
-    /// A follower's truncation at its log end still cuts the epoch cache there (an epoch
-    /// this broker recorded as leader without appending): `replica_truncate` calls
-    /// `PartitionLog::truncate_to` even when no record goes.
-    #[test]
-    fn a_follower_truncation_at_its_log_end_cuts_the_epoch_started_there() {
-        let (store, cache, data) =
-            (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
-        let coordinator = coordinator(store.path());
-        let (metadata, mut shard) = restarted_broker_2(&coordinator, cache.path(), data.path());
+    /// Broker 2, restarted and registered (`restarted_broker_2`, in `dirs`: store, cache,
+    /// data), with a partition it follows: (metadata, shard, partition, leader, epoch).
+    fn registered_follower(
+        dirs: &[tempfile::TempDir; 3],
+    ) -> (Arc<Metadata>, Shard, TopicPartition, NodeId, LeaderEpoch) {
+        let coordinator = coordinator(dirs[0].path());
+        let (metadata, mut shard) = restarted_broker_2(&coordinator, dirs[1].path(), dirs[2].path());
         metadata.write_blocking(|r| r.set_registered());
         shard.sync_registry();
         let view = metadata.view();
@@ -674,6 +672,16 @@ mod tests {
                 (s.leader != NodeId(2)).then(|| (tp.clone(), s.leader, s.leader_epoch))
             })
             .expect("broker 2 follows a partition");
+        (metadata, shard, tp, leader, epoch)
+    }
+
+    /// A follower's truncation at its log end still cuts the epoch cache there (an epoch
+    /// this broker recorded as leader without appending): `replica_truncate` calls
+    /// `PartitionLog::truncate_to` even when no record goes.
+    #[test]
+    fn a_follower_truncation_at_its_log_end_cuts_the_epoch_started_there() {
+        let dirs = [(); 3].map(|_| tempfile::tempdir().unwrap());
+        let (_metadata, mut shard, tp, leader, epoch) = registered_follower(&dirs);
         assert!(shard.follows(&tp, leader, epoch));
         // As if this broker had led an older epoch here without appending.
         let log = &mut shard.partitions.get_mut(&tp).unwrap().log;
@@ -701,19 +709,8 @@ mod tests {
     /// the leader's. One round alone would keep it, diverged from the leader at offset 1.
     #[test]
     fn a_follower_asks_again_until_its_log_is_a_prefix_of_the_leaders() {
-        let (store, cache, data) =
-            (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
-        let coordinator = coordinator(store.path());
-        let (metadata, mut shard) = restarted_broker_2(&coordinator, cache.path(), data.path());
-        metadata.write_blocking(|r| r.set_registered());
-        shard.sync_registry();
-        let view = metadata.view();
-        let (tp, leader, epoch) = tps()
-            .find_map(|tp| {
-                let (_, s) = view.partition(&tp.topic, tp.partition)?;
-                (s.leader != NodeId(2)).then(|| (tp.clone(), s.leader, s.leader_epoch))
-            })
-            .expect("broker 2 follows a partition");
+        let dirs = [(); 3].map(|_| tempfile::tempdir().unwrap());
+        let (_metadata, mut shard, tp, leader, epoch) = registered_follower(&dirs);
         let log = &mut shard.partitions.get_mut(&tp).unwrap().log;
         for e in [0, 1, 3] {
             log.append_with_leader_epoch(&mut batch(b"x").to_vec(), e, 1_000).unwrap();
