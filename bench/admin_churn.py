@@ -2,14 +2,28 @@
 it, in a loop, through the Kafka admin API (confluent-kafka), for SECONDS seconds.
 Prints the operations done as its last line.
 
-Usage: admin_churn.py BOOTSTRAP SECONDS
+With --read-only, the same loop of three admin calls changes nothing (Metadata for the
+topic, DescribeConfigs, Metadata again): the admin client's and the broker's request
+work without any metadata change, to tell the cost of the changes from the cost of
+sharing the CPU.
+
+Usage: admin_churn.py BOOTSTRAP SECONDS [--read-only]
 """
 import sys
 import time
 
 from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, NewTopic
 
+def _done(value):
+    """A finished future holding `value` (list_topics answers directly)."""
+    from concurrent.futures import Future
+    f = Future()
+    f.set_result(value)
+    return f
+
+
 bootstrap, seconds = sys.argv[1], float(sys.argv[2])
+read_only = "--read-only" in sys.argv[3:]
 admin = AdminClient({"bootstrap.servers": bootstrap})
 deadline = time.monotonic() + seconds
 done = {"create": 0, "alter": 0, "delete": 0, "failed": 0}
@@ -24,6 +38,12 @@ while time.monotonic() < deadline:
                                                                          incremental_configs=[retention])])),
         ("delete", lambda: admin.delete_topics([name])),
     ]
+    if read_only:
+        steps = [
+            ("create", lambda: {0: _done(admin.list_topics("load", timeout=30))}),
+            ("alter", lambda: admin.describe_configs([ConfigResource("topic", "load")])),
+            ("delete", lambda: {0: _done(admin.list_topics(timeout=30))}),
+        ]
     for op, start in steps:
         try:
             # Keep the dict of futures alive until each one is done.

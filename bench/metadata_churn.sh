@@ -9,7 +9,8 @@
 # operations done meanwhile.
 #
 # Usage: bench/metadata_churn.sh SPATE_BIN [SPATE_BIN...]
-#   RATE (msg/s, 5000), DURATION (s, 20), ROUNDS (2), SIZE (bytes, 1024)
+#   RATE (msg/s, 5000), DURATION (s, 20), ROUNDS (2), SIZE (bytes, 1024),
+#   CHURN_ARGS (passed to admin_churn.py: --read-only makes the same loop change nothing)
 # Needs: Debian's zookeeper package (scripts/install-deps), .venv (confluent-kafka),
 #   cargo build --release -p spate-bench.
 set -u
@@ -45,7 +46,7 @@ run() { # label bin churn(0|1) round
     sleep 1
     local admin_pid=""
     if [ "$churn" = 1 ]; then
-        $PY $ROOT/bench/admin_churn.py 127.0.0.1:$PORT $((DURATION + 4)) > $WORK/admin.txt 2>&1 &
+        $PY $ROOT/bench/admin_churn.py 127.0.0.1:$PORT $((DURATION + 4)) ${CHURN_ARGS:-} > $WORK/admin.txt 2>&1 &
         admin_pid=$!
     fi
     $SB --bootstrap 127.0.0.1:$PORT --topic load --partitions 8 --create-topic --producers 1 --acks 1 \
