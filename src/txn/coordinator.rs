@@ -212,7 +212,7 @@ struct Txn {
 
 /// Every transactional id this coordinator owns (the ids of the `__transaction_state`
 /// partitions this broker leads).
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct TxnCoordinator {
     txns: HashMap<String, Txn>,
     max_timeout_ms: i32,

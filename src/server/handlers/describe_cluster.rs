@@ -9,7 +9,6 @@ use bytes::Bytes;
 use kafka_protocol::messages::describe_cluster_response::DescribeClusterBroker;
 use kafka_protocol::messages::{ApiKey, BrokerId, DescribeClusterRequest, DescribeClusterResponse};
 
-use crate::config::split_host_port;
 use crate::protocol::{decode_body, error_code, ProtocolError, RequestFrame};
 
 use super::super::context::ShardContext;
@@ -34,27 +33,16 @@ pub fn handle(ctx: &ShardContext, frame: &RequestFrame) -> Result<Bytes, Protoco
         return respond(ApiKey::DescribeCluster, frame, &body);
     }
     let view = ctx.view();
-    let mut brokers: Vec<DescribeClusterBroker> = view
-        .live_brokers()
+    let mut brokers: Vec<DescribeClusterBroker> = super::listed_brokers(ctx, &view)
         .into_iter()
         .map(|b| {
             DescribeClusterBroker::default()
-                .with_broker_id(BrokerId(b.id.0))
-                .with_host(str_bytes(b.endpoint.host.clone()))
-                .with_port(b.endpoint.port as i32)
+                .with_broker_id(BrokerId(b.id))
+                .with_host(str_bytes(b.host))
+                .with_port(b.port)
                 .with_rack(b.rack.map(str_bytes))
         })
         .collect();
-    if !brokers.iter().any(|b| b.broker_id.0 == ctx.config.node_id) {
-        // Not registered (yet): as Metadata, this broker still lists itself.
-        let (host, port) = split_host_port(ctx.config.advertised()).expect("validated at startup");
-        brokers.push(
-            DescribeClusterBroker::default()
-                .with_broker_id(BrokerId(ctx.config.node_id))
-                .with_host(str_bytes(host))
-                .with_port(port),
-        );
-    }
     brokers.sort_by_key(|b| b.broker_id.0);
     body = body
         .with_cluster_id(str_bytes(view.cluster_id().unwrap_or(&ctx.cluster_id).to_string()))

@@ -10,7 +10,6 @@ use kafka_protocol::messages::metadata_response::{
 };
 use kafka_protocol::messages::{ApiKey, BrokerId, MetadataRequest, MetadataResponse, TopicName};
 
-use crate::config::split_host_port;
 use crate::coordinator::registry::{validate_topic_name, TopicMeta};
 use crate::protocol::{decode_body, error_code, ProtocolError, RequestFrame};
 
@@ -22,27 +21,16 @@ pub async fn handle(ctx: &ShardContext, frame: &RequestFrame) -> Result<Bytes, P
     let req: MetadataRequest = decode_body(frame)?;
     let (brokers, controller_id) = {
         let reg = ctx.view();
-        let mut brokers: Vec<MetadataResponseBroker> = reg
-            .live_brokers()
+        let brokers: Vec<MetadataResponseBroker> = super::listed_brokers(ctx, &reg)
             .into_iter()
             .map(|b| {
                 MetadataResponseBroker::default()
-                    .with_node_id(BrokerId(b.id.0))
-                    .with_host(str_bytes(b.endpoint.host.clone()))
-                    .with_port(b.endpoint.port as i32)
+                    .with_node_id(BrokerId(b.id))
+                    .with_host(str_bytes(b.host))
+                    .with_port(b.port)
                     .with_rack(b.rack.map(str_bytes))
             })
             .collect();
-        if !brokers.iter().any(|b| b.node_id.0 == ctx.config.node_id) {
-            // Not registered (yet): clients must still be able to reach this broker.
-            let (host, port) = split_host_port(ctx.config.advertised()).expect("validated at startup");
-            brokers.push(
-                MetadataResponseBroker::default()
-                    .with_node_id(BrokerId(ctx.config.node_id))
-                    .with_host(str_bytes(host))
-                    .with_port(port),
-            );
-        }
         (brokers, reg.controller_id_for_clients())
     };
     let mut body = MetadataResponse::default().with_brokers(brokers);

@@ -186,6 +186,34 @@ fn group_error_code(e: &GroupError) -> i16 {
     }
 }
 
+/// A broker as Metadata and DescribeCluster list it: (id, host, port, rack).
+struct ListedBroker {
+    id: i32,
+    host: String,
+    port: i32,
+    rack: Option<String>,
+}
+
+/// The brokers clients are told about: the live ones, and this broker even when
+/// it is not registered yet (clients must still be able to reach it).
+fn listed_brokers(ctx: &ShardContext, view: &crate::coordinator::view::ClusterView) -> Vec<ListedBroker> {
+    let mut brokers: Vec<ListedBroker> = view
+        .live_brokers()
+        .into_iter()
+        .map(|b| ListedBroker {
+            id: b.id.0,
+            host: b.endpoint.host.clone(),
+            port: b.endpoint.port as i32,
+            rack: b.rack.clone(),
+        })
+        .collect();
+    if !brokers.iter().any(|b| b.id == ctx.config.node_id) {
+        let (host, port) = crate::config::split_host_port(ctx.config.advertised()).expect("validated at startup");
+        brokers.push(ListedBroker { id: ctx.config.node_id, host, port, rack: None });
+    }
+    brokers
+}
+
 fn str_bytes(s: impl Into<String>) -> kafka_protocol::protocol::StrBytes {
     kafka_protocol::protocol::StrBytes::from_string(s.into())
 }
