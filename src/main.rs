@@ -133,6 +133,15 @@ struct ServeArgs {
     /// log.retention.check.interval.ms: how often segments past retention are deleted [default: 300000]
     #[arg(long)]
     log_retention_check_interval_ms: Option<u64>,
+    /// log.cleaner.enable: compact topics with cleanup.policy=compact [default: true]
+    #[arg(long)]
+    log_cleaner_enable: Option<bool>,
+    /// log.cleaner.dedupe.buffer.size: bytes of keys one cleaning pass holds [default: 134217728]
+    #[arg(long)]
+    log_cleaner_dedupe_buffer_size: Option<usize>,
+    /// log.cleaner.io.max.bytes.per.second: the cleaner's read+write budget [default: unlimited]
+    #[arg(long)]
+    log_cleaner_io_max_bytes_per_second: Option<f64>,
     /// unclean.leader.election.enable: elect leaders outside the ISR (data loss) [default: false]
     #[arg(long)]
     unclean_leader_election_enable: Option<bool>,
@@ -256,6 +265,21 @@ fn load_config(args: ServeArgs) -> Result<BrokerConfig, String> {
     }
     if let Some(v) = args.fsync {
         config.fsync = v;
+    }
+    if let Some(v) = args.log_cleaner_enable {
+        config.log_cleaner_enable = v;
+    }
+    if let Some(v) = args.log_cleaner_dedupe_buffer_size {
+        if v < 1024 {
+            return Err("--log-cleaner-dedupe-buffer-size must be at least 1024".into());
+        }
+        config.log_cleaner_dedupe_buffer_size = v;
+    }
+    if let Some(v) = args.log_cleaner_io_max_bytes_per_second {
+        if !(v > 0.0) {
+            return Err("--log-cleaner-io-max-bytes-per-second must be positive".into());
+        }
+        config.log_cleaner_io_max_bytes_per_second = v;
     }
     if let Some(v) = args.test_fsync_delay_ms {
         config.test_fsync_delay_ms = v;

@@ -100,6 +100,15 @@ pub struct BrokerConfig {
     /// retention.ms / retention.bytes (at once, every second, while the disk is short of
     /// space).
     pub log_retention_check_interval_ms: u64,
+    /// log.cleaner.enable: compacted topics are cleaned (false: they only grow).
+    pub log_cleaner_enable: bool,
+    /// log.cleaner.dedupe.buffer.size: bytes one shard's cleaning pass may hold in its
+    /// key map (Kafka shares 128 MiB among its cleaner threads; here each shard runs one
+    /// pass at a time, each within this).
+    pub log_cleaner_dedupe_buffer_size: usize,
+    /// log.cleaner.io.max.bytes.per.second: reads plus writes of one pass (unlimited by
+    /// default, as Kafka's).
+    pub log_cleaner_io_max_bytes_per_second: f64,
     /// unclean.leader.election.enable (broker-wide; a topic config overrides it): elect a
     /// leader outside the ISR, losing data, rather than leave a partition offline.
     pub unclean_leader_election_enable: bool,
@@ -160,6 +169,9 @@ impl Default for BrokerConfig {
             producer_id_expiration_ms: limits::producer_id_expiration_ms_default,
             leader_imbalance_check_interval_ms: 300_000,
             log_retention_check_interval_ms: 300_000,
+            log_cleaner_enable: true,
+            log_cleaner_dedupe_buffer_size: 128 << 20,
+            log_cleaner_io_max_bytes_per_second: f64::INFINITY,
             unclean_leader_election_enable: false,
             max_broker_partitions: None,
             max_connections: limits::connections_max_default,
@@ -258,12 +270,17 @@ enum ValueKind {
     Long { min: i64 },
     /// One of a fixed set.
     Choice(&'static [&'static str]),
+    /// A comma-separated list of distinct items from a fixed set, at least one.
+    List(&'static [&'static str]),
+    /// A double in [0, 1].
+    Ratio,
 }
 
 /// Every topic config Spate understands. Anything else is refused (INVALID_CONFIG), not
 /// ignored, so a user never believes a setting took effect when it did not.
 const TOPIC_CONFIG_KEYS: &[TopicConfigKey] = &[
-    TopicConfigKey { name: "cleanup.policy", default: "delete", kind: ValueKind::Choice(&["delete"]) },
+    TopicConfigKey { name: "cleanup.policy", default: "delete", kind: ValueKind::List(&["compact", "delete"]) },
+    TopicConfigKey { name: "delete.retention.ms", default: "86400000", kind: ValueKind::Long { min: 0 } },
     TopicConfigKey { name: "flush.messages", default: "9223372036854775807", kind: ValueKind::Long { min: 1 } },
     TopicConfigKey { name: "flush.ms", default: "9223372036854775807", kind: ValueKind::Long { min: 0 } },
     TopicConfigKey { name: "index.interval.bytes", default: "4096", kind: ValueKind::Long { min: 0 } },
@@ -273,6 +290,9 @@ const TOPIC_CONFIG_KEYS: &[TopicConfigKey] = &[
         default: "CreateTime",
         kind: ValueKind::Choice(&["CreateTime", "LogAppendTime"]),
     },
+    TopicConfigKey { name: "max.compaction.lag.ms", default: "9223372036854775807", kind: ValueKind::Long { min: 1 } },
+    TopicConfigKey { name: "min.cleanable.dirty.ratio", default: "0.5", kind: ValueKind::Ratio },
+    TopicConfigKey { name: "min.compaction.lag.ms", default: "0", kind: ValueKind::Long { min: 0 } },
     TopicConfigKey { name: "min.insync.replicas", default: "1", kind: ValueKind::Long { min: 1 } },
     TopicConfigKey { name: "retention.bytes", default: "-1", kind: ValueKind::Long { min: -1 } },
     TopicConfigKey { name: "retention.ms", default: "604800000", kind: ValueKind::Long { min: -1 } },
@@ -340,6 +360,7 @@ impl TopicConfig {
             values.get(name).and_then(|v| v.parse::<i64>().ok()).expect("validated topic config")
         };
         let clamp_u32 = |v: i64| v.clamp(0, u32::MAX as i64) as u32;
+        let policy = values.get("cleanup.policy").map(String::as_str).unwrap_or("delete");
         LogConfig {
             segment_bytes: long("segment.bytes").max(14) as u64,
             segment_ms: long("segment.ms"),
@@ -356,6 +377,15 @@ impl TopicConfig {
             flush_messages: long("flush.messages").max(1) as u64,
             flush_ms: long("flush.ms"),
             producer_id_expiration_ms: limits::producer_id_expiration_ms_default,
+            delete: policy.split(',').any(|p| p.trim() == "delete"),
+            compact: policy.split(',').any(|p| p.trim() == "compact"),
+            delete_retention_ms: long("delete.retention.ms"),
+            min_compaction_lag_ms: long("min.compaction.lag.ms"),
+            max_compaction_lag_ms: long("max.compaction.lag.ms"),
+            min_cleanable_dirty_ratio: values
+                .get("min.cleanable.dirty.ratio")
+                .and_then(|v| v.trim().parse::<f64>().ok())
+                .expect("validated topic config"),
         }
     }
 }
@@ -372,6 +402,19 @@ fn check_value(key: &TopicConfigKey, value: &str) -> Result<(), String> {
             }
             Ok(())
         }
+        ValueKind::List(choices) => {
+            let items: Vec<&str> = value.split(',').map(str::trim).collect();
+            let distinct: std::collections::BTreeSet<&str> = items.iter().copied().collect();
+            if items.iter().all(|i| choices.contains(i)) && distinct.len() == items.len() {
+                Ok(())
+            } else {
+                Err(format!("{} must be a list of distinct items from {choices:?}, got {value:?}", key.name))
+            }
+        }
+        ValueKind::Ratio => match value.trim().parse::<f64>() {
+            Ok(v) if (0.0..=1.0).contains(&v) => Ok(()),
+            _ => Err(format!("{} must be a number between 0 and 1, got {value:?}", key.name)),
+        },
         ValueKind::Choice(choices) => {
             if choices.contains(&value) {
                 Ok(())
@@ -388,12 +431,31 @@ mod tests {
 
     #[test]
     fn unsupported_config_is_refused() {
-        let e = TopicConfig::from_pairs([("cleanup.policy", Some("compact"))], &BTreeMap::new()).unwrap_err();
+        let e = TopicConfig::from_pairs([("cleanup.policy", Some("compress"))], &BTreeMap::new()).unwrap_err();
         assert!(e.contains("cleanup.policy"), "{e}");
+        let e = TopicConfig::from_pairs([("cleanup.policy", Some("compact,compact"))], &BTreeMap::new()).unwrap_err();
+        assert!(e.contains("distinct"), "{e}");
+        let e = TopicConfig::from_pairs([("min.cleanable.dirty.ratio", Some("1.5"))], &BTreeMap::new()).unwrap_err();
+        assert!(e.contains("between 0 and 1"), "{e}");
         let e = TopicConfig::from_pairs([("compression.type", Some("lz4"))], &BTreeMap::new()).unwrap_err();
         assert!(e.contains("unsupported"), "{e}");
         let e = TopicConfig::from_pairs([("retention.ms", Some("abc"))], &BTreeMap::new()).unwrap_err();
         assert!(e.contains("integer"), "{e}");
+    }
+
+    #[test]
+    fn cleanup_policy_lists_set_delete_and_compact() {
+        let lc = |v: &str| {
+            TopicConfig::from_pairs([("cleanup.policy", Some(v))], &BTreeMap::new())
+                .unwrap()
+                .log_config(&BTreeMap::new())
+        };
+        assert_eq!((lc("delete").delete, lc("delete").compact), (true, false));
+        assert_eq!((lc("compact").delete, lc("compact").compact), (false, true));
+        assert_eq!((lc("compact,delete").delete, lc("compact,delete").compact), (true, true));
+        assert_eq!((lc("delete, compact").delete, lc("delete, compact").compact), (true, true));
+        let d = TopicConfig::default().log_config(&BTreeMap::new());
+        assert_eq!((d.delete_retention_ms, d.min_compaction_lag_ms, d.min_cleanable_dirty_ratio), (86_400_000, 0, 0.5));
     }
 
     #[test]

@@ -112,6 +112,7 @@ use crate::model::limits;
 use crate::model::Offset;
 
 pub mod batch;
+pub mod cleaner;
 pub mod index;
 pub mod leader_epoch;
 pub mod producers;
@@ -187,6 +188,15 @@ pub struct LogConfig {
     pub flush_ms: i64,                 // flush.ms, i64::MAX = never
     /// Broker-wide `producer.id.expiration.ms` (1 day): idle producers are forgotten.
     pub producer_id_expiration_ms: i64,
+    /// cleanup.policy has `delete`: retention.ms / retention.bytes delete old segments.
+    pub delete: bool,
+    /// cleanup.policy has `compact`: the cleaner keeps the newest record per key, and
+    /// produced records must have keys.
+    pub compact: bool,
+    pub delete_retention_ms: i64,       // delete.retention.ms, 1 day
+    pub min_compaction_lag_ms: i64,     // min.compaction.lag.ms, 0
+    pub max_compaction_lag_ms: i64,     // max.compaction.lag.ms, i64::MAX
+    pub min_cleanable_dirty_ratio: f64, // min.cleanable.dirty.ratio, 0.5
 }
 
 impl Default for LogConfig {
@@ -203,8 +213,40 @@ impl Default for LogConfig {
             flush_messages: u64::MAX,
             flush_ms: i64::MAX,
             producer_id_expiration_ms: limits::producer_id_expiration_ms_default,
+            delete: true,
+            compact: false,
+            delete_retention_ms: 86_400_000,
+            min_compaction_lag_ms: 0,
+            max_compaction_lag_ms: i64::MAX,
+            min_cleanable_dirty_ratio: 0.5,
         }
     }
+}
+
+/// Broker-wide cleaner settings (`log.cleaner.*`) a clean job is planned with.
+#[derive(Debug, Clone, Copy)]
+pub struct CleanerSettings {
+    /// log.cleaner.dedupe.buffer.size
+    pub map_bytes_max: usize,
+    /// log.cleaner.io.max.bytes.per.second (f64::INFINITY: no limit)
+    pub io_bytes_per_second: f64,
+}
+
+impl Default for CleanerSettings {
+    fn default() -> Self {
+        CleanerSettings { map_bytes_max: 128 << 20, io_bytes_per_second: f64::INFINITY }
+    }
+}
+
+/// What `install_cleaned` did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CleanInstalled {
+    pub segments_replaced: usize,
+    pub segments_written: usize,
+    /// Groups whose segments changed under the pass (retention, truncation): dropped.
+    pub groups_discarded: usize,
+    pub bytes_before: u64,
+    pub bytes_after: u64,
 }
 
 /// What one append assigned.
@@ -269,6 +311,12 @@ pub struct PartitionLog {
     /// Segments retention removed, renamed `*.deleted`, to unlink off the data core
     /// (`take_deleted_segments`).
     deleted_segments: Vec<DeletedSegment>,
+    /// The cleaner checkpoint: offsets below it were in some pass's key map.
+    cleaner_checkpoint: i64,
+    /// A pass left tombstones whose delete horizon is then: one is due by then.
+    clean_horizon_ms: Option<i64>,
+    /// `.cleaned` files of discarded groups, to unlink off the core (`take_cleaner_leftovers`).
+    cleaner_leftovers: Vec<i64>,
     offline: Option<String>,
     /// Appends whose bytes the caller is still writing (`append_deferred`), in offset
     /// order. Nothing at or after the first unfinished one is read, flushed or trusted.
@@ -351,6 +399,7 @@ impl PartitionLog {
         let dir_file = Arc::new(File::open(dir)?);
         let marker = dir.join(CLEAN_SHUTDOWN_FILE);
         let clean = marker.exists();
+        cleaner::finish_swaps(dir, limits::message_bytes_max as usize, config.index_interval_bytes)?;
         let checkpoint = read_checkpoint(dir);
 
         let mut bases = Vec::new();
@@ -470,6 +519,9 @@ impl PartitionLog {
             truncated_below: None,
             truncated_at_change: 0,
             deleted_segments: Vec::new(),
+            cleaner_checkpoint: cleaner::read_checkpoint(dir).unwrap_or(0),
+            clean_horizon_ms: None,
+            cleaner_leftovers: Vec::new(),
             offline: None,
             pending_writes: VecDeque::new(),
             next_write_id: 0,
@@ -640,6 +692,11 @@ impl PartitionLog {
             }
             producer_batches.extend(producers::producer_batch(h));
         }
+        if self.config.compact {
+            for (pos, h) in &batches {
+                check_keyed(&records[*pos..*pos + h.size_bytes() as usize], h)?;
+            }
+        }
         if !producer_batches.is_empty() {
             if let Verdict::Duplicate(m) = self.producers.check(&producer_batches, self.producer_id_bound)? {
                 return Err(LogError::DuplicateBatch(AppendInfo {
@@ -708,30 +765,29 @@ impl PartitionLog {
         now_ms: i64,
     ) -> Result<(AppendInfo, PendingWrite), LogError> {
         self.check_online()?;
-        let batches = validate_record_set(records, limits::message_bytes_max as usize)?;
+        let batches = validate_replicated_set(records, limits::message_bytes_max as usize)?;
         let log_end_offset = self.log_end_offset().0;
         let mut expected = log_end_offset;
         for (i, (_, h)) in batches.iter().enumerate() {
-            if h.base_offset != expected && i == 0 {
+            if h.base_offset < expected && i == 0 {
                 return Err(LogError::OffsetOutOfRange {
                     offset: h.base_offset,
                     log_start_offset: self.log_start_offset().0,
                     log_end_offset,
                 });
             }
-            if h.base_offset != expected {
+            if h.base_offset < expected {
                 return Err(LogError::InvalidRecord(format!(
-                    "replicated batch {i} starts at offset {} where {expected} was expected",
+                    "replicated batch {i} starts at offset {} where {expected} or later was expected",
                     h.base_offset
                 )));
             }
             expected = h.last_offset() + 1;
         }
         let record_count: i64 = batches.iter().map(|(_, h)| h.records_count as i64).sum();
-        assert_eq!(expected, log_end_offset + record_count, "contiguous batches hold every offset once");
         let write = self.place(&batches, records.len(), now_ms)?;
         let info = AppendInfo {
-            base_offset: Offset(log_end_offset),
+            base_offset: Offset(batches[0].1.base_offset),
             last_offset: Offset(expected - 1),
             log_append_time_ms: -1,
             record_count: record_count as u32,
@@ -757,7 +813,8 @@ impl PartitionLog {
         };
         let base_offset = first.base_offset;
         let last_offset = last.last_offset();
-        assert_eq!(base_offset, self.log_end_offset().0, "appends continue the log");
+        // A follower copying a compacted leader may skip offsets; nothing goes back.
+        assert!(base_offset >= self.log_end_offset().0, "appends continue the log");
         if self.should_roll(total_bytes as u64, last_offset, now_ms) {
             self.roll()?;
         }
@@ -785,7 +842,7 @@ impl PartitionLog {
             id,
             segment_base,
             start_pos: write_pos,
-            start_offset: base_offset,
+            start_offset: self.log_end_offset().0,
             done: false,
         });
         let write = PendingWrite { log: self.instance, id, file: self.active().log.clone(), position: write_pos };
@@ -910,11 +967,33 @@ impl PartitionLog {
             return Err(LogError::OffsetOutOfRange { offset, log_start_offset: start, log_end_offset: end });
         }
         let mut i = self.segments.partition_point(|s| s.base_offset <= offset).saturating_sub(1);
+        // A segment that ends below the offset (a cleaned one may end early, or hold
+        // nothing) is passed over: the read starts at the next batch, wherever it is.
         while i + 1 < self.segments.len() && self.segments[i].next_offset <= offset {
             i += 1;
         }
-        let seg = &self.segments[i];
         let upper = upper.min(self.written_end_offset());
+        let corrupt = |seg: &Segment, stop: segment::ScanStop| {
+            LogError::Corrupt(format!("segment {} at {}: {}", seg.base_offset, stop.position_bytes, stop.reason))
+        };
+        let (seg, position) = loop {
+            let seg = &self.segments[i];
+            if offset >= upper.0 || offset >= seg.next_offset {
+                let empty = ReadPlan {
+                    file: seg.log.clone(),
+                    segment_base_offset: Offset(seg.base_offset),
+                    position_bytes: seg.size_bytes,
+                    length_bytes: 0,
+                };
+                return Ok(empty);
+            }
+            let (position, found) = seg.position_of(offset).map_err(|stop| corrupt(seg, stop))?;
+            if found.is_none() && i + 1 < self.segments.len() {
+                i += 1;
+                continue;
+            }
+            break (seg, position);
+        };
         let written_size = self.written_size(seg);
         let empty = |position_bytes| ReadPlan {
             file: seg.log.clone(),
@@ -922,13 +1001,7 @@ impl PartitionLog {
             position_bytes,
             length_bytes: 0,
         };
-        if offset >= upper.0 || offset >= seg.next_offset {
-            return Ok(empty(seg.size_bytes));
-        }
-        let corrupt = |stop: segment::ScanStop| {
-            LogError::Corrupt(format!("segment {} at {}: {}", seg.base_offset, stop.position_bytes, stop.reason))
-        };
-        let (position, _) = seg.position_of(offset).map_err(corrupt)?;
+        let corrupt = |stop: segment::ScanStop| corrupt(seg, stop);
         let mut length: u64 = 0;
         while let Some(h) = seg.header_at(position + length, written_size).map_err(corrupt)? {
             if h.last_offset() >= upper.0 {
@@ -1095,7 +1168,7 @@ impl PartitionLog {
     pub fn enforce_retention(&mut self, now_ms: i64) -> Result<usize, LogError> {
         self.check_online()?;
         let mut deleted = self.delete_segments_below_log_start()?;
-        if self.config.retention_ms >= 0 {
+        if self.config.delete && self.config.retention_ms >= 0 {
             while self.segments.len() > 1 && self.written_size(&self.segments[0]) == self.segments[0].size_bytes {
                 let seg = &self.segments[0];
                 let largest_ms = if seg.max_timestamp_ms >= 0 {
@@ -1110,7 +1183,7 @@ impl PartitionLog {
                 deleted += 1;
             }
         }
-        if self.config.retention_bytes >= 0 {
+        if self.config.delete && self.config.retention_bytes >= 0 {
             let mut excess = self.size_bytes() as i64 - self.config.retention_bytes;
             while self.segments.len() > 1
                 && excess >= self.segments[0].size_bytes as i64
@@ -1181,6 +1254,160 @@ impl PartitionLog {
     /// owed even with nothing new to sync in the segments (the shard's tick queues one).
     pub fn sync_owed(&self) -> bool {
         !self.unsynced_files.is_empty() || self.dir_changes != self.dir_synced_changes
+    }
+
+    /// Plan a cleaning pass when `cleanup.policy` has `compact` and one is due: the
+    /// rolled segments wholly below the cleanable end (the active segment's base, the
+    /// recovery point, the high watermark, and `min.compaction.lag.ms`) hold more than
+    /// `min.cleanable.dirty.ratio` dirty bytes (above the cleaner checkpoint), or the
+    /// oldest dirty one is older than `max.compaction.lag.ms`, or a tombstone's delete
+    /// horizon has passed. Cheap (in-memory sizes only): the shard asks on its tick.
+    /// The caller runs `cleaner::run(&job)` off the data core, then `install_cleaned`.
+    pub fn clean_job(
+        &self,
+        now_ms: i64,
+        high_watermark: Offset,
+        settings: &CleanerSettings,
+    ) -> Option<cleaner::CleanJob> {
+        if !self.config.compact || self.offline.is_some() {
+            return None;
+        }
+        let end = self.active().base_offset.min(self.recovery_point).min(high_watermark.0);
+        let lag_cut = now_ms.saturating_sub(self.config.min_compaction_lag_ms);
+        let rolled = &self.segments[..self.segments.len() - 1];
+        let n = rolled
+            .iter()
+            .take_while(|s| {
+                s.next_offset <= end
+                    && self.written_size(s) == s.size_bytes
+                    && (self.config.min_compaction_lag_ms <= 0 || s.max_timestamp_ms <= lag_cut)
+            })
+            .count();
+        if n == 0 {
+            return None;
+        }
+        let segs = &self.segments[..n];
+        let dirty_from = self.cleaner_checkpoint.max(segs[0].base_offset);
+        let total: u64 = segs.iter().map(|s| s.size_bytes).sum();
+        let dirty: u64 = segs.iter().filter(|s| s.next_offset > dirty_from).map(|s| s.size_bytes).sum();
+        let by_ratio = dirty > 0 && dirty as f64 >= self.config.min_cleanable_dirty_ratio * total as f64;
+        let max_lag = self.config.max_compaction_lag_ms;
+        let by_lag = dirty > 0
+            && segs
+                .iter()
+                .find(|s| s.next_offset > dirty_from)
+                .and_then(|s| s.first_batch_time_ms)
+                .is_some_and(|t| now_ms.saturating_sub(t) >= max_lag);
+        let by_horizon = self.clean_horizon_ms.is_some_and(|t| now_ms >= t);
+        if !(by_ratio || by_lag || by_horizon) {
+            return None;
+        }
+        Some(cleaner::CleanJob {
+            dir: self.dir.clone(),
+            segments: segs
+                .iter()
+                .map(|s| cleaner::SegmentFile {
+                    base_offset: s.base_offset,
+                    next_offset: s.next_offset,
+                    size_bytes: s.size_bytes,
+                    log: s.log.clone(),
+                })
+                .collect(),
+            dirty_from,
+            now_ms,
+            delete_retention_ms: self.config.delete_retention_ms,
+            segment_bytes: self.config.segment_bytes,
+            index_interval_bytes: self.config.index_interval_bytes,
+            segment_index_bytes: self.config.segment_index_bytes,
+            batch_bytes_max: limits::message_bytes_max as usize,
+            producer_last_offsets: self.producers.last_offsets(),
+            map_bytes_max: settings.map_bytes_max,
+            io_bytes_per_second: settings.io_bytes_per_second,
+        })
+    }
+
+    /// Swap a finished pass's cleaned segments in (renames only: cheap enough for the
+    /// data core; the next flush syncs the directory). A group whose segments are no
+    /// longer the ones the pass read (retention or a truncation came first) is dropped
+    /// and its files left for `take_cleaner_leftovers`. For each group, in this order:
+    /// `<base>.log.cleaned` -> `<base>.log.swap` (the swap is decided: an open finishes
+    /// it, `cleaner::finish_swaps`), the other replaced segments -> `*.deleted`, the
+    /// cleaned indexes over `<base>.index` / `<base>.timeindex`, `<base>.log.swap` over
+    /// `<base>.log`. Readers holding a replaced segment's file keep reading it. The
+    /// cleaner checkpoint moves to where the pass's key map stopped, unless a group was
+    /// dropped (its records still wait for a pass).
+    pub fn install_cleaned(&mut self, outcome: cleaner::CleanOutcome) -> Result<CleanInstalled, LogError> {
+        self.check_online()?;
+        let mut done = CleanInstalled::default();
+        for g in outcome.groups {
+            let at = self.segments.iter().position(|s| s.base_offset == g.base_offset);
+            let intact = at.filter(|&i| {
+                i + g.replaces.len() < self.segments.len()
+                    && g.replaces.iter().enumerate().all(|(k, (base, file))| {
+                        let s = &self.segments[i + k];
+                        s.base_offset == *base && Arc::ptr_eq(&s.log, file) && self.written_size(s) == s.size_bytes
+                    })
+            });
+            let Some(i) = intact else {
+                self.cleaner_leftovers.push(g.base_offset);
+                done.groups_discarded += 1;
+                continue;
+            };
+            let n = g.replaces.len();
+            let base = g.base_offset;
+            let [log_cleaned, index_cleaned, time_cleaned] = cleaner::cleaned_paths(&self.dir, base);
+            let log_path = self.dir.join(segment::file_name(base, ".log"));
+            let mut swap = log_path.clone().into_os_string();
+            swap.push(cleaner::SWAP_SUFFIX);
+            let r = std::fs::rename(&log_cleaned, &swap);
+            self.offline_on_err("clean: rename to .swap", r)?;
+            for k in 1..n {
+                let mut seg = self.segments.remove(i + 1);
+                done.bytes_before += seg.size_bytes;
+                let r = seg.rename_deleted();
+                self.deleted_segments.push(DeletedSegment(seg));
+                self.offline_on_err("clean: rename a replaced segment", r)?;
+                let _ = k;
+            }
+            let r = std::fs::rename(&index_cleaned, self.dir.join(segment::file_name(base, ".index")))
+                .and_then(|()| std::fs::rename(&time_cleaned, self.dir.join(segment::file_name(base, ".timeindex"))))
+                .and_then(|()| std::fs::rename(&swap, &log_path));
+            self.offline_on_err("clean: swap the cleaned segment in", r)?;
+            self.dir_changes += 1;
+            let r = Segment::open(&self.dir, base);
+            let (mut seg, bad_index) = self.offline_on_err("clean: open the cleaned segment", r)?;
+            if bad_index || seg.load_trusting_indexes().is_err() {
+                return Err(self.go_offline(format!("clean: the cleaned segment {base} does not match its index")));
+            }
+            // The old first segment's files were replaced by the renames: dropped, not
+            // deleted (its names are the new segment's now).
+            let old = std::mem::replace(&mut self.segments[i], seg);
+            done.bytes_before += old.size_bytes;
+            done.bytes_after += self.segments[i].size_bytes;
+            done.segments_replaced += n;
+            done.segments_written += 1;
+        }
+        if done.groups_discarded == 0 && outcome.cleaned_to > self.cleaner_checkpoint {
+            self.cleaner_checkpoint = outcome.cleaned_to;
+            let (topic, partition) = topic_partition_of(&self.dir);
+            let text = cleaner::checkpoint_text(&topic, partition, self.cleaner_checkpoint);
+            let r = crate::model::write_file_replacing(&self.dir.join(cleaner::CHECKPOINT_FILE), text.as_bytes());
+            let file = self.offline_on_err("clean: cleaner-offset-checkpoint", r)?;
+            self.replaced_unsynced(file);
+        }
+        self.clean_horizon_ms = outcome.next_horizon_ms;
+        Ok(done)
+    }
+
+    /// The cleaner checkpoint: offsets below it have been through a pass's key map.
+    pub fn cleaner_checkpoint(&self) -> Offset {
+        Offset(self.cleaner_checkpoint)
+    }
+
+    /// `.cleaned` files of passes `install_cleaned` dropped, to unlink off the core.
+    pub fn take_cleaner_leftovers(&mut self) -> Vec<PathBuf> {
+        let dir = self.dir.clone();
+        self.cleaner_leftovers.drain(..).flat_map(|base| cleaner::cleaned_paths(&dir, base)).collect()
     }
 
     /// Segments retention removed from the log, to unlink (`DeletedSegment::remove`),
@@ -1418,6 +1645,16 @@ const file_name_bytes_max: usize = 255;
 /// Rename a partition directory to `<name>.<random id>-delete` beside it (the name cut
 /// to fit `file_name_bytes_max`), to be removed later: a rename is quick and atomic,
 /// and the partition's name is free at once for a topic created again.
+/// `<topic>-<partition>` from a partition directory's name (for Kafka's checkpoint
+/// formats, which name both).
+fn topic_partition_of(dir: &Path) -> (String, i32) {
+    let name = dir.file_name().and_then(|n| n.to_str()).unwrap_or("");
+    match name.rsplit_once('-') {
+        Some((topic, p)) => (topic.to_string(), p.parse().unwrap_or(0)),
+        None => (name.to_string(), 0),
+    }
+}
+
 pub fn move_to_trash(dir: &Path) -> std::io::Result<PathBuf> {
     let name = dir.file_name().and_then(|n| n.to_str()).unwrap_or("partition");
     let id = uuid::Uuid::new_v4().simple().to_string();
@@ -1588,7 +1825,51 @@ fn check_leader_epochs(cache: &LeaderEpochCache, log_start_offset: i64, log_end_
 /// Validate every batch of a record set: structure (CRC32C, magic 2, lengths against
 /// `batch_bytes_max`), semantics, and at most `append_batches_max` batches. Returns each
 /// batch's position in `records` and its header as given.
+/// A follower's record set: the batches as the leader stored them, which after cleaning
+/// may hold fewer records than offsets (none, for a producer's last batch: Kafka's
+/// empty batch). Checked as a produced set otherwise.
+fn validate_replicated_set(records: &[u8], batch_bytes_max: usize) -> Result<Vec<(usize, BatchHeader)>, LogError> {
+    validate_batches(records, batch_bytes_max, |h| {
+        if h.records_count < 0 || h.last_offset_delta < 0 || h.records_count as i64 > h.last_offset_delta as i64 + 1 {
+            return Err(LogError::InvalidRecord(format!(
+                "recordsCount {} with lastOffsetDelta {}",
+                h.records_count, h.last_offset_delta
+            )));
+        }
+        let mut as_produced = *h;
+        as_produced.records_count = h.last_offset_delta + 1;
+        if h.attributes & cleaner::ATTR_DELETE_HORIZON != 0 {
+            // KIP-534: the base timestamp holds the delete horizon, not a record's time.
+            as_produced.base_timestamp = batch::NO_TIMESTAMP;
+        }
+        batch::check_semantics(&as_produced)
+    })
+}
+
+/// Records without a key cannot go to a compacted log (Kafka's INVALID_RECORD: "Compacted
+/// topic cannot accept message without key").
+fn check_keyed(whole: &[u8], h: &BatchHeader) -> Result<(), LogError> {
+    let refuse = |why: &str| Err(LogError::InvalidRecord(format!("compacted topic: {why}")));
+    let Some((inflated, _)) = cleaner::batch_records(whole, h) else {
+        return refuse("the batch's records cannot be read");
+    };
+    let bytes = inflated.as_deref().unwrap_or(&whole[batch::HEADER_BYTES..]);
+    match cleaner::parse_records(bytes, h) {
+        None => refuse("the batch's records cannot be read"),
+        Some(rs) if rs.iter().any(|r| r.key.is_none()) => refuse("cannot accept a record without a key"),
+        Some(_) => Ok(()),
+    }
+}
+
 fn validate_record_set(records: &[u8], batch_bytes_max: usize) -> Result<Vec<(usize, BatchHeader)>, LogError> {
+    validate_batches(records, batch_bytes_max, batch::check_semantics)
+}
+
+fn validate_batches(
+    records: &[u8],
+    batch_bytes_max: usize,
+    semantics: impl Fn(&BatchHeader) -> Result<(), LogError>,
+) -> Result<Vec<(usize, BatchHeader)>, LogError> {
     if records.is_empty() {
         return Err(LogError::Corrupt("empty record set".into()));
     }
@@ -1599,7 +1880,7 @@ fn validate_record_set(records: &[u8], batch_bytes_max: usize) -> Result<Vec<(us
             return Err(LogError::InvalidRecord(format!("more than {append_batches_max} batches in one record set")));
         }
         let (h, size) = batch::check_structure(&records[pos..], batch_bytes_max)?;
-        batch::check_semantics(&h)?;
+        semantics(&h)?;
         batches.push((pos, h));
         pos += size;
     }

@@ -44,13 +44,19 @@ pub struct ScanStop {
 impl Segment {
     /// Create a fresh, empty segment (any leftover files with its name are truncated).
     pub fn create(dir: &Path, base_offset: i64, index_bytes_max: u32) -> std::io::Result<Segment> {
-        let log_path = dir.join(file_name(base_offset, ".log"));
+        Self::create_named(dir, base_offset, "", index_bytes_max)
+    }
+
+    /// `create` with `extra` after each file name (the cleaner's `.cleaned` files).
+    pub fn create_named(dir: &Path, base_offset: i64, extra: &str, index_bytes_max: u32) -> std::io::Result<Segment> {
+        let path = |suffix: &str| dir.join(file_name(base_offset, suffix) + extra);
+        let log_path = path(".log");
         let log = OpenOptions::new().read(true).write(true).create(true).truncate(true).open(&log_path)?;
         for suffix in [".index", ".timeindex"] {
-            let _ = std::fs::remove_file(dir.join(file_name(base_offset, suffix)));
+            let _ = std::fs::remove_file(path(suffix));
         }
-        let (mut index, _) = Index::open(&dir.join(file_name(base_offset, ".index")), Kind::Offset, 0)?;
-        let (mut time_index, _) = Index::open(&dir.join(file_name(base_offset, ".timeindex")), Kind::Time, 0)?;
+        let (mut index, _) = Index::open(&path(".index"), Kind::Offset, 0)?;
+        let (mut time_index, _) = Index::open(&path(".timeindex"), Kind::Time, 0)?;
         index.make_active(index_bytes_max)?;
         time_index.make_active(index_bytes_max)?;
         Ok(Segment {

@@ -166,6 +166,14 @@ fn remove_trash(trash: crate::shard::Trash) {
             tracing::warn!(error = %e, "cannot remove a segment retention deleted (an open removes it)");
         }
     }
+    for file in trash.files {
+        match std::fs::remove_file(&file) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                tracing::warn!(file = %file.display(), error = %e, "cannot remove a cleaner's leftover (an open removes it)")
+            }
+            _ => {}
+        }
+    }
     for dir in trash.dirs {
         match std::fs::remove_dir_all(&dir) {
             Ok(()) => tracing::debug!(dir = %dir.display(), "removed a deleted partition's directory"),
@@ -304,9 +312,8 @@ fn start_link(
 /// Create `__consumer_offsets` on the active coordinator if it does not exist yet:
 /// with `replication_factor` replicas once that many brokers are live, or, when
 /// `capped` (a FindCoordinator asked for a group's coordinator), with as many as are
-/// live. Kafka creates it at the first FindCoordinator too. Kafka compacts it; until
-/// Spate has compaction it keeps every record (retention.ms=-1). Returns whether it
-/// was created.
+/// live. Kafka creates it at the first FindCoordinator too. Compacted, with Kafka's
+/// 100 MiB segments. Returns whether it was created.
 pub(crate) fn create_offsets_topic(
     reg: &mut crate::coordinator::registry::Registry,
     replication_factor: i32,
@@ -323,7 +330,7 @@ pub(crate) fn create_offsets_topic(
         _ => return Ok(false),
     };
     let configs = crate::config::TopicConfig::from_pairs(
-        [("retention.ms", Some("-1")), ("segment.bytes", Some("104857600"))],
+        [("cleanup.policy", Some("compact")), ("segment.bytes", Some("104857600"))],
         &Default::default(),
     )
     .map_err(|e| anyhow::anyhow!(e))?;
@@ -515,6 +522,10 @@ async fn run_shard(
     shard.set_zero_copy_bytes_min(config.fetch_zero_copy_bytes_min);
     shard.set_replica_lag_time_max_ms(config.replica_lag_time_max_ms);
     shard.set_producer_id_expiration_ms(config.producer_id_expiration_ms);
+    shard.set_cleaner(config.log_cleaner_enable.then_some(crate::log::CleanerSettings {
+        map_bytes_max: config.log_cleaner_dedupe_buffer_size,
+        io_bytes_per_second: config.log_cleaner_io_max_bytes_per_second,
+    }));
     if config.append_io_uring {
         match crate::shard::AppendRing::new() {
             Ok(ring) => shard.set_append_ring(ring),
@@ -661,6 +672,18 @@ async fn run_shard(
                     last_retention = std::time::Instant::now();
                 }
                 ctx.shard.borrow_mut().tick(now_ms(), retention);
+                // Log compaction: one pass at a time per shard, on the blocking pool;
+                // the data core only plans it and swaps the result in.
+                let task = ctx.shard.borrow_mut().take_clean_task(now_ms());
+                if let Some(task) = task {
+                    let ctx = ctx.clone();
+                    glommio::spawn_local(async move {
+                        let crate::shard::CleanTask { tp, instance, job } = task;
+                        let result = ctx.run_blocking(move || crate::log::cleaner::run(&job)).await;
+                        ctx.shard.borrow_mut().clean_done(&tp, instance, result);
+                    })
+                    .detach();
+                }
                 // High watermarks survive restarts (Kafka's replication-offset-checkpoint):
                 // written off the data core, atomically, when any moved.
                 let checkpoint = ctx.shard.borrow_mut().hw_checkpoint_due();

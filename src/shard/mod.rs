@@ -271,12 +271,23 @@ pub struct Trash {
     pub dirs: Vec<PathBuf>,
     /// Segments retention removed, renamed `*.deleted`.
     pub segments: Vec<crate::log::DeletedSegment>,
+    /// Files to unlink: cleaned segments a pass wrote that were not swapped in.
+    pub files: Vec<PathBuf>,
 }
 
 impl Trash {
     pub fn is_empty(&self) -> bool {
-        self.dirs.is_empty() && self.segments.is_empty()
+        self.dirs.is_empty() && self.segments.is_empty() && self.files.is_empty()
     }
+}
+
+/// One cleaning pass to run off the data core (`log::cleaner::run`), then hand back to
+/// `Shard::clean_done`.
+pub struct CleanTask {
+    pub tp: TopicPartition,
+    /// The log the pass was planned on (a reopened or recreated one refuses it).
+    pub instance: u64,
+    pub job: crate::log::cleaner::CleanJob,
 }
 
 pub struct FlushBatch {
@@ -294,6 +305,10 @@ pub struct Shard {
     broker_topic_defaults: BTreeMap<String, String>,
     partitions: HashMap<TopicPartition, Partition>,
     groups: GroupCoordinator,
+    /// log.cleaner.*; None: log.cleaner.enable=false.
+    cleaner: Option<crate::log::CleanerSettings>,
+    /// A cleaning pass is running on the blocking pool (one per shard at a time).
+    cleaning: bool,
     /// Fetches of at least this many bytes are sent from the file (zero-copy).
     zero_copy_bytes_min: u64,
     /// Appends go through this io_uring ring; without one they are written in place.
@@ -375,6 +390,8 @@ impl Shard {
             view,
             broker_topic_defaults,
             partitions: HashMap::new(),
+            cleaner: Some(crate::log::CleanerSettings::default()),
+            cleaning: false,
             groups: GroupCoordinator::new(group_config),
             zero_copy_bytes_min: u64::MAX,
             ring: None,
@@ -422,6 +439,70 @@ impl Shard {
                 let _ = w.send(());
             }
             replica::advance_hw(p);
+        }
+    }
+
+    /// log.cleaner.* (None: log.cleaner.enable=false, nothing is compacted).
+    pub fn set_cleaner(&mut self, settings: Option<crate::log::CleanerSettings>) {
+        self.cleaner = settings;
+    }
+
+    /// The next cleaning pass, if none is running and a compacted partition is due
+    /// (`PartitionLog::clean_job`). The caller runs it on the blocking pool and hands the
+    /// result to `clean_done`.
+    pub fn take_clean_task(&mut self, now_ms: i64) -> Option<CleanTask> {
+        let settings = self.cleaner?;
+        if self.cleaning || self.closing {
+            return None;
+        }
+        for (tp, p) in &self.partitions {
+            if let Some(job) = p.log.clean_job(now_ms, replica::high_watermark(p), &settings) {
+                self.cleaning = true;
+                return Some(CleanTask { tp: tp.clone(), instance: p.log.instance(), job });
+            }
+        }
+        None
+    }
+
+    /// A pass came back: swap its segments in (`install_cleaned`), or, when it failed
+    /// or its log is gone, leave its files to the trash.
+    pub fn clean_done(
+        &mut self,
+        tp: &TopicPartition,
+        instance: u64,
+        result: std::io::Result<crate::log::cleaner::CleanOutcome>,
+    ) {
+        self.cleaning = false;
+        let p = self.partitions.get_mut(tp).filter(|p| p.log.instance() == instance);
+        match (result, p) {
+            (Ok(outcome), Some(p)) => {
+                let (stats, elapsed, dir) = (outcome.stats, outcome.elapsed, p.log.dir().to_path_buf());
+                let cleaned_to = outcome.cleaned_to;
+                let groups: Vec<i64> = outcome.groups.iter().map(|g| g.base_offset).collect();
+                match p.log.install_cleaned(outcome) {
+                    Ok(done) => tracing::info!(partition = %tp, cleaned_to, segments_replaced = done.segments_replaced,
+                        segments_written = done.segments_written, groups_discarded = done.groups_discarded,
+                        bytes_before = done.bytes_before, bytes_after = done.bytes_after,
+                        bytes_read = stats.bytes_read, bytes_written = stats.bytes_written,
+                        records_removed = stats.records_removed, tombstones_removed = stats.tombstones_removed,
+                        elapsed_ms = elapsed.as_millis() as u64, "log cleaner pass"),
+                    Err(e) => {
+                        tracing::error!(partition = %tp, error = %e, "cannot swap cleaned segments in");
+                        for base in groups {
+                            self.trash.files.extend(crate::log::cleaner::cleaned_paths(&dir, base));
+                        }
+                    }
+                }
+                self.trash.files.extend(p.log.take_cleaner_leftovers());
+            }
+            (Ok(outcome), None) => {
+                // The partition moved or was deleted meanwhile: nothing to swap into.
+                for g in outcome.groups {
+                    let dir = self.data_dir.join(tp.dir_name());
+                    self.trash.files.extend(crate::log::cleaner::cleaned_paths(&dir, g.base_offset));
+                }
+            }
+            (Err(e), _) => tracing::warn!(partition = %tp, error = %e, "log cleaner pass failed; retried later"),
         }
     }
 

@@ -341,6 +341,12 @@ impl ProducerStates {
         before - self.producers.len()
     }
 
+    /// The last offset of each producer's last batch: the batches the cleaner keeps
+    /// (empty if need be) so that a rebuild from the log finds every live producer.
+    pub fn last_offsets(&self) -> std::collections::HashSet<i64> {
+        self.producers.values().map(ProducerEntry::last_offset).filter(|o| *o >= 0).collect()
+    }
+
     /// Forget producers whose last batch lies below `log_start_offset` (retention
     /// removed it; Kafka's `evictUnretainedProducers`).
     pub fn remove_before(&mut self, log_start_offset: i64) -> usize {
