@@ -121,6 +121,9 @@ struct ServeArgs {
     /// offsets.topic.replication.factor: replicas of __consumer_offsets, capped by the live brokers at its creation [default: 3]
     #[arg(long)]
     offsets_topic_replication_factor: Option<i32>,
+    /// offsets.topic.segment.bytes: __consumer_offsets' segment size [default: 104857600]
+    #[arg(long)]
+    offsets_topic_segment_bytes: Option<i64>,
     /// replica.lag.time.max.ms: followers not caught up this long leave the ISR [default: 30000]
     #[arg(long)]
     replica_lag_time_max_ms: Option<i64>,
@@ -238,6 +241,12 @@ fn load_config(args: ServeArgs) -> Result<BrokerConfig, String> {
     }
     if let Some(v) = args.default_replication_factor {
         config.default_replication_factor = v;
+    }
+    if let Some(v) = args.offsets_topic_segment_bytes {
+        if v < 14 {
+            return Err("--offsets-topic-segment-bytes must be at least 14".into());
+        }
+        config.offsets_topic_segment_bytes = v;
     }
     if let Some(v) = args.offsets_topic_replication_factor {
         config.offsets_topic_replication_factor = v.max(1);

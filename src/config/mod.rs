@@ -88,6 +88,9 @@ pub struct BrokerConfig {
     /// live, or at the first FindCoordinator it answers with fewer live (then with as
     /// many replicas as there are live brokers: a single broker works as it is).
     pub offsets_topic_replication_factor: i32,
+    /// offsets.topic.segment.bytes: `__consumer_offsets`' segment.bytes (compaction
+    /// cleans rolled segments only).
+    pub offsets_topic_segment_bytes: i64,
     /// replica.lag.time.max.ms: a follower not caught up for this long leaves the ISR.
     pub replica_lag_time_max_ms: i64,
     /// producer.id.expiration.ms: a producer id idle this long (by its last batch's
@@ -165,6 +168,7 @@ impl Default for BrokerConfig {
             zookeeper_session_timeout_ms: 18_000,
             default_replication_factor: 1,
             offsets_topic_replication_factor: 3,
+            offsets_topic_segment_bytes: 104_857_600,
             replica_lag_time_max_ms: 30_000,
             producer_id_expiration_ms: limits::producer_id_expiration_ms_default,
             leader_imbalance_check_interval_ms: 300_000,
@@ -191,6 +195,13 @@ impl BrokerConfig {
             session_timeout_min_ms: self.group_min_session_timeout_ms.max(1),
             offsets_retention_ms: self.offsets_retention_minutes.saturating_mul(60_000),
             ..Default::default()
+        }
+    }
+
+    pub fn offsets_topic(&self) -> OffsetsTopic {
+        OffsetsTopic {
+            replication_factor: self.offsets_topic_replication_factor,
+            segment_bytes: self.offsets_topic_segment_bytes,
         }
     }
 
@@ -244,6 +255,13 @@ pub fn split_host_port(addr: &str) -> Option<(String, i32)> {
     let (host, port) = addr.rsplit_once(':')?;
     let port: u16 = port.parse().ok()?;
     Some((host.trim_matches(|c| c == '[' || c == ']').to_string(), port as i32))
+}
+
+/// How `__consumer_offsets` is created (offsets.topic.*).
+#[derive(Debug, Clone, Copy)]
+pub struct OffsetsTopic {
+    pub replication_factor: i32,
+    pub segment_bytes: i64,
 }
 
 /// Where a config value comes from (Kafka's DescribeConfigs `config_source`).

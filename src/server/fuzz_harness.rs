@@ -142,7 +142,11 @@ async fn context() -> anyhow::Result<Rc<ShardContext>> {
         super::controller_config(&config),
     )?;
     let metadata = Metadata::start(registry)?;
-    super::ensure_offsets_topic(&metadata, 1, true)?;
+    super::ensure_offsets_topic(
+        &metadata,
+        crate::config::OffsetsTopic { replication_factor: 1, segment_bytes: 104_857_600 },
+        true,
+    )?;
     for (name, partitions) in seed_topics {
         let configs =
             crate::config::TopicConfig::from_pairs([], &Default::default()).map_err(|e| anyhow::anyhow!(e))?;

@@ -78,7 +78,7 @@ pub fn run(config: BrokerConfig) -> anyhow::Result<()> {
     install_signal_handlers(shutdown.clone())?;
     disk::spawn_monitor(disk.clone(), shutdown.clone())?;
     if metadata.view().is_active() {
-        ensure_offsets_topic(&metadata, config.offsets_topic_replication_factor, false)?;
+        ensure_offsets_topic(&metadata, config.offsets_topic(), false)?;
     }
     let link = match locator {
         None => None,
@@ -282,7 +282,7 @@ fn start_link(
     cluster_id: &str,
     shutdown: &Arc<AtomicBool>,
 ) -> anyhow::Result<std::thread::JoinHandle<()>> {
-    let offsets_replication_factor = config.offsets_topic_replication_factor;
+    let offsets_topic = config.offsets_topic();
     let handle = link::Link {
         metadata: metadata.clone(),
         broker: local_broker(config, nr_shards),
@@ -292,7 +292,7 @@ fn start_link(
         controller_config: controller_config(config),
         shutdown: shutdown.clone(),
         on_active: Box::new(move |metadata| {
-            if let Err(e) = ensure_offsets_topic(metadata, offsets_replication_factor, false) {
+            if let Err(e) = ensure_offsets_topic(metadata, offsets_topic, false) {
                 tracing::error!(error = %e, "cannot create the offsets topic");
             }
         }),
@@ -312,13 +312,14 @@ fn start_link(
 /// Create `__consumer_offsets` on the active coordinator if it does not exist yet:
 /// with `replication_factor` replicas once that many brokers are live, or, when
 /// `capped` (a FindCoordinator asked for a group's coordinator), with as many as are
-/// live. Kafka creates it at the first FindCoordinator too. Compacted, with Kafka's
-/// 100 MiB segments. Returns whether it was created.
+/// live. Kafka creates it at the first FindCoordinator too. Compacted, with
+/// offsets.topic.segment.bytes segments (100 MiB). Returns whether it was created.
 pub(crate) fn create_offsets_topic(
     reg: &mut crate::coordinator::registry::Registry,
-    replication_factor: i32,
+    settings: crate::config::OffsetsTopic,
     capped: bool,
 ) -> anyhow::Result<bool> {
+    let replication_factor = settings.replication_factor;
     use crate::group::{offsets_topic_partitions, OFFSETS_TOPIC};
     if !reg.is_active() || reg.get(OFFSETS_TOPIC).is_some() {
         return Ok(false);
@@ -330,7 +331,7 @@ pub(crate) fn create_offsets_topic(
         _ => return Ok(false),
     };
     let configs = crate::config::TopicConfig::from_pairs(
-        [("cleanup.policy", Some("compact")), ("segment.bytes", Some("104857600"))],
+        [("cleanup.policy", Some("compact")), ("segment.bytes", Some(settings.segment_bytes.to_string().as_str()))],
         &Default::default(),
     )
     .map_err(|e| anyhow::anyhow!(e))?;
@@ -346,8 +347,12 @@ pub(crate) fn create_offsets_topic(
 }
 
 /// `create_offsets_topic` from a thread that may block (startup, the coordinator link).
-fn ensure_offsets_topic(metadata: &Metadata, replication_factor: i32, capped: bool) -> anyhow::Result<()> {
-    metadata.write_blocking(move |reg| create_offsets_topic(reg, replication_factor, capped)).map(|_| ())
+fn ensure_offsets_topic(
+    metadata: &Metadata,
+    settings: crate::config::OffsetsTopic,
+    capped: bool,
+) -> anyhow::Result<()> {
+    metadata.write_blocking(move |reg| create_offsets_topic(reg, settings, capped)).map(|_| ())
 }
 
 /// Take Kafka's `.lock` on the data directory: an exclusive `flock`, held for the
@@ -641,7 +646,7 @@ async fn run_shard(
                 // brokers are live.
                 let view = ctx.view();
                 if view.is_active() && view.get(crate::group::OFFSETS_TOPIC).is_none() {
-                    let rf = ctx.config.offsets_topic_replication_factor;
+                    let rf = ctx.config.offsets_topic();
                     if let Err(e) = ctx.metadata.write(move |r| create_offsets_topic(r, rf, false)).await {
                         tracing::warn!(error = %e, "cannot create the offsets topic");
                     }

@@ -101,7 +101,7 @@ fn manual_assignment(
 pub async fn auto_create(ctx: &ShardContext, name: &str, partitions: i32) -> Result<TopicMeta, (i16, String)> {
     if name == crate::group::OFFSETS_TOPIC {
         if ctx.view().is_active() {
-            let rf = ctx.config.offsets_topic_replication_factor;
+            let rf = ctx.config.offsets_topic();
             if let Err(e) = ctx.metadata.write(move |r| super::super::create_offsets_topic(r, rf, false)).await {
                 tracing::warn!(error = %e, "cannot create the offsets topic");
             }

@@ -24,7 +24,7 @@ pub async fn handle(ctx: &ShardContext, frame: &RequestFrame) -> Result<Bytes, P
     if req.key_type == KEY_TYPE_GROUP {
         let view = ctx.view();
         if view.is_active() && view.get(crate::group::OFFSETS_TOPIC).is_none() {
-            let rf = ctx.config.offsets_topic_replication_factor;
+            let rf = ctx.config.offsets_topic();
             if let Err(e) = ctx.metadata.write(move |r| super::super::create_offsets_topic(r, rf, true)).await {
                 tracing::warn!(error = %e, "cannot create the offsets topic");
             }

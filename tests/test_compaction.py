@@ -1,0 +1,202 @@
+"""Log compaction (cleanup.policy=compact) in the real broker, read back by real clients.
+
+- 200,000 records over 1,000 keys, the last 100 keys ending in a tombstone, into a
+  compacted topic with small segments (segment.ms rolls the last one): once cleaned,
+  confluent-kafka and kafka-python each read exactly one record per key, the newest one,
+  at the offset the producer was acknowledged for it (offsets never move); the
+  partition's .log bytes shrink to a fraction; after delete.retention.ms the tombstones
+  are gone too and only the 900 live keys remain. A kill -9 and restart keep it all.
+- Records without a key are refused on a compacted topic (INVALID_RECORD, as Kafka).
+- `__consumer_offsets` is compacted: a group committing 100,000 times leaves a few
+  segments' worth of bytes (small offsets.topic.segment.bytes so segments roll), and the
+  last commit is what a restarted broker (kill -9) serves.
+
+Waiting is polling with deadlines (the cleaner runs on its own schedule), never a sleep
+that has to be long enough.
+"""
+
+import time
+
+import pytest
+from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
+
+from helpers.clients import cf_conf, cf_consume, create_topic, kp_consume
+
+KEYS = 1_000
+RECORDS = 200_000
+TOMBSTONED = 100  # keys 0..99 end with a tombstone
+SEGMENT_BYTES = 256 * 1024
+DELETE_RETENTION_MS = 8_000
+CLEAN_WAIT_S = 90
+
+COMPACTED = {
+    "cleanup.policy": "compact",
+    "segment.bytes": str(SEGMENT_BYTES),
+    "segment.ms": "2000",
+    "min.cleanable.dirty.ratio": "0.01",
+    "delete.retention.ms": str(DELETE_RETENTION_MS),
+}
+
+
+def key(k):
+    return f"key-{k:04d}".encode()
+
+
+def log_bytes(broker, topic, partition=0):
+    d = broker.data_dir / f"{topic}-{partition}"
+    return sum(f.stat().st_size for f in d.glob("*.log"))
+
+
+def produce_keyed(bootstrap, topic):
+    """RECORDS keyed records (value f"{k}:{i}"), then a tombstone for keys 0..99.
+    Returns {key: (offset, value)} of each key's last acknowledged record."""
+    p = Producer(cf_conf(bootstrap, **{"linger.ms": 20}))
+    newest = {}
+    errors = []
+
+    def on_delivery(err, msg):
+        if err is not None:
+            errors.append(err)
+        else:
+            k = msg.key()
+            if k not in newest or newest[k][0] < msg.offset():
+                newest[k] = (msg.offset(), msg.value())
+
+    for i in range(RECORDS):
+        k = i % KEYS
+        while True:
+            try:
+                p.produce(topic, key=key(k), value=f"{k}:{i}".encode(), partition=0, on_delivery=on_delivery)
+                break
+            except BufferError:
+                p.poll(0.1)
+        p.poll(0)
+    for k in range(TOMBSTONED):
+        p.produce(topic, key=key(k), value=None, partition=0, on_delivery=on_delivery)
+    assert p.flush(60) == 0, "not all delivered"
+    assert not errors, errors[:3]
+    assert len(newest) == KEYS
+    return newest
+
+
+def read_all(bootstrap, topic):
+    got = cf_consume(bootstrap, topic, 1, timeout=60)[0]
+    return [(r.offset, r.key, r.value) for r in got]
+
+
+def expected(newest, with_tombstones):
+    want = sorted((off, k, v) for k, (off, v) in newest.items() if v is not None or with_tombstones)
+    return want
+
+
+def wait_until(what, check, timeout=CLEAN_WAIT_S):
+    deadline = time.monotonic() + timeout
+    last = None
+    while time.monotonic() < deadline:
+        ok, last = check()
+        if ok:
+            return last
+        time.sleep(0.5)
+    pytest.fail(f"{what} not reached in {timeout}s; last seen: {last}")
+
+
+def test_a_compacted_topic_keeps_each_keys_newest_record(broker_factory):
+    b = broker_factory()
+    topic = "compacted"
+    create_topic(b.bootstrap, topic, 1, config=COMPACTED)
+    newest = produce_keyed(b.bootstrap, topic)
+    # What the records take at the least (keys and values alone, no batch or record
+    # framing): the cleaner may already be at work, so the files are no measure of it.
+    written = sum(len(key(i % KEYS)) + len(f"{i % KEYS}:{i}") for i in range(RECORDS))
+
+    # First the cleaner keeps each key's newest record, the tombstones included (their
+    # delete horizon starts at the pass that first sees them).
+    with_tombstones = expected(newest, True)
+    live_only = expected(newest, False)
+
+    def cleaned():
+        got = read_all(b.bootstrap, topic)
+        return got in (with_tombstones, live_only), (len(got), got[:2])
+
+    wait_until("one record per key", cleaned)
+    for label, reader in [("confluent-kafka", read_all),
+                          ("kafka-python", lambda bs, t: [(r.offset, r.key, r.value)
+                                                          for r in kp_consume(bs, t, 1, timeout=60)[0]])]:
+        got = reader(b.bootstrap, topic)
+        assert got in (with_tombstones, live_only), f"{label}: {len(got)} records, first {got[:3]}"
+    cleaned_bytes = log_bytes(b, topic)
+    assert cleaned_bytes < written // 20, f"{written} bytes before, {cleaned_bytes} after cleaning"
+
+    # After delete.retention.ms a later pass removes the tombstones.
+    wait_until("tombstones gone", lambda: ((g := read_all(b.bootstrap, topic)) == live_only, len(g)))
+    assert "log cleaner pass" in b.log_text()
+
+    # Appends go on at the end; a kill -9 and restart keep the cleaned log as it is.
+    p = Producer(cf_conf(b.bootstrap))
+    p.produce(topic, key=key(5), value=b"after", partition=0)
+    assert p.flush(30) == 0
+    end_before = read_all(b.bootstrap, topic)
+    assert end_before[-1][1:] == (key(5), b"after")
+    assert end_before[-1][0] > max(off for off, _, _ in live_only)
+    b.kill()
+    b.restart()
+    assert read_all(b.bootstrap, topic) == end_before
+
+
+def test_a_compacted_topic_refuses_records_without_a_key(broker_factory):
+    b = broker_factory()
+    topic = "compacted-keys"
+    create_topic(b.bootstrap, topic, 1, config={"cleanup.policy": "compact"})
+    p = Producer(cf_conf(b.bootstrap, **{"message.timeout.ms": 10000}))
+    reports = []
+    # One batch each: a batch with a keyless record is refused whole (as Kafka does).
+    p.produce(topic, value=b"no key", partition=0, on_delivery=lambda err, msg: reports.append(err))
+    assert p.flush(30) == 0
+    p.produce(topic, key=b"k", value=b"keyed", partition=0, on_delivery=lambda err, msg: reports.append(err))
+    assert p.flush(30) == 0
+    assert reports[0] is not None and reports[0].code() == KafkaError.INVALID_RECORD, reports
+    assert reports[1] is None, reports
+    got = read_all(b.bootstrap, topic)
+    assert [(k, v) for _, k, v in got] == [(b"k", b"keyed")]
+
+
+COMMITS = 100_000
+
+
+def offsets_topic_bytes(broker):
+    return sum(f.stat().st_size for d in broker.data_dir.glob("__consumer_offsets-*") for f in d.glob("*.log"))
+
+
+def test_consumer_offsets_stays_bounded_under_many_commits(broker_factory):
+    seg = 256 * 1024
+    b = broker_factory("--offsets-topic-segment-bytes", str(seg))
+    topic = "committed"
+    create_topic(b.bootstrap, topic, 1)
+    c = Consumer(cf_conf(b.bootstrap, **{"group.id": "many-commits", "enable.auto.commit": False}))
+    try:
+        for i in range(1, COMMITS + 1):
+            while True:
+                try:
+                    c.commit(offsets=[TopicPartition(topic, 0, i)], asynchronous=i % 1000 != 0)
+                    break
+                except Exception as e:  # noqa: BLE001 - librdkafka's queue full: let it drain
+                    if "QUEUE_FULL" not in str(e) and "Queue full" not in str(e):
+                        raise
+                    c.poll(0.05)
+            c.poll(0)
+        (tp,) = c.committed([TopicPartition(topic, 0)], timeout=30)
+        assert tp.offset == COMMITS
+    finally:
+        c.close()
+    # Each commit is ~100 bytes on disk: uncleaned, 100,000 of them fill ~40 segments.
+    bound = 4 * seg
+    wait_until("__consumer_offsets cleaned",
+               lambda: ((n := offsets_topic_bytes(b)) < bound, n))
+    b.kill()
+    b.restart()
+    c = Consumer(cf_conf(b.bootstrap, **{"group.id": "many-commits", "enable.auto.commit": False}))
+    try:
+        (tp,) = c.committed([TopicPartition(topic, 0)], timeout=60)
+        assert tp.offset == COMMITS
+    finally:
+        c.close()
