@@ -16,10 +16,12 @@ that has to be long enough.
 """
 
 import time
+import urllib.request
 
 import pytest
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 
+from helpers.broker import free_port
 from helpers.clients import cf_conf, cf_consume, create_topic, kp_consume
 
 KEYS = 1_000
@@ -100,8 +102,15 @@ def wait_until(what, check, timeout=CLEAN_WAIT_S):
     pytest.fail(f"{what} not reached in {timeout}s; last seen: {last}")
 
 
+def metrics(port):
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
+        lines = r.read().decode().splitlines()
+    return {line.rsplit(" ", 1)[0]: float(line.rsplit(" ", 1)[1]) for line in lines if line and line[0] != "#"}
+
+
 def test_a_compacted_topic_keeps_each_keys_newest_record(broker_factory):
-    b = broker_factory()
+    mport = free_port()
+    b = broker_factory("--metrics-listen", f"127.0.0.1:{mport}")
     topic = "compacted"
     create_topic(b.bootstrap, topic, 1, config=COMPACTED)
     newest = produce_keyed(b.bootstrap, topic)
@@ -130,6 +139,12 @@ def test_a_compacted_topic_keeps_each_keys_newest_record(broker_factory):
     # After delete.retention.ms a later pass removes the tombstones.
     wait_until("tombstones gone", lambda: ((g := read_all(b.bootstrap, topic)) == live_only, len(g)))
     assert "log cleaner pass" in b.log_text()
+    m = metrics(mport)
+    assert m["spate_log_cleaner_passes_total"] >= 2, m
+    assert m["spate_log_cleaner_errors_total"] == 0
+    assert m["spate_log_cleaner_records_removed_total"] >= RECORDS + TOMBSTONED - KEYS
+    assert 0 <= m[f'spate_log_cleaner_dirty_ratio{{topic="{topic}",partition="0"}}'] <= 1
+    assert m[f'spate_log_cleaner_last_clean_timestamp_ms{{topic="{topic}",partition="0"}}'] > 0
 
     # Appends go on at the end; a kill -9 and restart keep the cleaned log as it is.
     p = Producer(cf_conf(b.bootstrap))

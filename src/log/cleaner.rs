@@ -120,6 +120,8 @@ pub struct CleanStats {
 
 pub struct CleanOutcome {
     pub groups: Vec<CleanedGroup>,
+    /// The clock the pass was planned at.
+    pub now_ms: i64,
     /// The next cleaner checkpoint: where the key map stopped.
     pub cleaned_to: i64,
     /// The earliest delete horizon of a tombstone left in place (a later pass is due
@@ -630,6 +632,7 @@ fn run_pass(job: &CleanJob) -> std::io::Result<CleanOutcome> {
     }
     Ok(CleanOutcome {
         groups: out_groups,
+        now_ms: job.now_ms,
         cleaned_to: map_end.max(job.dirty_from),
         next_horizon_ms: next_horizon,
         stats,

@@ -315,6 +315,8 @@ pub struct PartitionLog {
     cleaner_checkpoint: i64,
     /// A pass left tombstones whose delete horizon is then: one is due by then.
     clean_horizon_ms: Option<i64>,
+    /// When the last pass was installed (for the metrics).
+    last_clean_ms: Option<i64>,
     /// `.cleaned` files of discarded groups, to unlink off the core (`take_cleaner_leftovers`).
     cleaner_leftovers: Vec<i64>,
     offline: Option<String>,
@@ -521,6 +523,7 @@ impl PartitionLog {
             deleted_segments: Vec::new(),
             cleaner_checkpoint: cleaner::read_checkpoint(dir).unwrap_or(0),
             clean_horizon_ms: None,
+            last_clean_ms: None,
             cleaner_leftovers: Vec::new(),
             offline: None,
             pending_writes: VecDeque::new(),
@@ -1396,7 +1399,21 @@ impl PartitionLog {
             self.replaced_unsynced(file);
         }
         self.clean_horizon_ms = outcome.next_horizon_ms;
+        self.last_clean_ms = Some(outcome.now_ms);
         Ok(done)
+    }
+
+    /// For a compacted log: the dirty ratio of its rolled segments (bytes above the
+    /// cleaner checkpoint over all) and when a pass was last installed.
+    pub fn cleaner_state(&self) -> Option<(f64, Option<i64>)> {
+        if !self.config.compact {
+            return None;
+        }
+        let rolled = &self.segments[..self.segments.len() - 1];
+        let total: u64 = rolled.iter().map(|s| s.size_bytes).sum();
+        let dirty: u64 = rolled.iter().filter(|s| s.next_offset > self.cleaner_checkpoint).map(|s| s.size_bytes).sum();
+        let ratio = if total == 0 { 0.0 } else { dirty as f64 / total as f64 };
+        Some((ratio, self.last_clean_ms))
     }
 
     /// The cleaner checkpoint: offsets below it have been through a pass's key map.

@@ -287,6 +287,49 @@ impl Metrics {
                 );
             }
         }
+        let mut totals = crate::shard::CleanerTotals::default();
+        for st in &statuses {
+            totals.passes += st.cleaner.passes;
+            totals.errors += st.cleaner.errors;
+            totals.bytes_read += st.cleaner.bytes_read;
+            totals.bytes_written += st.cleaner.bytes_written;
+            totals.records_removed += st.cleaner.records_removed;
+        }
+        for (name, help, v) in [
+            ("spate_log_cleaner_passes_total", "Log cleaner passes installed.", totals.passes),
+            (
+                "spate_log_cleaner_errors_total",
+                "Log cleaner passes that failed or could not be swapped in.",
+                totals.errors,
+            ),
+            ("spate_log_cleaner_bytes_read_total", "Bytes the log cleaner read.", totals.bytes_read),
+            ("spate_log_cleaner_bytes_written_total", "Bytes the log cleaner wrote.", totals.bytes_written),
+            ("spate_log_cleaner_records_removed_total", "Records the log cleaner removed.", totals.records_removed),
+        ] {
+            let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} counter\n{name} {v}");
+        }
+        let _ = writeln!(out, "# HELP spate_log_cleaner_dirty_ratio Compacted partitions: bytes of rolled segments not yet cleaned over all rolled bytes.\n# TYPE spate_log_cleaner_dirty_ratio gauge");
+        for st in &statuses {
+            for p in st.partitions.iter().filter(|p| p.cleaner.is_some()) {
+                let (ratio, _) = p.cleaner.unwrap();
+                let _ = writeln!(
+                    out,
+                    "spate_log_cleaner_dirty_ratio{{topic=\"{}\",partition=\"{}\"}} {ratio}",
+                    p.tp.topic, p.tp.partition
+                );
+            }
+        }
+        let _ = writeln!(out, "# HELP spate_log_cleaner_last_clean_timestamp_ms Compacted partitions: when the last cleaning pass was installed (0: none since start).\n# TYPE spate_log_cleaner_last_clean_timestamp_ms gauge");
+        for st in &statuses {
+            for p in st.partitions.iter().filter(|p| p.cleaner.is_some()) {
+                let last = p.cleaner.unwrap().1.unwrap_or(0);
+                let _ = writeln!(
+                    out,
+                    "spate_log_cleaner_last_clean_timestamp_ms{{topic=\"{}\",partition=\"{}\"}} {last}",
+                    p.tp.topic, p.tp.partition
+                );
+            }
+        }
         let _ = writeln!(out, "# HELP spate_partition_log_start_offset First offset still in the log.\n# TYPE spate_partition_log_start_offset gauge");
         for st in &statuses {
             for p in &st.partitions {

@@ -144,6 +144,17 @@ pub struct ShardStatus {
     pub partitions: Vec<PartitionStatus>,
     pub groups: Vec<crate::group::GroupStatus>,
     pub rebalances: u64,
+    pub cleaner: CleanerTotals,
+}
+
+/// What this shard's log cleaner did since start.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct CleanerTotals {
+    pub passes: u64,
+    pub errors: u64,
+    pub bytes_read: u64,
+    pub bytes_written: u64,
+    pub records_removed: u64,
 }
 
 #[derive(Debug, Clone)]
@@ -157,6 +168,8 @@ pub struct PartitionStatus {
     pub under_replicated: bool,
     /// Led here: the high watermark.
     pub high_watermark: Option<i64>,
+    /// Compacted: the dirty ratio and when the last cleaning pass was installed.
+    pub cleaner: Option<(f64, Option<i64>)>,
 }
 
 #[derive(Debug)]
@@ -309,6 +322,7 @@ pub struct Shard {
     cleaner: Option<crate::log::CleanerSettings>,
     /// A cleaning pass is running on the blocking pool (one per shard at a time).
     cleaning: bool,
+    cleaner_totals: CleanerTotals,
     /// Fetches of at least this many bytes are sent from the file (zero-copy).
     zero_copy_bytes_min: u64,
     /// Appends go through this io_uring ring; without one they are written in place.
@@ -392,6 +406,7 @@ impl Shard {
             partitions: HashMap::new(),
             cleaner: Some(crate::log::CleanerSettings::default()),
             cleaning: false,
+            cleaner_totals: CleanerTotals::default(),
             groups: GroupCoordinator::new(group_config),
             zero_copy_bytes_min: u64::MAX,
             ring: None,
@@ -478,6 +493,11 @@ impl Shard {
             (Ok(outcome), Some(p)) => {
                 let (stats, elapsed, dir) = (outcome.stats, outcome.elapsed, p.log.dir().to_path_buf());
                 let cleaned_to = outcome.cleaned_to;
+                let t = &mut self.cleaner_totals;
+                t.passes += 1;
+                t.bytes_read += stats.bytes_read;
+                t.bytes_written += stats.bytes_written;
+                t.records_removed += stats.records_removed;
                 let groups: Vec<i64> = outcome.groups.iter().map(|g| g.base_offset).collect();
                 match p.log.install_cleaned(outcome) {
                     Ok(done) => tracing::info!(partition = %tp, cleaned_to, segments_replaced = done.segments_replaced,
@@ -487,6 +507,7 @@ impl Shard {
                         records_removed = stats.records_removed, tombstones_removed = stats.tombstones_removed,
                         elapsed_ms = elapsed.as_millis() as u64, "log cleaner pass"),
                     Err(e) => {
+                        self.cleaner_totals.errors += 1;
                         tracing::error!(partition = %tp, error = %e, "cannot swap cleaned segments in");
                         for base in groups {
                             self.trash.files.extend(crate::log::cleaner::cleaned_paths(&dir, base));
@@ -502,7 +523,10 @@ impl Shard {
                     self.trash.files.extend(crate::log::cleaner::cleaned_paths(&dir, g.base_offset));
                 }
             }
-            (Err(e), _) => tracing::warn!(partition = %tp, error = %e, "log cleaner pass failed; retried later"),
+            (Err(e), _) => {
+                self.cleaner_totals.errors += 1;
+                tracing::warn!(partition = %tp, error = %e, "log cleaner pass failed; retried later")
+            }
         }
     }
 
@@ -1079,10 +1103,16 @@ impl Shard {
                 offline: p.log.offline_reason().is_some(),
                 under_replicated: p.replica.leader_state().is_some_and(|l| l.isr().len() < l.replicas().len()),
                 high_watermark: p.replica.leader_state().map(|l| l.high_watermark()),
+                cleaner: p.log.cleaner_state(),
             })
             .collect();
         partitions.sort_by(|a, b| a.tp.cmp(&b.tp));
-        ShardStatus { partitions, groups: self.groups.status(), rebalances: self.groups.rebalances() }
+        ShardStatus {
+            partitions,
+            groups: self.groups.status(),
+            rebalances: self.groups.rebalances(),
+            cleaner: self.cleaner_totals,
+        }
     }
 
     /// Clean shutdown: close every log (flush, trim indexes, clean-shutdown marker).
