@@ -121,8 +121,10 @@ def test_retention_ms_deletes_expired_segments_but_not_the_active_one(broker_fac
     gone = [value("gone", i) for i in range(20)]
     offsets = produce_one_by_one(b.bootstrap, "expired", gone, timestamp_ms=old_ts)
     bases = segment_bases(b, "expired")
-    assert len(bases) >= 3, bases
+    # Several segments were made (the active one does not start at 0); retention may
+    # already have deleted some of the others while the records went in.
     active = bases[-1]
+    assert active > 0, bases
     high = wait_log_start(b.bootstrap, "expired", active)
     assert high == 20
     assert segment_bases(b, "expired") == [active]

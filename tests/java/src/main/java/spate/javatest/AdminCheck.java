@@ -352,7 +352,9 @@ public final class AdminCheck {
                 return false;
             }
         }, () -> "still listed or described");
-        failure(admin.describeTopics(List.of(t2)).allTopicNames(), UnknownTopicOrPartitionException.class, "describing " + t2 + " after delete");
+        // Not described once more here: the admin may ask another broker, which can
+        // still be a moment behind (a loaded CI machine showed it). Deletion goes to the
+        // controller, which knows.
         failure(admin.deleteTopics(List.of(t2)).all(), UnknownTopicOrPartitionException.class, "deleting " + t2 + " again");
     }
 }
