@@ -98,13 +98,8 @@ fn clean_batch(whole: &[u8], h: &batch::BatchHeader) {
         }
     }
     for keep_empty in [false, true] {
-        let rules = cleaner::BatchRules {
-            map: &map,
-            map_end: i64::MAX,
-            now_ms: i64::MAX,
-            delete_retention_ms: 0,
-            keep_empty,
-        };
+        let rules =
+            cleaner::BatchRules { map: &map, map_end: i64::MAX, now_ms: i64::MAX, delete_retention_ms: 0, keep_empty };
         if let Ok(cleaner::Verdict::Rewrite { batch: rebuilt, .. }) = cleaner::clean_batch(whole, h, &rules) {
             let (nh, size) = batch::check_structure(&rebuilt, usize::MAX).expect("a rebuilt batch checks out");
             assert_eq!(size, rebuilt.len());

@@ -292,30 +292,89 @@ enum ValueKind {
     List(&'static [&'static str]),
     /// A double in [0, 1].
     Ratio,
+    /// A long within [min, max].
+    Range { min: i64, max: i64 },
+    /// Any text (stored as given).
+    Text,
 }
 
-/// Every topic config Spate understands. Anything else is refused (INVALID_CONFIG), not
-/// ignored, so a user never believes a setting took effect when it did not.
+/// Every topic config Kafka 3.9 documents, with Kafka's defaults and validation. Those
+/// marked "accepted, no effect" are stored and described but change nothing here (the
+/// README lists them: message format and down-conversion are gone with magic 2, remote
+/// storage and replication throttles do not exist yet, files are not preallocated).
+/// Anything else is refused (INVALID_CONFIG), not ignored, so a user never believes an
+/// unknown setting took effect.
 const TOPIC_CONFIG_KEYS: &[TopicConfigKey] = &[
     TopicConfigKey { name: "cleanup.policy", default: "delete", kind: ValueKind::List(&["compact", "delete"]) },
+    TopicConfigKey { name: "compression.gzip.level", default: "-1", kind: ValueKind::Range { min: -1, max: 9 } },
+    TopicConfigKey { name: "compression.lz4.level", default: "9", kind: ValueKind::Range { min: 1, max: 17 } },
+    TopicConfigKey {
+        name: "compression.type",
+        default: "producer",
+        kind: ValueKind::Choice(&["uncompressed", "zstd", "lz4", "snappy", "gzip", "producer"]),
+    },
+    TopicConfigKey { name: "compression.zstd.level", default: "3", kind: ValueKind::Range { min: -131072, max: 22 } },
     TopicConfigKey { name: "delete.retention.ms", default: "86400000", kind: ValueKind::Long { min: 0 } },
+    // Accepted, no effect: retention's segments are unlinked off the data core at once.
+    TopicConfigKey { name: "file.delete.delay.ms", default: "60000", kind: ValueKind::Long { min: 0 } },
     TopicConfigKey { name: "flush.messages", default: "9223372036854775807", kind: ValueKind::Long { min: 1 } },
     TopicConfigKey { name: "flush.ms", default: "9223372036854775807", kind: ValueKind::Long { min: 0 } },
+    // Accepted, no effect (replication throttles: issue 18).
+    TopicConfigKey { name: "follower.replication.throttled.replicas", default: "", kind: ValueKind::Text },
     TopicConfigKey { name: "index.interval.bytes", default: "4096", kind: ValueKind::Long { min: 0 } },
+    TopicConfigKey { name: "leader.replication.throttled.replicas", default: "", kind: ValueKind::Text },
+    // Accepted, no effect (no tiered storage).
+    TopicConfigKey { name: "local.retention.bytes", default: "-2", kind: ValueKind::Long { min: -2 } },
+    TopicConfigKey { name: "local.retention.ms", default: "-2", kind: ValueKind::Long { min: -2 } },
+    TopicConfigKey { name: "max.compaction.lag.ms", default: "9223372036854775807", kind: ValueKind::Long { min: 1 } },
     TopicConfigKey { name: "max.message.bytes", default: "1048588", kind: ValueKind::Long { min: 0 } },
+    // Accepted, no effect: only magic 2 is stored and served.
+    TopicConfigKey {
+        name: "message.downconversion.enable",
+        default: "true",
+        kind: ValueKind::Choice(&["true", "false"]),
+    },
+    TopicConfigKey { name: "message.format.version", default: "3.0-IV1", kind: ValueKind::Text },
+    // Accepted, not enforced yet: produced timestamps are not checked against them.
+    TopicConfigKey {
+        name: "message.timestamp.after.max.ms",
+        default: "9223372036854775807",
+        kind: ValueKind::Long { min: 0 },
+    },
+    TopicConfigKey {
+        name: "message.timestamp.before.max.ms",
+        default: "9223372036854775807",
+        kind: ValueKind::Long { min: 0 },
+    },
+    TopicConfigKey {
+        name: "message.timestamp.difference.max.ms",
+        default: "9223372036854775807",
+        kind: ValueKind::Long { min: 0 },
+    },
     TopicConfigKey {
         name: "message.timestamp.type",
         default: "CreateTime",
         kind: ValueKind::Choice(&["CreateTime", "LogAppendTime"]),
     },
-    TopicConfigKey { name: "max.compaction.lag.ms", default: "9223372036854775807", kind: ValueKind::Long { min: 1 } },
     TopicConfigKey { name: "min.cleanable.dirty.ratio", default: "0.5", kind: ValueKind::Ratio },
     TopicConfigKey { name: "min.compaction.lag.ms", default: "0", kind: ValueKind::Long { min: 0 } },
     TopicConfigKey { name: "min.insync.replicas", default: "1", kind: ValueKind::Long { min: 1 } },
+    // Accepted, no effect: segments are not preallocated.
+    TopicConfigKey { name: "preallocate", default: "false", kind: ValueKind::Choice(&["true", "false"]) },
+    // Accepted, no effect (no tiered storage); "true" is refused, as by a Kafka without it.
+    TopicConfigKey { name: "remote.log.copy.disable", default: "false", kind: ValueKind::Choice(&["true", "false"]) },
+    TopicConfigKey {
+        name: "remote.log.delete.on.disable",
+        default: "false",
+        kind: ValueKind::Choice(&["true", "false"]),
+    },
+    TopicConfigKey { name: "remote.storage.enable", default: "false", kind: ValueKind::Choice(&["false"]) },
     TopicConfigKey { name: "retention.bytes", default: "-1", kind: ValueKind::Long { min: -1 } },
     TopicConfigKey { name: "retention.ms", default: "604800000", kind: ValueKind::Long { min: -1 } },
     TopicConfigKey { name: "segment.bytes", default: "1073741824", kind: ValueKind::Long { min: 14 } },
     TopicConfigKey { name: "segment.index.bytes", default: "10485760", kind: ValueKind::Long { min: 4 } },
+    // Accepted, no effect: segments roll at segment.ms exactly.
+    TopicConfigKey { name: "segment.jitter.ms", default: "0", kind: ValueKind::Long { min: 0 } },
     TopicConfigKey { name: "segment.ms", default: "604800000", kind: ValueKind::Long { min: 1 } },
     TopicConfigKey {
         name: "unclean.leader.election.enable",
@@ -352,6 +411,14 @@ impl TopicConfig {
             overrides.insert(name.to_string(), value.to_string());
         }
         Ok(Self { overrides })
+    }
+
+    /// Kafka's LIST-type topic configs (IncrementalAlterConfigs APPEND / SUBTRACT).
+    pub fn is_list(name: &str) -> bool {
+        matches!(
+            name,
+            "cleanup.policy" | "follower.replication.throttled.replicas" | "leader.replication.throttled.replicas"
+        )
     }
 
     /// Every supported config with its effective value and source.
@@ -395,6 +462,14 @@ impl TopicConfig {
             flush_messages: long("flush.messages").max(1) as u64,
             flush_ms: long("flush.ms"),
             producer_id_expiration_ms: limits::producer_id_expiration_ms_default,
+            compression: match values.get("compression.type").map(String::as_str) {
+                Some("uncompressed") => Some(0),
+                Some("gzip") => Some(1),
+                Some("snappy") => Some(2),
+                Some("lz4") => Some(3),
+                Some("zstd") => Some(4),
+                _ => None,
+            },
             delete: policy.split(',').any(|p| p.trim() == "delete"),
             compact: policy.split(',').any(|p| p.trim() == "compact"),
             delete_retention_ms: long("delete.retention.ms"),
@@ -429,6 +504,11 @@ fn check_value(key: &TopicConfigKey, value: &str) -> Result<(), String> {
                 Err(format!("{} must be a list of distinct items from {choices:?}, got {value:?}", key.name))
             }
         }
+        ValueKind::Range { min, max } => match value.trim().parse::<i64>() {
+            Ok(v) if (min..=max).contains(&v) => Ok(()),
+            _ => Err(format!("{} must be an integer in [{min}, {max}], got {value:?}", key.name)),
+        },
+        ValueKind::Text => Ok(()),
         ValueKind::Ratio => match value.trim().parse::<f64>() {
             Ok(v) if (0.0..=1.0).contains(&v) => Ok(()),
             _ => Err(format!("{} must be a number between 0 and 1, got {value:?}", key.name)),
@@ -455,8 +535,17 @@ mod tests {
         assert!(e.contains("distinct"), "{e}");
         let e = TopicConfig::from_pairs([("min.cleanable.dirty.ratio", Some("1.5"))], &BTreeMap::new()).unwrap_err();
         assert!(e.contains("between 0 and 1"), "{e}");
-        let e = TopicConfig::from_pairs([("compression.type", Some("lz4"))], &BTreeMap::new()).unwrap_err();
+        let e = TopicConfig::from_pairs([("compression.typo", Some("lz4"))], &BTreeMap::new()).unwrap_err();
         assert!(e.contains("unsupported"), "{e}");
+        let e = TopicConfig::from_pairs([("compression.type", Some("brotli"))], &BTreeMap::new()).unwrap_err();
+        assert!(e.contains("compression.type"), "{e}");
+        let e = TopicConfig::from_pairs([("compression.gzip.level", Some("10"))], &BTreeMap::new()).unwrap_err();
+        assert!(e.contains("[-1, 9]"), "{e}");
+        let e = TopicConfig::from_pairs([("remote.storage.enable", Some("true"))], &BTreeMap::new()).unwrap_err();
+        assert!(e.contains("remote.storage.enable"), "{e}");
+        for (k, v) in [("message.format.version", "2.8"), ("preallocate", "true"), ("segment.jitter.ms", "5")] {
+            TopicConfig::from_pairs([(k, Some(v))], &BTreeMap::new()).unwrap();
+        }
         let e = TopicConfig::from_pairs([("retention.ms", Some("abc"))], &BTreeMap::new()).unwrap_err();
         assert!(e.contains("integer"), "{e}");
     }

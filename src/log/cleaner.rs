@@ -343,6 +343,20 @@ fn build_batch(h: &BatchHeader, attributes: i16, base_timestamp: i64, records: &
     Ok(out)
 }
 
+/// Kafka's broker-side `compression.type`: the batch re-encoded with `codec` (records,
+/// offsets, timestamps and producer fields as they were). None when it already uses that
+/// codec or is a control batch; Err when its records cannot be read.
+pub fn recompress_batch(whole: &[u8], h: &BatchHeader, codec: i16) -> Result<Option<Vec<u8>>, String> {
+    if h.compression() == codec || h.attributes & batch::ATTR_CONTROL != 0 {
+        return Ok(None);
+    }
+    let (inflated, _) = batch_records(whole, h).ok_or("the batch's records cannot be decompressed")?;
+    let bytes = inflated.as_deref().unwrap_or(&whole[HEADER_BYTES..]);
+    let records = parse_records(bytes, h).ok_or("the batch's records cannot be read")?;
+    let attributes = (h.attributes & !batch::ATTR_COMPRESSION_MASK) | codec;
+    build_batch(h, attributes, h.base_timestamp, &records).map(Some).map_err(|e| e.to_string())
+}
+
 /// What the cleaner does with one batch.
 #[derive(Debug, PartialEq, Eq)]
 pub enum Verdict {

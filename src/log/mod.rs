@@ -188,6 +188,9 @@ pub struct LogConfig {
     pub flush_ms: i64,                 // flush.ms, i64::MAX = never
     /// Broker-wide `producer.id.expiration.ms` (1 day): idle producers are forgotten.
     pub producer_id_expiration_ms: i64,
+    /// compression.type as a Kafka codec (0 uncompressed .. 4 zstd); None: `producer`,
+    /// batches are stored as they come.
+    pub compression: Option<i16>,
     /// cleanup.policy has `delete`: retention.ms / retention.bytes delete old segments.
     pub delete: bool,
     /// cleanup.policy has `compact`: the cleaner keeps the newest record per key, and
@@ -213,6 +216,7 @@ impl Default for LogConfig {
             flush_messages: u64::MAX,
             flush_ms: i64::MAX,
             producer_id_expiration_ms: limits::producer_id_expiration_ms_default,
+            compression: None,
             delete: true,
             compact: false,
             delete_retention_ms: 86_400_000,
@@ -1257,6 +1261,32 @@ impl PartitionLog {
     /// owed even with nothing new to sync in the segments (the shard's tick queues one).
     pub fn sync_owed(&self) -> bool {
         !self.unsynced_files.is_empty() || self.dir_changes != self.dir_synced_changes
+    }
+
+    /// `compression.type` other than `producer`: the record set with every batch in
+    /// another codec re-encoded in the topic's (Kafka recompresses on the broker too).
+    /// None when nothing needs it. This costs CPU on the data core: the default,
+    /// `producer`, stores batches as they come.
+    pub fn recompress(&self, records: &[u8]) -> Result<Option<Vec<u8>>, LogError> {
+        let Some(codec) = self.config.compression else { return Ok(None) };
+        let mut out: Option<Vec<u8>> = None;
+        let mut pos = 0;
+        while pos < records.len() {
+            let (h, size) = batch::check_structure(&records[pos..], limits::message_bytes_max as usize)?;
+            let whole = &records[pos..pos + size];
+            match cleaner::recompress_batch(whole, &h, codec).map_err(LogError::InvalidRecord)? {
+                Some(rebuilt) => {
+                    out.get_or_insert_with(|| records[..pos].to_vec()).extend_from_slice(&rebuilt);
+                }
+                None => {
+                    if let Some(o) = out.as_mut() {
+                        o.extend_from_slice(whole);
+                    }
+                }
+            }
+            pos += size;
+        }
+        Ok(out)
     }
 
     /// Plan a cleaning pass when `cleanup.policy` has `compact` and one is due: the

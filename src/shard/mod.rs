@@ -771,6 +771,11 @@ impl Shard {
                         PartitionError::NotEnoughReplicas { tp: tp.clone(), isr, min }
                     }
                 })?;
+                // compression.type other than `producer`: batches in the topic's codec.
+                let records = match p.log.recompress(&records)? {
+                    Some(rebuilt) => bytes::Bytes::from(rebuilt),
+                    None => records,
+                };
                 // The leader stamps its epoch into every batch (KIP-101).
                 let (info, write, patches) = match p.log.append_shared_with_leader_epoch(&records, epoch.0, now_ms) {
                     Err(LogError::DuplicateBatch(info)) => {

@@ -19,6 +19,8 @@ use super::{respond, str_bytes};
 const RESOURCE_TOPIC: i8 = 2;
 const OP_SET: i8 = 0;
 const OP_DELETE: i8 = 1;
+const OP_APPEND: i8 = 2;
+const OP_SUBTRACT: i8 = 3;
 
 /// How a request changes the current overrides.
 enum Change<'a> {
@@ -60,10 +62,30 @@ async fn alter_topic(
                         }
                     }
                     (OP_SET, None) => return (error_code::INVALID_CONFIG, Some(format!("no value to set for {k}"))),
+                    (OP_APPEND | OP_SUBTRACT, Some(v)) if TopicConfig::is_list(k) => {
+                        // On the effective value: the topic's, else the broker's default,
+                        // else Kafka's (as Kafka does).
+                        let now = merged.get(k).cloned().unwrap_or_else(|| {
+                            let defaults = TopicConfig::default().describe(&ctx.config.topic_defaults);
+                            defaults.into_iter().find(|(n, _, _)| n == k).map(|(_, v, _)| v).unwrap_or_default()
+                        });
+                        let mut items: Vec<String> =
+                            now.split(',').map(|i| i.trim().to_string()).filter(|i| !i.is_empty()).collect();
+                        for item in v.split(',').map(str::trim).filter(|i| !i.is_empty()) {
+                            if op == OP_APPEND && !items.iter().any(|i| i == item) {
+                                items.push(item.to_string());
+                            } else if op == OP_SUBTRACT {
+                                items.retain(|i| i != item);
+                            }
+                        }
+                        merged.insert(k.to_string(), items.join(","));
+                    }
                     _ => {
                         return (
                             error_code::INVALID_CONFIG,
-                            Some(format!("{k} is not a list: only SET and DELETE apply")),
+                            Some(format!(
+                                "{k}: APPEND and SUBTRACT need a list config and a value; SET and DELETE apply"
+                            )),
                         )
                     }
                 }
