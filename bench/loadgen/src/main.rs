@@ -71,6 +71,9 @@ struct Args {
     linger_ms: u64,
     #[arg(long, value_enum, default_value_t = KeyDistribution::None)]
     key_distribution: KeyDistribution,
+    /// With `--key-distribution random`: keys drawn from this many (0: any 8-byte key).
+    #[arg(long, default_value_t = 0)]
+    key_space: u64,
     /// Produce requests in flight per producer connection (ignored for acks=0).
     #[arg(long, default_value_t = 5)]
     in_flight: usize,
@@ -280,6 +283,7 @@ fn run(args: Args) -> Result<()> {
             batch_bytes: args.batch_bytes,
             linger: Duration::from_millis(args.linger_ms),
             key_distribution: args.key_distribution,
+            key_space: args.key_space,
             in_flight: args.in_flight,
             idempotent: args.idempotent,
             produce_version: versions.produce,

@@ -48,6 +48,9 @@ pub struct ProducerConfig {
     pub batch_bytes: usize,
     pub linger: Duration,
     pub key_distribution: KeyDistribution,
+    /// With `Random`: keys drawn from this many (0: any 8-byte key), so that a
+    /// compacted topic has something to clean.
+    pub key_space: u64,
     pub in_flight: usize,
     /// Idempotent producer: an id from InitProducerId, sequence numbers per partition
     /// (what librdkafka and the Java client do with enable.idempotence=true).
@@ -186,7 +189,7 @@ fn produce_loop(
             let (partition, key) = match cfg.key_distribution {
                 KeyDistribution::None => (sticky, None),
                 KeyDistribution::Random => {
-                    let k = rng.next();
+                    let k = if cfg.key_space > 0 { rng.next() % cfg.key_space } else { rng.next() };
                     ((k % cfg.partitions as u64) as i32, Some(Bytes::copy_from_slice(&k.to_be_bytes())))
                 }
                 KeyDistribution::RoundRobin => {
