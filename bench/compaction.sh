@@ -33,9 +33,10 @@ run() { # $1: label, $2: true/false (cleaner)
 import json, re, sys
 r = json.load(open(sys.argv[1]))
 p, t = r["publish_latency"], r["produce"]
+lines = [re.sub(r"\x1b\[[0-9;]*m", "", line) for line in open(sys.argv[3])]  # the log's colours
 passes = [dict(kv.split("=", 1) for kv in re.findall(r"(\w+=\S+)", line))
-          for line in open(sys.argv[3]) if "log cleaner pass" in line and "bytes_read=" in line]
-failed = [line for line in open(sys.argv[3]) if "pass failed" in line]
+          for line in lines if "log cleaner pass" in line and "bytes_read=" in line]
+failed = [line for line in lines if "pass failed" in line]
 if failed: print("cleaner failures:", failed[:2])
 io = sum(int(x["bytes_read"]) + int(x["bytes_written"]) for x in passes)
 ms = sum(int(x["elapsed_ms"]) for x in passes)
