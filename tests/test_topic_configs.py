@@ -135,3 +135,34 @@ def test_incremental_append_and_subtract_on_cleanup_policy(broker):
     assert errors and errors[0] is not None and "INVALID_RECORD" in errors[0].name(), errors
     with pytest.raises(KafkaException, match="INVALID_CONFIG|list"):
         incremental(broker.bootstrap, "listed", "retention.ms", AlterConfigOpType.APPEND, "5")
+
+
+def test_message_timestamp_bounds_refuse_records_too_old_or_too_new(broker):
+    """KIP-937: a CreateTime record older than message.timestamp.before.max.ms or newer
+    than after.max.ms (each capped by the older difference.max.ms) is refused with
+    INVALID_TIMESTAMP; within them it goes in; LogAppendTime topics are not checked."""
+    import time
+
+    hour = 3600 * 1000
+    create_topic(broker.bootstrap, "bounded-ts", 1,
+                 config={"message.timestamp.before.max.ms": str(hour), "message.timestamp.after.max.ms": str(hour)})
+    create_topic(broker.bootstrap, "diff-ts", 1, config={"message.timestamp.difference.max.ms": str(hour)})
+    create_topic(broker.bootstrap, "append-ts", 1,
+                 config={"message.timestamp.before.max.ms": str(hour), "message.timestamp.type": "LogAppendTime"})
+    now = int(time.time() * 1000)
+
+    def produce(topic, ts):
+        p = Producer(cf_conf(broker.bootstrap, **{"message.timeout.ms": 10000}))
+        out = []
+        p.produce(topic, key=b"k", value=b"v", partition=0, timestamp=ts, on_delivery=lambda e, m: out.append(e))
+        p.flush(30)
+        return out[0]
+
+    for topic in ("bounded-ts", "diff-ts"):
+        assert produce(topic, now) is None
+        for ts in (now - 2 * hour, now + 2 * hour):
+            err = produce(topic, ts)
+            assert err is not None and err.name() == "INVALID_TIMESTAMP", (topic, ts, err)
+        got = cf_consume(broker.bootstrap, topic, 1, timeout=30)[0]
+        assert len(got) == 1
+    assert produce("append-ts", now - 2 * hour) is None

@@ -335,7 +335,8 @@ const TOPIC_CONFIG_KEYS: &[TopicConfigKey] = &[
         kind: ValueKind::Choice(&["true", "false"]),
     },
     TopicConfigKey { name: "message.format.version", default: "3.0-IV1", kind: ValueKind::Text },
-    // Accepted, not enforced yet: produced timestamps are not checked against them.
+    // CreateTime records outside [now - before, now + after] are refused
+    // (INVALID_TIMESTAMP); difference.max.ms caps both.
     TopicConfigKey {
         name: "message.timestamp.after.max.ms",
         default: "9223372036854775807",
@@ -462,6 +463,10 @@ impl TopicConfig {
             flush_messages: long("flush.messages").max(1) as u64,
             flush_ms: long("flush.ms"),
             producer_id_expiration_ms: limits::producer_id_expiration_ms_default,
+            timestamp_before_max_ms: long("message.timestamp.before.max.ms")
+                .min(long("message.timestamp.difference.max.ms")),
+            timestamp_after_max_ms: long("message.timestamp.after.max.ms")
+                .min(long("message.timestamp.difference.max.ms")),
             compression: match values.get("compression.type").map(String::as_str) {
                 Some("uncompressed") => Some(0),
                 Some("gzip") => Some(1),

@@ -145,6 +145,10 @@ pub enum LogError {
     /// Structurally valid but semantically wrong (counts, deltas, timestamps) -> INVALID_RECORD.
     #[error("invalid record batch: {0}")]
     InvalidRecord(String),
+    /// A CreateTime record outside `message.timestamp.before.max.ms` /
+    /// `after.max.ms` of the broker's clock -> INVALID_TIMESTAMP.
+    #[error("invalid timestamp: {0}")]
+    InvalidTimestamp(String),
     /// A batch with a producer id but a negative epoch or sequence -> INVALID_RECORD
     /// (Kafka's "Invalid sequence number"), counted as a refused idempotent batch.
     #[error("invalid record batch: {0}")]
@@ -188,6 +192,11 @@ pub struct LogConfig {
     pub flush_ms: i64,                 // flush.ms, i64::MAX = never
     /// Broker-wide `producer.id.expiration.ms` (1 day): idle producers are forgotten.
     pub producer_id_expiration_ms: i64,
+    /// message.timestamp.before.max.ms / after.max.ms (each at most
+    /// message.timestamp.difference.max.ms, the older setting): how far a CreateTime
+    /// record's timestamp may lie behind / ahead of the broker's clock (i64::MAX: any).
+    pub timestamp_before_max_ms: i64,
+    pub timestamp_after_max_ms: i64,
     /// compression.type as a Kafka codec (0 uncompressed .. 4 zstd); None: `producer`,
     /// batches are stored as they come.
     pub compression: Option<i16>,
@@ -216,6 +225,8 @@ impl Default for LogConfig {
             flush_messages: u64::MAX,
             flush_ms: i64::MAX,
             producer_id_expiration_ms: limits::producer_id_expiration_ms_default,
+            timestamp_before_max_ms: i64::MAX,
+            timestamp_after_max_ms: i64::MAX,
             compression: None,
             delete: true,
             compact: false,
@@ -702,6 +713,12 @@ impl PartitionLog {
         if self.config.compact {
             for (pos, h) in &batches {
                 check_keyed(&records[*pos..*pos + h.size_bytes() as usize], h)?;
+            }
+        }
+        let (before, after) = (self.config.timestamp_before_max_ms, self.config.timestamp_after_max_ms);
+        if self.config.timestamp_type == TimestampType::CreateTime && (before < i64::MAX || after < i64::MAX) {
+            for (pos, h) in &batches {
+                check_timestamps(&records[*pos..*pos + h.size_bytes() as usize], h, now_ms, before, after)?;
             }
         }
         if !producer_batches.is_empty() {
@@ -1906,6 +1923,27 @@ fn check_keyed(whole: &[u8], h: &BatchHeader) -> Result<(), LogError> {
         Some(rs) if rs.iter().any(|r| r.key.is_none()) => refuse("cannot accept a record without a key"),
         Some(_) => Ok(()),
     }
+}
+
+/// Kafka's KIP-937 check: every record's timestamp within [now - before, now + after]
+/// (a batch whose records cannot be read is refused as INVALID_RECORD).
+fn check_timestamps(whole: &[u8], h: &BatchHeader, now_ms: i64, before: i64, after: i64) -> Result<(), LogError> {
+    let unreadable = || LogError::InvalidRecord("the batch's records cannot be read".into());
+    let (inflated, _) = cleaner::batch_records(whole, h).ok_or_else(unreadable)?;
+    let bytes = inflated.as_deref().unwrap_or(&whole[batch::HEADER_BYTES..]);
+    for r in cleaner::parse_records(bytes, h).ok_or_else(unreadable)? {
+        if r.timestamp < now_ms.saturating_sub(before) || r.timestamp > now_ms.saturating_add(after) {
+            return Err(LogError::InvalidTimestamp(format!(
+                "timestamp {} of offset delta {} is out of range [{}, {}] (message.timestamp.before.max.ms / \
+                 after.max.ms)",
+                r.timestamp,
+                r.offset - h.base_offset,
+                now_ms.saturating_sub(before),
+                now_ms.saturating_add(after)
+            )));
+        }
+    }
+    Ok(())
 }
 
 fn validate_record_set(records: &[u8], batch_bytes_max: usize) -> Result<Vec<(usize, BatchHeader)>, LogError> {

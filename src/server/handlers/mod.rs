@@ -132,6 +132,7 @@ fn partition_error_code(e: &PartitionError) -> i16 {
             LogError::MessageTooLarge { .. } => error_code::MESSAGE_TOO_LARGE,
             LogError::Corrupt(_) => error_code::CORRUPT_MESSAGE,
             LogError::InvalidRecord(_) | LogError::InvalidProducerFields(_) => error_code::INVALID_RECORD,
+            LogError::InvalidTimestamp(_) => error_code::INVALID_TIMESTAMP,
             LogError::OffsetOutOfRange { .. } => error_code::OFFSET_OUT_OF_RANGE,
             LogError::Offline(_) | LogError::Io(_) => error_code::KAFKA_STORAGE_ERROR,
             LogError::Producer(p) => match p {
