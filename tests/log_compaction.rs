@@ -414,3 +414,18 @@ fn a_follower_copies_a_cleaned_log_with_its_gaps() {
     let follower = PartitionLog::open(&root.path().join("follower"), LogConfig::default(), now).unwrap();
     assert_eq!((contents(&follower), follower.log_end_offset()), (before, end));
 }
+
+/// A pass cancelled (the broker is stopping) ends with `Interrupted` and leaves no
+/// `.cleaned` file; the log is as it was.
+#[test]
+fn a_cancelled_pass_leaves_nothing_behind() {
+    let dir = tempfile::tempdir().unwrap();
+    let (log, now) = compactable_log(dir.path());
+    let before = contents(&log);
+    let job = log.clean_job(now, log.log_end_offset(), &CleanerSettings::default()).unwrap();
+    job.cancel.store(true, std::sync::atomic::Ordering::Relaxed);
+    let e = cleaner::run(&job).err().expect("cancelled");
+    assert_eq!(e.kind(), std::io::ErrorKind::Interrupted);
+    assert!(leftover_files(dir.path()).is_empty(), "{:?}", leftover_files(dir.path()));
+    assert_eq!(contents(&log), before);
+}

@@ -98,6 +98,16 @@ pub struct CleanJob {
     pub map_bytes_max: usize,
     /// log.cleaner.io.max.bytes.per.second (f64::INFINITY: no limit)
     pub io_bytes_per_second: f64,
+    /// Set by the shard when the broker stops: the pass ends at the next batch
+    /// (`ErrorKind::Interrupted`), its `.cleaned` files removed.
+    pub cancel: Arc<std::sync::atomic::AtomicBool>,
+}
+
+fn cancelled(job: &CleanJob) -> std::io::Result<()> {
+    if job.cancel.load(std::sync::atomic::Ordering::Relaxed) {
+        return Err(std::io::Error::new(std::io::ErrorKind::Interrupted, "cancelled: the broker is stopping"));
+    }
+    Ok(())
 }
 
 /// One group of segments replaced by one cleaned segment, `<base_offset>.*.cleaned`.
@@ -551,6 +561,7 @@ fn run_pass(job: &CleanJob) -> std::io::Result<CleanOutcome> {
     'segments: for seg in job.segments.iter().filter(|s| s.next_offset > job.dirty_from) {
         let mut full = false;
         for_each_batch(seg, job.batch_bytes_max, |h, whole| {
+            cancelled(job)?;
             stats.bytes_read += whole.len() as u64;
             throttle.account(whole.len() as u64);
             if h.last_offset() < job.dirty_from || h.attributes & batch::ATTR_CONTROL != 0 {
@@ -595,6 +606,7 @@ fn run_pass(job: &CleanJob) -> std::io::Result<CleanOutcome> {
         let mut changed = group.len() > 1;
         for old in group {
             for_each_batch(old, job.batch_bytes_max, |h, whole| {
+                cancelled(job)?;
                 stats.bytes_read += whole.len() as u64;
                 throttle.account(whole.len() as u64);
                 let rules = rules_base(job.producer_last_offsets.contains(&h.last_offset()));

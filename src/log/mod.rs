@@ -1373,6 +1373,7 @@ impl PartitionLog {
             producer_last_offsets: self.producers.last_offsets(),
             map_bytes_max: settings.map_bytes_max,
             io_bytes_per_second: settings.io_bytes_per_second,
+            cancel: Arc::new(std::sync::atomic::AtomicBool::new(false)),
         })
     }
 

@@ -765,6 +765,7 @@ async fn run_shard(
     }
     accept.cancel().await;
     ctx.stopping.set(true);
+    ctx.shard.borrow().cancel_cleaning();
     let deadline = std::time::Instant::now() + Duration::from_millis(shutdown_grace_ms);
     while ctx.in_flight.get() > 0 && std::time::Instant::now() < deadline {
         glommio::timer::sleep(Duration::from_millis(10)).await;

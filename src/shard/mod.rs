@@ -320,8 +320,10 @@ pub struct Shard {
     groups: GroupCoordinator,
     /// log.cleaner.*; None: log.cleaner.enable=false.
     cleaner: Option<crate::log::CleanerSettings>,
-    /// A cleaning pass is running on the blocking pool (one per shard at a time).
+    /// A cleaning pass is running on the blocking pool (one per shard at a time), and
+    /// the flag that stops it.
     cleaning: bool,
+    clean_cancel: Option<Arc<std::sync::atomic::AtomicBool>>,
     cleaner_totals: CleanerTotals,
     /// Fetches of at least this many bytes are sent from the file (zero-copy).
     zero_copy_bytes_min: u64,
@@ -406,6 +408,7 @@ impl Shard {
             partitions: HashMap::new(),
             cleaner: Some(crate::log::CleanerSettings::default()),
             cleaning: false,
+            clean_cancel: None,
             cleaner_totals: CleanerTotals::default(),
             groups: GroupCoordinator::new(group_config),
             zero_copy_bytes_min: u64::MAX,
@@ -473,6 +476,7 @@ impl Shard {
         for (tp, p) in &self.partitions {
             if let Some(job) = p.log.clean_job(now_ms, replica::high_watermark(p), &settings) {
                 self.cleaning = true;
+                self.clean_cancel = Some(job.cancel.clone());
                 return Some(CleanTask { tp: tp.clone(), instance: p.log.instance(), job });
             }
         }
@@ -488,6 +492,7 @@ impl Shard {
         result: std::io::Result<crate::log::cleaner::CleanOutcome>,
     ) {
         self.cleaning = false;
+        self.clean_cancel = None;
         let p = self.partitions.get_mut(tp).filter(|p| p.log.instance() == instance);
         match (result, p) {
             (Ok(outcome), Some(p)) => {
@@ -523,10 +528,21 @@ impl Shard {
                     self.trash.files.extend(crate::log::cleaner::cleaned_paths(&dir, g.base_offset));
                 }
             }
+            (Err(e), _) if e.kind() == std::io::ErrorKind::Interrupted => {
+                tracing::info!(partition = %tp, "log cleaner pass cancelled: the broker is stopping")
+            }
             (Err(e), _) => {
                 self.cleaner_totals.errors += 1;
                 tracing::warn!(partition = %tp, error = %e, "log cleaner pass failed; retried later")
             }
+        }
+    }
+
+    /// The broker is stopping: a cleaning pass in flight ends at its next batch, so the
+    /// close does not wait for it.
+    pub fn cancel_cleaning(&self) {
+        if let Some(c) = &self.clean_cancel {
+            c.store(true, std::sync::atomic::Ordering::Relaxed);
         }
     }
 
