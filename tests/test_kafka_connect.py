@@ -62,7 +62,10 @@ the previous assignment and assigns everything at once. Either way the move wait
 the worker group's session.timeout.ms (Connect's default, 10 s). Connect's producer,
 consumer and admin clients keep their defaults. Connect creates its three internal
 topics itself; DescribeConfigs shows each cleanup.policy=compact, Metadata one replica
-per partition. Both connectors are submitted through worker A's REST API (tasks.max=1;
+per partition. (Connect checks the policy too, with its own DescribeConfigs, and a worker
+refuses to start on a topic that is not compact-only: with the status topic created
+beforehand with cleanup.policy=delete the test failed with "Connect worker ... exited
+with 1", Connect's ConfigException in its log.) Both connectors are submitted through worker A's REST API (tasks.max=1;
 409 and 500 "a rebalance is expected" are retried, Connect's answers while the group
 rebalances) and their configs read back from worker B. The same 3000 lines are checked
 in the topic and the sink file as above (every line once, each partition in file
@@ -519,7 +522,15 @@ class DistributedWorker:
 
     def assert_running(self):
         rc = self.proc.poll()
-        assert rc is None, f"Connect worker {self.worker_id} exited with {rc}; its log ends:\n{self.log_tail()}"
+        if rc is not None:
+            try:
+                lines = self.log_path.read_text(errors="replace").splitlines()
+            except OSError:
+                lines = []
+            # The worker's reason, usually far above the tail (a ConfigException at startup).
+            first = next((line for line in lines if "Exception: " in line), "(no exception in its log)")
+            raise AssertionError(f"Connect worker {self.worker_id} exited with {rc}: {first}\n"
+                                 f"its log ends:\n{self.log_tail()}")
 
     def kill(self):
         if self.proc is not None and self.proc.poll() is None:
