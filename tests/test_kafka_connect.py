@@ -1,9 +1,9 @@
-"""Apache Kafka Connect in standalone mode against the real broker, on one broker and on
-three (embedded coordinator, replication factor 3): the runtime's
-org.apache.kafka.connect.cli.ConnectStandalone running Kafka's FileStream source and sink
-connectors, all of Apache Kafka 4.3.1 (connect-runtime, connect-file, and the runtime's
-kafka-clients), pinned in tests/kafka-connect/pom.xml and resolved by
-scripts/install-deps. Not 4.4.0 like tests/java: the Maven Central this project
+"""Apache Kafka Connect in standalone mode (and, below, distributed mode) against the real
+broker; standalone on one broker and on three (embedded coordinator, replication factor
+3): the runtime's org.apache.kafka.connect.cli.ConnectStandalone running Kafka's
+FileStream source and sink connectors, all of Apache Kafka 4.3.1 (connect-runtime,
+connect-file, and the runtime's kafka-clients), pinned in tests/kafka-connect/pom.xml and
+resolved by scripts/install-deps. Not 4.4.0 like tests/java: the Maven Central this project
 resolves from has no connect-file 4.4.0, and connect-file 4.3.1 does not load in the
 4.4.0 runtime (the pom says why).
 
@@ -47,9 +47,42 @@ that resumed anywhere but at its committed offsets would write lines to the file
 file"). The restarted sink joins its group once the broker has expired the killed
 worker's member, after the consumer's default session.timeout.ms (45 s).
 
-Distributed mode (ConnectDistributed) is not tested: its config, offset and status
-topics must be compacted, and Spate refuses cleanup.policy=compact until it implements
-log compaction.
+Distributed mode, test_connect_distributed_two_workers_kill9: two ConnectDistributed
+workers (same 4.3.1 runtime) in one group on one broker. The worker settings are only
+those a distributed worker needs: bootstrap.servers, group.id, config.storage.topic /
+offset.storage.topic / status.storage.topic and their replication factor 1 (Connect's
+default, 3, is more than one broker has), the converters and offset.flush.interval.ms of
+the standalone test, a free REST port each, and scheduled.rebalance.max.delay.ms=10000
+instead of 300000. That last one is a worker setting, not a client downgrade: with
+incremental cooperative rebalancing (KIP-415) the group's leader keeps a departed
+worker's connectors and tasks unassigned that long, waiting for it to come back, which
+would hold the move after the kill for 5 minutes. It only applies when the killed
+worker was not the leader: when it was, the survivor becomes leader with no memory of
+the previous assignment and assigns everything at once. Either way the move waits for
+the worker group's session.timeout.ms (Connect's default, 10 s). Connect's producer,
+consumer and admin clients keep their defaults. Connect creates its three internal
+topics itself; DescribeConfigs shows each cleanup.policy=compact, Metadata one replica
+per partition. (Connect checks the policy too, with its own DescribeConfigs, and a worker
+refuses to start on a topic that is not compact-only: with the status topic created
+beforehand with cleanup.policy=delete the test failed with "Connect worker ... exited
+with 1", Connect's ConfigException in its log.) Both connectors are submitted through worker A's REST API (tasks.max=1;
+409 and 500 "a rebalance is expected" are retried, Connect's answers while the group
+rebalances) and their configs read back from worker B. The same 3000 lines are checked
+in the topic and the sink file as above (every line once, each partition in file
+order). The source's position is read back from the offset topic (compacted, the last
+record of its key wins), the sink group's commits must be the high watermarks.
+
+Then the worker that runs the source task (the REST status endpoints of both workers
+agree on the placement) is killed with kill -9, 1000 lines are appended, and the
+survivor's REST status must show both connectors and both tasks RUNNING on the
+survivor; all 4000 lines must reach the topic and the sink file. Duplicates: Connect is
+at-least-once, so a moved source task resumes from the last position in the offset
+topic and a moved sink task from its group's last commit; only what was read after
+those commits may come again. The kill comes once both commits cover everything read
+(checked before the kill, and the source file does not change until after it), so
+at-least-once allows no duplicate here, and none is asserted: every line exactly once
+in the topic and in the sink file, each partition's old records unchanged below its
+old high watermark.
 
 The module is compiled with Maven offline (one source, OffsetFile, which reads the offset
 file), only when pom.xml or the source changed. Java and Maven missing is a skip on a
@@ -424,4 +457,298 @@ def test_connect_standalone_file_source_and_sink(setup, connect_worker, connect_
               f" restart; records per partition {hw_after}")
     except BaseException:
         print(f"----- Connect worker log ({worker.log_path}), last lines:\n{worker.log_tail()}")
+        raise
+
+
+# ---------------------------------------------------------------- distributed mode
+
+CONNECT_GROUP = "spate-connect-cluster"
+CONFIG_TOPIC = "spate-connect-configs"
+OFFSET_TOPIC = "spate-connect-offsets"
+STATUS_TOPIC = "spate-connect-status"
+# Connect's default: 25 partitions for its offset topic (offset.storage.partitions).
+OFFSET_TOPIC_PARTITIONS = 25
+# How long the group leader keeps a departed worker's connectors and tasks unassigned,
+# waiting for it to come back (incremental cooperative rebalancing, KIP-415). Connect's
+# default is 300000 (5 minutes); a worker setting, not a client one.
+SCHEDULED_REBALANCE_MAX_DELAY_MS = 10000
+REST_TIMEOUT_S = 15
+# After the kill -9: the worker group's session.timeout.ms (Connect's default, 10 s), the
+# scheduled rebalance delay above, the new tasks' start; the sink's new consumer joins its
+# group once the broker expired the dead worker's member (the consumer's default
+# session.timeout.ms, 45 s).
+MOVE_TIMEOUT_S = 150
+
+
+class DistributedWorker:
+    """One ConnectDistributed process of the group CONNECT_GROUP, with its REST listener
+    on a free port of 127.0.0.1; its id in REST status answers is 127.0.0.1:<port>."""
+
+    def __init__(self, classpath, workdir, bootstrap):
+        self.classpath = classpath
+        self.workdir = workdir
+        workdir.mkdir()
+        self.port = free_port()
+        self.worker_id = f"127.0.0.1:{self.port}"
+        self.log_path = workdir / "connect.log"
+        self.config = workdir / "worker.properties"
+        write_properties(self.config, {
+            "bootstrap.servers": bootstrap,
+            "group.id": CONNECT_GROUP,
+            "config.storage.topic": CONFIG_TOPIC,
+            "offset.storage.topic": OFFSET_TOPIC,
+            "status.storage.topic": STATUS_TOPIC,
+            # Connect's default is 3, more than one broker has.
+            "config.storage.replication.factor": 1,
+            "offset.storage.replication.factor": 1,
+            "status.storage.replication.factor": 1,
+            "key.converter": "org.apache.kafka.connect.storage.StringConverter",
+            "value.converter": "org.apache.kafka.connect.storage.StringConverter",
+            "offset.flush.interval.ms": OFFSET_FLUSH_INTERVAL_MS,
+            "listeners": f"http://127.0.0.1:{self.port}",
+            "scheduled.rebalance.max.delay.ms": SCHEDULED_REBALANCE_MAX_DELAY_MS,
+        })
+        self.proc = None
+
+    def start(self):
+        level = os.environ.get("SPATE_CONNECT_LOG_LEVEL", "info")
+        cmd = ["java", f"-Dorg.slf4j.simpleLogger.defaultLogLevel={level}",
+               "-Dorg.slf4j.simpleLogger.showDateTime=true",
+               "-Dorg.slf4j.simpleLogger.dateTimeFormat=HH:mm:ss.SSS",
+               "-cp", self.classpath, "org.apache.kafka.connect.cli.ConnectDistributed", str(self.config)]
+        with open(self.log_path, "ab") as log:
+            self.proc = subprocess.Popen(cmd, cwd=self.workdir, stdin=subprocess.DEVNULL, stdout=log,
+                                         stderr=subprocess.STDOUT, start_new_session=True)
+
+    def assert_running(self):
+        rc = self.proc.poll()
+        if rc is not None:
+            try:
+                lines = self.log_path.read_text(errors="replace").splitlines()
+            except OSError:
+                lines = []
+            # The worker's reason, usually far above the tail (a ConfigException at startup).
+            first = next((line for line in lines if "Exception: " in line), "(no exception in its log)")
+            raise AssertionError(f"Connect worker {self.worker_id} exited with {rc}: {first}\n"
+                                 f"its log ends:\n{self.log_tail()}")
+
+    def kill(self):
+        if self.proc is not None and self.proc.poll() is None:
+            os.kill(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(30)
+
+    def log_tail(self, max_lines=150):
+        try:
+            lines = self.log_path.read_text(errors="replace").splitlines()
+        except OSError:
+            return "(no log)"
+        return "\n".join(lines[-max_lines:])
+
+    def rest(self, method, path, body=None):
+        """(HTTP status, parsed JSON body or None); (None, the error) when the listener
+        does not answer."""
+        import urllib.error
+        import urllib.request
+        data = None if body is None else json.dumps(body).encode()
+        req = urllib.request.Request(f"http://127.0.0.1:{self.port}{path}", data=data, method=method,
+                                     headers={"Content-Type": "application/json", "Accept": "application/json"})
+        try:
+            with urllib.request.urlopen(req, timeout=REST_TIMEOUT_S) as r:
+                raw = r.read()
+                return r.status, json.loads(raw) if raw else None
+        except urllib.error.HTTPError as e:
+            raw = e.read()
+            try:
+                return e.code, json.loads(raw)
+            except ValueError:
+                return e.code, raw.decode(errors="replace")
+        except (urllib.error.URLError, OSError) as e:
+            return None, str(e)
+
+
+class Workers:
+    """wait_until over several workers: fails at once if any of `alive` died."""
+
+    def __init__(self, alive):
+        self.alive = list(alive)
+
+    def assert_running(self):
+        for w in self.alive:
+            w.assert_running()
+
+
+@pytest.fixture
+def distributed_workers(connect_classpath, tmp_path):
+    """Returns make(bootstrap, name) -> a DistributedWorker, not started; all are killed
+    at teardown."""
+    workers = []
+
+    def make(bootstrap, name):
+        w = DistributedWorker(connect_classpath, tmp_path / name, bootstrap)
+        workers.append(w)
+        return w
+
+    yield workers, make
+    for w in workers:
+        w.kill()
+
+
+def topic_cleanup_policies(bootstrap, topics):
+    from confluent_kafka.admin import ConfigResource
+    a = admin(bootstrap)
+    fs = a.describe_configs([ConfigResource(ConfigResource.Type.TOPIC, t) for t in topics], request_timeout=15)
+    return {res.name: f.result(20)["cleanup.policy"].value for res, f in fs.items()}
+
+
+def source_offsets_in_topic(bootstrap):
+    """{key: last value} of the offset topic, both JSON-decoded (Connect's internal
+    JsonConverter without schemas); a null value (a tombstone) drops the key."""
+    recs = cf_consume(bootstrap, OFFSET_TOPIC, OFFSET_TOPIC_PARTITIONS, timeout=60)
+    out = {}
+    for rs in recs.values():
+        for r in rs:
+            key = r.key.decode()
+            if r.value is None:
+                out.pop(key, None)
+            else:
+                out[key] = json.loads(r.value)
+    return {json.dumps(json.loads(k), sort_keys=True): v for k, v in out.items()}
+
+
+def expected_source_offsets_in_topic(source_file):
+    return {json.dumps([SOURCE_NAME, {"filename": str(source_file)}], sort_keys=True):
+            {"position": source_file.stat().st_size}}
+
+
+def connector_status(worker, name):
+    code, body = worker.rest("GET", f"/connectors/{name}/status")
+    return body if code == 200 else None
+
+
+def placement(worker):
+    """{connector name: (connector state, its worker, [(task state, its worker)])} from
+    the REST status endpoint of `worker`; None for a connector it does not report."""
+    out = {}
+    for name in (SOURCE_NAME, SINK_NAME):
+        st = connector_status(worker, name)
+        out[name] = None if st is None else (
+            st["connector"]["state"], st["connector"]["worker_id"],
+            [(t["state"], t["worker_id"]) for t in sorted(st["tasks"], key=lambda t: t["id"])])
+    return out
+
+
+def all_running(p, worker_ids):
+    return all(v is not None and v[0] == "RUNNING" and v[1] in worker_ids and len(v[2]) == 1
+               and all(s == "RUNNING" and w in worker_ids for s, w in v[2]) for v in p.values())
+
+
+def wait_distributed_committed(workers, bootstrap, source_file, timeout):
+    """Waits until the offset topic holds the source's position at the end of
+    `source_file` and the sink's group committed the high watermarks; returns those."""
+    want = expected_source_offsets_in_topic(source_file)
+    wait_until(workers, f"the offset topic at {want}", lambda: source_offsets_in_topic(bootstrap),
+               lambda got: got == want, timeout)
+    hw = high_watermarks(bootstrap)
+    wait_until(workers, f"the sink group's committed offsets at the high watermarks {hw}",
+               lambda: committed_offsets(bootstrap), lambda got: got == hw, timeout)
+    return hw
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(FIRST_DELIVERY_TIMEOUT_S + MOVE_TIMEOUT_S + 180)
+def test_connect_distributed_two_workers_kill9(broker_factory, distributed_workers, tmp_path):
+    workers, make = distributed_workers
+    bootstrap = broker_factory(*GROUP_ARGS, cores=2).bootstrap
+    source_file = tmp_path / "source.txt"
+    sink_file = tmp_path / "sink.txt"
+    lines = make_lines(0, FIRST_LINES)
+    source_file.write_text("".join(f"{line}\n" for line in lines))
+    a, b = make(bootstrap, "worker-a"), make(bootstrap, "worker-b")
+    both = Workers([a, b])
+    try:
+        started = time.monotonic()
+        a.start()
+        b.start()
+        # Both workers answer, and both are in the group: the leader's view of connectors
+        # is served (GET /connectors answers 200 only once a worker joined and read the
+        # config topic).
+        for w in (a, b):
+            wait_until(both, f"worker {w.worker_id} serving GET /connectors",
+                       lambda w=w: w.rest("GET", "/connectors"), lambda got: got == (200, []),
+                       FIRST_DELIVERY_TIMEOUT_S)
+        connectors = {
+            SOURCE_NAME: {
+                "connector.class": "org.apache.kafka.connect.file.FileStreamSourceConnector",
+                "tasks.max": "1", "file": str(source_file), "topic": TOPIC,
+                "topic.creation.default.partitions": str(PARTITIONS),
+                "topic.creation.default.replication.factor": "-1"},
+            SINK_NAME: {
+                "connector.class": "org.apache.kafka.connect.file.FileStreamSinkConnector",
+                "tasks.max": "1", "file": str(sink_file), "topics": TOPIC},
+        }
+        for name, config in connectors.items():
+            # 409 (rebalance in progress) or 500 (a rebalance is expected) while the group
+            # rebalances: Connect's answers to try again.
+            code, body = wait_until(
+                both, f"POST /connectors {name} to {a.worker_id} answered",
+                lambda name=name, config=config: a.rest("POST", "/connectors", {"name": name, "config": config}),
+                lambda got: got[0] not in (None, 409, 500), FIRST_DELIVERY_TIMEOUT_S)
+            assert code == 201, (code, body)
+            wait_until(both, f"GET /connectors/{name}/config from {b.worker_id}",
+                       lambda name=name: b.rest("GET", f"/connectors/{name}/config"),
+                       lambda got: got == (200, {**config, "name": name}), FIRST_DELIVERY_TIMEOUT_S)
+
+        # Connect created its three internal topics: compacted, one replica each.
+        internal = [CONFIG_TOPIC, OFFSET_TOPIC, STATUS_TOPIC]
+        assert topic_cleanup_policies(bootstrap, internal) == {t: "compact" for t in internal}
+        md = admin(bootstrap).list_topics(timeout=15).topics
+        replicas = {t: sorted({len(p.replicas) for p in md[t].partitions.values()}) for t in internal}
+        assert replicas == {t: [1] for t in internal}, replicas
+
+        wait_until(both, f"{FIRST_LINES} lines in the sink file", lambda: file_lines(sink_file),
+                   lambda got: len(got) >= FIRST_LINES, FIRST_DELIVERY_TIMEOUT_S)
+        first_delivery_s = time.monotonic() - started
+        hw = wait_distributed_committed(both, bootstrap, source_file, FIRST_DELIVERY_TIMEOUT_S)
+        by_partition = check_topic(bootstrap, lines)
+        assert hw == {p: len(v) for p, v in by_partition.items()}, (hw, {p: len(v) for p, v in by_partition.items()})
+        check_sink_file(file_lines(sink_file), lines, by_partition)
+
+        # Who runs what, as both workers' REST status endpoints say it.
+        ids = {a.worker_id, b.worker_id}
+        before = wait_until(both, "both connectors and their tasks RUNNING", lambda: placement(a),
+                            lambda got: all_running(got, ids), REST_TIMEOUT_S * 4)
+        assert placement(b) == before, (placement(b), before)
+        victim = a if before[SOURCE_NAME][2][0][1] == a.worker_id else b
+        survivor = b if victim is a else a
+        print(f"before the kill: {before}; killing {victim.worker_id}")
+
+        # kill -9 once both commits cover everything read (checked above, and nothing was
+        # read since: the source file did not change); then more lines.
+        victim.kill()
+        killed = time.monotonic()
+        more = make_lines(FIRST_LINES, MORE_LINES)
+        with open(source_file, "a") as f:
+            f.write("".join(f"{line}\n" for line in more))
+        lines += more
+        alive = Workers([survivor])
+        after = wait_until(alive, f"both connectors and tasks RUNNING on {survivor.worker_id}",
+                           lambda: placement(survivor), lambda got: all_running(got, {survivor.worker_id}),
+                           MOVE_TIMEOUT_S)
+        moved_s = time.monotonic() - killed
+        wait_until(alive, f"{len(lines)} lines in the sink file", lambda: file_lines(sink_file),
+                   lambda got: len(got) >= len(lines), MOVE_TIMEOUT_S)
+        delivered_s = time.monotonic() - killed
+        hw_after = wait_distributed_committed(alive, bootstrap, source_file, MOVE_TIMEOUT_S)
+        by_partition_after = check_topic(bootstrap, lines)
+        for p, values in by_partition_after.items():
+            assert values[:hw[p]] == by_partition[p], f"partition {p} changed below its old high watermark"
+        assert hw_after == {p: len(v) for p, v in by_partition_after.items()}, hw_after
+        check_sink_file(file_lines(sink_file), lines, by_partition_after)
+        print(f"first {FIRST_LINES} lines in the sink file {first_delivery_s:.1f}s after the workers started;"
+              f" after kill -9 of {victim.worker_id}: all RUNNING on {survivor.worker_id} after {moved_s:.1f}s"
+              f" ({after}), all {len(lines)} lines in the sink file after {delivered_s:.1f}s;"
+              f" records per partition {hw_after}")
+    except BaseException:
+        for w in workers:
+            print(f"----- Connect worker {w.worker_id} log ({w.log_path}), last lines:\n{w.log_tail()}")
         raise
