@@ -429,3 +429,21 @@ fn a_cancelled_pass_leaves_nothing_behind() {
     assert!(leftover_files(dir.path()).is_empty(), "{:?}", leftover_files(dir.path()));
     assert_eq!(contents(&log), before);
 }
+
+/// After a restart, a compacted log with nothing dirty still gets a pass once
+/// delete.retention.ms has passed again, so tombstones whose horizon passed go.
+#[test]
+fn tombstones_go_after_a_restart_without_new_writes() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut log, now) = compactable_log(dir.path());
+    clean(&mut log, now, 1 << 20).expect("due");
+    let has_b = |log: &PartitionLog| contents(log).iter().any(|r| r.1.as_deref() == Some(b"b"));
+    assert!(has_b(&log));
+    drop(log);
+    let reopened_at = now + 5_000;
+    let mut log = PartitionLog::open(dir.path(), config(), reopened_at).unwrap();
+    assert!(clean(&mut log, reopened_at + 999, 1 << 20).is_none(), "nothing dirty, no horizon due yet");
+    let pass = clean(&mut log, reopened_at + 1_000, 1 << 20).expect("a pass one delete.retention.ms after the open");
+    assert_eq!(pass.stats.tombstones_removed, 1);
+    assert!(!has_b(&log));
+}

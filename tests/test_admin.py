@@ -63,10 +63,10 @@ def test_describe_configs_unknown_topic(broker):
 
 
 @pytest.mark.parametrize("config", [
-    {"cleanup.policy": "compact"},
+    {"cleanup.policy": "compress"},
     {"no.such.config": "1"},
     {"retention.ms": "not-a-number"},
-], ids=["cleanup.policy=compact", "unknown-name", "bad-value"])
+], ids=["cleanup.policy=compress", "unknown-name", "bad-value"])
 def test_create_topic_with_unsupported_config_fails(broker, config):
     err = create_error(broker.bootstrap, "refused", 1, config)
     assert err.code() == KafkaError.INVALID_CONFIG, err

@@ -521,6 +521,10 @@ impl PartitionLog {
                 "producer state rebuilt from the log");
         }
         let log_start_offset = segments[0].base_offset;
+        // Tombstone horizons are not kept across a restart: a compacted log gets a pass
+        // once delete.retention.ms has passed again, so tombstones whose horizon passed
+        // meanwhile go even when nothing new comes in.
+        let clean_horizon_ms = config.compact.then(|| now_ms.saturating_add(config.delete_retention_ms));
         let mut log = PartitionLog {
             instance: LOG_INSTANCES.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
             dir: dir.to_path_buf(),
@@ -537,7 +541,7 @@ impl PartitionLog {
             truncated_at_change: 0,
             deleted_segments: Vec::new(),
             cleaner_checkpoint: cleaner::read_checkpoint(dir).unwrap_or(0),
-            clean_horizon_ms: None,
+            clean_horizon_ms,
             last_clean_ms: None,
             cleaner_leftovers: Vec::new(),
             offline: None,
