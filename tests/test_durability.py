@@ -83,6 +83,21 @@ def test_topic_flush_messages_1_fsyncs_without_the_broker_flag(broker_factory):
     assert metric_sum(scrape(mport), "spate_fsyncs_total") > after_plain
 
 
+def test_flush_ms_flushes_an_idle_partition(broker_factory):
+    """flush.ms: a partition that took records and then nothing more is fsynced once
+    flush.ms has passed (the tick's flush used to wait for the next append, so an idle
+    partition never flushed)."""
+    mport = free_port()
+    b = broker_factory("--metrics-listen", f"127.0.0.1:{mport}")
+    create_topic(b.bootstrap, "idle", 1, config={"flush.ms": "1000"})
+    base = metric_sum(scrape(mport), "spate_fsyncs_total")
+    cf_produce(b.bootstrap, "idle", [{"value": b"x"}] * 5, timeout=30)
+    deadline = time.monotonic() + 30
+    while metric_sum(scrape(mport), "spate_fsyncs_total") == base:
+        assert time.monotonic() < deadline, "no fsync 30 s after the last append, with flush.ms=1000"
+        time.sleep(0.2)
+
+
 FSYNC_DELAY_MS = 2000
 PRODUCES = 5
 

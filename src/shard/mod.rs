@@ -1047,10 +1047,14 @@ impl Shard {
             // Segments retention or a truncation renamed away: unlinked off the core.
             self.trash.segments.extend(p.log.take_deleted_segments());
             if p.durable_waiters.is_empty() && (p.log.flush_due(now_ms) || p.log.sync_owed()) {
-                // flush.ms elapsed (or a checkpoint or snapshot was replaced) with nobody
-                // waiting: queue a flush all the same.
+                // flush.ms elapsed (or a checkpoint or snapshot was replaced, or a roll
+                // left a segment above the recovery point) with nobody waiting: queue a
+                // flush all the same. The waiter names the last written offset (-1 when
+                // none), as an ack names its last record: naming the end offset itself
+                // made it wait for the next append, so an idle partition never flushed
+                // (and a compacted one never had its last rolled segment cleaned).
                 let (tx, _rx) = oneshot::channel();
-                p.durable_waiters.push((p.log.unflushed_end(), tx));
+                p.durable_waiters.push((Offset(p.log.unflushed_end().0 - 1), tx));
             }
         }
     }
