@@ -1416,13 +1416,12 @@ impl PartitionLog {
             swap.push(cleaner::SWAP_SUFFIX);
             let r = std::fs::rename(&log_cleaned, &swap);
             self.offline_on_err("clean: rename to .swap", r)?;
-            for k in 1..n {
+            for _ in 1..n {
                 let mut seg = self.segments.remove(i + 1);
                 done.bytes_before += seg.size_bytes;
                 let r = seg.rename_deleted();
                 self.deleted_segments.push(DeletedSegment(seg));
                 self.offline_on_err("clean: rename a replaced segment", r)?;
-                let _ = k;
             }
             let r = std::fs::rename(&index_cleaned, self.dir.join(segment::file_name(base, ".index")))
                 .and_then(|()| std::fs::rename(&time_cleaned, self.dir.join(segment::file_name(base, ".timeindex"))))
