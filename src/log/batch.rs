@@ -390,6 +390,89 @@ pub fn decompress_bounded(codec: i16, data: &[u8], bytes_max: usize) -> Option<V
     }
 }
 
+/// A control record's key type: an end-of-transaction marker (Kafka's
+/// `ControlRecordType`; other types exist, and are kept and skipped like these).
+pub const CONTROL_TYPE_ABORT: i16 = 0;
+pub const CONTROL_TYPE_COMMIT: i16 = 1;
+/// Bytes of a marker batch as `encode_marker` writes it: the header and one record.
+pub const MARKER_BATCH_BYTES: usize = HEADER_BYTES + 17;
+
+/// The end-of-transaction marker of a control batch (Kafka's `EndTransactionMarker`):
+/// key `version i16, type i16`, value `version i16, coordinatorEpoch i32`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ControlMarker {
+    pub commit: bool,
+    pub coordinator_epoch: i32,
+}
+
+/// The marker a control batch carries: None for a data batch, a compressed one, a
+/// control record of another type, or bytes that do not parse (read within the batch,
+/// never past it). `batch` is one whole batch after `check_structure`.
+pub fn control_marker(batch: &[u8], h: &BatchHeader) -> Option<ControlMarker> {
+    if h.attributes & ATTR_CONTROL == 0 || h.compression() != 0 || h.records_count < 1 {
+        return None;
+    }
+    let end = (h.size_bytes() as usize).min(batch.len());
+    let body = batch.get(..end)?;
+    let mut pos = HEADER_BYTES;
+    let length = read_varlong(body, &mut pos)?;
+    if length < 0 || length as u64 > (end - pos.min(end)) as u64 {
+        return None;
+    }
+    pos += 1; // attributes
+    read_varlong(body, &mut pos)?; // timestamp delta
+    read_varlong(body, &mut pos)?; // offset delta
+    let key_len = read_varlong(body, &mut pos)?;
+    if key_len < 4 {
+        return None;
+    }
+    let key = body.get(pos..pos + 4)?;
+    let kind = i16::from_be_bytes([key[2], key[3]]);
+    pos += key_len as usize;
+    let value_len = read_varlong(body, &mut pos)?;
+    if value_len < 6 {
+        return None;
+    }
+    let value = body.get(pos..pos + 6)?;
+    let coordinator_epoch = i32::from_be_bytes(value[2..6].try_into().unwrap());
+    match kind {
+        CONTROL_TYPE_ABORT => Some(ControlMarker { commit: false, coordinator_epoch }),
+        CONTROL_TYPE_COMMIT => Some(ControlMarker { commit: true, coordinator_epoch }),
+        _ => None,
+    }
+}
+
+/// A control batch holding one end-of-transaction marker, as Kafka's leader writes it
+/// (`MemoryRecords.withEndTransactionMarker`): transactional and control attributes, no
+/// sequence, base offset 0 (the log assigns it), leader epoch -1 (stamped on append).
+pub fn encode_marker(producer_id: i64, producer_epoch: i16, marker: ControlMarker, now_ms: i64) -> Vec<u8> {
+    let mut b = vec![0u8; MARKER_BATCH_BYTES];
+    let batch_length = (MARKER_BATCH_BYTES - LOG_OVERHEAD_BYTES) as i32;
+    b[OFF_BATCH_LENGTH..OFF_BATCH_LENGTH + 4].copy_from_slice(&batch_length.to_be_bytes());
+    b[OFF_LEADER_EPOCH..OFF_LEADER_EPOCH + 4].copy_from_slice(&(-1i32).to_be_bytes());
+    b[OFF_MAGIC] = 2;
+    b[OFF_ATTRIBUTES..OFF_ATTRIBUTES + 2].copy_from_slice(&(ATTR_TRANSACTIONAL | ATTR_CONTROL).to_be_bytes());
+    b[OFF_BASE_TIMESTAMP..OFF_BASE_TIMESTAMP + 8].copy_from_slice(&now_ms.to_be_bytes());
+    b[OFF_MAX_TIMESTAMP..OFF_MAX_TIMESTAMP + 8].copy_from_slice(&now_ms.to_be_bytes());
+    b[OFF_PRODUCER_ID..OFF_PRODUCER_ID + 8].copy_from_slice(&producer_id.to_be_bytes());
+    b[OFF_PRODUCER_EPOCH..OFF_PRODUCER_EPOCH + 2].copy_from_slice(&producer_epoch.to_be_bytes());
+    b[OFF_BASE_SEQUENCE..OFF_BASE_SEQUENCE + 4].copy_from_slice(&(-1i32).to_be_bytes());
+    b[OFF_RECORDS_COUNT..OFF_RECORDS_COUNT + 4].copy_from_slice(&1i32.to_be_bytes());
+    let kind = if marker.commit { CONTROL_TYPE_COMMIT } else { CONTROL_TYPE_ABORT };
+    // One record of 16 bytes (zig-zag varints: 16 -> 32, 4 -> 8, 6 -> 12).
+    let mut r = vec![32u8, 0, 0, 0, 8];
+    r.extend_from_slice(&0i16.to_be_bytes());
+    r.extend_from_slice(&kind.to_be_bytes());
+    r.push(12);
+    r.extend_from_slice(&0i16.to_be_bytes());
+    r.extend_from_slice(&marker.coordinator_epoch.to_be_bytes());
+    r.push(0);
+    b[HEADER_BYTES..].copy_from_slice(&r);
+    let crc = compute_crc(&b);
+    b[OFF_CRC..OFF_CRC + 4].copy_from_slice(&crc.to_be_bytes());
+    b
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -560,5 +643,34 @@ mod tests {
         for codec in 0..8 {
             assert_eq!(decompress_bounded(codec, b"not compressed at all", 1 << 20), None, "codec {codec}");
         }
+    }
+
+    #[test]
+    fn a_marker_batch_is_what_kafka_protocol_reads_as_a_control_record() {
+        for (commit, epoch) in [(true, 0), (false, 7), (true, i32::MAX)] {
+            let marker = ControlMarker { commit, coordinator_epoch: epoch };
+            let b = encode_marker(42, 3, marker, 1_700_000_000_000);
+            let (h, size) = check_structure(&b, b.len()).unwrap();
+            assert_eq!(size, MARKER_BATCH_BYTES);
+            check_records(&b, &h).unwrap();
+            assert_eq!(control_marker(&b, &h), Some(marker));
+            let records = RecordBatchDecoder::decode(&mut Bytes::from(b.clone())).unwrap();
+            assert_eq!(records.records.len(), 1);
+            let r = &records.records[0];
+            assert!(r.control && r.transactional);
+            assert_eq!((r.producer_id, r.producer_epoch, r.sequence), (42, 3, -1));
+            let kind: i16 = if commit { 1 } else { 0 };
+            assert_eq!(r.key.as_deref(), Some(&[0u8, 0, (kind >> 8) as u8, kind as u8][..]));
+            let mut value = vec![0u8, 0];
+            value.extend_from_slice(&epoch.to_be_bytes());
+            assert_eq!(r.value.as_deref(), Some(&value[..]));
+            // Every truncation of the record parses to nothing, never past the bytes.
+            for cut in HEADER_BYTES..b.len() {
+                assert_eq!(control_marker(&b[..cut], &h), None, "cut at {cut}");
+            }
+        }
+        let data = batch(Compression::None);
+        let (h, _) = check_structure(&data, data.len()).unwrap();
+        assert_eq!(control_marker(&data, &h), None);
     }
 }
