@@ -184,6 +184,10 @@ pub struct PartitionStatus {
     pub under_replicated: bool,
     /// Led here: the high watermark.
     pub high_watermark: Option<i64>,
+    /// Led here: the last stable offset (below it every transaction has ended).
+    pub last_stable_offset: Option<i64>,
+    /// Transactions open in this replica.
+    pub open_transactions: usize,
     /// Compacted: the dirty ratio and when the last cleaning pass was installed.
     pub cleaner: Option<(f64, Option<i64>)>,
 }
@@ -1204,6 +1208,11 @@ impl Shard {
                 offline: p.log.offline_reason().is_some(),
                 under_replicated: p.replica.leader_state().is_some_and(|l| l.isr().len() < l.replicas().len()),
                 high_watermark: p.replica.leader_state().map(|l| l.high_watermark()),
+                last_stable_offset: p
+                    .replica
+                    .leader_state()
+                    .map(|l| p.log.producer_states().stable_offset(l.high_watermark())),
+                open_transactions: p.log.producer_states().ongoing_count(),
                 cleaner: p.log.cleaner_state(),
             })
             .collect();

@@ -463,8 +463,18 @@ impl ProducerStates {
         while self.ended.front().is_some_and(|(_, marker)| *marker < high_watermark) {
             self.ended.pop_front();
         }
-        let ended = self.ended.iter().map(|(first, _)| *first).min();
+        self.stable_offset(high_watermark)
+    }
+
+    /// `last_stable_offset` without forgetting anything (for a read-only view).
+    pub fn stable_offset(&self, high_watermark: i64) -> i64 {
+        let ended = self.ended.iter().filter(|(_, marker)| *marker >= high_watermark).map(|(first, _)| *first).min();
         [Some(high_watermark), self.first_unstable_offset(), ended].into_iter().flatten().min().expect("hw")
+    }
+
+    /// How many transactions are open here.
+    pub fn ongoing_count(&self) -> usize {
+        self.ongoing.len()
     }
 
     /// The open transactions: (first offset, producer id), oldest first.
