@@ -17,6 +17,7 @@
 //! 00000000000000000000.log        segment: record batches back to back, no file header
 //! 00000000000000000000.index      offset index of that segment
 //! 00000000000000000000.timeindex  time index of that segment
+//! 00000000000000000000.txnindex   its aborted transactions, once it has one (txn_index.rs)
 //! 00000000000000001234.log ...    the next segment, named by its base offset (20 digits)
 //! spate-recovery-point            checkpoint: offset below which data is known fsynced
 //! spate-log-start-offset          checkpoint: the log start offset (see start_offset.rs)
