@@ -1,5 +1,10 @@
 //! The group coordinator's side of a shard: group operations for the groups whose
 //! `__consumer_offsets` partition this shard owns, and the appends of their records.
+//!
+//! Transactional offset commits (TxnOffsetCommit) are appended as one transactional
+//! batch carrying the producer's id and epoch; their offsets wait in the coordinator
+//! (`group::txn_offsets`) until the producer's marker lands in the same partition
+//! (`offsets_txn_marker`, called by WriteTxnMarkers; a load reads the markers itself).
 
 use bytes::{Bytes, BytesMut};
 use kafka_protocol::records::{Compression, Record, RecordBatchEncoder, RecordEncodeOptions};
@@ -10,7 +15,8 @@ use crate::group::{
     JoinResponse, OffsetCommit, PendingRecord, SyncRequest, SyncResponse, OFFSETS_TOPIC,
 };
 use crate::log::LogError;
-use crate::model::{Offset, TopicPartition};
+use crate::model::{Offset, ProducerEpoch, ProducerId, TopicPartition};
+use crate::txn::producer_state::{increment_sequence, NO_SEQUENCE};
 
 use super::{DurableWait, PartitionError, PartitionOp, PartitionReply, ReplicatedWait, Shard};
 
@@ -57,6 +63,22 @@ pub enum GroupOp {
     FetchOffsets {
         group_id: String,
         partitions: Option<Vec<(String, i32)>>,
+        /// OffsetFetch v7+: partitions with offsets in an open transaction are answered
+        /// UNSTABLE_OFFSET_COMMIT.
+        require_stable: bool,
+    },
+    /// TxnOffsetCommit: offsets that become visible when the producer's transaction
+    /// commits.
+    TxnCommit {
+        group_id: String,
+        producer_id: i64,
+        producer_epoch: i16,
+        member_id: String,
+        instance: Option<String>,
+        generation: i32,
+        offsets: Vec<OffsetCommit>,
+        now_ms: i64,
+        durable: bool,
     },
     /// Every group this shard coordinates (ListGroups fans out to all shards).
     List,
@@ -83,6 +105,7 @@ impl GroupOp {
             GroupOp::Heartbeat { group_id, .. }
             | GroupOp::Leave { group_id, .. }
             | GroupOp::Commit { group_id, .. }
+            | GroupOp::TxnCommit { group_id, .. }
             | GroupOp::FetchOffsets { group_id, .. }
             | GroupOp::Describe { group_id }
             | GroupOp::Delete { group_id, .. }
@@ -92,7 +115,18 @@ impl GroupOp {
     }
 }
 
-pub type OffsetList = Vec<(String, i32, Option<group_records::StoredOffset>)>;
+/// OffsetFetch's answer: per partition, the committed offset (None: none), or
+/// UNSTABLE_OFFSET_COMMIT.
+pub type OffsetList = Vec<(String, i32, Result<Option<group_records::StoredOffset>, GroupError>)>;
+
+/// Why a TxnOffsetCommit was refused as a whole.
+#[derive(Debug)]
+pub enum TxnCommitRefusal {
+    /// The group refused it (KIP-447's checks).
+    Group(GroupError),
+    /// Its batch was not appended (a fenced producer epoch, a moved leadership...).
+    Append(PartitionError),
+}
 
 pub enum GroupReply {
     Join(Deferred<JoinResponse>),
@@ -107,6 +141,12 @@ pub enum GroupReply {
         waits: Vec<DurableWait>,
         /// The in-sync replicas having the records (acks=all, as Kafka writes offsets):
         /// a commit acknowledged survives the coordinator's broker.
+        replicated: Option<ReplicatedWait>,
+    },
+    /// TxnOffsetCommit: as `Commit`; the offsets stay pending until the marker.
+    TxnCommit {
+        results: Result<Vec<Result<(), GroupError>>, TxnCommitRefusal>,
+        waits: Vec<DurableWait>,
         replicated: Option<ReplicatedWait>,
     },
     Offsets(OffsetList),
@@ -178,13 +218,36 @@ fn subscription_names(metadata: &[u8], topic: &str) -> bool {
         .unwrap_or(false)
 }
 
-/// Encode `__consumer_offsets` records as one uncompressed batch.
-fn encode_batch(recs: &[PendingRecord], now_ms: i64) -> Result<Vec<u8>, LogError> {
+/// A transactional batch's producer: id, epoch and the batch's base sequence.
+#[derive(Debug, Clone, Copy)]
+struct TxnProducer {
+    producer_id: i64,
+    producer_epoch: i16,
+    base_sequence: i32,
+}
+
+/// Encode `__consumer_offsets` records as one uncompressed batch; a transactional one
+/// when `txn` names the producer.
+fn encode_batch(recs: &[PendingRecord], now_ms: i64, txn: Option<TxnProducer>) -> Result<Vec<u8>, LogError> {
     let records: Vec<Record> = recs
         .iter()
         .enumerate()
         .map(|(i, r)| {
-            crate::protocol::plain_record(i as i64, 0, now_ms, Some(r.key.clone()), r.value.clone(), Default::default())
+            let mut record = crate::protocol::plain_record(
+                i as i64,
+                0,
+                now_ms,
+                Some(r.key.clone()),
+                r.value.clone(),
+                Default::default(),
+            );
+            if let Some(t) = txn {
+                record.transactional = true;
+                record.producer_id = t.producer_id;
+                record.producer_epoch = t.producer_epoch;
+                record.sequence = increment_sequence(t.base_sequence, i as i32);
+            }
+            record
         })
         .collect();
     let mut buf = BytesMut::new();
@@ -194,24 +257,55 @@ fn encode_batch(recs: &[PendingRecord], now_ms: i64) -> Result<Vec<u8>, LogError
 }
 
 impl Shard {
-    /// Append group records to their offsets partition with `acks` (1 or -1). Returns
-    /// the write and durability waits, and with acks=-1 the replication wait.
+    /// Append group records to their offsets partition with `acks` (1 or -1), in a
+    /// transactional batch of `txn`'s producer (id, epoch) when given. Returns the
+    /// write and durability waits, with acks=-1 the replication wait, and the batch's
+    /// base offset (-1 when there was nothing to append).
     fn append_group_records(
         &mut self,
         recs: &[PendingRecord],
         now_ms: i64,
         durable: bool,
         acks: i16,
-    ) -> Result<(Vec<DurableWait>, Option<ReplicatedWait>), PartitionError> {
-        let Some(first) = recs.first() else { return Ok((Vec::new(), None)) };
+        txn: Option<(i64, i16)>,
+    ) -> Result<(Vec<DurableWait>, Option<ReplicatedWait>, i64), PartitionError> {
+        let Some(first) = recs.first() else { return Ok((Vec::new(), None, -1)) };
         let tp = group_partition(&first.group_id);
         assert!(recs.iter().all(|r| group_partition(&r.group_id) == tp), "one group's records share a partition");
-        let batch = encode_batch(recs, now_ms)?;
-        match self.execute(PartitionOp::Produce { tp, records: Bytes::from(batch), now_ms, durable, acks })? {
-            PartitionReply::Produced { written, durable, replicated, .. } => {
-                Ok((written.into_iter().chain(durable).collect(), replicated))
+        let txn = txn.map(|(producer_id, producer_epoch)| TxnProducer {
+            producer_id,
+            producer_epoch,
+            base_sequence: self.coordinator_sequence(&tp, producer_id, producer_epoch),
+        });
+        let batch = encode_batch(recs, now_ms, txn)?;
+        match self.execute(PartitionOp::Produce { tp: tp.clone(), records: Bytes::from(batch), now_ms, durable, acks })? {
+            PartitionReply::Produced { duplicate: true, .. } => {
+                // Cannot happen: the sequence continues the producer's last one here.
+                Err(PartitionError::Log(LogError::InvalidRecord(format!(
+                    "{tp}: the coordinator's transactional batch was taken for a duplicate"
+                ))))
+            }
+            PartitionReply::Produced { info, written, durable, replicated, .. } => {
+                Ok((written.into_iter().chain(durable).collect(), replicated, info.base_offset.0))
             }
             other => unreachable!("Produce answered {other:?}"),
+        }
+    }
+
+    /// The base sequence of the group coordinator's next transactional batch of
+    /// `producer_id` on offsets partition `tp`. Kafka writes 0 and skips the sequence
+    /// check for its coordinator's appends (`AppendOrigin.COORDINATOR`); Spate's log
+    /// checks every producer batch, so the coordinator continues the producer's
+    /// sequence on this partition (0 for a new producer or a newer epoch). Only the
+    /// coordinator writes a transactional producer's batches to `__consumer_offsets`,
+    /// and this shard alone appends to it, so the check that follows passes.
+    fn coordinator_sequence(&self, tp: &TopicPartition, producer_id: i64, producer_epoch: i16) -> i32 {
+        let Some(p) = self.partitions.get(tp) else { return 0 };
+        match p.log.producer_states().get(ProducerId(producer_id)) {
+            Some(e) if e.epoch == ProducerEpoch(producer_epoch) && e.last_seq() != NO_SEQUENCE => {
+                increment_sequence(e.last_seq(), 1)
+            }
+            _ => 0,
         }
     }
 
@@ -227,7 +321,7 @@ impl Shard {
             }
         }
         for (group, recs) in by_group {
-            if let Err(e) = self.append_group_records(&recs, now_ms, false, 1) {
+            if let Err(e) = self.append_group_records(&recs, now_ms, false, 1, None) {
                 tracing::error!(group, error = %e, "writing group records failed");
             }
         }
@@ -266,11 +360,11 @@ impl Shard {
                     Err(e) => GroupReply::Commit { results: Err(Some(e)), waits: Vec::new(), replicated: None },
                     Ok(()) => {
                         let (recs, results) = self.groups.commit_records(&group_id, &offsets, now_ms);
-                        match self.append_group_records(&recs, now_ms, durable, -1) {
-                            Ok((waits, replicated)) => {
+                        match self.append_group_records(&recs, now_ms, durable, -1, None) {
+                            Ok((waits, replicated, base_offset)) => {
                                 for r in recs {
                                     match group_records::decode(&r.key, r.value.as_ref()) {
-                                        Ok(rec) => self.groups.apply_record(rec, now_ms),
+                                        Ok(rec) => self.groups.apply_record(rec, base_offset, now_ms),
                                         Err(e) => unreachable!("we just encoded this record: {e}"),
                                     }
                                 }
@@ -284,8 +378,26 @@ impl Shard {
                     }
                 }
             }
-            GroupOp::FetchOffsets { group_id, partitions } => {
-                GroupReply::Offsets(self.groups.fetch_offsets(&group_id, partitions.as_deref()))
+            GroupOp::TxnCommit {
+                group_id,
+                producer_id,
+                producer_epoch,
+                member_id,
+                instance,
+                generation,
+                offsets,
+                now_ms,
+                durable,
+            } => self.txn_commit(
+                &group_id,
+                (producer_id, producer_epoch),
+                (&member_id, instance.as_deref(), generation),
+                &offsets,
+                now_ms,
+                durable,
+            ),
+            GroupOp::FetchOffsets { group_id, partitions, require_stable } => {
+                GroupReply::Offsets(self.groups.fetch_offsets(&group_id, partitions.as_deref(), require_stable))
             }
             // While a load runs, the list is not whole (Kafka answers the same).
             GroupOp::List if !self.group_loads.is_empty() => GroupReply::Loading,
@@ -302,6 +414,68 @@ impl Shard {
         };
         self.flush_group_records(now);
         reply
+    }
+
+    /// TxnOffsetCommit: checked by the group (KIP-447), appended as one transactional
+    /// batch of the producer with acks=all, then pending in the coordinator until the
+    /// producer's marker. The producer's epoch is checked by the log's append (a fenced
+    /// one is refused there, as Kafka's coordinator append is).
+    fn txn_commit(
+        &mut self,
+        group_id: &str,
+        (producer_id, producer_epoch): (i64, i16),
+        (member_id, instance, generation): (&str, Option<&str>, i32),
+        offsets: &[OffsetCommit],
+        now_ms: i64,
+        durable: bool,
+    ) -> GroupReply {
+        let refused = |why| GroupReply::TxnCommit { results: Err(why), waits: Vec::new(), replicated: None };
+        if let Err(e) = self.groups.validate_txn_commit(group_id, member_id, instance, generation) {
+            return refused(TxnCommitRefusal::Group(e));
+        }
+        let (recs, results) = self.groups.commit_records(group_id, offsets, now_ms);
+        match self.append_group_records(&recs, now_ms, durable, -1, Some((producer_id, producer_epoch))) {
+            Ok((waits, replicated, base_offset)) => {
+                for r in recs {
+                    match group_records::decode(&r.key, r.value.as_ref()) {
+                        Ok(rec) => self.groups.apply_txn_record(rec, producer_id, base_offset, now_ms),
+                        Err(e) => unreachable!("we just encoded this record: {e}"),
+                    }
+                }
+                GroupReply::TxnCommit { results: Ok(results), waits, replicated }
+            }
+            Err(e) => {
+                tracing::warn!(group = group_id, producer_id, producer_epoch, error = %e,
+                    "transactional offset commit not written");
+                refused(TxnCommitRefusal::Append(e))
+            }
+        }
+    }
+
+    /// A marker of `producer_id`'s transaction (`committed`: COMMIT, else ABORT) was
+    /// appended, and replicated, on offsets partition `tp`, which this shard leads
+    /// (WriteTxnMarkers calls this): the producer's pending offsets of that partition's
+    /// groups become committed (unless a later non-transactional commit of the same
+    /// partition is there) or are dropped. While the partition loads, nothing is done
+    /// here: the load reads the log to its end, the marker included. As Kafka, the
+    /// producer's epoch is not compared.
+    // Called by the WriteTxnMarkers handler once it is wired (until then only by tests).
+    #[allow(dead_code)]
+    pub(super) fn offsets_txn_marker(
+        &mut self,
+        tp: &TopicPartition,
+        producer_id: i64,
+        producer_epoch: i16,
+        committed: bool,
+    ) {
+        assert_eq!(tp.topic, OFFSETS_TOPIC, "a group marker on {tp}");
+        assert!(self.owns(tp), "shard {} got the marker of {tp}, owned by another shard", self.id.0);
+        if self.group_loads.contains_key(&tp.partition) {
+            return;
+        }
+        let completed = self.groups.complete_txn(tp.partition, offsets_topic_partitions, producer_id, committed);
+        tracing::debug!(partition = %tp, producer_id, producer_epoch, committed, completed,
+            "transaction marker applied to pending offsets");
     }
 
     /// Timers of the groups this shard coordinates.
@@ -386,7 +560,8 @@ impl Shard {
                 return;
             }
         };
-        let (next, loaded, skipped) = match self.groups.replay_batches(bytes, offset, now_ms) {
+        let (next, loaded, skipped) =
+            match self.groups.replay_batches(bytes, offset, tp.partition, offsets_topic_partitions, now_ms) {
             Ok(replayed) => replayed,
             Err(e) => {
                 tracing::error!(partition = %tp, %offset, error = %e, "malformed offsets batch; stopping load");
