@@ -391,7 +391,13 @@ pub struct GroupCoordinator {
 
 impl GroupCoordinator {
     pub fn new(config: GroupConfig) -> Self {
-        Self { config, groups: HashMap::new(), pending_records: Vec::new(), txn: TxnOffsets::new(), retired_rebalances: 0 }
+        Self {
+            config,
+            groups: HashMap::new(),
+            pending_records: Vec::new(),
+            txn: TxnOffsets::new(),
+            retired_rebalances: 0,
+        }
     }
 
     /// Join phases completed since start (a monotonic counter).

@@ -112,8 +112,12 @@ impl TxnOffsets {
 
     /// Producer ids with pending offsets in groups `in_partition` accepts, ascending.
     pub fn producers(&self, in_partition: impl Fn(&str) -> bool) -> Vec<i64> {
-        let mut v: Vec<i64> =
-            self.by_producer.iter().filter(|(_, m)| m.keys().any(|(g, _, _)| in_partition(g))).map(|(p, _)| *p).collect();
+        let mut v: Vec<i64> = self
+            .by_producer
+            .iter()
+            .filter(|(_, m)| m.keys().any(|(g, _, _)| in_partition(g)))
+            .map(|(p, _)| *p)
+            .collect();
         v.sort_unstable();
         v
     }
@@ -204,7 +208,13 @@ mod tests {
         }
     }
 
-    fn fetched(c: &GroupCoordinator, group: &str, topic: &str, partition: i32, stable: bool) -> Result<i64, GroupError> {
+    fn fetched(
+        c: &GroupCoordinator,
+        group: &str,
+        topic: &str,
+        partition: i32,
+        stable: bool,
+    ) -> Result<i64, GroupError> {
         let got = c.fetch_offsets(group, Some(&[(topic.into(), partition)]), stable);
         got[0].2.clone().map(|o| o.map_or(-1, |o| o.offset))
     }
@@ -347,8 +357,14 @@ mod tests {
             .iter()
             .enumerate()
             .map(|(i, (k, v))| {
-                let mut r =
-                    crate::protocol::plain_record(base_offset + i as i64, 0, 0, Some(k.clone()), v.clone(), Default::default());
+                let mut r = crate::protocol::plain_record(
+                    base_offset + i as i64,
+                    0,
+                    0,
+                    Some(k.clone()),
+                    v.clone(),
+                    Default::default(),
+                );
                 if let Some((id, epoch)) = producer {
                     r.transactional = true;
                     r.producer_id = id;
@@ -359,8 +375,12 @@ mod tests {
             })
             .collect();
         let mut buf = bytes::BytesMut::new();
-        RecordBatchEncoder::encode(&mut buf, &records, &RecordEncodeOptions { version: 2, compression: Compression::None })
-            .unwrap();
+        RecordBatchEncoder::encode(
+            &mut buf,
+            &records,
+            &RecordEncodeOptions { version: 2, compression: Compression::None },
+        )
+        .unwrap();
         buf.to_vec()
     }
 
@@ -398,8 +418,8 @@ mod tests {
         log.extend(batch(9, Some((9, 1)), &[offset_rec(g, 3, 90), offset_rec(solo, 0, 91)])); // open
         log.extend(batch(11, Some((9, 1)), &[(records::offset_key(g, "t", 3), None)])); // tombstone in txn
         log.extend(marker(12, 77, true)); // a producer with nothing pending
-        // Producer 5 again, after its marker, in a group of partition 25 (as a live
-        // coordinator leading both would hold it): a marker here must not touch it.
+                                          // Producer 5 again, after its marker, in a group of partition 25 (as a live
+                                          // coordinator leading both would hold it): a marker here must not touch it.
         let mut c = GroupCoordinator::new(GroupConfig::default());
         write(&mut c, other, &[commit("t", 0, 33)], Some(5), 0);
 

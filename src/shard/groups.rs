@@ -278,7 +278,13 @@ impl Shard {
             base_sequence: self.coordinator_sequence(&tp, producer_id, producer_epoch),
         });
         let batch = encode_batch(recs, now_ms, txn)?;
-        match self.execute(PartitionOp::Produce { tp: tp.clone(), records: Bytes::from(batch), now_ms, durable, acks })? {
+        match self.execute(PartitionOp::Produce {
+            tp: tp.clone(),
+            records: Bytes::from(batch),
+            now_ms,
+            durable,
+            acks,
+        })? {
             PartitionReply::Produced { duplicate: true, .. } => {
                 // Cannot happen: the sequence continues the producer's last one here.
                 Err(PartitionError::Log(LogError::InvalidRecord(format!(
@@ -562,13 +568,13 @@ impl Shard {
         };
         let (next, loaded, skipped) =
             match self.groups.replay_batches(bytes, offset, tp.partition, offsets_topic_partitions, now_ms) {
-            Ok(replayed) => replayed,
-            Err(e) => {
-                tracing::error!(partition = %tp, %offset, error = %e, "malformed offsets batch; stopping load");
-                self.finish_group_load(tp);
-                return;
-            }
-        };
+                Ok(replayed) => replayed,
+                Err(e) => {
+                    tracing::error!(partition = %tp, %offset, error = %e, "malformed offsets batch; stopping load");
+                    self.finish_group_load(tp);
+                    return;
+                }
+            };
         let state = self.group_loads.get_mut(&tp.partition).expect("checked above");
         state.loaded += loaded;
         state.skipped += skipped;
@@ -635,8 +641,14 @@ mod tests {
         let compact = TopicConfig::from_pairs([("cleanup.policy", Some("compact"))], &Default::default()).unwrap();
         r.create_replicated(OFFSETS_TOPIC, offsets_topic_partitions, 1, compact).unwrap();
         let metadata = Metadata::start(r).unwrap();
-        let mut shard =
-            Shard::new(ShardId(0), 1, data.to_path_buf(), metadata, Default::default(), crate::group::GroupConfig::default());
+        let mut shard = Shard::new(
+            ShardId(0),
+            1,
+            data.to_path_buf(),
+            metadata,
+            Default::default(),
+            crate::group::GroupConfig::default(),
+        );
         shard.sync_registry();
         let jobs = shard.take_open_jobs();
         shard.install_opened_later(super::super::open_logs(jobs, NOW_MS), NOW_MS);
@@ -654,7 +666,9 @@ mod tests {
             require_stable,
         };
         match shard.execute_group(op) {
-            GroupReply::Offsets(list) => list.into_iter().map(|(_, _, o)| o.map(|o| o.map_or(-1, |o| o.offset))).collect(),
+            GroupReply::Offsets(list) => {
+                list.into_iter().map(|(_, _, o)| o.map(|o| o.map_or(-1, |o| o.offset))).collect()
+            }
             other => panic!("FetchOffsets answered {other:?}"),
         }
     }
