@@ -969,6 +969,7 @@ impl GroupCoordinator {
     ///   batch's producer's marker (`apply_txn_record`);
     /// - a control batch's marker (`log::batch::control_marker`) commits or drops its
     ///   producer's pending offsets in this partition (`complete_txn`).
+    ///
     /// Offsets still pending at the end stay pending: their transaction is open.
     /// Returns the offset after the last batch, and how many records were applied and
     /// skipped; an error when the bytes are not well-formed batches (the load stops
@@ -1078,6 +1079,7 @@ impl GroupCoordinator {
     ///   member's old id, UNKNOWN_MEMBER_ID) of the current generation
     ///   (ILLEGAL_GENERATION) — KIP-447's fencing of zombie producers;
     /// - one that names none (v0-v2 carry no member) commits whatever the group's state.
+    ///
     /// Unlike OffsetCommit, a group completing a rebalance does not refuse it.
     pub fn validate_txn_commit(
         &self,

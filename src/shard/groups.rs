@@ -734,7 +734,7 @@ mod tests {
         let all = [("t", 0), ("t", 1), ("t", 2)];
         let unstable = Err(GroupError::UnstableOffsetCommit);
         assert_eq!(fetch(&mut shard, &all, false), vec![Ok(1), Ok(1), Ok(1)]);
-        assert_eq!(fetch(&mut shard, &all, true), vec![unstable.clone(), unstable.clone(), unstable.clone()]);
+        assert_eq!(fetch(&mut shard, &all, true), vec![unstable, unstable, unstable]);
 
         shard.offsets_txn_marker(&tp, 5, 0, true);
         shard.offsets_txn_marker(&tp, 6, 0, false);
