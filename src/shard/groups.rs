@@ -425,7 +425,8 @@ impl Shard {
     /// TxnOffsetCommit: checked by the group (KIP-447), appended as one transactional
     /// batch of the producer with acks=all, then pending in the coordinator until the
     /// producer's marker. The producer's epoch is checked by the log's append (a fenced
-    /// one is refused there, as Kafka's coordinator append is).
+    /// one is refused there, as Kafka's coordinator append is). Producer id -1 is a
+    /// plain commit (Kafka's behaviour).
     fn txn_commit(
         &mut self,
         group_id: &str,
@@ -440,11 +441,15 @@ impl Shard {
             return refused(TxnCommitRefusal::Group(e));
         }
         let (recs, results) = self.groups.commit_records(group_id, offsets, now_ms);
-        match self.append_group_records(&recs, now_ms, durable, -1, Some((producer_id, producer_epoch))) {
+        // As Kafka (both coordinators: `isTxnOffsetCommit = producerId != NO_PRODUCER_ID`),
+        // producer id -1 writes a plain commit, visible at once.
+        let txn = (producer_id != crate::model::ProducerId::NONE.0).then_some((producer_id, producer_epoch));
+        match self.append_group_records(&recs, now_ms, durable, -1, txn) {
             Ok((waits, replicated, base_offset)) => {
                 for r in recs {
                     match group_records::decode(&r.key, r.value.as_ref()) {
-                        Ok(rec) => self.groups.apply_txn_record(rec, producer_id, base_offset, now_ms),
+                        Ok(rec) if txn.is_some() => self.groups.apply_txn_record(rec, producer_id, base_offset, now_ms),
+                        Ok(rec) => self.groups.apply_record(rec, base_offset, now_ms),
                         Err(e) => unreachable!("we just encoded this record: {e}"),
                     }
                 }
@@ -741,6 +746,41 @@ mod tests {
         assert_eq!(fetch(&mut shard, &all, true), vec![Ok(50), Ok(1), unstable]);
         shard.offsets_txn_marker(&tp, 7, 0, true);
         assert_eq!(fetch(&mut shard, &all, true), vec![Ok(50), Ok(1), Ok(70)]);
+    }
+
+    /// Producer id -1 (no producer) commits at once, as Kafka's coordinators do; the
+    /// group's KIP-447 checks still apply.
+    #[test]
+    fn txn_offset_commit_without_a_producer_is_a_plain_commit() {
+        let (store, data) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+        let mut shard = coordinator_shard(store.path(), data.path());
+        let op = |generation: i32| GroupOp::TxnCommit {
+            group_id: GROUP.into(),
+            producer_id: -1,
+            producer_epoch: -1,
+            member_id: String::new(),
+            instance: None,
+            generation,
+            offsets: vec![OffsetCommit {
+                topic: "t".into(),
+                partition: 0,
+                offset: 4,
+                leader_epoch: -1,
+                metadata: String::new(),
+            }],
+            now_ms: NOW_MS,
+            durable: false,
+        };
+        let results = |reply| match reply {
+            GroupReply::TxnCommit { results, .. } => results,
+            other => panic!("TxnCommit answered {other:?}"),
+        };
+        assert!(matches!(
+            results(shard.execute_group(op(2))),
+            Err(TxnCommitRefusal::Group(GroupError::IllegalGeneration))
+        ));
+        assert_eq!(results(shard.execute_group(op(-1))).unwrap(), vec![Ok(())]);
+        assert_eq!(fetch(&mut shard, &[("t", 0)], true), vec![Ok(4)]);
     }
 
     /// TxnOffsetCommit end to end on the shard: KIP-447's refusal, the transactional
