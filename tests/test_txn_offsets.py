@@ -41,6 +41,7 @@ UNKNOWN_MEMBER_ID = 25
 FENCED_INSTANCE_ID = 82
 UNKNOWN_TOPIC_OR_PARTITION = 3
 UNSTABLE_OFFSET_COMMIT = 88
+INVALID_PRODUCER_EPOCH = 47
 TXN_OFFSET_COMMIT = 28
 
 GROUP = "txn-group"
@@ -190,8 +191,49 @@ def test_txn_offset_commit_fences_zombies(broker):
     assert fetch(broker.port, [tp0, (TOPIC, 1)], require_stable=False) == nothing
 
 
-@pytest.mark.xfail(strict=True, reason="needs the log's transactional batches and the WriteTxnMarkers handler "
-                   "(main: \"log: transactional batches and markers\"); remove once merged")
+def loaded_fetch(broker, partitions):
+    """OffsetFetch v7 (require_stable) once the offsets partition is loaded after a
+    restart (COORDINATOR_LOAD_IN_PROGRESS / NOT_COORDINATOR until then)."""
+    T = OffsetFetchRequest.OffsetFetchRequestTopic
+
+    def loaded():
+        req = OffsetFetchRequest(version=7, group_id=GROUP, require_stable=True,
+                                 topics=[T(name=t, partition_indexes=[p]) for t, p in partitions])
+        resp = call(broker.port, req, OffsetFetchResponse, 7)
+        return resp if resp.error_code == NONE else None
+
+    return fetched(wait_until(loaded, 60, "the offsets partition loaded after the restart"))
+
+
+@pytest.mark.broker_args(*GROUP_ARGS)
+def test_txn_offsets_pending_until_their_transaction_ends(broker):
+    """The transaction coordinator's part is not needed: the offsets are written in a
+    transactional batch and stay pending (also across a restart) with no marker."""
+    create_topic(broker.bootstrap, TOPIC, partitions=2)
+    coordinator_ready(broker.port)
+    member, generation = join_static(broker.port, "i1")
+    pid, epoch = init_producer_id(broker.port)
+    producer, stale = (pid, epoch + 1), (pid, epoch)  # as after an epoch bump
+    tp0, tp1 = (TOPIC, 0), (TOPIC, 1)
+    consumer = dict(member=member, instance="i1", generation=generation)
+
+    assert txn_commit(broker.port, producer, {tp0: 10}, **consumer) == {tp0: NONE}
+    assert txn_commit(broker.port, producer, {tp0: 11}, **consumer) == {tp0: NONE}, "the producer's next batch"
+    # A plain commit of another partition is visible at once, beside the pending one.
+    assert txn_commit(broker.port, (-1, -1), {tp1: 5}, **consumer) == {tp1: NONE}
+    assert fetch(broker.port, [tp0, tp1], require_stable=True) == {tp0: (-1, UNSTABLE_OFFSET_COMMIT), tp1: (5, NONE)}
+    assert fetch(broker.port, [tp0, tp1], require_stable=False) == {tp0: (-1, NONE), tp1: (5, NONE)}, \
+        "pending offsets are not visible"
+    # A fenced (older) producer epoch is refused by the log, and commits nothing.
+    assert txn_commit(broker.port, stale, {tp0: 12, tp1: 12}, **consumer) == \
+        {tp0: INVALID_PRODUCER_EPOCH, tp1: INVALID_PRODUCER_EPOCH}
+    assert fetch(broker.port, [tp1], require_stable=True) == {tp1: (5, NONE)}
+
+    broker.restart()
+    assert loaded_fetch(broker, [tp0, tp1]) == {tp0: (-1, UNSTABLE_OFFSET_COMMIT), tp1: (5, NONE)}
+
+
+@pytest.mark.xfail(strict=True, reason="needs the WriteTxnMarkers handler (the lead's); remove once merged")
 @pytest.mark.broker_args(*GROUP_ARGS)
 def test_txn_offsets_visible_after_the_commit_marker(broker):
     create_topic(broker.bootstrap, TOPIC, partitions=2)
@@ -205,8 +247,6 @@ def test_txn_offsets_visible_after_the_commit_marker(broker):
     assert txn_commit(broker.port, producer, {tp0: 10, tp1: 20}, **consumer) == {tp0: NONE, tp1: NONE}
     assert fetch(broker.port, both, require_stable=True) == \
         {tp0: (-1, UNSTABLE_OFFSET_COMMIT), tp1: (-1, UNSTABLE_OFFSET_COMMIT)}
-    assert fetch(broker.port, both, require_stable=False) == {tp0: (-1, NONE), tp1: (-1, NONE)}, \
-        "pending offsets are not visible"
     assert write_marker(broker.port, producer, commit=True) == NONE
     assert fetch(broker.port, both, require_stable=True) == {tp0: (10, NONE), tp1: (20, NONE)}
 
@@ -220,16 +260,6 @@ def test_txn_offsets_visible_after_the_commit_marker(broker):
     # restart: the reloaded coordinator still holds it pending, and commits it at the marker.
     assert txn_commit(broker.port, producer, {tp1: 40}, version=0) == {tp1: NONE}
     broker.restart()
-
-    def loaded():
-        # COORDINATOR_LOAD_IN_PROGRESS / NOT_COORDINATOR until the partition is loaded.
-        T = OffsetFetchRequest.OffsetFetchRequestTopic
-        req = OffsetFetchRequest(version=7, group_id=GROUP, require_stable=True,
-                                 topics=[T(name=TOPIC, partition_indexes=[0, 1])])
-        resp = call(broker.port, req, OffsetFetchResponse, 7)
-        return resp if resp.error_code == NONE else None
-
-    got = fetched(wait_until(loaded, 60, "the offsets partition loaded after the restart"))
-    assert got == {tp0: (10, NONE), tp1: (-1, UNSTABLE_OFFSET_COMMIT)}, got
+    assert loaded_fetch(broker, both) == {tp0: (10, NONE), tp1: (-1, UNSTABLE_OFFSET_COMMIT)}
     assert write_marker(broker.port, producer, commit=True) == NONE
     assert fetch(broker.port, both, require_stable=True) == {tp0: (10, NONE), tp1: (40, NONE)}

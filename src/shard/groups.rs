@@ -715,9 +715,8 @@ mod tests {
     /// producer's marker (UNSTABLE_OFFSET_COMMIT for read_committed consumers until
     /// then); WriteTxnMarkers' COMMIT publishes them, ABORT drops them, each in its
     /// producer's transaction only. The batches are written as a follower stores its
-    /// leader's. (Markers read back by a load: `a_load_replays_transactions` in
-    /// group::txn_offsets, and `txn_offset_commit_waits_for_the_marker` here once the
-    /// log takes control batches.)
+    /// leader's. (Markers read back by a load: `txn_offset_commit_waits_for_the_marker`,
+    /// and `a_load_replays_transactions` in group::txn_offsets.)
     #[test]
     fn a_leader_loads_transactional_offsets_then_markers_land() {
         let (store, data) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
@@ -788,7 +787,6 @@ mod tests {
     /// refused by the log), pending until the marker, and a reload that finds the
     /// offsets still pending.
     #[test]
-    #[ignore = "needs the log to take transactional batches (main: \"log: transactional batches and markers\")"]
     fn txn_offset_commit_waits_for_the_marker() {
         let (store, data) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
         let mut shard = coordinator_shard(store.path(), data.path());
