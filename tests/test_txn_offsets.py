@@ -133,6 +133,22 @@ def fetched(resp):
     return {(t.name, p.partition_index): (p.committed_offset, p.error_code) for t in resp.topics for p in t.partitions}
 
 
+def fetch_v8(port, partitions, require_stable):
+    """OffsetFetch v8 (groups batched) of GROUP: {(topic, partition): (offset, error code)}."""
+    G = OffsetFetchRequest.OffsetFetchRequestGroup
+    T = G.OffsetFetchRequestTopics
+    by_topic = {}
+    for t, p in partitions:
+        by_topic.setdefault(t, []).append(p)
+    req = OffsetFetchRequest(
+        version=8, require_stable=require_stable,
+        groups=[G(group_id=GROUP, topics=[T(name=t, partition_indexes=ps) for t, ps in by_topic.items()])])
+    resp = call(port, req, OffsetFetchResponse, 8)
+    (group,) = resp.groups
+    assert group.error_code == NONE, resp
+    return {(t.name, p.partition_index): (p.committed_offset, p.error_code) for t in group.topics for p in t.partitions}
+
+
 def init_producer_id(port):
     req = InitProducerIdRequest(version=4, transactional_id=None, transaction_timeout_ms=60_000,
                                 producer_id=-1, producer_epoch=-1)
@@ -224,6 +240,9 @@ def test_txn_offsets_pending_until_their_transaction_ends(broker):
     assert fetch(broker.port, [tp0, tp1], require_stable=True) == {tp0: (-1, UNSTABLE_OFFSET_COMMIT), tp1: (5, NONE)}
     assert fetch(broker.port, [tp0, tp1], require_stable=False) == {tp0: (-1, NONE), tp1: (5, NONE)}, \
         "pending offsets are not visible"
+    assert fetch_v8(broker.port, [tp0, tp1], require_stable=True) == \
+        {tp0: (-1, UNSTABLE_OFFSET_COMMIT), tp1: (5, NONE)}
+    assert fetch_v8(broker.port, [tp0, tp1], require_stable=False) == {tp0: (-1, NONE), tp1: (5, NONE)}
     # A fenced (older) producer epoch is refused by the log, and commits nothing.
     assert txn_commit(broker.port, stale, {tp0: 12, tp1: 12}, **consumer) == \
         {tp0: INVALID_PRODUCER_EPOCH, tp1: INVALID_PRODUCER_EPOCH}
