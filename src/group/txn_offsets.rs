@@ -278,6 +278,29 @@ mod tests {
         // v0-v2 carry no member: accepted whatever the group (unlike OffsetCommit).
         assert_eq!(c.validate_txn_commit("g", "", None, -1), Ok(()));
         assert_eq!(c.validate_commit("g", "", None, -1), Err(GroupError::UnknownMemberId));
+
+        // A group completing a rebalance (joined, not synced) refuses OffsetCommit but
+        // not TxnOffsetCommit (Kafka: "the group state is not enforced for those").
+        let req = JoinRequest {
+            group_id: "h".into(),
+            member_id: String::new(),
+            group_instance_id: Some("j1".into()),
+            protocol_type: "consumer".into(),
+            protocols: vec![("range".into(), Bytes::from_static(b"meta"))],
+            session_timeout_ms: 10_000,
+            rebalance_timeout_ms: 30_000,
+            client_id: "c".into(),
+            client_host: "/127.0.0.1".into(),
+            require_known_member_id: false,
+        };
+        let crate::group::Deferred::Later(mut rx) = c.join(req, 0, "h1".into()) else {
+            panic!("join answered at once")
+        };
+        c.tick(1);
+        let generation = rx.try_recv().unwrap().expect("join complete").generation_id;
+        assert_eq!(c.describe("h").unwrap().state, crate::group::GroupState::CompletingRebalance);
+        assert_eq!(c.validate_commit("h", "h1", Some("j1"), generation), Err(GroupError::RebalanceInProgress));
+        assert_eq!(c.validate_txn_commit("h", "h1", Some("j1"), generation), Ok(()));
     }
 
     /// Pending until the marker; invisible meanwhile, UNSTABLE with require_stable;
