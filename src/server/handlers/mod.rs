@@ -35,6 +35,7 @@ mod offset_for_leader_epoch;
 mod produce;
 mod sync_group;
 mod txn_offset_commit;
+mod write_txn_markers;
 
 use bytes::Bytes;
 use kafka_protocol::messages::ApiKey;
@@ -109,6 +110,7 @@ pub async fn handle(ctx: &ShardContext, frame: RequestFrame) -> Result<Option<Re
         ApiKey::DeleteRecords => delete_records::handle(ctx, &frame).await.map(Some),
         ApiKey::DescribeLogDirs => describe_log_dirs::handle(ctx, &frame).await.map(Some),
         ApiKey::DescribeCluster => describe_cluster::handle(ctx, &frame).map(Some),
+        ApiKey::WriteTxnMarkers => write_txn_markers::handle(ctx, &frame).await.map(Some),
         other => Err(ProtocolError::BadHeader(format!("no handler for {other:?}"))),
     };
     bytes.map(|b| b.map(Response::from))
