@@ -4,7 +4,8 @@
 //! Transactional offset commits (TxnOffsetCommit) are appended as one transactional
 //! batch carrying the producer's id and epoch; their offsets wait in the coordinator
 //! (`group::txn_offsets`) until the producer's marker lands in the same partition
-//! (`offsets_txn_marker`, called by WriteTxnMarkers; a load reads the markers itself).
+//! (`offsets_txn_marker`, for WriteTxnMarkers to call: not wired yet; a load reads the
+//! markers itself).
 
 use bytes::{Bytes, BytesMut};
 use kafka_protocol::records::{Compression, Record, RecordBatchEncoder, RecordEncodeOptions};
@@ -465,7 +466,7 @@ impl Shard {
 
     /// A marker of `producer_id`'s transaction (`committed`: COMMIT, else ABORT) was
     /// appended, and replicated, on offsets partition `tp`, which this shard leads
-    /// (WriteTxnMarkers calls this): the producer's pending offsets of that partition's
+    /// (for WriteTxnMarkers to call): the producer's pending offsets of that partition's
     /// groups become committed (unless a later non-transactional commit of the same
     /// partition is there) or are dropped. While the partition loads, nothing is done
     /// here: the load reads the log to its end, the marker included. As Kafka, the
