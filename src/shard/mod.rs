@@ -492,8 +492,9 @@ impl Shard {
         if self.cleaning || self.closing {
             return None;
         }
-        for (tp, p) in &self.partitions {
-            if let Some(job) = p.log.clean_job(now_ms, replica::high_watermark(p), &settings) {
+        for (tp, p) in self.partitions.iter_mut() {
+            let hw = replica::high_watermark(p);
+            if let Some(job) = p.log.clean_job(now_ms, hw, &settings) {
                 self.cleaning = true;
                 self.clean_cancel = Some(job.cancel.clone());
                 return Some(CleanTask { tp: tp.clone(), instance: p.log.instance(), job });
