@@ -167,7 +167,7 @@ pub fn segment_recovery(data: &[u8]) {
             break;
         }
         let h = batch::BatchHeader::parse(&bytes);
-        let _ = groups.replay_batches(bytes, offset, 0);
+        let _ = groups.replay_batches(bytes, offset, 0, crate::group::offsets_topic_partitions, 0);
         offset = crate::model::Offset(h.last_offset() + 1);
     }
     let _ = log.close();

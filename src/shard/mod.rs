@@ -22,7 +22,7 @@ mod groups;
 mod log_start;
 mod replica;
 pub use append_ring::{AppendRing, Completed, StagedWrite};
-pub use groups::{group_partition, GroupLoad, GroupLoadStep, GroupOp, GroupReply, OffsetList};
+pub use groups::{group_partition, GroupLoad, GroupLoadStep, GroupOp, GroupReply, OffsetList, TxnCommitRefusal};
 pub use log_start::{LogStartMove, LogStartWait};
 pub use replica::{load_hw_checkpoints, FetcherStart, IsrOutcome, ReplicaState, HW_CHECKPOINT_PREFIX};
 
