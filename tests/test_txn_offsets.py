@@ -252,8 +252,6 @@ def test_txn_offsets_pending_until_their_transaction_ends(broker):
     assert loaded_fetch(broker, [tp0, tp1]) == {tp0: (-1, UNSTABLE_OFFSET_COMMIT), tp1: (5, NONE)}
 
 
-@pytest.mark.xfail(strict=True, reason="WriteTxnMarkers does not call Shard::offsets_txn_marker yet (the lead wires "
-                   "it); passed with that call added locally; remove this mark once it is wired")
 @pytest.mark.broker_args(*GROUP_ARGS)
 def test_txn_offsets_visible_after_the_commit_marker(broker):
     create_topic(broker.bootstrap, TOPIC, partitions=2)

@@ -4,7 +4,7 @@
 //! Transactional offset commits (TxnOffsetCommit) are appended as one transactional
 //! batch carrying the producer's id and epoch; their offsets wait in the coordinator
 //! (`group::txn_offsets`) until the producer's marker lands in the same partition
-//! (`offsets_txn_marker`, for WriteTxnMarkers to call: not wired yet; a load reads the
+//! (`offsets_txn_marker`, called when WriteTxnMarkers appends one; a load reads the
 //! markers itself).
 
 use bytes::{Bytes, BytesMut};
@@ -465,14 +465,13 @@ impl Shard {
     }
 
     /// A marker of `producer_id`'s transaction (`committed`: COMMIT, else ABORT) was
-    /// appended, and replicated, on offsets partition `tp`, which this shard leads
-    /// (for WriteTxnMarkers to call): the producer's pending offsets of that partition's
+    /// appended on offsets partition `tp`, which this shard leads (`PartitionOp::
+    /// WriteMarker`, before it is replicated: the coordinator resends the same outcome
+    /// to a new leader until it lands, and a new leader's load reads its own log): the producer's pending offsets of that partition's
     /// groups become committed (unless a later non-transactional commit of the same
     /// partition is there) or are dropped. While the partition loads, nothing is done
     /// here: the load reads the log to its end, the marker included. As Kafka, the
     /// producer's epoch is not compared.
-    // Called by the WriteTxnMarkers handler once it is wired (until then only by tests).
-    #[allow(dead_code)]
     pub(super) fn offsets_txn_marker(
         &mut self,
         tp: &TopicPartition,

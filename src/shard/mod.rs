@@ -926,6 +926,9 @@ impl Shard {
                 let records =
                     bytes::Bytes::from(crate::log::batch::encode_marker(producer_id, producer_epoch, marker, now_ms));
                 let appended = p.log.append_marker_shared(&records, epoch.0, now_ms)?;
+                if tp.topic == crate::group::OFFSETS_TOPIC {
+                    self.offsets_txn_marker(&tp, producer_id, producer_epoch, commit);
+                }
                 self.write_appended(tp, records, appended, false, -1, now_ms)
             }
             PartitionOp::Fetch {
