@@ -517,7 +517,9 @@ fn cleaning_keeps_committed_values_over_aborted_ones_and_the_aborted_index() {
         assert!(got.contains(&(5, Some(vec![0, 0, 0, 0]), Some(vec![0, 0, 0, 0, 0, 0]))), "{got:?}");
         assert!(got.contains(&(6, Some(vec![0, 0, 0, 1]), Some(vec![0, 0, 0, 0, 0, 0]))), "{got:?}");
         // What was not below the last stable offset is as it was.
-        let tail = |c: &[(i64, Option<Vec<u8>>, Option<Vec<u8>>)]| c.iter().filter(|r| r.0 >= open_at).cloned().collect::<Vec<_>>();
+        let tail = |c: &[(i64, Option<Vec<u8>>, Option<Vec<u8>>)]| {
+            c.iter().filter(|r| r.0 >= open_at).cloned().collect::<Vec<_>>()
+        };
         assert_eq!(tail(&got), tail(&before));
         assert_eq!(all_aborted(&log), aborted_before, "the aborted transaction is still reported");
     }

@@ -166,7 +166,10 @@ fn state_survives_rolls_snapshots_and_a_torn_index() {
             append(&mut log, batch(1, 0, i * 2, 2, true)).unwrap();
             marker(&mut log, 1, 0, i % 2 == 1, 0).unwrap();
         }
-        let logs = std::fs::read_dir(dir.path()).unwrap().filter(|e| e.as_ref().unwrap().path().extension().is_some_and(|x| x == "log")).count();
+        let logs = std::fs::read_dir(dir.path())
+            .unwrap()
+            .filter(|e| e.as_ref().unwrap().path().extension().is_some_and(|x| x == "log"))
+            .count();
         assert!(logs > 3, "rolled: {logs} segments");
         assert_eq!(lso(&mut log), 0);
         log.close().unwrap();
@@ -175,7 +178,8 @@ fn state_survives_rolls_snapshots_and_a_torn_index() {
     let mut first = None;
     for e in std::fs::read_dir(dir.path()).unwrap() {
         let p = e.unwrap().path();
-        if p.extension().is_some_and(|x| x == "txnindex") && first.as_ref().is_none_or(|f: &std::path::PathBuf| p < *f) {
+        if p.extension().is_some_and(|x| x == "txnindex") && first.as_ref().is_none_or(|f: &std::path::PathBuf| p < *f)
+        {
             first = Some(p);
         }
     }

@@ -578,7 +578,9 @@ fn run_pass(job: &CleanJob) -> std::io::Result<CleanOutcome> {
             cancelled(job)?;
             stats.bytes_read += whole.len() as u64;
             throttle.account(whole.len() as u64);
-            if h.last_offset() < job.dirty_from || h.attributes & batch::ATTR_CONTROL != 0 || is_aborted(h, &job.aborted)
+            if h.last_offset() < job.dirty_from
+                || h.attributes & batch::ATTR_CONTROL != 0
+                || is_aborted(h, &job.aborted)
             {
                 return Ok(true);
             }

@@ -914,7 +914,12 @@ impl PartitionLog {
     /// write the set.
     /// Markers end their producer's transaction; an aborted one goes into the active
     /// segment's transaction index (written now, fsynced with the segment).
-    fn place(&mut self, records: &[u8], batches: &[(usize, BatchHeader)], now_ms: i64) -> Result<PendingWrite, LogError> {
+    fn place(
+        &mut self,
+        records: &[u8],
+        batches: &[(usize, BatchHeader)],
+        now_ms: i64,
+    ) -> Result<PendingWrite, LogError> {
         let total_bytes = records.len();
         assert!(total_bytes as u64 <= u32::MAX as u64 / 2, "record set too large for one segment");
         let (Some((_, first)), Some((_, last))) = (batches.first(), batches.last()) else {
