@@ -34,6 +34,7 @@ from kafka.protocol.producer.transaction import (
 from group_helpers import wait_until
 from helpers.clients import create_topic
 from helpers.wire import api_versions_request, connect, parse_api_versions_v0, recv_frame
+from helpers.kafka_hash import java_hash_partition
 
 NONE = 0
 ILLEGAL_GENERATION = 22
@@ -47,17 +48,6 @@ TXN_OFFSET_COMMIT = 28
 GROUP = "txn-group"
 TOPIC = "txn-in"
 GROUP_ARGS = ("--group-initial-rebalance-delay-ms", "100")
-
-
-def java_hash_partition(group, partitions=50):
-    """Kafka's partitionFor: abs(String.hashCode) % partitions."""
-    h = 0
-    for c in group:
-        h = (h * 31 + ord(c)) & 0xFFFFFFFF
-    if h >= 1 << 31:
-        h -= 1 << 32
-    h = 0 if h == -(1 << 31) else abs(h)
-    return h % partitions
 
 
 def call(port, req, resp_cls, version, timeout=30):
