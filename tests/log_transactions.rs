@@ -386,3 +386,19 @@ proptest! {
     }
 }
 
+/// DeleteRecords past an open transaction's first records: the last stable offset is
+/// never below the log start (Kafka's rule), so read_committed readers are not stuck
+/// below what still exists.
+#[test]
+fn the_last_stable_offset_is_never_below_the_log_start() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut log = PartitionLog::open(dir.path(), small_config(), 0).unwrap();
+    append(&mut log, batch(1, 0, 0, 2, true)).unwrap();
+    append(&mut log, batch(2, 0, 0, 3, false)).unwrap();
+    assert_eq!(lso(&mut log), 0);
+    log.advance_log_start_offset(Offset(3)).unwrap();
+    assert_eq!(lso(&mut log), 3);
+    assert_eq!(log.stable_offset(Offset(5)), Offset(3));
+    marker(&mut log, 1, 0, false, 0).unwrap();
+    assert_eq!(lso(&mut log), 6);
+}

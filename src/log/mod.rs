@@ -669,8 +669,18 @@ impl PartitionLog {
 
     /// The last stable offset under `high_watermark` (see `ProducerStates`): what a
     /// read_committed consumer may read.
+    /// Never below the log start (Kafka's rule: retention or DeleteRecords may have
+    /// removed an open transaction's first records).
     pub fn last_stable_offset(&mut self, high_watermark: Offset) -> Offset {
-        Offset(self.producers.last_stable_offset(high_watermark.0))
+        self.producers.last_stable_offset(high_watermark.0);
+        self.stable_offset(high_watermark)
+    }
+
+    /// `last_stable_offset` without forgetting ended transactions (a read-only view).
+    pub fn stable_offset(&self, high_watermark: Offset) -> Offset {
+        let start = self.log_start_offset().0;
+        let stable = self.producers.stable_offset(high_watermark.0).max(start);
+        Offset(stable.min(high_watermark.0.max(start)))
     }
 
     /// The aborted transactions a read_committed fetch from `fetch_offset` that returned

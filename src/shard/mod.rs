@@ -1214,7 +1214,7 @@ impl Shard {
                 last_stable_offset: p
                     .replica
                     .leader_state()
-                    .map(|l| p.log.producer_states().stable_offset(l.high_watermark())),
+                    .map(|l| p.log.stable_offset(Offset(l.high_watermark())).0),
                 open_transactions: p.log.producer_states().ongoing_count(),
                 cleaner: p.log.cleaner_state(),
             })
