@@ -540,6 +540,11 @@ impl From<ProducerStateError> for Refusal {
             ProducerStateError::OutOfOrderSequence { .. } => Refusal::OutOfOrderSequence,
             ProducerStateError::InvalidProducerEpoch { .. } => Refusal::InvalidProducerEpoch,
             ProducerStateError::UnknownProducerId { .. } => Refusal::UnknownProducerId,
+            // The simulated producer is idempotent, not transactional: it never writes
+            // transactional batches or markers.
+            e @ (ProducerStateError::InvalidTxnState { .. } | ProducerStateError::CoordinatorFenced { .. }) => {
+                unreachable!("the simulation writes no transactions: {e}")
+            }
         }
     }
 }
