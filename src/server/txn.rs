@@ -320,7 +320,8 @@ pub(super) fn start_loads(ctx: &Rc<ShardContext>) {
 }
 
 fn resume_markers(ctx: &Rc<ShardContext>) {
-    for m in ctx.shard.borrow_mut().take_txn_resumes() {
+    let resumes = ctx.shard.borrow_mut().take_txn_resumes();
+    for m in resumes {
         tracing::info!(transactional_id = %m.txn_id, commit = m.markers.commit, "resuming the markers of a transaction");
         let ctx = ctx.clone();
         glommio::spawn_local(async move { send_markers(ctx, m).await }).detach();
