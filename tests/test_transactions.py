@@ -145,3 +145,55 @@ def test_send_offsets_to_transaction(broker):
     committed = c.committed([TopicPartition("tx-in", 0)], timeout=10)
     assert committed[0].offset == 5
     c.close()
+
+
+def test_coordinators_across_a_cluster(broker_factory):
+    """Three brokers (__transaction_state with three replicas): each transactional id's
+    coordinator is the leader of its partition, found from any broker; a coordinator that
+    is not the active controller gets its producer ids from the active one; every state
+    change waits for the three replicas. Fencing works wherever the coordinator is."""
+    from test_cluster import start_embedded_cluster
+    brokers = start_embedded_cluster(broker_factory, 3)
+    create_topic(brokers[0].bootstrap, "tx-cluster", 3, replication_factor=3)
+    ids = [f"tx-cluster-{i}" for i in range(6)]
+    producers = {}
+    for i, txn_id in enumerate(ids):
+        p = txn_producer(brokers[i % 3].bootstrap, txn_id)
+        p.init_transactions(TXN_TIMEOUT_S)
+        p.begin_transaction()
+        p.commit_transaction(TXN_TIMEOUT_S)
+        producers[txn_id] = p
+    log = "".join(b.log_text() for b in brokers)
+    assert "created internal topic" in log
+    # A second producer for each id fences the first, whichever broker coordinates it.
+    for txn_id in ids[:3]:
+        again = txn_producer(brokers[2].bootstrap, txn_id)
+        again.init_transactions(TXN_TIMEOUT_S)
+        first = producers[txn_id]
+        first.begin_transaction()
+        first.produce("tx-cluster", b"zombie", partition=0)
+        with pytest.raises(KafkaException) as raised:
+            first.commit_transaction(TXN_TIMEOUT_S)
+        assert raised.value.args[0].fatal(), raised.value.args[0]
+    assert all(b.alive() for b in brokers)
+
+
+@pytest.mark.xfail(strict=True, reason=NEEDS_PARTITION_SIDE)
+def test_markers_reach_every_leader_of_a_cluster(broker_factory):
+    """A transaction over partitions led by three brokers: the coordinator sends markers
+    to each leader; read_committed consumers see the committed records only."""
+    from test_cluster import start_embedded_cluster
+    brokers = start_embedded_cluster(broker_factory, 3)
+    create_topic(brokers[0].bootstrap, "tx-spread", 6, replication_factor=2)
+    p = txn_producer(brokers[1].bootstrap, "tx-spread-app")
+    p.init_transactions(TXN_TIMEOUT_S)
+    p.begin_transaction()
+    for i in range(12):
+        p.produce("tx-spread", b"c-%d" % i, partition=i % 6)
+    p.commit_transaction(TXN_TIMEOUT_S)
+    p.begin_transaction()
+    for i in range(12):
+        p.produce("tx-spread", b"a-%d" % i, partition=i % 6)
+    p.abort_transaction(TXN_TIMEOUT_S)
+    got = cf_consume(brokers[0].bootstrap, "tx-spread", 6, count=12, **{"isolation.level": "read_committed"})
+    assert sorted(r.value for recs in got.values() for r in recs) == sorted(b"c-%d" % i for i in range(12))

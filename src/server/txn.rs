@@ -364,6 +364,7 @@ pub async fn allocate_producer_id(ctx: &ShardContext) -> Result<i64, String> {
     drop(view);
     let mut peer = Peer::connect(&addr, "spate-txn-coordinator").await?;
     let req = InitProducerIdRequest::default()
+        .with_transactional_id(None) // the crate's default is Some("")
         .with_transaction_timeout_ms(-1)
         .with_producer_id(WireProducerId(-1))
         .with_producer_epoch(-1);
