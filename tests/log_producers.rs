@@ -208,6 +208,7 @@ fn a_snapshot_claiming_batches_past_its_offset_is_not_trusted() {
         first_seq: 100,
         offset_delta: 0,
         max_timestamp_ms: 100,
+        transactional: false,
     };
     forged.apply(&b, 50);
     std::fs::write(dir.path().join(format!("{:020}.snapshot", 2)), forged.encode_snapshot()).unwrap();

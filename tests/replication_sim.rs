@@ -1812,6 +1812,7 @@ impl Sim {
             first_seq: producer.next_seq[p],
             offset_delta: n as i32 - 1,
             max_timestamp_ms: now as i64,
+            transactional: false,
         };
         producer.next_seq[p] = increment_sequence(batch.first_seq, n as i32);
         producer.pending[p].push_back(PendingBatch {

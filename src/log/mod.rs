@@ -118,6 +118,7 @@ pub mod leader_epoch;
 pub mod producers;
 pub mod segment;
 pub mod start_offset;
+pub mod txn_index;
 
 use crate::txn::producer_state::{ProducerStates, Verdict};
 use batch::BatchHeader;
@@ -515,7 +516,15 @@ impl PartitionLog {
         let log_end_offset = segments[last].next_offset;
         let recovery_point = recovery_point.min(log_end_offset).max(segments[0].base_offset);
         let leader_epochs = open_leader_epochs(dir, &segments, recovered_from, leader_epoch)?;
-        let (producers, replayed) = producers::rebuild(dir, &segments, now_ms, config.producer_id_expiration_ms)?;
+        for seg in segments.iter_mut() {
+            seg.txn_index.truncate_to(seg.next_offset)?;
+        }
+        let replay_from_max = recovered_from.unwrap_or(i64::MAX);
+        let (producers, replayed, written) =
+            producers::rebuild(dir, &mut segments, replay_from_max, now_ms, config.producer_id_expiration_ms)?;
+        for file in written {
+            file.sync_data()?;
+        }
         if replayed > 0 {
             tracing::info!(dir = %dir.display(), batches = replayed, producers = producers.len(),
                 "producer state rebuilt from the log");
@@ -624,6 +633,75 @@ impl PartitionLog {
         self.append_inner(records, Some(leader_epoch), now_ms)
     }
 
+    /// Append one end-of-transaction marker (`batch::encode_marker`'s control batch), as
+    /// the transaction coordinator's WriteTxnMarkers asks the leader to (Kafka's
+    /// `AppendOrigin.COORDINATOR`): its producer's epoch must not be older than the
+    /// partition's, nor its coordinator epoch older than the last marker's. Stamps the
+    /// base offset and `leader_epoch`; the caller writes as for `append_shared`.
+    pub fn append_marker_shared(
+        &mut self,
+        records: &[u8],
+        leader_epoch: i32,
+        now_ms: i64,
+    ) -> Result<(AppendInfo, PendingWrite, Vec<HeaderPatch>), LogError> {
+        self.check_online()?;
+        let (h, size) = batch::check_structure(records, records.len())?;
+        let marker = (size == records.len()).then(|| batch::control_marker(records, &h)).flatten();
+        let Some(marker) = marker.filter(|_| h.producer_id >= 0) else {
+            return Err(LogError::InvalidRecord("not one end-of-transaction marker".into()));
+        };
+        let (id, epoch) = (crate::model::ProducerId(h.producer_id), crate::model::ProducerEpoch(h.producer_epoch));
+        self.producers.check_marker(id, epoch, marker.coordinator_epoch)?;
+        let base_offset = self.log_end_offset().0;
+        let header = batch::patched_header(records, base_offset, Some(leader_epoch), None);
+        let stored = BatchHeader::parse(&header);
+        let write = self.place(records, &[(0, stored)], now_ms)?;
+        let info = AppendInfo {
+            base_offset: Offset(base_offset),
+            last_offset: Offset(stored.last_offset()),
+            log_append_time_ms: -1,
+            record_count: 1,
+            bytes: size,
+        };
+        Ok((info, write, vec![HeaderPatch { position: 0, size, header }]))
+    }
+
+    /// The last stable offset under `high_watermark` (see `ProducerStates`): what a
+    /// read_committed consumer may read.
+    pub fn last_stable_offset(&mut self, high_watermark: Offset) -> Offset {
+        Offset(self.producers.last_stable_offset(high_watermark.0))
+    }
+
+    /// The aborted transactions a read_committed fetch from `fetch_offset` that returned
+    /// `plan` must be told of (Kafka's `collectAbortedTransactions`): those ending at or
+    /// after `fetch_offset` that start below the end of what was read. Segments are
+    /// searched from the fetch offset's on, until an entry shows that every transaction
+    /// starting below that end had ended (its last stable offset is beyond it).
+    pub fn aborted_txns(&self, fetch_offset: Offset, plan: &ReadPlan) -> Vec<txn_index::AbortedTxn> {
+        if plan.length_bytes == 0 {
+            return Vec::new();
+        }
+        let Some(seg) = self.segments.iter().find(|s| s.base_offset == plan.segment_base_offset.0) else {
+            return Vec::new();
+        };
+        let end = plan.position_bytes + plan.length_bytes;
+        let upper = match seg.header_at(end, seg.size_bytes) {
+            Ok(Some(h)) => h.base_offset,
+            _ => seg.next_offset,
+        };
+        let first = self.segments.partition_point(|s| s.next_offset <= fetch_offset.0);
+        let mut found = Vec::new();
+        for seg in &self.segments[first..] {
+            for e in seg.txn_index.overlapping(fetch_offset.0, upper) {
+                found.push(*e);
+            }
+            if seg.txn_index.entries().iter().any(|e| e.last_stable_offset > upper) {
+                break;
+            }
+        }
+        found
+    }
+
     /// `append`, except that the caller writes the bytes (the broker submits them to
     /// io_uring, coalescing appends that arrive together): validate, assign offsets,
     /// rewrite the headers in `records` and index them, and return where `records` must
@@ -709,8 +787,12 @@ impl PartitionLog {
         // epoch or a sequence gap refused; nothing is appended then.
         let mut producer_batches = Vec::new();
         for (_, h) in &batches {
-            if h.attributes & (batch::ATTR_TRANSACTIONAL | batch::ATTR_CONTROL) != 0 {
-                return Err(LogError::InvalidRecord("transactional and control batches are not supported yet".into()));
+            // Markers come from the transaction coordinator only (`append_marker_shared`).
+            if h.attributes & batch::ATTR_CONTROL != 0 {
+                return Err(LogError::InvalidRecord("a client may not produce control batches".into()));
+            }
+            if h.attributes & batch::ATTR_TRANSACTIONAL != 0 && h.producer_id < 0 {
+                return Err(LogError::InvalidRecord("a transactional batch without a producer id".into()));
             }
             producer_batches.extend(producers::producer_batch(h));
         }
@@ -755,7 +837,7 @@ impl PartitionLog {
         }
         assert_eq!(next, last_offset + 1);
 
-        let write = self.place(&stored, records.len(), now_ms)?;
+        let write = self.place(records, &stored, now_ms)?;
         let info = AppendInfo {
             base_offset: Offset(base_offset),
             last_offset: Offset(last_offset),
@@ -813,7 +895,7 @@ impl PartitionLog {
             expected = h.last_offset() + 1;
         }
         let record_count: i64 = batches.iter().map(|(_, h)| h.records_count as i64).sum();
-        let write = self.place(&batches, records.len(), now_ms)?;
+        let write = self.place(records, &batches, now_ms)?;
         let info = AppendInfo {
             base_offset: Offset(batches[0].1.base_offset),
             last_offset: Offset(expected - 1),
@@ -829,12 +911,10 @@ impl PartitionLog {
     /// if due, record new leader epochs (the checkpoint is saved before the bytes are
     /// written), register the pending write and index the batches. Returns where to
     /// write the set.
-    fn place(
-        &mut self,
-        batches: &[(usize, BatchHeader)],
-        total_bytes: usize,
-        now_ms: i64,
-    ) -> Result<PendingWrite, LogError> {
+    /// Markers end their producer's transaction; an aborted one goes into the active
+    /// segment's transaction index (written now, fsynced with the segment).
+    fn place(&mut self, records: &[u8], batches: &[(usize, BatchHeader)], now_ms: i64) -> Result<PendingWrite, LogError> {
+        let total_bytes = records.len();
         assert!(total_bytes as u64 <= u32::MAX as u64 / 2, "record set too large for one segment");
         let (Some((_, first)), Some((_, last))) = (batches.first(), batches.last()) else {
             panic!("placing an empty record set");
@@ -847,9 +927,26 @@ impl PartitionLog {
             self.roll()?;
         }
         // Leader, follower and recovery alike: the same batches give the same state.
-        for (_, h) in batches {
+        for (pos, h) in batches {
             if let Some(b) = producers::producer_batch(h) {
                 self.producers.apply(&b, h.last_offset());
+                continue;
+            }
+            let bytes = &records[*pos..*pos + h.size_bytes() as usize];
+            let Some(marker) = (h.producer_id >= 0).then(|| batch::control_marker(bytes, h)).flatten() else {
+                continue;
+            };
+            let txn = self.producers.apply_marker(
+                crate::model::ProducerId(h.producer_id),
+                crate::model::ProducerEpoch(h.producer_epoch),
+                marker.commit,
+                marker.coordinator_epoch,
+                h.base_offset,
+                h.max_timestamp,
+            );
+            if let Some(aborted) = producers::aborted_entry(&txn) {
+                let r = self.active_mut().txn_index.push(aborted);
+                self.offline_on_err("append: transaction index", r)?;
             }
         }
 
@@ -1548,8 +1645,10 @@ impl PartitionLog {
         // Producer state as the shorter log leaves it (Kafka's `truncateAndReload`):
         // snapshots past the new end go, the rest is replayed from the newest one.
         // No clock here: nothing expires on a truncation (the shard's tick expires).
-        let r = producers::rebuild(&self.dir, &self.segments, 0, i64::MAX);
-        self.producers = self.offline_on_err("truncate: producer state", r)?.0;
+        let r = producers::rebuild(&self.dir, &mut self.segments, i64::MAX, 0, i64::MAX);
+        let (producers, _, written) = self.offline_on_err("truncate: producer state", r)?;
+        self.producers = producers;
+        self.unsynced_files.extend(written);
         self.truncated_below = Some(self.truncated_below.map_or(end, |t| t.min(end)));
         self.truncated_at_change = self.dir_changes;
         if self.recovery_point >= end {
@@ -1909,6 +2008,10 @@ fn validate_replicated_set(records: &[u8], batch_bytes_max: usize) -> Result<Vec
         if h.attributes & cleaner::ATTR_DELETE_HORIZON != 0 {
             // KIP-534: the base timestamp holds the delete horizon, not a record's time.
             as_produced.base_timestamp = batch::NO_TIMESTAMP;
+        }
+        if h.attributes & batch::ATTR_CONTROL != 0 {
+            // Markers carry a producer id and epoch but no sequence.
+            as_produced.base_sequence = as_produced.base_sequence.max(0);
         }
         batch::check_semantics(&as_produced)
     })

@@ -14,10 +14,15 @@
 
 use std::path::{Path, PathBuf};
 
-use super::batch::{BatchHeader, ATTR_CONTROL};
+use std::fs::File;
+use std::os::unix::fs::FileExt;
+use std::sync::Arc;
+
+use super::batch::{control_marker, BatchHeader, ControlMarker, ATTR_CONTROL};
 use super::segment::Segment;
+use super::txn_index::AbortedTxn;
 use crate::model::{ProducerEpoch, ProducerId};
-use crate::txn::producer_state::{ProducerBatch, ProducerStates};
+use crate::txn::producer_state::{CompletedTxn, ProducerBatch, ProducerStates};
 
 pub const SNAPSHOT_SUFFIX: &str = ".snapshot";
 
@@ -30,6 +35,7 @@ pub fn producer_batch(h: &BatchHeader) -> Option<ProducerBatch> {
         first_seq: h.base_sequence,
         offset_delta: h.last_offset_delta,
         max_timestamp_ms: h.max_timestamp,
+        transactional: h.attributes & super::batch::ATTR_TRANSACTIONAL != 0,
     })
 }
 
@@ -73,17 +79,22 @@ pub fn delete_snapshots_outside(dir: &Path, below: i64, above: i64) -> std::io::
 }
 
 /// Rebuild the state of `segments` (recovered or trusted): the newest valid snapshot
-/// at or below the log end, then a replay of the headers after it. Producers whose last
-/// batch is below the log start, or idle past `expiration_ms`, are dropped.
+/// at or below `replay_from_max` (the log end, or the first recovered segment: what was
+/// recovered is replayed whole), then a replay of the headers after it. Producers whose
+/// last batch is below the log start, or idle past `expiration_ms`, are dropped. The
+/// replay ends transactions at their markers and gives each segment's transaction index
+/// the aborted ones it lacks (a crash can lose entries the recovery point did not
+/// cover); returns the index files it wrote, for the caller to fsync.
 pub fn rebuild(
     dir: &Path,
-    segments: &[Segment],
+    segments: &mut [Segment],
+    replay_from_max: i64,
     now_ms: i64,
     expiration_ms: i64,
-) -> std::io::Result<(ProducerStates, i64)> {
+) -> std::io::Result<(ProducerStates, i64, Vec<Arc<File>>)> {
     let log_start_offset = segments[0].base_offset;
     let log_end_offset = segments[segments.len() - 1].next_offset;
-    delete_snapshots_outside(dir, 0, log_end_offset)?;
+    delete_snapshots_outside(dir, 0, log_end_offset.min(replay_from_max))?;
     let mut loaded = None;
     for offset in list_snapshots(dir)?.into_iter().rev() {
         let path = snapshot_path(dir, offset);
@@ -101,10 +112,10 @@ pub fn rebuild(
     }
     let (mut states, from) = loaded.unwrap_or_else(|| (ProducerStates::new(), log_start_offset));
     let from = from.max(log_start_offset);
-    let replayed = replay(dir, segments, from, &mut states);
+    let (replayed, written) = replay(dir, segments, from, &mut states)?;
     states.remove_before(log_start_offset);
     states.expire(now_ms, expiration_ms);
-    Ok((states, replayed))
+    Ok((states, replayed, written))
 }
 
 /// Read and check one snapshot file: no larger than `producer_snapshot_entries_max`
@@ -120,11 +131,17 @@ fn read_snapshot(path: &Path, offset: i64) -> std::io::Result<Result<ProducerSta
     Ok(ProducerStates::decode_snapshot_at(&bytes, offset))
 }
 
-/// Apply every producer batch of `segments` at or after `from`. Returns the number of
-/// batches applied.
-fn replay(dir: &Path, segments: &[Segment], from: i64, states: &mut ProducerStates) -> i64 {
+/// Apply every producer batch and marker of `segments` at or after `from`. Returns the
+/// number of batches applied and the transaction index files written.
+fn replay(
+    dir: &Path,
+    segments: &mut [Segment],
+    from: i64,
+    states: &mut ProducerStates,
+) -> std::io::Result<(i64, Vec<Arc<File>>)> {
     let mut applied = 0;
-    for seg in segments.iter().filter(|s| s.next_offset > from) {
+    let mut written = Vec::new();
+    for seg in segments.iter_mut().filter(|s| s.next_offset > from) {
         let start = if from > seg.base_offset {
             match seg.position_of(from) {
                 Ok((pos, _)) => pos,
@@ -145,6 +162,21 @@ fn replay(dir: &Path, segments: &[Segment], from: i64, states: &mut ProducerStat
                         if let Some(b) = producer_batch(&h) {
                             states.apply(&b, h.last_offset());
                             applied += 1;
+                        } else if let Some(marker) = read_marker(seg, pos, &h) {
+                            let txn = states.apply_marker(
+                                ProducerId(h.producer_id),
+                                ProducerEpoch(h.producer_epoch),
+                                marker.commit,
+                                marker.coordinator_epoch,
+                                h.base_offset,
+                                h.max_timestamp,
+                            );
+                            applied += 1;
+                            if let Some(aborted) = aborted_entry(&txn) {
+                                if !seg.txn_index.contains(&aborted) {
+                                    written.push(seg.txn_index.push(aborted)?);
+                                }
+                            }
                         }
                     }
                     pos += h.size_bytes();
@@ -158,5 +190,27 @@ fn replay(dir: &Path, segments: &[Segment], from: i64, states: &mut ProducerStat
             }
         }
     }
-    applied
+    Ok((applied, written))
+}
+
+/// The marker of the control batch at `pos` (None for a data batch, or one that does not
+/// parse). Control batches are small: one larger than 4 KiB is not read.
+pub fn read_marker(seg: &Segment, pos: u64, h: &BatchHeader) -> Option<ControlMarker> {
+    const CONTROL_BATCH_BYTES_MAX: u64 = 4096;
+    if h.producer_id < 0 || h.attributes & ATTR_CONTROL == 0 || h.size_bytes() > CONTROL_BATCH_BYTES_MAX {
+        return None;
+    }
+    let mut buf = vec![0u8; h.size_bytes() as usize];
+    seg.log.read_exact_at(&mut buf, pos).ok()?;
+    control_marker(&buf, h)
+}
+
+/// The transaction index entry of a transaction that ended: Some for an abort.
+pub fn aborted_entry(txn: &CompletedTxn) -> Option<AbortedTxn> {
+    txn.aborted.then_some(AbortedTxn {
+        producer_id: txn.producer_id.0,
+        first_offset: txn.first_offset,
+        last_offset: txn.last_offset,
+        last_stable_offset: txn.last_stable_offset,
+    })
 }

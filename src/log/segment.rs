@@ -11,6 +11,7 @@ use std::sync::Arc;
 
 use super::batch::{self, BatchHeader, HEADER_BYTES};
 use super::index::{Index, Kind};
+use super::txn_index::TxnIndex;
 
 /// Appended to a segment's file names when retention removes it (Kafka's suffix): the
 /// files are unlinked later, off the data core, and an open removes any it finds.
@@ -33,6 +34,8 @@ pub struct Segment {
     /// For `segment.ms`: the first batch's max timestamp (or the append clock if none).
     pub first_batch_time_ms: Option<i64>,
     pub bytes_since_index_entry: u64,
+    /// The aborted transactions whose markers are in this segment (`.txnindex`).
+    pub txn_index: TxnIndex,
 }
 
 /// Why a scan stopped before the end of the file.
@@ -59,6 +62,7 @@ impl Segment {
         let (mut time_index, _) = Index::open(&path(".timeindex"), Kind::Time, 0)?;
         index.make_active(index_bytes_max)?;
         time_index.make_active(index_bytes_max)?;
+        let txn_index = TxnIndex::create(path(".txnindex"))?;
         Ok(Segment {
             base_offset,
             log_path,
@@ -71,6 +75,7 @@ impl Segment {
             offset_of_max_timestamp: base_offset,
             first_batch_time_ms: None,
             bytes_since_index_entry: 0,
+            txn_index,
         })
     }
 
@@ -84,6 +89,9 @@ impl Segment {
         let (index, bad_index) = Index::open(&dir.join(file_name(base_offset, ".index")), Kind::Offset, size_bytes)?;
         let (time_index, bad_time) =
             Index::open(&dir.join(file_name(base_offset, ".timeindex")), Kind::Time, size_bytes)?;
+        // Every entry needs an ABORT marker batch in this segment.
+        let entries_max = (size_bytes / HEADER_BYTES as u64) as usize;
+        let txn_index = TxnIndex::open(dir.join(file_name(base_offset, ".txnindex")), base_offset, entries_max)?;
         let segment = Segment {
             base_offset,
             log_path,
@@ -96,6 +104,7 @@ impl Segment {
             offset_of_max_timestamp: base_offset,
             first_batch_time_ms: None,
             bytes_since_index_entry: 0,
+            txn_index,
         };
         Ok((segment, bad_index || bad_time))
     }
@@ -295,7 +304,7 @@ impl Segment {
         self.size_bytes = pos;
         self.index.truncate_while(|ix, i| (ix.offset_entry(i).1 as u64) < pos);
         self.rescan_headers(index_interval_bytes);
-        Ok(())
+        self.txn_index.truncate_to(self.next_offset)
     }
 
     /// Rebuild indexes and timestamps from the batch headers (no CRC check).
@@ -330,7 +339,7 @@ impl Segment {
         self.time_index.make_active(index_bytes_max)
     }
 
-    /// Rename the three files to `<name>.deleted` (one rename each, directory metadata
+    /// Rename the files to `<name>.deleted` (one rename each, directory metadata
     /// only: cheap enough for a data core). Open `Arc<File>` readers keep working;
     /// `delete_files` unlinks them later.
     pub fn rename_deleted(&mut self) -> std::io::Result<()> {
@@ -339,12 +348,21 @@ impl Segment {
         self.index.renamed(index);
         let time_index = with_deleted_suffix(self.time_index.path())?;
         self.time_index.renamed(time_index);
+        if self.txn_index.has_file() {
+            let txn_index = with_deleted_suffix(self.txn_index.path())?;
+            self.txn_index.renamed(txn_index);
+        }
         Ok(())
     }
 
-    /// Unlink the three files; open `Arc<File>` readers keep working.
+    /// Unlink the files; open `Arc<File>` readers keep working.
     pub fn delete_files(self) -> std::io::Result<()> {
-        let paths = [self.log_path.clone(), self.index.path().to_path_buf(), self.time_index.path().to_path_buf()];
+        let paths = [
+            self.log_path.clone(),
+            self.index.path().to_path_buf(),
+            self.time_index.path().to_path_buf(),
+            self.txn_index.path().to_path_buf(),
+        ];
         drop(self);
         for p in paths {
             match std::fs::remove_file(&p) {
@@ -358,6 +376,8 @@ impl Segment {
     /// Files whose fdatasync makes this segment durable.
     pub fn sync_files(&self, with_indexes: bool) -> Vec<Arc<File>> {
         let mut files = vec![self.log.clone()];
+        // Aborted transactions are not rebuilt below the recovery point: always synced.
+        files.extend(self.txn_index.file());
         if with_indexes {
             files.push(self.index.file());
             files.push(self.time_index.file());

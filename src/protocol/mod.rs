@@ -301,6 +301,8 @@ pub mod error_code {
     pub const INVALID_PRODUCER_EPOCH: i16 = 47;
     pub const UNKNOWN_PRODUCER_ID: i16 = 59;
     pub const PRODUCER_FENCED: i16 = 90;
+    pub const INVALID_TXN_STATE: i16 = 48;
+    pub const TRANSACTION_COORDINATOR_FENCED: i16 = 52;
     pub const MISMATCHED_ENDPOINT_TYPE: i16 = 114;
     // Transactions (the coordinator's side).
     pub const UNSUPPORTED_FOR_MESSAGE_FORMAT: i16 = 43;

@@ -48,7 +48,7 @@
 //! bump their epoch). A file whose CRC, version, length or count does not check out is
 //! refused (`decode_snapshot` errs), never trusted.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 
 use crate::model::{limits, ProducerEpoch, ProducerId};
 
@@ -96,6 +96,9 @@ pub struct ProducerBatch {
     /// `lastOffsetDelta`: records in the batch - 1.
     pub offset_delta: i32,
     pub max_timestamp_ms: i64,
+    /// Part of a transaction (attributes bit 4): the first one of a producer opens a
+    /// transaction in this partition, its marker closes it.
+    pub transactional: bool,
 }
 
 impl ProducerBatch {
@@ -201,6 +204,13 @@ pub enum ProducerStateError {
     /// -> INVALID_PRODUCER_EPOCH (PRODUCER_FENCED for old Produce versions).
     #[error("producer {producer_id}: epoch {epoch} is older than the current epoch {current}")]
     InvalidProducerEpoch { producer_id: ProducerId, epoch: ProducerEpoch, current: ProducerEpoch },
+    /// -> INVALID_TXN_STATE: a plain batch from a producer with an open transaction
+    /// here (Kafka: "Expected transactional write from producer").
+    #[error("producer {producer_id}: a non-transactional batch while its transaction is open")]
+    InvalidTxnState { producer_id: ProducerId },
+    /// -> TRANSACTION_COORDINATOR_FENCED: a marker from an older coordinator epoch.
+    #[error("producer {producer_id}: marker from coordinator epoch {coordinator_epoch}, older than {current}")]
+    CoordinatorFenced { producer_id: ProducerId, coordinator_epoch: i32, current: i32 },
     /// -> OUT_OF_ORDER_SEQUENCE_NUMBER.
     #[error(
         "producer {producer_id} epoch {epoch}: sequence {first_seq} does not follow {last_seq} (current epoch {current})"
@@ -214,11 +224,36 @@ pub enum ProducerStateError {
     },
 }
 
+/// A transaction that ended in this partition: its producer, its first offset here and
+/// the offset of its marker (Kafka's `CompletedTxn`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CompletedTxn {
+    pub producer_id: ProducerId,
+    pub first_offset: i64,
+    pub last_offset: i64,
+    pub aborted: bool,
+    /// The partition's first unstable offset once this transaction ended: the first
+    /// offset of the oldest transaction still open, else `last_offset + 1` (what Kafka
+    /// stores as an aborted transaction's `lastStableOffset`).
+    pub last_stable_offset: i64,
+}
+
 /// Every producer's state in one partition replica.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ProducerStates {
     producers: HashMap<ProducerId, ProducerEntry>,
+    /// The open transactions, by first offset (Kafka's `ongoingTxns`); always the
+    /// entries whose `current_txn_first_offset >= 0`.
+    ongoing: BTreeMap<i64, ProducerId>,
+    /// Transactions whose marker may not be replicated yet: (first offset, marker
+    /// offset), in marker order (Kafka's `unreplicatedTxns`). They hold the last stable
+    /// offset until the high watermark passes the marker; at most
+    /// `ENDED_UNREPLICATED_MAX` are remembered (the oldest go first).
+    ended: VecDeque<(i64, i64)>,
 }
+
+/// Ended transactions remembered until the high watermark passes their marker.
+const ENDED_UNREPLICATED_MAX: usize = 4096;
 
 impl ProducerStates {
     pub fn new() -> Self {
@@ -291,6 +326,10 @@ impl ProducerStates {
             if b.first_seq < 0 {
                 return Err(out_of_order(entry.last_seq()));
             }
+            let open_txn = current.is_some_and(|c| c.current_txn_first_offset >= 0 && c.epoch == b.epoch);
+            if !b.transactional && open_txn {
+                return Err(ProducerStateError::InvalidTxnState { producer_id: b.producer_id });
+            }
             if b.epoch != entry.epoch {
                 // A new epoch starts at 0, unless nothing is known of the producer.
                 if b.first_seq != 0 && entry.epoch != ProducerEpoch::NONE {
@@ -315,19 +354,122 @@ impl ProducerStates {
 
     /// Record an appended batch at `last_offset` (leader after `check`, follower,
     /// recovery). No validation: every replica applies the same batches the same way.
+    /// A transactional batch opens the producer's transaction here if none is open.
     pub fn apply(&mut self, batch: &ProducerBatch, last_offset: i64) {
-        if !self.producers.contains_key(&batch.producer_id) && self.producers.len() >= limits::partition_producers_max {
-            // Forget the producer idle longest, as expiry would have.
-            if let Some(oldest) = self.producers.iter().min_by_key(|(_, e)| e.last_timestamp_ms).map(|(id, _)| *id) {
-                self.producers.remove(&oldest);
-            }
-        }
-        let entry = self.producers.entry(batch.producer_id).or_insert_with(ProducerEntry::empty);
+        let entry = self.entry_for(batch.producer_id);
         if let Some(last) = entry.batches.back() {
             assert!(last_offset > last.last_offset || last_offset < 0, "producer batch offsets go backwards");
         }
         entry.add_batch(batch, last_offset);
+        if batch.transactional && entry.current_txn_first_offset < 0 && last_offset >= 0 {
+            let first = last_offset - batch.offset_delta as i64;
+            entry.current_txn_first_offset = first;
+            self.ongoing.insert(first, batch.producer_id);
+        }
         assert!(self.producers.len() <= limits::partition_producers_max);
+    }
+
+    /// The entry of `producer_id`, made if need be; at `partition_producers_max`
+    /// producers the one idle longest is forgotten first, as expiry would have (one
+    /// without an open transaction if there is one).
+    fn entry_for(&mut self, producer_id: ProducerId) -> &mut ProducerEntry {
+        if !self.producers.contains_key(&producer_id) && self.producers.len() >= limits::partition_producers_max {
+            let oldest = |open: bool| {
+                self.producers
+                    .iter()
+                    .filter(|(_, e)| open || e.current_txn_first_offset < 0)
+                    .min_by_key(|(_, e)| e.last_timestamp_ms)
+                    .map(|(id, _)| *id)
+            };
+            if let Some(id) = oldest(false).or_else(|| oldest(true)) {
+                self.remove(id);
+            }
+        }
+        self.producers.entry(producer_id).or_insert_with(ProducerEntry::empty)
+    }
+
+    fn remove(&mut self, producer_id: ProducerId) {
+        if let Some(e) = self.producers.remove(&producer_id) {
+            if e.current_txn_first_offset >= 0 {
+                self.ongoing.remove(&e.current_txn_first_offset);
+            }
+        }
+    }
+
+    /// The leader's check of an end-of-transaction marker for `producer_id` at `epoch`
+    /// from coordinator epoch `coordinator_epoch` (Kafka's `appendEndTxnMarker` checks):
+    /// an epoch older than the producer's is `InvalidProducerEpoch`, a coordinator epoch
+    /// older than the last marker's is `CoordinatorFenced`. Changes nothing.
+    pub fn check_marker(
+        &self,
+        producer_id: ProducerId,
+        epoch: ProducerEpoch,
+        coordinator_epoch: i32,
+    ) -> Result<(), ProducerStateError> {
+        let Some(e) = self.producers.get(&producer_id) else { return Ok(()) };
+        if epoch < e.epoch {
+            return Err(ProducerStateError::InvalidProducerEpoch { producer_id, epoch, current: e.epoch });
+        }
+        if coordinator_epoch < e.coordinator_epoch {
+            return Err(ProducerStateError::CoordinatorFenced { producer_id, coordinator_epoch, current: e.coordinator_epoch });
+        }
+        Ok(())
+    }
+
+    /// Record an end-of-transaction marker at `offset` (leader after `check_marker`,
+    /// follower, recovery): the producer's open transaction here, if any, ends. A marker
+    /// with no open transaction ends an empty one at its own offset, as in Kafka. A newer
+    /// epoch forgets the older epoch's batches (`maybeUpdateProducerEpoch`).
+    pub fn apply_marker(
+        &mut self,
+        producer_id: ProducerId,
+        epoch: ProducerEpoch,
+        commit: bool,
+        coordinator_epoch: i32,
+        offset: i64,
+        timestamp_ms: i64,
+    ) -> CompletedTxn {
+        let entry = self.entry_for(producer_id);
+        if epoch != entry.epoch {
+            entry.epoch = epoch;
+            entry.batches.clear();
+        }
+        let first_offset = if entry.current_txn_first_offset >= 0 { entry.current_txn_first_offset } else { offset };
+        let was_open = entry.current_txn_first_offset >= 0;
+        entry.current_txn_first_offset = -1;
+        entry.coordinator_epoch = coordinator_epoch;
+        entry.last_timestamp_ms = timestamp_ms;
+        if was_open {
+            self.ongoing.remove(&first_offset);
+            if self.ended.len() == ENDED_UNREPLICATED_MAX {
+                self.ended.pop_front();
+            }
+            self.ended.push_back((first_offset, offset));
+        }
+        let last_stable_offset = self.first_unstable_offset().unwrap_or(offset + 1);
+        CompletedTxn { producer_id, first_offset, last_offset: offset, aborted: !commit, last_stable_offset }
+    }
+
+    /// The first offset of the oldest open transaction (the last stable offset is the
+    /// lower of this and the high watermark).
+    pub fn first_unstable_offset(&self) -> Option<i64> {
+        self.ongoing.keys().next().copied()
+    }
+
+    /// The last stable offset under `high_watermark`: below it every transaction has
+    /// ended and its marker is replicated (Kafka: min(first unstable offset, HW)).
+    /// Forgets ended transactions whose marker is below `high_watermark`.
+    pub fn last_stable_offset(&mut self, high_watermark: i64) -> i64 {
+        while self.ended.front().is_some_and(|(_, marker)| *marker < high_watermark) {
+            self.ended.pop_front();
+        }
+        let ended = self.ended.iter().map(|(first, _)| *first).min();
+        [Some(high_watermark), self.first_unstable_offset(), ended].into_iter().flatten().min().expect("hw")
+    }
+
+    /// The open transactions: (first offset, producer id), oldest first.
+    pub fn ongoing(&self) -> impl Iterator<Item = (i64, ProducerId)> + '_ {
+        self.ongoing.iter().map(|(o, p)| (*o, *p))
     }
 
     /// Forget producers idle for `expiration_ms` (`producer.id.expiration.ms`) with no
@@ -350,9 +492,11 @@ impl ProducerStates {
     /// Forget producers whose last batch lies below `log_start_offset` (retention
     /// removed it; Kafka's `evictUnretainedProducers`).
     pub fn remove_before(&mut self, log_start_offset: i64) -> usize {
-        let before = self.producers.len();
-        self.producers.retain(|_, e| e.last_offset() >= log_start_offset);
-        before - self.producers.len()
+        let gone: Vec<_> = self.producers.iter().filter(|(_, e)| e.last_offset() < log_start_offset).map(|(id, _)| *id).collect();
+        for id in &gone {
+            self.remove(*id);
+        }
+        gone.len()
     }
 
     /// The `.snapshot` bytes (format above), producers by id.
@@ -383,7 +527,7 @@ impl ProducerStates {
     /// any mismatch is an error, never a panic.
     pub fn decode_snapshot_at(bytes: &[u8], offset: i64) -> Result<ProducerStates, String> {
         let states = Self::decode_snapshot(bytes)?;
-        match states.entries().into_iter().find(|(_, e)| e.last_offset() >= offset) {
+        match states.entries().into_iter().find(|(_, e)| e.last_offset() >= offset || e.current_txn_first_offset >= offset) {
             Some((id, e)) => Err(format!("producer {id} has a batch at {} in a snapshot at {offset}", e.last_offset())),
             None => Ok(states),
         }
@@ -426,13 +570,15 @@ impl ProducerStates {
             if last_offset >= 0 {
                 batches.push_back(BatchMetadata { last_seq, last_offset, offset_delta, timestamp_ms });
             }
-            let entry = ProducerEntry {
-                epoch,
-                batches,
-                last_timestamp_ms: timestamp_ms,
-                coordinator_epoch: i32_at(34),
-                current_txn_first_offset: i64_at(38),
-            };
+            let current_txn_first_offset = i64_at(38);
+            if current_txn_first_offset < -1 || states.ongoing.contains_key(&current_txn_first_offset) {
+                return Err(format!("bad entry: producer {id} transaction at {current_txn_first_offset}"));
+            }
+            if current_txn_first_offset >= 0 {
+                states.ongoing.insert(current_txn_first_offset, id);
+            }
+            let entry =
+                ProducerEntry { epoch, batches, last_timestamp_ms: timestamp_ms, coordinator_epoch: i32_at(34), current_txn_first_offset };
             states.producers.insert(id, entry);
         }
         Ok(states)
@@ -456,6 +602,7 @@ mod tests {
             first_seq,
             offset_delta: records - 1,
             max_timestamp_ms: ts,
+            transactional: false,
         }
     }
 

@@ -149,6 +149,8 @@ fn partition_error_code(e: &PartitionError) -> i16 {
                 ProducerStateError::InvalidProducerEpoch { .. } => error_code::INVALID_PRODUCER_EPOCH,
                 ProducerStateError::UnknownProducerId { .. } => error_code::UNKNOWN_PRODUCER_ID,
                 ProducerStateError::OutOfOrderSequence { .. } => error_code::OUT_OF_ORDER_SEQUENCE_NUMBER,
+                ProducerStateError::InvalidTxnState { .. } => error_code::INVALID_TXN_STATE,
+                ProducerStateError::CoordinatorFenced { .. } => error_code::TRANSACTION_COORDINATOR_FENCED,
             },
             // The shard answers duplicates as appends; only a caller that does not gets here.
             LogError::DuplicateBatch(_) => error_code::DUPLICATE_SEQUENCE_NUMBER,
