@@ -306,11 +306,9 @@ pub mod error_code {
     pub const MISMATCHED_ENDPOINT_TYPE: i16 = 114;
     // Transactions (the coordinator's side).
     pub const UNSUPPORTED_FOR_MESSAGE_FORMAT: i16 = 43;
-    pub const INVALID_TXN_STATE: i16 = 48;
     pub const INVALID_PRODUCER_ID_MAPPING: i16 = 49;
     pub const INVALID_TRANSACTION_TIMEOUT: i16 = 50;
     pub const CONCURRENT_TRANSACTIONS: i16 = 51;
-    pub const TRANSACTION_COORDINATOR_FENCED: i16 = 52;
     pub const OPERATION_NOT_ATTEMPTED: i16 = 55;
     pub const TRANSACTIONAL_ID_NOT_FOUND: i16 = 105;
 }
