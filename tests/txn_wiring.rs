@@ -63,7 +63,15 @@ fn free_port() -> u16 {
 
 fn spawn(bootstrap: &str, dir: &std::path::Path) -> Child {
     Command::new(spate)
-        .args(["serve", "--cores", "2", "--listen", bootstrap, "--metrics-listen", &format!("127.0.0.1:{}", free_port())])
+        .args([
+            "serve",
+            "--cores",
+            "2",
+            "--listen",
+            bootstrap,
+            "--metrics-listen",
+            &format!("127.0.0.1:{}", free_port()),
+        ])
         .arg("--data-dir")
         .arg(dir)
         .stdout(Stdio::null())
@@ -286,8 +294,11 @@ fn coordinator_requests_and_reload() {
     };
     let l = list(&mut c, &[]);
     assert_eq!(l.error_code, NONE);
-    let ids: Vec<(String, String)> =
-        l.transaction_states.iter().map(|s| (s.transactional_id.to_string(), s.transaction_state.to_string())).collect();
+    let ids: Vec<(String, String)> = l
+        .transaction_states
+        .iter()
+        .map(|s| (s.transactional_id.to_string(), s.transaction_state.to_string()))
+        .collect();
     assert!(ids.contains(&("tx-a".into(), "Ongoing".into())), "{ids:?}");
     let l = list(&mut c, &["Empty", "Bogus"]);
     assert!(l.transaction_states.iter().all(|s| s.transaction_state.as_str() == "Empty"));

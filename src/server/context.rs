@@ -19,11 +19,11 @@ use crate::shard::{
 
 use super::metrics::Metrics;
 
-/// Work sent to the shard that owns it, with the way back.
+/// Work sent to the shard that owns it, with the way back. A transaction coordinator
+/// request (`Txn`) runs in a task of its own on the owner (`server/txn.rs`).
 pub enum ShardMessage {
     Partition { op: PartitionOp, reply: oneshot::Sender<Result<PartitionReply, PartitionError>> },
     Group { op: GroupOp, reply: oneshot::Sender<GroupReply> },
-    /// A transaction coordinator request, run in a task on the owner (`server/txn.rs`).
     Txn { op: crate::shard::TxnOp, reply: oneshot::Sender<super::txn::TxnOutcome> },
 }
 

@@ -372,8 +372,13 @@ pub(crate) fn create_txn_topic(
     )
     .map_err(|e| anyhow::anyhow!(e))?;
     reg.create_replicated(TXN_TOPIC, txn_topic_partitions, replicas, configs)?;
-    tracing::info!(topic = TXN_TOPIC, partitions = txn_topic_partitions, replication_factor = replicas,
-        configured = settings.replication_factor, "created internal topic");
+    tracing::info!(
+        topic = TXN_TOPIC,
+        partitions = txn_topic_partitions,
+        replication_factor = replicas,
+        configured = settings.replication_factor,
+        "created internal topic"
+    );
     Ok(true)
 }
 

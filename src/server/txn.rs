@@ -280,8 +280,7 @@ async fn write_markers(
         );
     let req = WriteTxnMarkersRequest::default().with_markers(vec![marker]);
     let mut peer = Peer::connect(&addr, "spate-txn-markers").await?;
-    let resp =
-        peer.call(write_txn_markers_version, &req, Duration::from_millis(marker_request_timeout_ms)).await?;
+    let resp = peer.call(write_txn_markers_version, &req, Duration::from_millis(marker_request_timeout_ms)).await?;
     let mut codes = Vec::new();
     for result in resp.markers.iter().filter(|r| r.producer_id.0 == m.markers.producer_id) {
         for t in &result.topics {

@@ -19,14 +19,14 @@ use futures::channel::oneshot;
 
 mod append_ring;
 mod groups;
-mod txns;
 mod log_start;
 mod replica;
+mod txns;
 pub use append_ring::{AppendRing, Completed, StagedWrite};
 pub use groups::{group_partition, GroupLoad, GroupLoadStep, GroupOp, GroupReply, OffsetList};
-pub use txns::{is_txn_partition, txn_partition, TxnLoad, TxnMarkers, TxnOp, TxnReply, TxnWrite};
 pub use log_start::{LogStartMove, LogStartWait};
 pub use replica::{load_hw_checkpoints, FetcherStart, IsrOutcome, ReplicaState, HW_CHECKPOINT_PREFIX};
+pub use txns::{is_txn_partition, txn_partition, TxnLoad, TxnMarkers, TxnOp, TxnReply, TxnWrite};
 
 use crate::coordinator::owner::Metadata;
 use crate::coordinator::registry::Hosting;

@@ -48,9 +48,21 @@ pub enum TxnOp {
         now_ms: i64,
     },
     /// AddPartitionsToTxn, and AddOffsetsToTxn with the group's offsets partition.
-    AddPartitions { txn_id: String, producer: ProducerIdAndEpoch, partitions: Vec<TopicPartition>, now_ms: i64 },
-    EndTxn { txn_id: String, producer: ProducerIdAndEpoch, commit: bool, now_ms: i64 },
-    Describe { txn_id: String },
+    AddPartitions {
+        txn_id: String,
+        producer: ProducerIdAndEpoch,
+        partitions: Vec<TopicPartition>,
+        now_ms: i64,
+    },
+    EndTxn {
+        txn_id: String,
+        producer: ProducerIdAndEpoch,
+        commit: bool,
+        now_ms: i64,
+    },
+    Describe {
+        txn_id: String,
+    },
     /// Every id this shard coordinates (ListTransactions fans out to all shards).
     List,
 }
@@ -158,7 +170,13 @@ impl Shard {
     fn append_txn_record(&mut self, txn_id: &str, load: u64, record: &TxnRecord, now_ms: i64) -> TxnReply {
         let tp = txn_partition(txn_id);
         let appended = encode_batch(txn_id, record, now_ms).map_err(PartitionError::Log).and_then(|batch| {
-            self.execute(PartitionOp::Produce { tp: tp.clone(), records: Bytes::from(batch), now_ms, durable: false, acks: -1 })
+            self.execute(PartitionOp::Produce {
+                tp: tp.clone(),
+                records: Bytes::from(batch),
+                now_ms,
+                durable: false,
+                acks: -1,
+            })
         });
         match appended {
             Ok(PartitionReply::Produced { written, durable, replicated, .. }) => TxnReply::Write(TxnWrite {
@@ -222,7 +240,8 @@ impl Shard {
             // While a load runs, the list is not whole (as ListGroups).
             TxnOp::List if self.txn_partitions.values().any(|p| p.loading.is_some()) => TxnReply::Loading,
             TxnOp::List => {
-                let mut list: Vec<(String, TxnRecord)> = self.txns.ids().map(|(id, r)| (id.clone(), r.clone())).collect();
+                let mut list: Vec<(String, TxnRecord)> =
+                    self.txns.ids().map(|(id, r)| (id.clone(), r.clone())).collect();
                 list.sort_by(|a, b| a.0.cmp(&b.0));
                 TxnReply::List(list)
             }
@@ -336,7 +355,8 @@ impl Shard {
     /// The next read of `load`, or Done when it is over (it ends here then) or stale.
     pub fn txn_load_next(&mut self, load: &TxnLoad) -> GroupLoadStep {
         loop {
-            let Some(offset) = self.txn_partitions.get(&load.tp.partition).filter(|p| p.load == load.id).and_then(|p| p.loading)
+            let Some(offset) =
+                self.txn_partitions.get(&load.tp.partition).filter(|p| p.load == load.id).and_then(|p| p.loading)
             else {
                 return GroupLoadStep::Done;
             };

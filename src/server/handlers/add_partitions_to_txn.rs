@@ -45,10 +45,8 @@ pub async fn handle(ctx: &ShardContext, frame: &RequestFrame) -> Result<Bytes, P
             .map(|u| if *u { error_code::UNKNOWN_TOPIC_OR_PARTITION } else { error_code::OPERATION_NOT_ATTEMPTED })
             .collect()
     } else {
-        let producer = ProducerIdAndEpoch {
-            producer_id: req.v3_and_below_producer_id.0,
-            epoch: req.v3_and_below_producer_epoch,
-        };
+        let producer =
+            ProducerIdAndEpoch { producer_id: req.v3_and_below_producer_id.0, epoch: req.v3_and_below_producer_epoch };
         let op = TxnOp::AddPartitions { txn_id, producer, partitions: requested.clone(), now_ms: now_ms() };
         let code = fenced_for_version(txn_outcome_code(&txn::call(ctx, op, None).await), frame.api_version, 2);
         vec![code; requested.len()]
