@@ -209,8 +209,10 @@ fn describe(c: &mut Connection, ids: &[&str]) -> DescribeTransactionsResponse {
     c.call(&req).unwrap().1
 }
 
-/// (state, producer id, epoch, partitions) of one id.
-fn state_of(c: &mut Connection, id: &str) -> (i16, String, i64, i16, Vec<(String, Vec<i32>)>) {
+/// (error code, state, producer id, epoch, partitions by topic) of one id.
+type Described = (i16, String, i64, i16, Vec<(String, Vec<i32>)>);
+
+fn state_of(c: &mut Connection, id: &str) -> Described {
     let (code, s) = retrying("DescribeTransactions", || {
         let d = describe(c, &[id]);
         let s = d.transaction_states.into_iter().next().unwrap();

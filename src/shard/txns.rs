@@ -155,7 +155,7 @@ impl Shard {
     /// Whether this shard may serve `tp`'s ids now: Err(reply) when not.
     fn txn_partition_ready(&self, tp: &TopicPartition) -> Result<u64, TxnReply> {
         assert!(self.owns(tp), "shard {} got transactions of {tp}, owned by another shard", self.id.0);
-        if !self.partitions.get(tp).is_some_and(|p| p.replica.leader_state().is_some()) {
+        if self.partitions.get(tp).is_none_or(|p| p.replica.leader_state().is_none()) {
             return Err(TxnReply::Unavailable);
         }
         match self.txn_partitions.get(&tp.partition) {
