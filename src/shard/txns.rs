@@ -476,3 +476,76 @@ fn replay_batches(
 pub fn is_txn_partition(tp: &TopicPartition) -> bool {
     tp.topic == TXN_TOPIC && tp.partition >= 0 && tp.partition < txn_topic_partitions
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::txn::coordinator::{TxnCoordinator, TxnState, NO_PRODUCER_ID, TRANSACTION_MAX_TIMEOUT_MS};
+
+    fn record(state: TxnState, epoch: i16) -> TxnRecord {
+        TxnRecord {
+            producer_id: 7,
+            previous_producer_id: NO_PRODUCER_ID,
+            producer_epoch: epoch,
+            timeout_ms: 60_000,
+            state,
+            partitions: [TopicPartition::new("t", 0)].into_iter().collect(),
+            last_update_ms: 1,
+            start_ms: 1,
+        }
+    }
+
+    fn tombstone(txn_id: &str) -> Vec<u8> {
+        let records =
+            vec![crate::protocol::plain_record(0, 0, 0, Some(log_records::key(txn_id)), None, Default::default())];
+        let mut buf = BytesMut::new();
+        let options = RecordEncodeOptions { version: 2, compression: Compression::None };
+        RecordBatchEncoder::encode(&mut buf, &records, &options).unwrap();
+        buf.to_vec()
+    }
+
+    /// The batches a load reads, in log order: the newest record of an id wins, a
+    /// tombstone removes it, and the next offset to read follows the last record.
+    #[test]
+    fn a_load_keeps_the_newest_record_per_id_and_drops_tombstoned_ids() {
+        let mut log = Vec::new();
+        log.extend(encode_batch("a", &record(TxnState::Ongoing, 0), 0).unwrap());
+        log.extend(encode_batch("b", &record(TxnState::Empty, 0), 0).unwrap());
+        log.extend(encode_batch("a", &record(TxnState::PrepareCommit, 0), 0).unwrap());
+        log.extend(tombstone("b"));
+        // Offsets as the log assigns them: one per batch here.
+        let mut offset = 0i64;
+        let mut pos = 0;
+        while pos < log.len() {
+            log[pos..pos + 8].copy_from_slice(&offset.to_be_bytes());
+            let len = i32::from_be_bytes(log[pos + 8..pos + 12].try_into().unwrap()) as usize;
+            pos += 12 + len;
+            offset += 1;
+        }
+        let mut txns = TxnCoordinator::new(TRANSACTION_MAX_TIMEOUT_MS);
+        let (next, loaded, skipped) = replay_batches(&mut txns, log, Offset(0)).unwrap();
+        assert_eq!((next, loaded, skipped), (Offset(4), 4, 0));
+        assert_eq!(txns.get("a").map(|r| r.state), Some(TxnState::PrepareCommit));
+        assert!(txns.get("b").is_none());
+        let resumed = txns.resume();
+        assert_eq!(resumed.len(), 1);
+        assert!(resumed[0].1.commit);
+    }
+
+    #[test]
+    fn malformed_bytes_stop_a_load_without_panicking() {
+        let mut txns = TxnCoordinator::new(TRANSACTION_MAX_TIMEOUT_MS);
+        let mut bytes = encode_batch("a", &record(TxnState::Empty, 0), 0).unwrap();
+        let last = bytes.len() - 1;
+        bytes[last] ^= 0xff; // the CRC no longer matches
+        assert!(replay_batches(&mut txns, bytes, Offset(0)).is_err());
+        assert!(txns.get("a").is_none());
+    }
+
+    #[test]
+    fn ids_map_to_kafkas_partitions() {
+        // Java: "my-group".hashCode() == -1906497762 -> abs % 50 = 12 (as the offsets topic).
+        assert_eq!(txn_partition("my-group"), TopicPartition::new(TXN_TOPIC, 12));
+        assert!(is_txn_partition(&txn_partition("anything")));
+    }
+}
