@@ -62,6 +62,8 @@ pub const SUPPORTED_APIS: &[(ApiKey, i16, i16)] = &[
     (ApiKey::DescribeTransactions, 0, 0),
     (ApiKey::ListTransactions, 0, 1),
     (ApiKey::DescribeProducers, 0, 0),
+    // Transactions: the coordinator's markers to partition leaders.
+    (ApiKey::WriteTxnMarkers, 1, 1),
     // kafka-delete-records, AdminClient.deleteRecords: the leader's log start moves.
     (ApiKey::DeleteRecords, 0, 2),
     // kafka-log-dirs (v0 is gone from Kafka 4).

@@ -84,6 +84,17 @@ pub enum PartitionOp {
     /// `records` is a slice of the request frame: it is written as it arrived, with
     /// only the batch headers replaced (no copy).
     Produce { tp: TopicPartition, records: bytes::Bytes, now_ms: i64, durable: bool, acks: i16 },
+    /// WriteTxnMarkers: append the transaction coordinator's end-of-transaction marker
+    /// for `producer_id` (acks=all: answered as a Produce whose `replicated` waits for
+    /// the high watermark).
+    WriteMarker {
+        tp: TopicPartition,
+        producer_id: i64,
+        producer_epoch: i16,
+        coordinator_epoch: i32,
+        commit: bool,
+        now_ms: i64,
+    },
     /// Read whole batches from `offset`, at most `max_bytes` (but at least one batch when
     /// `min_one_batch`).
     /// `replica`: the fetching follower's broker id, `NodeId::NONE` (-1) for a consumer
@@ -91,7 +102,10 @@ pub enum PartitionOp {
     /// `LeaderEpoch::UNDEFINED` or the epoch the fetcher believes current (KIP-320);
     /// `replica_epoch`: the follower's broker epoch
     /// (`replication::NO_BROKER_EPOCH` when it sends none; KIP-903).
+    /// `read_committed`: a consumer's isolation level 1, which reads only below the
+    /// last stable offset and is told of the aborted transactions in what it read.
     Fetch {
+        read_committed: bool,
         tp: TopicPartition,
         offset: Offset,
         max_bytes: usize,
@@ -101,11 +115,12 @@ pub enum PartitionOp {
         current_leader_epoch: LeaderEpoch,
         now_ms: i64,
     },
-    /// ListOffsets: -2 earliest, -1 latest, else by timestamp.
-    ListOffset { tp: TopicPartition, timestamp_ms: i64, current_leader_epoch: LeaderEpoch },
+    /// ListOffsets: -2 earliest, -1 latest (the last stable offset when
+    /// `read_committed`), else by timestamp.
+    ListOffset { tp: TopicPartition, timestamp_ms: i64, current_leader_epoch: LeaderEpoch, read_committed: bool },
     /// Wake me when what I may read passes `offset` (the log end for a follower, the
-    /// high watermark for a consumer).
-    WaitForData { tp: TopicPartition, offset: Offset, replica: bool },
+    /// high watermark for a consumer, the last stable offset for a read_committed one).
+    WaitForData { tp: TopicPartition, offset: Offset, replica: bool, read_committed: bool },
     /// OffsetForLeaderEpoch: the end offset of `leader_epoch` in the leader's log.
     EpochEndOffset { tp: TopicPartition, current_leader_epoch: LeaderEpoch, leader_epoch: LeaderEpoch },
     /// The topic is gone from the registry: close this partition's log and move its
@@ -126,6 +141,7 @@ impl PartitionOp {
     pub fn tp(&self) -> &TopicPartition {
         match self {
             PartitionOp::Produce { tp, .. }
+            | PartitionOp::WriteMarker { tp, .. }
             | PartitionOp::Fetch { tp, .. }
             | PartitionOp::ListOffset { tp, .. }
             | PartitionOp::WaitForData { tp, .. }
@@ -182,6 +198,9 @@ pub struct FetchData {
     /// the partition to grow past it.
     pub readable_end: Offset,
     pub log_start_offset: Offset,
+    pub last_stable_offset: Offset,
+    /// read_committed only: the aborted transactions overlapping what was read.
+    pub aborted: Option<Vec<crate::log::txn_index::AbortedTxn>>,
     pub records: FetchRecords,
 }
 
@@ -777,13 +796,87 @@ impl Shard {
         Ok(self.partitions.get_mut(tp).expect("just inserted"))
     }
 
+    /// Write an append the log placed (the patched headers, then each batch's bytes from
+    /// `records`), by io_uring when the ring is on, else now; and say what the answer
+    /// waits for: the write, an fsync (`durable` or a due flush), the high watermark
+    /// (acks=all).
+    fn write_appended(
+        &mut self,
+        tp: TopicPartition,
+        records: bytes::Bytes,
+        (info, write, patches): (AppendInfo, crate::log::PendingWrite, Vec<crate::log::HeaderPatch>),
+        durable: bool,
+        acks: i16,
+        now_ms: i64,
+    ) -> Result<PartitionReply, PartitionError> {
+        let use_ring = self.ring.is_some();
+        let p = self.partitions.get_mut(&tp).expect("the partition just appended");
+        // Each batch goes out as its new header, then its bytes from the request.
+        let mut parts = Vec::with_capacity(2 * patches.len());
+        for patch in &patches {
+            parts.push(bytes::Bytes::copy_from_slice(&patch.header));
+            parts.push(records.slice(patch.position + patch.header.len()..patch.position + patch.size));
+        }
+        let written = if use_ring {
+            let (tx, rx) = oneshot::channel();
+            p.write_waiters.push((write.id, tx));
+            Some((rx, write, parts))
+        } else {
+            let mut position = write.position;
+            let mut result = Ok(());
+            for part in &parts {
+                result = write.file.write_all_at(part, position);
+                if result.is_err() {
+                    break;
+                }
+                position += part.len() as u64;
+            }
+            p.log.write_done(write.id, result)?;
+            for w in p.data_waiters.drain(..) {
+                let _ = w.send(());
+            }
+            replica::advance_hw(p);
+            None
+        };
+        // acks=all: answered once the high watermark covers the batch (at once with
+        // a single in-sync replica, as soon as its write is done).
+        let replicated = (acks == -1).then(|| {
+            let (tx, rx) = oneshot::channel();
+            replica::wait_for_hw(p, info.last_offset, tx);
+            rx
+        });
+        let durable = if durable || p.log.flush_due(now_ms) {
+            let (tx, rx) = oneshot::channel();
+            p.durable_waiters.push((info.last_offset, tx));
+            Some(rx)
+        } else {
+            None
+        };
+        let log_start_offset = p.log.log_start_offset();
+        let written = written.map(|(rx, write, parts)| {
+            let ring = self.ring.as_mut().expect("checked above");
+            ring.stage(StagedWrite {
+                tp,
+                log: write.log,
+                write_id: write.id,
+                file: write.file,
+                position: write.position,
+                parts,
+            });
+            rx
+        });
+        Ok(PartitionReply::Produced { info, log_start_offset, written, durable, replicated, duplicate: false })
+    }
+
     /// Run one operation on a partition this shard owns.
     pub fn execute(&mut self, op: PartitionOp) -> Result<PartitionReply, PartitionError> {
         assert!(self.owns(op.tp()), "shard {} got {} owned by another shard", self.id.0, op.tp());
         self.sync_registry();
         // Only the leader appends and serves reads.
         let led = match &op {
-            PartitionOp::Produce { tp, now_ms, .. } => Some((tp, *now_ms, LeaderEpoch::UNDEFINED)),
+            PartitionOp::Produce { tp, now_ms, .. } | PartitionOp::WriteMarker { tp, now_ms, .. } => {
+                Some((tp, *now_ms, LeaderEpoch::UNDEFINED))
+            }
             PartitionOp::Fetch { tp, current_leader_epoch, .. }
             | PartitionOp::EpochEndOffset { tp, current_leader_epoch, .. } => Some((tp, 0, *current_leader_epoch)),
             PartitionOp::ListOffset { tp, current_leader_epoch, .. } => Some((tp, 0, *current_leader_epoch)),
@@ -797,7 +890,6 @@ impl Shard {
         }
         match op {
             PartitionOp::Produce { tp, records, now_ms, durable, acks } => {
-                let use_ring = self.ring.is_some();
                 let p = self.partition_mut(&tp, now_ms)?;
                 let epoch = p.replica.may_append(acks == -1).map_err(|e| match e {
                     AppendRefusal::NotLeader => PartitionError::NotLeader(tp.clone()),
@@ -833,63 +925,24 @@ impl Shard {
                     }
                     other => other?,
                 };
-                // Each batch goes out as its new header, then its bytes from the request.
-                let mut parts = Vec::with_capacity(2 * patches.len());
-                for patch in &patches {
-                    parts.push(bytes::Bytes::copy_from_slice(&patch.header));
-                    parts.push(records.slice(patch.position + patch.header.len()..patch.position + patch.size));
-                }
-                let written = if use_ring {
-                    let (tx, rx) = oneshot::channel();
-                    p.write_waiters.push((write.id, tx));
-                    Some((rx, write, parts))
-                } else {
-                    let mut position = write.position;
-                    let mut result = Ok(());
-                    for part in &parts {
-                        result = write.file.write_all_at(part, position);
-                        if result.is_err() {
-                            break;
-                        }
-                        position += part.len() as u64;
+                self.write_appended(tp, records, (info, write, patches), durable, acks, now_ms)
+            }
+            PartitionOp::WriteMarker { tp, producer_id, producer_epoch, coordinator_epoch, commit, now_ms } => {
+                let p = self.partition_mut(&tp, now_ms)?;
+                let epoch = p.replica.may_append(true).map_err(|e| match e {
+                    AppendRefusal::NotLeader => PartitionError::NotLeader(tp.clone()),
+                    AppendRefusal::NotEnoughReplicas { isr, min } => {
+                        PartitionError::NotEnoughReplicas { tp: tp.clone(), isr, min }
                     }
-                    p.log.write_done(write.id, result)?;
-                    for w in p.data_waiters.drain(..) {
-                        let _ = w.send(());
-                    }
-                    replica::advance_hw(p);
-                    None
-                };
-                // acks=all: answered once the high watermark covers the batch (at once with
-                // a single in-sync replica, as soon as its write is done).
-                let replicated = (acks == -1).then(|| {
-                    let (tx, rx) = oneshot::channel();
-                    replica::wait_for_hw(p, info.last_offset, tx);
-                    rx
-                });
-                let durable = if durable || p.log.flush_due(now_ms) {
-                    let (tx, rx) = oneshot::channel();
-                    p.durable_waiters.push((info.last_offset, tx));
-                    Some(rx)
-                } else {
-                    None
-                };
-                let log_start_offset = p.log.log_start_offset();
-                let written = written.map(|(rx, write, parts)| {
-                    let ring = self.ring.as_mut().expect("checked above");
-                    ring.stage(StagedWrite {
-                        tp,
-                        log: write.log,
-                        write_id: write.id,
-                        file: write.file,
-                        position: write.position,
-                        parts,
-                    });
-                    rx
-                });
-                Ok(PartitionReply::Produced { info, log_start_offset, written, durable, replicated, duplicate: false })
+                })?;
+                let marker = crate::log::batch::ControlMarker { commit, coordinator_epoch };
+                let records =
+                    bytes::Bytes::from(crate::log::batch::encode_marker(producer_id, producer_epoch, marker, now_ms));
+                let appended = p.log.append_marker_shared(&records, epoch.0, now_ms)?;
+                self.write_appended(tp, records, appended, false, -1, now_ms)
             }
             PartitionOp::Fetch {
+                read_committed,
                 tp,
                 offset,
                 max_bytes,
@@ -928,9 +981,16 @@ impl Shard {
                     }
                 }
                 let high_watermark = replica::high_watermark(p);
-                // Followers read up to the log end, consumers below the high watermark.
-                let upper = if replica.get() >= 0 { written } else { high_watermark };
+                let last_stable_offset = p.log.last_stable_offset(high_watermark);
+                // Followers read up to the log end, consumers below the high watermark,
+                // read_committed ones below the last stable offset.
+                let upper = match (replica.get() >= 0, read_committed) {
+                    (true, _) => written,
+                    (false, false) => high_watermark,
+                    (false, true) => last_stable_offset,
+                };
                 let plan = p.log.read(offset, max_bytes, upper, min_one_batch)?;
+                let aborted = (read_committed && replica.get() < 0).then(|| p.log.aborted_txns(offset, &plan));
                 let records = if plan.length_bytes == 0 {
                     FetchRecords::Copied(Vec::new())
                 } else if plan.length_bytes >= zero_copy_bytes_min {
@@ -942,15 +1002,21 @@ impl Shard {
                     high_watermark,
                     readable_end: upper,
                     log_start_offset: p.log.log_start_offset(),
+                    last_stable_offset,
+                    aborted,
                     records,
                 }))
             }
-            PartitionOp::ListOffset { tp, timestamp_ms: spec, .. } => {
+            PartitionOp::ListOffset { tp, timestamp_ms: spec, read_committed, .. } => {
                 let p = self.partition_mut(&tp, 0)?;
                 let (offset, timestamp_ms) = match spec {
                     -2 => (p.log.log_start_offset(), -1),
                     // "Latest" is the high watermark: what a consumer can read (appends still
-                    // being written are not).
+                    // being written are not); for read_committed, the last stable offset.
+                    -1 if read_committed => {
+                        let hw = replica::high_watermark(p);
+                        (p.log.last_stable_offset(hw), -1)
+                    }
                     -1 => (replica::high_watermark(p), -1),
                     ts => p.log.offset_for_timestamp(ts)?.unwrap_or((Offset(-1), -1)),
                 };
@@ -969,10 +1035,19 @@ impl Shard {
                 let (leader_epoch, end_offset) = p.log.end_offset_for_epoch(leader_epoch.0);
                 Ok(PartitionReply::EpochEnd { leader_epoch, end_offset })
             }
-            PartitionOp::WaitForData { tp, offset, replica } => {
+            PartitionOp::WaitForData { tp, offset, replica, read_committed } => {
                 let p = self.partition_mut(&tp, 0)?;
                 let (tx, rx) = oneshot::channel();
-                let readable = if replica { p.log.written_end_offset() } else { replica::high_watermark(p) };
+                // The last stable offset moves only with the high watermark (a marker
+                // counts once the HW passes it), so the HW's waiters serve both.
+                let readable = match (replica, read_committed) {
+                    (true, _) => p.log.written_end_offset(),
+                    (false, false) => replica::high_watermark(p),
+                    (false, true) => {
+                        let hw = replica::high_watermark(p);
+                        p.log.last_stable_offset(hw)
+                    }
+                };
                 if readable > offset {
                     let _ = tx.send(());
                 } else {

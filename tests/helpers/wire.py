@@ -93,15 +93,18 @@ def _varint(v):
     return _varint_unsigned((v << 1) ^ (v >> 63))
 
 
-def record_batch(values, producer_id=-1, producer_epoch=-1, base_sequence=-1, timestamp_ms=None):
-    """An uncompressed magic-2 batch of `values` (bytes) with the given producer fields."""
+def record_batch(values, producer_id=-1, producer_epoch=-1, base_sequence=-1, timestamp_ms=None,
+                 transactional=False):
+    """An uncompressed magic-2 batch of `values` (bytes) with the given producer fields
+    (attributes bit 4 when `transactional`)."""
     import crc32c
     ts = int(time.time() * 1000) if timestamp_ms is None else timestamp_ms
     body = b""
     for i, v in enumerate(values):
         rec = b"\x00" + _varint(0) + _varint(i) + _varint(-1) + _varint(len(v)) + v + _varint(0)
         body += _varint(len(rec)) + rec
-    after_crc = struct.pack(">hiqqqhii", 0, len(values) - 1, ts, ts, producer_id, producer_epoch,
+    attributes = 0x10 if transactional else 0
+    after_crc = struct.pack(">hiqqqhii", attributes, len(values) - 1, ts, ts, producer_id, producer_epoch,
                             base_sequence, len(values)) + body
     crc = crc32c.crc32c(after_crc)
     rest = struct.pack(">ibI", -1, 2, crc) + after_crc  # partitionLeaderEpoch, magic, crc
@@ -203,3 +206,76 @@ def parse_produce_response_v3(body):
             off += 22
             out[(name, p)] = (err, base)
     return out
+
+
+def _compact_string(s):
+    b = s.encode()
+    return _varint_unsigned(len(b) + 1) + b
+
+
+def write_txn_markers(markers, correlation_id=1):
+    """WriteTxnMarkers v1 (flexible; Kafka 4 has no v0): `markers` is a list of
+    (producer_id, producer_epoch, commit, coordinator_epoch, {topic: [partitions]})."""
+    hdr = request_header_v1(27, 1, correlation_id) + b"\x00"  # header v2: tagged fields
+    body = _varint_unsigned(len(markers) + 1)
+    for pid, epoch, commit, coordinator_epoch, topics in markers:
+        body += struct.pack(">qh?", pid, epoch, commit) + _varint_unsigned(len(topics) + 1)
+        for topic, partitions in topics.items():
+            body += _compact_string(topic) + _varint_unsigned(len(partitions) + 1)
+            body += b"".join(struct.pack(">i", p) for p in partitions) + b"\x00"
+        body += struct.pack(">i", coordinator_epoch) + b"\x00"
+    return frame(hdr + body + b"\x00")
+
+
+def _read_uvarint(buf, off):
+    v, shift = 0, 0
+    while True:
+        b = buf[off]
+        off += 1
+        v |= (b & 0x7F) << shift
+        if not b & 0x80:
+            return v, off
+        shift += 7
+
+
+def parse_write_txn_markers(resp):
+    """-> {(producer_id, topic, partition): error_code} from a WriteTxnMarkers v1 answer
+    (response header v1: correlation id, tagged fields)."""
+    off = 4
+    _tags, off = _read_uvarint(resp, off)
+    out = {}
+    n, off = _read_uvarint(resp, off)
+    for _ in range(n - 1):
+        (pid,) = struct.unpack(">q", resp[off:off + 8])
+        off += 8
+        n_topics, off = _read_uvarint(resp, off)
+        for _ in range(n_topics - 1):
+            tlen, off = _read_uvarint(resp, off)
+            topic = resp[off:off + tlen - 1].decode()
+            off += tlen - 1
+            n_parts, off = _read_uvarint(resp, off)
+            for _ in range(n_parts - 1):
+                partition, error = struct.unpack(">ih", resp[off:off + 6])
+                off += 6
+                _tags, off = _read_uvarint(resp, off)
+                out[(pid, topic, partition)] = error
+            _tags, off = _read_uvarint(resp, off)
+        _tags, off = _read_uvarint(resp, off)
+    return out
+
+
+def list_offsets_latest_v2(topic, partition, isolation_level, correlation_id=1):
+    """ListOffsets v2 for the latest offset of one partition."""
+    body = struct.pack(">ib", -1, isolation_level) + struct.pack(">i", 1) + _string(topic)
+    body += struct.pack(">i", 1) + struct.pack(">iq", partition, -1)
+    return frame(request_header_v1(2, 2, correlation_id) + body)
+
+
+def parse_list_offsets_v2(resp):
+    """-> (error_code, offset) of the single partition answered."""
+    off = 4 + 4  # correlation id, throttle time
+    off += 4  # topics count
+    (tlen,) = struct.unpack(">h", resp[off:off + 2])
+    off += 2 + tlen + 4
+    _partition, error, _ts, offset = struct.unpack(">ihqq", resp[off:off + 22])
+    return error, offset

@@ -4,7 +4,9 @@
 //! returns what there is. Incremental fetch sessions (KIP-227) in `fetch_sessions.rs`:
 //! a session's answers list only partitions with something new. Followers (a replica id
 //! of 0 or more) read up to the log end and report their position, with their broker
-//! epoch from v15 on (KIP-903); consumers read below the high watermark. v13+ name
+//! epoch from v15 on (KIP-903); consumers read below the high watermark, read_committed
+//! ones (isolation_level 1) below the last stable offset, and get the aborted
+//! transactions that overlap what they read (the client drops those records). v13+ name
 //! topics by id; Spate advertises up to v12 and takes v13..=15 from its own brokers
 //! (`protocol::PEER_APIS`).
 
@@ -12,8 +14,8 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use futures::future::{select, select_all, Either};
-use kafka_protocol::messages::fetch_response::{FetchableTopicResponse, PartitionData};
-use kafka_protocol::messages::{ApiKey, FetchRequest, FetchResponse, TopicName};
+use kafka_protocol::messages::fetch_response::{AbortedTransaction, FetchableTopicResponse, PartitionData};
+use kafka_protocol::messages::{ApiKey, FetchRequest, FetchResponse, ProducerId, TopicName};
 
 use crate::coordinator::registry::CLUSTER_METADATA_TOPIC;
 use crate::model::{limits, BrokerEpoch, LeaderEpoch, NodeId, Offset, TopicPartition};
@@ -93,6 +95,7 @@ pub async fn handle(ctx: &ShardContext, frame: &RequestFrame) -> Result<Response
                 tp: TopicPartition::new(t.topic.as_str(), p.partition),
                 offset: Offset(p.fetch_offset.max(readable_end.0)),
                 replica: req.replica_id.0 >= 0,
+                read_committed: req.isolation_level == 1,
             })
         });
         let receivers: Vec<_> = futures::future::join_all(waits)
@@ -164,6 +167,7 @@ async fn fetch_once(
         t.partitions.iter().map(move |p| {
             let max_bytes = (p.partition_max_bytes.max(0) as usize).min(response_bytes_max);
             ctx.call(PartitionOp::Fetch {
+                read_committed: req.isolation_level == 1,
                 tp: TopicPartition::new(t.topic.as_str(), p.partition),
                 offset: Offset(p.fetch_offset),
                 max_bytes,
@@ -211,9 +215,20 @@ async fn fetch_once(
                             }
                         }
                     };
+                    let aborted = data.aborted.map(|found| {
+                        found
+                            .iter()
+                            .map(|a| {
+                                AbortedTransaction::default()
+                                    .with_producer_id(ProducerId(a.producer_id))
+                                    .with_first_offset(a.first_offset)
+                            })
+                            .collect()
+                    });
                     let d = d
                         .with_high_watermark(data.high_watermark.0)
-                        .with_last_stable_offset(data.high_watermark.0)
+                        .with_last_stable_offset(data.last_stable_offset.0)
+                        .with_aborted_transactions(aborted)
                         .with_records(Some(records));
                     if req_version >= 5 {
                         d.with_log_start_offset(data.log_start_offset.0)

@@ -1,4 +1,5 @@
-//! ListOffsets: earliest (-2), latest (-1), or the first offset at or after a timestamp.
+//! ListOffsets: earliest (-2), latest (-1: the high watermark, or the last stable offset
+//! for isolation_level 1, read_committed), or the first offset at or after a timestamp.
 
 use bytes::Bytes;
 use kafka_protocol::messages::list_offsets_response::{ListOffsetsPartitionResponse, ListOffsetsTopicResponse};
@@ -20,6 +21,7 @@ pub async fn handle(ctx: &ShardContext, frame: &RequestFrame) -> Result<Bytes, P
                 tp: TopicPartition::new(t.name.as_str(), p.partition_index),
                 timestamp_ms: p.timestamp,
                 current_leader_epoch: LeaderEpoch(p.current_leader_epoch),
+                read_committed: req.isolation_level == 1,
             })
         });
         let replies = futures::future::join_all(calls).await;

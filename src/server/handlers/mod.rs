@@ -39,6 +39,7 @@ mod offset_fetch;
 mod offset_for_leader_epoch;
 mod produce;
 mod sync_group;
+mod write_txn_markers;
 
 use bytes::Bytes;
 use kafka_protocol::messages::ApiKey;
@@ -117,6 +118,7 @@ pub async fn handle(ctx: &ShardContext, frame: RequestFrame) -> Result<Option<Re
         ApiKey::EndTxn => end_txn::handle(ctx, &frame).await.map(Some),
         ApiKey::DescribeTransactions => describe_transactions::handle(ctx, &frame).await.map(Some),
         ApiKey::ListTransactions => list_transactions::handle(ctx, &frame).await.map(Some),
+        ApiKey::WriteTxnMarkers => write_txn_markers::handle(ctx, &frame).await.map(Some),
         other => Err(ProtocolError::BadHeader(format!("no handler for {other:?}"))),
     };
     bytes.map(|b| b.map(Response::from))

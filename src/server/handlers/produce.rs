@@ -22,7 +22,7 @@ use crate::config::FsyncMode;
 use crate::log::LogError;
 use crate::model::TopicPartition;
 use crate::protocol::{decode_body, error_code, ProtocolError, RequestFrame};
-use crate::shard::{PartitionError, PartitionOp, PartitionReply};
+use crate::shard::{DurableWait, PartitionError, PartitionOp, PartitionReply, ReplicatedWait};
 use std::sync::atomic::Ordering;
 
 use super::super::context::ShardContext;
@@ -74,32 +74,8 @@ pub async fn handle(ctx: &ShardContext, frame: &RequestFrame) -> Result<Option<B
                             "duplicate idempotent batch answered with its original offsets");
                         ctx.metrics.shard(ctx.id).producer_batches_duplicate.fetch_add(1, Ordering::Relaxed);
                     }
-                    // In the file first (io_uring), then durable if asked: the ack waits.
-                    for wait in written.into_iter().chain(durable) {
-                        match wait.await {
-                            Ok(Ok(())) => {}
-                            Ok(Err(e)) => return Err((error_code::KAFKA_STORAGE_ERROR, Some(e))),
-                            Err(_) => return Err((error_code::KAFKA_STORAGE_ERROR, Some("write abandoned".into()))),
-                        }
-                    }
-                    // acks=all: until the in-sync replicas have it, within the request timeout.
-                    if let Some(wait) = replicated {
-                        let timeout = Duration::from_millis(req.timeout_ms.clamp(0, produce_timeout_ms_max) as u64);
-                        let timer = Box::pin(glommio::timer::sleep(timeout));
-                        match select(wait, timer).await {
-                            Either::Left((Ok(Ok(())), _)) => {}
-                            Either::Left((Ok(Err(code)), _)) => return Err((code, None)),
-                            Either::Left((Err(_), _)) => {
-                                return Err((error_code::NOT_LEADER_OR_FOLLOWER, Some("partition moved".into())))
-                            }
-                            Either::Right(_) => {
-                                return Err((
-                                    error_code::REQUEST_TIMED_OUT,
-                                    Some("the in-sync replicas did not confirm in time".into()),
-                                ))
-                            }
-                        }
-                    }
+                    let timeout = Duration::from_millis(req.timeout_ms.clamp(0, produce_timeout_ms_max) as u64);
+                    await_append(written, durable, replicated, timeout).await?;
                     ctx.disk.note_appended(info.bytes as u64);
                     ctx.metrics.add_topic_bytes(ctx.id, topic, info.bytes as u64, 0);
                     Ok((info, log_start_offset))
@@ -155,4 +131,36 @@ pub async fn handle(ctx: &ShardContext, frame: &RequestFrame) -> Result<Option<B
         return Ok(None);
     }
     respond(ApiKey::Produce, frame, &ProduceResponse::default().with_responses(responses)).map(Some)
+}
+
+/// An append's waits, as its answer needs them: in the file first (io_uring), then
+/// durable if asked, then (acks=all) until the in-sync replicas have it, within
+/// `timeout`. Err: the error code and message to answer with.
+pub(super) async fn await_append(
+    written: Option<DurableWait>,
+    durable: Option<DurableWait>,
+    replicated: Option<ReplicatedWait>,
+    timeout: Duration,
+) -> Result<(), (i16, Option<String>)> {
+    for wait in written.into_iter().chain(durable) {
+        match wait.await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => return Err((error_code::KAFKA_STORAGE_ERROR, Some(e))),
+            Err(_) => return Err((error_code::KAFKA_STORAGE_ERROR, Some("write abandoned".into()))),
+        }
+    }
+    if let Some(wait) = replicated {
+        let timer = Box::pin(glommio::timer::sleep(timeout));
+        match select(wait, timer).await {
+            Either::Left((Ok(Ok(())), _)) => {}
+            Either::Left((Ok(Err(code)), _)) => return Err((code, None)),
+            Either::Left((Err(_), _)) => {
+                return Err((error_code::NOT_LEADER_OR_FOLLOWER, Some("partition moved".into())))
+            }
+            Either::Right(_) => {
+                return Err((error_code::REQUEST_TIMED_OUT, Some("the in-sync replicas did not confirm in time".into())))
+            }
+        }
+    }
+    Ok(())
 }
