@@ -6,9 +6,9 @@ transactional.id fences the first (its next transaction fails with a fatal, fenc
 error); a transaction with records commits or aborts, and a read_committed consumer
 sees only the committed records.
 
-What needs the partitions' side of transactions (transactional batches accepted by the
-log, the WriteTxnMarkers handler, the last stable offset) or TxnOffsetCommit is marked
-xfail(strict=True) with the reason, so the day it lands the marker has to go."""
+Three brokers: coordinators on every broker, producer ids from the active coordinator,
+state changes replicated to three replicas, markers sent to every partition leader.
+send_offsets_to_transaction needs TxnOffsetCommit: xfail(strict=True) until it lands."""
 
 import time
 
@@ -18,11 +18,6 @@ from confluent_kafka import KafkaError, KafkaException, Producer
 from helpers.clients import cf_conf, cf_consume, create_topic
 
 TXN_TIMEOUT_S = 30
-
-NEEDS_PARTITION_SIDE = ("needs the partitions' side of transactions (the lead's 'log: transactional batches and"
-                        " markers' and the WriteTxnMarkers handler): until then the log refuses transactional"
-                        " batches and no marker can be written")
-
 
 def txn_producer(bootstrap, txn_id, **extra):
     return Producer(cf_conf(bootstrap, **{"transactional.id": txn_id, **extra}))
@@ -65,7 +60,6 @@ def test_second_producer_fences_the_first(broker):
     assert broker.alive()
 
 
-@pytest.mark.xfail(strict=True, reason=NEEDS_PARTITION_SIDE)
 def test_commit_and_abort_with_records(broker):
     """begin, produce, commit; begin, produce, abort: a read_committed consumer sees the
     committed records only, a read_uncommitted one sees both (and no control records)."""
@@ -96,7 +90,6 @@ def test_commit_and_abort_with_records(broker):
     assert len(values) == 21 and sum(v.startswith(b"aborted-") for v in values) == 10, values
 
 
-@pytest.mark.xfail(strict=True, reason=NEEDS_PARTITION_SIDE)
 def test_open_transaction_blocks_read_committed_until_it_ends(broker):
     """A read_committed consumer stops at the last stable offset: records of an open
     transaction are not returned until it commits."""
@@ -113,8 +106,7 @@ def test_open_transaction_blocks_read_committed_until_it_ends(broker):
     assert [r.value for r in got[0]] == [b"pending"]
 
 
-@pytest.mark.xfail(strict=True, reason="send_offsets_to_transaction needs TxnOffsetCommit (helper B's h/txngroup) and"
-                                       " the partitions' side of transactions")
+@pytest.mark.xfail(strict=True, reason="send_offsets_to_transaction needs TxnOffsetCommit (helper B's h/txngroup)")
 def test_send_offsets_to_transaction(broker):
     """Consume-transform-produce: the consumer's offsets commit with the transaction."""
     from confluent_kafka import Consumer, TopicPartition
@@ -178,7 +170,6 @@ def test_coordinators_across_a_cluster(broker_factory):
     assert all(b.alive() for b in brokers)
 
 
-@pytest.mark.xfail(strict=True, reason=NEEDS_PARTITION_SIDE)
 def test_markers_reach_every_leader_of_a_cluster(broker_factory):
     """A transaction over partitions led by three brokers: the coordinator sends markers
     to each leader; read_committed consumers see the committed records only."""

@@ -7,9 +7,9 @@
 //! timeout aborted with a bumped epoch; and the state reloaded from the log after a
 //! kill -9 and restart.
 //!
-//! The markers need the partition leaders' WriteTxnMarkers handler: where it is present,
-//! a completed transaction reaches CompleteCommit / CompleteAbort; the assertions that
-//! need it are in `markers_complete_transactions`.
+//! `markers_complete_transactions`: the markers reach the partitions (WriteTxnMarkers to
+//! this broker's own listener), so every ended transaction reaches CompleteCommit /
+//! CompleteAbort, and a new producer gets on once its fencing abort completes.
 
 #![allow(non_upper_case_globals)]
 
@@ -364,7 +364,6 @@ fn fencing_and_timeouts() {
 /// Needs the WriteTxnMarkers handler on the partitions' side: every completed
 /// transaction reaches its Complete* state, and the producer carries on.
 #[test]
-#[ignore = "needs the WriteTxnMarkers handler (the lead's, on main): until then markers are retried forever"]
 fn markers_complete_transactions() {
     let b = start_broker();
     let mut c = b.conn();

@@ -26,9 +26,11 @@ use std::time::Duration;
 
 use futures::channel::oneshot;
 use kafka_protocol::messages::write_txn_markers_request::{WritableTxnMarker, WritableTxnMarkerTopic};
-use kafka_protocol::messages::{InitProducerIdRequest, ProducerId as WireProducerId, WriteTxnMarkersRequest};
+use kafka_protocol::messages::{
+    FindCoordinatorRequest, InitProducerIdRequest, ProducerId as WireProducerId, WriteTxnMarkersRequest,
+};
 
-use crate::client::topic_name;
+use crate::client::{sb, topic_name};
 use crate::model::{NodeId, TopicPartition};
 use crate::protocol::error_code;
 use crate::shard::{owner_shard, txn_partition, TxnMarkers, TxnOp, TxnReply, TxnWrite};
@@ -51,6 +53,8 @@ const marker_retry_backoff_ms: u64 = 100;
 const marker_retry_backoff_ms_max: u64 = 2_000;
 /// The version of WriteTxnMarkers sent (the only one kafka-protocol 0.18 knows).
 const write_txn_markers_version: i16 = 1;
+/// The version of FindCoordinator sent to the active coordinator (key and key_type).
+const find_coordinator_version: i16 = 3;
 /// The version of InitProducerId sent to the active coordinator for a producer id.
 const init_producer_id_version: i16 = 4;
 
@@ -347,6 +351,22 @@ pub(super) async fn tick_loop(ctx: Rc<ShardContext>) {
             spare = allocate_producer_id(&ctx).await.ok();
         }
     }
+}
+
+/// On a broker that is not the active coordinator, before `__transaction_state`
+/// exists: ask the active one for `txn_id`'s coordinator, which creates the topic there
+/// (as Kafka's brokers have the controller create it). The answer is not used: this
+/// broker's client retries and finds the topic once the metadata reaches it.
+pub async fn create_topic_through_active(ctx: &ShardContext, txn_id: &str) -> Result<(), String> {
+    let addr = {
+        let view = ctx.view();
+        let active = view.active_controller_id().ok_or("no active coordinator is known")?;
+        let b = view.broker_info(active).ok_or("the active coordinator is not registered")?;
+        format!("{}:{}", b.endpoint.host, b.endpoint.port)
+    };
+    let mut peer = Peer::connect(&addr, "spate-txn-coordinator").await?;
+    let req = FindCoordinatorRequest::default().with_key_type(1).with_key(sb(txn_id));
+    peer.call(find_coordinator_version, &req, Duration::from_millis(marker_request_timeout_ms)).await.map(|_| ())
 }
 
 /// A new producer id from the allocator: the registry's, on the active coordinator;

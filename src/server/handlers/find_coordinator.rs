@@ -4,7 +4,9 @@
 //!
 //! The first one asked of the active coordinator's broker before the topic exists
 //! creates it (see `create_offsets_topic`, `create_txn_topic`); other brokers answer
-//! COORDINATOR_NOT_AVAILABLE until it exists, and the client asks again. An empty
+//! COORDINATOR_NOT_AVAILABLE until it exists, and the client asks again (for
+//! `__transaction_state`, which is created on demand, they first ask the active
+//! coordinator for the same key, so that it creates the topic). An empty
 //! transactional id is INVALID_REQUEST; other key types are INVALID_REQUEST too.
 
 use bytes::Bytes;
@@ -33,10 +35,19 @@ pub async fn handle(ctx: &ShardContext, frame: &RequestFrame) -> Result<Bytes, P
         }
     } else if req.key_type == KEY_TYPE_TRANSACTION {
         let view = ctx.view();
-        if view.is_active() && view.get(crate::txn::TXN_TOPIC).is_none() {
-            let rf = ctx.config.offsets_topic();
-            if let Err(e) = ctx.metadata.write(move |r| super::super::create_txn_topic(r, rf, true)).await {
-                tracing::warn!(error = %e, "cannot create the transaction state topic");
+        if view.get(crate::txn::TXN_TOPIC).is_none() {
+            if view.is_active() {
+                let rf = ctx.config.offsets_topic();
+                if let Err(e) = ctx.metadata.write(move |r| super::super::create_txn_topic(r, rf, true)).await {
+                    tracing::warn!(error = %e, "cannot create the transaction state topic");
+                }
+            } else {
+                let key = if frame.api_version >= 4 { req.coordinator_keys.first() } else { Some(&req.key) };
+                if let Some(key) = key.filter(|k| !k.is_empty()) {
+                    if let Err(e) = super::super::txn::create_topic_through_active(ctx, key.as_str()).await {
+                        tracing::warn!(error = %e, "cannot have the active coordinator create the transaction state topic");
+                    }
+                }
             }
         }
     }
