@@ -319,6 +319,8 @@ fn coordinator_requests_and_reload() {
     assert_eq!(code, NONE);
     assert!(state == "PrepareCommit" || state == "CompleteCommit", "{state}");
     assert_eq!((spid, sepoch), (pid, epoch));
+    // A load resumes the markers of a transaction left in PrepareCommit.
+    assert!(wait_state(&mut c, "tx-a", "CompleteCommit", 10_000), "{:?}", state_of(&mut c, "tx-a"));
 }
 
 #[test]
