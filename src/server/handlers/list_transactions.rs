@@ -40,11 +40,9 @@ pub async fn handle(ctx: &ShardContext, frame: &RequestFrame) -> Result<Bytes, P
                     {
                         continue;
                     }
-                    // v1: only transactions running longer than the filter (-1: any).
-                    if frame.api_version >= 1
-                        && req.duration_filter >= 0
-                        && (r.start_ms < 0 || now - r.start_ms <= req.duration_filter)
-                    {
+                    // v1: only transactions running longer than the filter (-1: any). As
+                    // Kafka, an id with no open transaction (start -1) passes it.
+                    if frame.api_version >= 1 && req.duration_filter >= 0 && now - r.start_ms <= req.duration_filter {
                         continue;
                     }
                     listed.push(
