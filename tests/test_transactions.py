@@ -188,3 +188,46 @@ def test_markers_reach_every_leader_of_a_cluster(broker_factory):
     p.abort_transaction(TXN_TIMEOUT_S)
     got = cf_consume(brokers[0].bootstrap, "tx-spread", 6, count=12, **{"isolation.level": "read_committed"})
     assert sorted(r.value for recs in got.values() for r in recs) == sorted(b"c-%d" % i for i in range(12))
+
+
+def txn_partition(txn_id, partitions=50):
+    """Kafka's partition of a transactional id: abs(Java String.hashCode) % 50."""
+    h = 0
+    for unit in txn_id.encode("utf-16-be").hex(" ", 2).split():
+        h = (31 * h + int(unit, 16)) & 0xFFFFFFFF
+    if h >= 1 << 31:
+        h -= 1 << 32
+    return 0 if h == -(1 << 31) else abs(h) % partitions
+
+
+def test_a_new_coordinator_takes_over_after_kill9(broker_factory):
+    """The broker coordinating a transactional id is killed (-9): the new leader of its
+    __transaction_state partition loads the id, and the producer's next transaction
+    commits through it; read_committed sees both transactions' records."""
+    from test_cluster import cluster_metadata, start_embedded_cluster
+    assert txn_partition("my-group") == 12  # Java's "my-group".hashCode() is -1906497762
+    brokers = start_embedded_cluster(broker_factory, 3)
+    create_topic(brokers[0].bootstrap, "tx-fo", 3, replication_factor=3)
+    probe = txn_producer(brokers[0].bootstrap, "tx-fo-probe")
+    probe.init_transactions(TXN_TIMEOUT_S)
+    parts = cluster_metadata(brokers[0].bootstrap).topics["__transaction_state"].partitions
+    # Broker 1 runs the embedded metadata coordinator: kill another one.
+    txn_id = next(f"tx-fo-{i}" for i in range(200) if parts[txn_partition(f"tx-fo-{i}")].leader != 1)
+    victim = brokers[parts[txn_partition(txn_id)].leader - 1]
+
+    p = txn_producer(brokers[0].bootstrap, txn_id)
+    p.init_transactions(TXN_TIMEOUT_S)
+    p.begin_transaction()
+    for i in range(6):
+        p.produce("tx-fo", b"before-%d" % i, partition=i % 3)
+    p.commit_transaction(TXN_TIMEOUT_S)
+
+    victim.kill()
+    p.begin_transaction()
+    for i in range(6):
+        p.produce("tx-fo", b"after-%d" % i, partition=i % 3)
+    p.commit_transaction(60)
+
+    got = cf_consume(brokers[0].bootstrap, "tx-fo", 3, count=12, **{"isolation.level": "read_committed"})
+    values = sorted(r.value for recs in got.values() for r in recs)
+    assert values == sorted([b"before-%d" % i for i in range(6)] + [b"after-%d" % i for i in range(6)]), values
