@@ -67,6 +67,8 @@ pub fn record_batch(data: &[u8]) {
         };
         let _ = batch::check_semantics(&header);
         let _ = batch::find_record_by_timestamp(&buf[..size], &header, 0);
+        // Transaction markers, as followers and the producer-state replay read them.
+        let _ = batch::control_marker(&buf[..size], &header);
         // The log cleaner reads segment batches the same way: decide the batch with a
         // map that supersedes whatever key its first record has, then read back what
         // it would write (a rebuilt batch must itself check out).
@@ -112,7 +114,9 @@ fn clean_batch(whole: &[u8], h: &batch::BatchHeader) {
 /// and `.timeindex`, with or without a recovery point and the clean-shutdown marker
 /// (which makes the log trust its indexes), then the log is opened and read through,
 /// and what is read is replayed as a `__consumer_offsets` partition's groups are at
-/// load (`GroupCoordinator::replay_batches`, as `Shard::group_load_apply` does).
+/// load (`GroupCoordinator::replay_batches`, as `Shard::group_load_apply` does). The
+/// time-index bytes also serve as the segment's `.txnindex` (aborted transactions), which
+/// each read asks for as a read_committed fetch does.
 /// Layout: flags (1 byte), index length (u16), time-index length (u16), then the index,
 /// the time index and the log.
 pub fn segment_recovery(data: &[u8]) {
@@ -131,6 +135,7 @@ pub fn segment_recovery(data: &[u8]) {
         .and_then(|()| std::fs::write(p.join("00000000000000000000.log"), log))
         .and_then(|()| std::fs::write(p.join("00000000000000000000.index"), index))
         .and_then(|()| std::fs::write(p.join("00000000000000000000.timeindex"), time_index))
+        .and_then(|()| std::fs::write(p.join("00000000000000000000.txnindex"), time_index))
         .and_then(|()| match flags & 1 {
             1 => std::fs::write(p.join(crate::log::CLEAN_SHUTDOWN_FILE), b""),
             _ => Ok(()),
@@ -145,7 +150,9 @@ pub fn segment_recovery(data: &[u8]) {
     if written.is_err() {
         return;
     }
-    let Ok(log) = crate::log::PartitionLog::open(&p, crate::log::LogConfig::default(), 0) else { return };
+    let Ok(mut log) = crate::log::PartitionLog::open(&p, crate::log::LogConfig::default(), 0) else { return };
+    let end = log.log_end_offset();
+    let _ = log.last_stable_offset(end);
     let mut groups = crate::group::GroupCoordinator::new(Default::default());
     let mut offset = log.log_start_offset();
     let end = log.log_end_offset();
@@ -154,12 +161,13 @@ pub fn segment_recovery(data: &[u8]) {
             break;
         }
         let Ok(plan) = log.read(offset, 64 * 1024, end, true) else { break };
+        let _ = log.aborted_txns(offset, &plan);
         let Ok(bytes) = plan.read_to_vec() else { break };
         if bytes.len() < batch::HEADER_BYTES {
             break;
         }
         let h = batch::BatchHeader::parse(&bytes);
-        let _ = groups.replay_batches(bytes, offset, 0);
+        let _ = groups.replay_batches(bytes, offset, 0, crate::group::offsets_topic_partitions, 0);
         offset = crate::model::Offset(h.last_offset() + 1);
     }
     let _ = log.close();

@@ -127,7 +127,8 @@ struct Pass {
 fn clean(log: &mut PartitionLog, now_ms: i64, map_bytes_max: usize) -> Option<Pass> {
     log.flush().unwrap();
     let settings = CleanerSettings { map_bytes_max, io_bytes_per_second: f64::INFINITY };
-    let job = log.clean_job(now_ms, log.log_end_offset(), &settings)?;
+    let end = log.log_end_offset();
+    let job = log.clean_job(now_ms, end, &settings)?;
     let outcome = cleaner::run(&job).unwrap();
     let pass = Pass { cleaned_to: outcome.cleaned_to, next_horizon_ms: outcome.next_horizon_ms, stats: outcome.stats };
     let done = log.install_cleaned(outcome).unwrap();
@@ -271,10 +272,11 @@ fn a_swap_interrupted_at_every_step_reopens_consistent() {
     for step in 0..=4 {
         let dir = tempfile::tempdir().unwrap();
         let d = dir.path();
-        let (log, now) = compactable_log(d);
+        let (mut log, now) = compactable_log(d);
         let original = contents(&log);
         let settings = CleanerSettings::default();
-        let job = log.clean_job(now, log.log_end_offset(), &settings).expect("a pass is due");
+        let end = log.log_end_offset();
+        let job = log.clean_job(now, end, &settings).expect("a pass is due");
         let outcome = cleaner::run(&job).unwrap();
         assert_eq!(outcome.groups.len(), 1, "the small segments merge into one");
         let g = &outcome.groups[0];
@@ -356,7 +358,8 @@ fn tombstones_go_after_the_delete_horizon() {
 fn a_pass_whose_segments_changed_is_dropped() {
     let dir = tempfile::tempdir().unwrap();
     let (mut log, now) = compactable_log(dir.path());
-    let job = log.clean_job(now, log.log_end_offset(), &CleanerSettings::default()).unwrap();
+    let end = log.log_end_offset();
+    let job = log.clean_job(now, end, &CleanerSettings::default()).unwrap();
     let outcome = cleaner::run(&job).unwrap();
     let before = contents(&log);
     // Move the log start past the first segment: retention deletes it.
@@ -420,9 +423,10 @@ fn a_follower_copies_a_cleaned_log_with_its_gaps() {
 #[test]
 fn a_cancelled_pass_leaves_nothing_behind() {
     let dir = tempfile::tempdir().unwrap();
-    let (log, now) = compactable_log(dir.path());
+    let (mut log, now) = compactable_log(dir.path());
     let before = contents(&log);
-    let job = log.clean_job(now, log.log_end_offset(), &CleanerSettings::default()).unwrap();
+    let end = log.log_end_offset();
+    let job = log.clean_job(now, end, &CleanerSettings::default()).unwrap();
     job.cancel.store(true, std::sync::atomic::Ordering::Relaxed);
     let e = cleaner::run(&job).err().expect("cancelled");
     assert_eq!(e.kind(), std::io::ErrorKind::Interrupted);
@@ -446,4 +450,99 @@ fn tombstones_go_after_a_restart_without_new_writes() {
     let pass = clean(&mut log, reopened_at + 1_000, 1 << 20).expect("a pass one delete.retention.ms after the open");
     assert_eq!(pass.stats.tombstones_removed, 1);
     assert!(!has_b(&log));
+}
+
+/// A transactional batch of producer `pid` (epoch 0, sequence `seq`).
+fn txn_batch(records: &[(Option<&[u8]>, Option<&[u8]>)], ts: i64, pid: i64, seq: i32) -> Vec<u8> {
+    let mut b = batch(records, ts);
+    b[21..23].copy_from_slice(&0x10i16.to_be_bytes());
+    b[43..51].copy_from_slice(&pid.to_be_bytes());
+    b[51..53].copy_from_slice(&0i16.to_be_bytes());
+    b[53..57].copy_from_slice(&seq.to_be_bytes());
+    fix_crc(&mut b);
+    b
+}
+
+fn end_txn(log: &mut PartitionLog, pid: i64, commit: bool, now: i64) {
+    use spate::log::batch::{encode_marker, ControlMarker};
+    use std::os::unix::fs::FileExt;
+    let mut b = encode_marker(pid, 0, ControlMarker { commit, coordinator_epoch: 0 }, now);
+    let (_, write, patches) = log.append_marker_shared(&b, 0, now).unwrap();
+    for p in patches {
+        b[p.position..p.position + p.header.len()].copy_from_slice(&p.header);
+    }
+    let r = write.file.write_all_at(&b, write.position);
+    log.write_done(write.id, r).unwrap();
+}
+
+/// Aborted records are never a key's newest: a committed value stays when an aborted
+/// transaction wrote the same key later; a committed transaction's value supersedes
+/// as a plain one does; markers stay; the cleaned (merged) segment keeps the aborted
+/// transaction in its `.txnindex`, across a restart; nothing at or above the last stable
+/// offset is cleaned.
+#[test]
+fn cleaning_keeps_committed_values_over_aborted_ones_and_the_aborted_index() {
+    let dir = tempfile::tempdir().unwrap();
+    let now = 5_000_000;
+    let mut log = PartitionLog::open(dir.path(), LogConfig { segment_bytes: 250, ..config() }, now).unwrap();
+    log.append(&mut batch(&[(Some(b"a"), Some(b"good")), (Some(b"b"), Some(b"old"))], now), now).unwrap();
+    log.append(&mut txn_batch(&[(Some(b"a"), Some(b"bad")), (Some(b"b"), Some(b"bad"))], now, 7, 0), now).unwrap();
+    log.append(&mut txn_batch(&[(Some(b"b"), Some(b"new"))], now, 8, 0), now).unwrap();
+    end_txn(&mut log, 7, false, now);
+    end_txn(&mut log, 8, true, now);
+    // Producer 9 leaves a transaction open: it and everything after it stays dirty.
+    for i in 0..6u8 {
+        log.append(&mut batch(&[(Some(b"z"), Some(&[i]))], now), now).unwrap();
+    }
+    let open_at = log.log_end_offset().0;
+    log.append(&mut txn_batch(&[(Some(b"z"), Some(b"open"))], now, 9, 0), now).unwrap();
+    for i in 0..6u8 {
+        log.append(&mut batch(&[(Some(b"z"), Some(&[i + 10]))], now), now).unwrap();
+    }
+    log.set_config(LogConfig { segment_ms: 1, ..config() });
+    log.maybe_roll(now + 1_000).unwrap();
+    log.set_config(LogConfig { segment_bytes: 1 << 20, ..config() });
+    let aborted_before = all_aborted(&log);
+    assert_eq!(aborted_before, vec![(7, 2, 5)]);
+    let before = contents(&log);
+    let pass = clean(&mut log, now, 1 << 20).expect("a pass is due");
+    assert!(pass.cleaned_to <= open_at, "cleaned to {} past the open transaction at {open_at}", pass.cleaned_to);
+    for log in [log, PartitionLog::open(dir.path(), config(), now).unwrap()] {
+        let got = contents(&log);
+        let has = |o: i64, k: &[u8], v: &[u8]| got.contains(&(o, Some(k.to_vec()), Some(v.to_vec())));
+        assert!(has(0, b"a", b"good"), "the committed value stays: {got:?}");
+        assert!(!has(1, b"b", b"old"), "superseded by the committed transaction");
+        assert!(has(4, b"b", b"new"));
+        // Both markers are still there (control records: key version 0, type 0 / 1).
+        assert!(got.contains(&(5, Some(vec![0, 0, 0, 0]), Some(vec![0, 0, 0, 0, 0, 0]))), "{got:?}");
+        assert!(got.contains(&(6, Some(vec![0, 0, 0, 1]), Some(vec![0, 0, 0, 0, 0, 0]))), "{got:?}");
+        // What was not below the last stable offset is as it was.
+        let tail = |c: &[(i64, Option<Vec<u8>>, Option<Vec<u8>>)]| {
+            c.iter().filter(|r| r.0 >= open_at).cloned().collect::<Vec<_>>()
+        };
+        assert_eq!(tail(&got), tail(&before));
+        assert_eq!(all_aborted(&log), aborted_before, "the aborted transaction is still reported");
+    }
+}
+
+/// Every aborted transaction a read_committed reader of the whole log is told of.
+fn all_aborted(log: &PartitionLog) -> Vec<(i64, i64, i64)> {
+    let (mut at, mut found) = (log.log_start_offset(), Vec::new());
+    while at < log.log_end_offset() {
+        let plan = log.read(at, 1 << 20, log.log_end_offset(), true).unwrap();
+        for a in log.aborted_txns(at, &plan) {
+            if !found.contains(&(a.producer_id, a.first_offset, a.last_offset)) {
+                found.push((a.producer_id, a.first_offset, a.last_offset));
+            }
+        }
+        let bytes = plan.read_to_vec().unwrap();
+        let mut buf = &bytes[..];
+        while !buf.is_empty() {
+            let size = 12 + i32::from_be_bytes(buf[8..12].try_into().unwrap()) as usize;
+            let base = i64::from_be_bytes(buf[..8].try_into().unwrap());
+            at = Offset(base + i32::from_be_bytes(buf[23..27].try_into().unwrap()) as i64 + 1);
+            buf = &buf[size..];
+        }
+    }
+    found
 }

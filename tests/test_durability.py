@@ -7,21 +7,12 @@ cache whether or not the ack waited for the disk."""
 
 import threading
 import time
-import urllib.request
 
 from confluent_kafka import Producer
 
+from helpers.metrics import metric_sum, scrape
 from helpers.broker import free_port
 from helpers.clients import cf_consume, cf_produce, create_topic
-
-
-def scrape(port):
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
-        return r.read().decode()
-
-
-def metric_sum(text, prefix):
-    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith(prefix))
 
 
 def produce_concurrently(bootstrap, topic, producers, per_producer):

@@ -16,20 +16,9 @@ from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, KafkaExcepti
 from helpers.clients import admin, cf_produce, create_topic
 from test_cluster import SESSION_MS
 from test_replication import partition_states, start_cluster, wait_states
+from helpers.kafka_hash import java_hash_partition
 
 OFFSETS = "__consumer_offsets"
-
-
-def java_hash_partition(group, partitions=50):
-    """Kafka's partition of `__consumer_offsets` for a group (String.hashCode)."""
-    utf16 = group.encode("utf-16-be")
-    h = 0
-    for i in range(0, len(utf16), 2):
-        h = (h * 31 + int.from_bytes(utf16[i:i + 2], "big")) & 0xFFFFFFFF
-    if h >= 1 << 31:
-        h -= 1 << 32
-    h = 0 if h == -(1 << 31) else abs(h)
-    return h % partitions
 
 
 def committed_offsets(bootstrap, group, topic, parts):

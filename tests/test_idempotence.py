@@ -12,12 +12,12 @@ import shutil
 import subprocess
 import threading
 import time
-import urllib.request
 
 import pytest
 from confluent_kafka import Producer
 
 from helpers import wire
+from helpers.metrics import metric_sum, scrape
 from helpers.broker import REPO_ROOT, free_port
 from helpers.clients import cf_conf, cf_consume, create_topic, kp_consume
 
@@ -28,15 +28,6 @@ UNKNOWN_PRODUCER_ID = 59
 INVALID_RECORD = 87
 NOT_COORDINATOR = 16
 INVALID_REQUEST = 42
-
-
-def scrape(port):
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
-        return r.read().decode()
-
-
-def metric_sum(text, prefix):
-    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith(prefix))
 
 
 def assert_exactly_once_in_order(sent_by_partition, got):

@@ -6,8 +6,12 @@ records; a read_uncommitted one sees every record; control batches are never rec
 Everything survives kill -9 and a restart (the aborted index and the open transactions
 are rebuilt from disk)."""
 
+import time
+
 from helpers import wire
+from helpers.broker import free_port
 from helpers.clients import cf_consume, create_topic, kp_consume
+from helpers.metrics import metric_sum, scrape
 
 NONE = 0
 UNKNOWN_TOPIC_OR_PARTITION = 3
@@ -17,13 +21,24 @@ INVALID_TXN_STATE = 48
 TOPIC = "txp"
 
 
+def wait_for(cond, timeout=10):
+    deadline = time.monotonic() + timeout
+    while not cond():
+        assert time.monotonic() < deadline, "condition not met in time"
+        time.sleep(0.2)
+
+
 def values(got):
     return [r.value for r in got[0]]
 
 
 def test_markers_decide_what_read_committed_consumers_see_through_kill9(broker_factory):
-    b = broker_factory()
+    mport = free_port()
+    b = broker_factory("--metrics-listen", f"127.0.0.1:{mport}")
     create_topic(b.bootstrap, TOPIC, 1)
+
+    def metric(name):
+        return metric_sum(scrape(mport), f'{name}{{topic="{TOPIC}",partition="0"}}')
 
     def produce(batch):
         return wire.parse_produce_v3(wire.call(b.port, wire.produce_v3(TOPIC, 0, batch)))
@@ -53,6 +68,9 @@ def test_markers_decide_what_read_committed_consumers_see_through_kill9(broker_f
     assert values(cf_consume(b.bootstrap, TOPIC, 1, count=4, **{"isolation.level": "read_uncommitted"})) == [
         b"a1", b"a2", b"plain", b"d1"]
     assert values(cf_consume(b.bootstrap, TOPIC, 1)) == []
+    # Metrics are published once a second.
+    wait_for(lambda: metric("spate_partition_open_transactions") == 2 and
+             metric("spate_partition_last_stable_offset_lag") == 4)
 
     # Abort A, commit D: markers at 4 and 5.
     assert markers((a, 0, False, 0, {TOPIC: [0]}), (d, 0, True, 0, {TOPIC: [0]})) == {
@@ -71,6 +89,8 @@ def test_markers_decide_what_read_committed_consumers_see_through_kill9(broker_f
         assert lso(1) == (NONE, 6)
 
     check()
+    wait_for(lambda: metric("spate_partition_open_transactions") == 1 and
+             metric("spate_partition_last_stable_offset_lag") == 1)
     # An unknown partition answers per partition.
     got = markers((d, 0, True, 0, {TOPIC: [0], "no-such-topic": [0]}))
     assert got[(d, "no-such-topic", 0)] == UNKNOWN_TOPIC_OR_PARTITION

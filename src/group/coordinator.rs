@@ -14,6 +14,7 @@ use bytes::Bytes;
 use futures::channel::oneshot;
 
 use super::records::{self, StoredGroup, StoredMember, StoredOffset};
+use super::txn_offsets::TxnOffsets;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 pub enum GroupError {
@@ -43,6 +44,10 @@ pub enum GroupError {
     InvalidGroupId,
     #[error("GROUP_MAX_SIZE_REACHED")]
     GroupMaxSizeReached,
+    /// OffsetFetch with `require_stable`: an open transaction holds an offset for the
+    /// partition (KIP-447).
+    #[error("UNSTABLE_OFFSET_COMMIT")]
+    UnstableOffsetCommit,
 }
 
 #[derive(Debug, Clone)]
@@ -209,7 +214,7 @@ struct Group {
     rebalance_deadline_ms: i64,
     initial_delay_until_ms: Option<i64>,
     state_timestamp_ms: i64,
-    offsets: BTreeMap<(String, i32), StoredOffset>,
+    offsets: BTreeMap<(String, i32), Committed>,
     /// Join phases completed since this coordinator took the group.
     rebalances: u64,
 }
@@ -337,6 +342,14 @@ impl Group {
     }
 }
 
+/// A committed offset, with the base offset of the batch that holds its record (a
+/// committed transactional offset replaces it only if its record is later in the log).
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Committed {
+    value: StoredOffset,
+    record_offset: i64,
+}
+
 /// A record the caller must append to the group's `__consumer_offsets` partition.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PendingRecord {
@@ -370,13 +383,21 @@ pub struct GroupCoordinator {
     config: GroupConfig,
     groups: HashMap<String, Group>,
     pending_records: Vec<PendingRecord>,
+    /// Transactional offsets waiting for their transaction's marker.
+    txn: TxnOffsets,
     /// Join phases completed by groups since removed (live groups count their own).
     retired_rebalances: u64,
 }
 
 impl GroupCoordinator {
     pub fn new(config: GroupConfig) -> Self {
-        Self { config, groups: HashMap::new(), pending_records: Vec::new(), retired_rebalances: 0 }
+        Self {
+            config,
+            groups: HashMap::new(),
+            pending_records: Vec::new(),
+            txn: TxnOffsets::new(),
+            retired_rebalances: 0,
+        }
     }
 
     /// Join phases completed since start (a monotonic counter).
@@ -392,7 +413,7 @@ impl GroupCoordinator {
                 group_id: id.clone(),
                 state: g.state,
                 members: g.members.len(),
-                committed: g.offsets.iter().map(|((t, p), o)| (t.clone(), *p, o.offset)).collect(),
+                committed: g.offsets.iter().map(|((t, p), o)| (t.clone(), *p, o.value.offset)).collect(),
             })
             .collect();
         v.sort_by(|a, b| a.group_id.cmp(&b.group_id));
@@ -412,6 +433,7 @@ impl GroupCoordinator {
                 self.retired_rebalances += g.rebalances;
             }
         }
+        self.txn.forget_groups(held);
         self.discard_pending_records(partition, partitions);
         gone.len()
     }
@@ -839,7 +861,7 @@ impl GroupCoordinator {
                 let expired_offsets: Vec<(String, i32)> = g
                     .offsets
                     .iter()
-                    .filter(|(_, o)| now_ms - o.commit_timestamp_ms.max(g.state_timestamp_ms) > retention_ms)
+                    .filter(|(_, o)| now_ms - o.value.commit_timestamp_ms.max(g.state_timestamp_ms) > retention_ms)
                     .map(|(k, _)| k.clone())
                     .collect();
                 for (topic, partition) in expired_offsets {
@@ -850,7 +872,12 @@ impl GroupCoordinator {
                         value: None,
                     });
                 }
-                if g.offsets.is_empty() && g.members.is_empty() && g.pending_member_ids.is_empty() {
+                // A group whose only offsets wait in a transaction stays for its marker.
+                if g.offsets.is_empty()
+                    && g.members.is_empty()
+                    && g.pending_member_ids.is_empty()
+                    && !self.txn.has_group(group_id)
+                {
                     dead.push(group_id.clone());
                 }
             }
@@ -935,29 +962,64 @@ impl GroupCoordinator {
         (recs, results)
     }
 
-    /// Replay `bytes`, batches read from an offsets partition at `from` (a load): every
-    /// keyed record is decoded and applied; one that does not decode is skipped and
-    /// logged. Returns the offset after the last record, and how many records were
-    /// applied and skipped; an error when the bytes are not well-formed batches (the
-    /// load stops there). The bytes come from disk: every length is checked before use
+    /// Replay `bytes`, whole batches read at `from` from offsets partition `partition`
+    /// (of `partitions`) during a load, in log order, as Kafka's loader does:
+    /// - a data batch's keyed records are decoded and applied (one that does not decode
+    ///   is skipped and logged); in a transactional batch the offset records wait for the
+    ///   batch's producer's marker (`apply_txn_record`);
+    /// - a control batch's marker (`log::batch::control_marker`) commits or drops its
+    ///   producer's pending offsets in this partition (`complete_txn`).
+    ///
+    /// Offsets still pending at the end stay pending: their transaction is open.
+    /// Returns the offset after the last batch, and how many records were applied and
+    /// skipped; an error when the bytes are not well-formed batches (the load stops
+    /// there). The bytes come from disk: every length is checked before use
     /// (`check_batches_records` first, then the decoders' own bounds).
     pub fn replay_batches(
         &mut self,
         bytes: Vec<u8>,
         from: crate::model::Offset,
+        partition: i32,
+        partitions: i32,
         now_ms: i64,
     ) -> Result<(crate::model::Offset, usize, usize), String> {
+        use crate::log::batch::{control_marker, BatchHeader, ATTR_CONTROL, ATTR_TRANSACTIONAL};
         crate::log::batch::check_batches_records(&bytes).map_err(|e| e.to_string())?;
-        let mut buf = Bytes::from(bytes);
-        let sets = kafka_protocol::records::RecordBatchDecoder::decode_all(&mut buf).map_err(|e| e.to_string())?;
+        let bytes = Bytes::from(bytes);
         let (mut next, mut loaded, mut skipped) = (from, 0, 0);
-        for set in sets {
+        let mut pos = 0;
+        while pos < bytes.len() {
+            // Whole batches, each of its stated size (checked above).
+            let h = BatchHeader::parse(&bytes[pos..]);
+            let size = h.size_bytes() as usize;
+            assert!(size > 0 && pos + size <= bytes.len(), "check_batches_records passed a short batch");
+            let mut batch = bytes.slice(pos..pos + size);
+            pos += size;
+            next = next.max(crate::model::Offset(h.last_offset() + 1));
+            if h.attributes & ATTR_CONTROL != 0 {
+                match control_marker(&batch, &h) {
+                    Some(marker) => {
+                        self.complete_txn(partition, partitions, h.producer_id, marker.commit);
+                        loaded += 1;
+                    }
+                    None => {
+                        skipped += 1;
+                        tracing::warn!(offset = h.base_offset, "skipping a control batch that holds no marker");
+                    }
+                }
+                continue;
+            }
+            let transactional = h.attributes & ATTR_TRANSACTIONAL != 0;
+            let set = kafka_protocol::records::RecordBatchDecoder::decode(&mut batch).map_err(|e| e.to_string())?;
             for r in set.records {
-                next = next.max(crate::model::Offset(r.offset + 1));
                 let Some(key) = r.key else { continue };
                 match records::decode(&key, r.value.as_ref()) {
                     Ok(rec) => {
-                        self.apply_record(rec, now_ms);
+                        if transactional {
+                            self.apply_txn_record(rec, h.producer_id, h.base_offset, now_ms);
+                        } else {
+                            self.apply_record(rec, h.base_offset, now_ms);
+                        }
                         loaded += 1;
                     }
                     Err(e) => {
@@ -970,16 +1032,17 @@ impl GroupCoordinator {
         Ok((next, loaded, skipped))
     }
 
-    /// Apply records once they are in the log: commits, and replay at load time.
-    pub fn apply_record(&mut self, record: records::OffsetsRecord, now_ms: i64) {
+    /// Apply records once they are in the log (in the batch at `record_offset`):
+    /// commits, and replay at load time.
+    pub fn apply_record(&mut self, record: records::OffsetsRecord, record_offset: i64, now_ms: i64) {
         match record {
             records::OffsetsRecord::Offset { group, topic, partition, value } => match value {
-                Some(v) => {
+                Some(value) => {
                     self.groups
                         .entry(group)
                         .or_insert_with(|| Group::new(now_ms))
                         .offsets
-                        .insert((topic, partition), v);
+                        .insert((topic, partition), Committed { value, record_offset });
                 }
                 None => {
                     if let Some(g) = self.groups.get_mut(&group) {
@@ -1003,6 +1066,98 @@ impl GroupCoordinator {
                 }
             },
         }
+    }
+
+    /// Check a TxnOffsetCommit before its records are appended, as Kafka's
+    /// `validateTransactionalOffsetCommit` and `validateOffsetCommit(isTransactional)`:
+    /// - a group that does not exist takes generation -1 (a producer that gave no group
+    ///   metadata; the group is created, empty, when its offsets are written) and answers
+    ///   ILLEGAL_GENERATION to any other;
+    /// - generation -1 commits to an empty group;
+    /// - a request that names a member (v3+: a member id, an instance id or a
+    ///   generation) must name a current member (FENCED_INSTANCE_ID for a static
+    ///   member's old id, UNKNOWN_MEMBER_ID) of the current generation
+    ///   (ILLEGAL_GENERATION) — KIP-447's fencing of zombie producers;
+    /// - one that names none (v0-v2 carry no member) commits whatever the group's state.
+    ///
+    /// Unlike OffsetCommit, a group completing a rebalance does not refuse it.
+    pub fn validate_txn_commit(
+        &self,
+        group_id: &str,
+        member_id: &str,
+        instance: Option<&str>,
+        generation: i32,
+    ) -> Result<(), GroupError> {
+        if group_id.is_empty() {
+            return Err(GroupError::InvalidGroupId);
+        }
+        let Some(g) = self.groups.get(group_id) else {
+            return if generation < 0 { Ok(()) } else { Err(GroupError::IllegalGeneration) };
+        };
+        if generation < 0 && g.state == GroupState::Empty {
+            return Ok(());
+        }
+        if generation >= 0 || !member_id.is_empty() || instance.is_some() {
+            g.check_member(member_id, instance)?;
+            if generation != g.generation {
+                return Err(GroupError::IllegalGeneration);
+            }
+        }
+        Ok(())
+    }
+
+    /// Apply a record of `producer_id`'s transactional batch at `record_offset` (once
+    /// appended, or at load): an offset waits for the producer's marker, in a group
+    /// created empty if it is new (Kafka creates the group of a standalone producer's
+    /// commit); a tombstone (Kafka's loader honours them; TxnOffsetCommit writes none)
+    /// drops the producer's pending offset; a group record applies at once.
+    pub fn apply_txn_record(
+        &mut self,
+        record: records::OffsetsRecord,
+        producer_id: i64,
+        record_offset: i64,
+        now_ms: i64,
+    ) {
+        match record {
+            records::OffsetsRecord::Offset { group, topic, partition, value: Some(value) } => {
+                self.groups.entry(group.clone()).or_insert_with(|| Group::new(now_ms));
+                self.txn.add(producer_id, (group, topic, partition), value, record_offset);
+            }
+            records::OffsetsRecord::Offset { group, topic, partition, value: None } => {
+                self.txn.remove(producer_id, &(group, topic, partition))
+            }
+            group => self.apply_record(group, record_offset, now_ms),
+        }
+    }
+
+    /// `producer_id`'s transaction marker is in offsets partition `partition` (of
+    /// `partitions`): with COMMIT its pending offsets of that partition's groups become
+    /// their committed offsets, except where the committed offset's record is later in
+    /// the log (a non-transactional commit made after the transactional one stays);
+    /// with ABORT they are dropped. The epoch is not compared: Kafka completes a
+    /// producer's pending offsets whatever the marker's epoch. Returns how many pending
+    /// offsets the marker completed.
+    pub fn complete_txn(&mut self, partition: i32, partitions: i32, producer_id: i64, commit: bool) -> usize {
+        let done = self.txn.complete(producer_id, |g| super::offsets_partition_for(g, partitions) == partition);
+        let completed = done.len();
+        if commit {
+            for ((group, topic, p), pending) in done {
+                // Pending offsets leave with their group (deleted, unloaded), and a group
+                // with pending offsets does not expire: it is here.
+                let Some(g) = self.groups.get_mut(&group) else { continue };
+                let key = (topic, p);
+                if g.offsets.get(&key).is_none_or(|c| c.record_offset < pending.record_offset) {
+                    g.offsets.insert(key, Committed { value: pending.value, record_offset: pending.record_offset });
+                }
+            }
+        }
+        completed
+    }
+
+    /// Producers with offsets waiting for their marker in offsets partition `partition`
+    /// (of `partitions`), ascending.
+    pub fn txn_producers(&self, partition: i32, partitions: i32) -> Vec<i64> {
+        self.txn.producers(|g| super::offsets_partition_for(g, partitions) == partition)
     }
 
     fn restore(g: &mut Group, s: StoredGroup, now_ms: i64) {
@@ -1035,19 +1190,30 @@ impl GroupCoordinator {
     }
 
     /// OffsetFetch: committed offsets of a group; all of them when `partitions` is None.
+    /// Offsets waiting in an open transaction are not shown; with `require_stable`
+    /// (OffsetFetch v7+, KIP-447: read_committed consumers) a partition that has one is
+    /// answered UNSTABLE_OFFSET_COMMIT instead, and the client retries.
     pub fn fetch_offsets(
         &self,
         group_id: &str,
         partitions: Option<&[(String, i32)]>,
-    ) -> Vec<(String, i32, Option<StoredOffset>)> {
+        require_stable: bool,
+    ) -> Vec<(String, i32, Result<Option<StoredOffset>, GroupError>)> {
         let g = self.groups.get(group_id);
+        let answer = |topic: &str, partition: i32, committed: Option<&Committed>| {
+            if require_stable && self.txn.is_pending(group_id, topic, partition) {
+                Err(GroupError::UnstableOffsetCommit)
+            } else {
+                Ok(committed.map(|c| c.value.clone()))
+            }
+        };
         match partitions {
             Some(list) => list
                 .iter()
-                .map(|(t, p)| (t.clone(), *p, g.and_then(|g| g.offsets.get(&(t.clone(), *p)).cloned())))
+                .map(|(t, p)| (t.clone(), *p, answer(t, *p, g.and_then(|g| g.offsets.get(&(t.clone(), *p))))))
                 .collect(),
             None => g
-                .map(|g| g.offsets.iter().map(|((t, p), o)| (t.clone(), *p, Some(o.clone()))).collect())
+                .map(|g| g.offsets.iter().map(|((t, p), c)| (t.clone(), *p, answer(t, *p, Some(c)))).collect())
                 .unwrap_or_default(),
         }
     }
@@ -1093,6 +1259,9 @@ impl GroupCoordinator {
         }
         let g = self.groups.remove(group_id).expect("present");
         self.retired_rebalances += g.rebalances;
+        // As Kafka's classic coordinator: offsets waiting in a transaction go with the
+        // group (their marker finds nothing).
+        self.txn.forget_groups(|g| g == group_id);
         for (topic, partition) in g.offsets.keys() {
             self.pending_records.push(PendingRecord {
                 group_id: group_id.to_string(),
@@ -1274,7 +1443,7 @@ mod tests {
             1,
         );
         for r in recs {
-            c.apply_record(records::decode(&r.key, r.value.as_ref()).unwrap(), 1);
+            c.apply_record(records::decode(&r.key, r.value.as_ref()).unwrap(), 0, 1);
         }
         let _ = now(c.join(join_req(a, "", None), 0, "m1".into()));
         let mut waiting = later(c.join(join_req(a, "m1", None), 10, "x".into()));
@@ -1282,7 +1451,7 @@ mod tests {
         assert!(waiting.try_recv().is_err(), "the waiting join's sender was dropped");
         assert!(c.describe(a).is_none());
         assert!(c.take_pending_records().iter().all(|r| r.group_id != a), "nothing left to write for it");
-        assert_eq!(c.fetch_offsets(b, None)[0].2.as_ref().map(|o| o.offset), Some(5));
+        assert_eq!(c.fetch_offsets(b, None, false)[0].2.clone().unwrap().map(|o| o.offset), Some(5));
     }
 
     #[test]
@@ -1298,17 +1467,17 @@ mod tests {
         let mut reloaded = GroupCoordinator::new(GroupConfig::default());
         for r in recs {
             let rec = records::decode(&r.key, r.value.as_ref()).unwrap();
-            c.apply_record(rec.clone(), 7);
-            reloaded.apply_record(rec, 7);
+            c.apply_record(rec.clone(), 0, 7);
+            reloaded.apply_record(rec, 0, 7);
         }
         for co in [&c, &reloaded] {
-            let got = co.fetch_offsets("simple", Some(&[("t".into(), 0), ("t".into(), 1)]));
-            assert_eq!(got[0].2.as_ref().unwrap().offset, 42);
-            assert!(got[1].2.is_none());
+            let got = co.fetch_offsets("simple", Some(&[("t".into(), 0), ("t".into(), 1)]), true);
+            assert_eq!(got[0].2.as_ref().unwrap().as_ref().unwrap().offset, 42);
+            assert_eq!(got[1].2, Ok(None));
         }
         // Offsets of an empty group expire after the retention.
         c.tick(7 + 7 * 24 * 3600 * 1000 + 1);
-        assert!(c.fetch_offsets("simple", None).is_empty());
+        assert!(c.fetch_offsets("simple", None, false).is_empty());
         assert!(c.take_pending_records().iter().any(|r| r.value.is_none()), "tombstone written");
     }
 
@@ -1323,7 +1492,7 @@ mod tests {
         c.leave("g", &[("m1".into(), None)], 5).unwrap();
         let mut reloaded = GroupCoordinator::new(GroupConfig::default());
         for r in c.take_pending_records() {
-            reloaded.apply_record(records::decode(&r.key, r.value.as_ref()).unwrap(), 10);
+            reloaded.apply_record(records::decode(&r.key, r.value.as_ref()).unwrap(), 0, 10);
         }
         let d = reloaded.describe("g").unwrap();
         assert_eq!(d.state, GroupState::Empty);

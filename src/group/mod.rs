@@ -10,6 +10,7 @@
 
 pub mod coordinator;
 pub mod records;
+pub mod txn_offsets;
 
 pub use coordinator::*;
 

@@ -26,8 +26,14 @@
 //!    producer fields, their records re-encoded and recompressed with the same codec.
 //!    A batch left with no record is dropped, unless it is a live producer's last batch
 //!    (then it stays as an empty batch, as Kafka keeps it, so the producer's sequence
-//!    survives a rebuild from the log). Control batches are copied as they are
-//!    (transactions do not reach partitions yet).
+//!    survives a rebuild from the log). Control batches (transaction markers) are
+//!    copied as they are, and never enter the key map; nor do the batches of aborted
+//!    transactions (`CleanJob::aborted`), so an aborted record never makes a committed
+//!    one look superseded. The aborted transactions stay where they are: a cleaned
+//!    segment's `.txnindex.cleaned` holds every entry of the segments it replaces.
+//!    Nothing at or above the last stable offset is cleaned. Aborted records and
+//!    markers are not removed yet (Kafka removes them once their transaction is
+//!    gone from the cleaned range).
 //!
 //! Offsets never move: a cleaned log has gaps, and readers (consumers and followers)
 //! skip them. Batches whose records cannot be read (a codec error, a record that does
@@ -37,6 +43,8 @@
 //! # The swap, crash-safe (written down in `PartitionLog::install_cleaned`)
 //!
 //! `.cleaned` files are complete and fsynced before the data core names them. The core
+//! first moves `<base>.txnindex.cleaned` (if any) over `<base>.txnindex` (a superset of
+//! it: an open cuts entries past the old segment's end if the swap never happens), then
 //! renames `<base>.log.cleaned` to `<base>.log.swap` (from here the swap is decided),
 //! renames the other replaced segments to `*.deleted`, moves the cleaned indexes over
 //! `<base>.index` / `<base>.timeindex`, and finally `<base>.log.swap` over `<base>.log`.
@@ -51,6 +59,7 @@ use std::time::{Duration, Instant};
 
 use super::batch::{self, BatchHeader, HEADER_BYTES};
 use super::segment::{self, Segment};
+use super::txn_index::AbortedTxn;
 
 /// Suffix of a segment's files while the cleaner writes them.
 pub const CLEANED_SUFFIX: &str = ".cleaned";
@@ -77,6 +86,8 @@ pub struct SegmentFile {
     pub next_offset: i64,
     pub size_bytes: u64,
     pub log: Arc<File>,
+    /// The segment's aborted transactions (`.txnindex`): the cleaned segment keeps them.
+    pub aborted: Vec<AbortedTxn>,
 }
 
 /// One cleaning pass over one partition, planned by the data core.
@@ -94,6 +105,9 @@ pub struct CleanJob {
     pub batch_bytes_max: usize,
     /// The last offset of each live producer's last batch: kept even when emptied.
     pub producer_last_offsets: HashSet<i64>,
+    /// Every aborted transaction of the log: their batches never enter the key map (an
+    /// aborted record must not make a committed one of its key look superseded).
+    pub aborted: Vec<AbortedTxn>,
     /// log.cleaner.dedupe.buffer.size
     pub map_bytes_max: usize,
     /// log.cleaner.io.max.bytes.per.second (f64::INFINITY: no limit)
@@ -564,7 +578,10 @@ fn run_pass(job: &CleanJob) -> std::io::Result<CleanOutcome> {
             cancelled(job)?;
             stats.bytes_read += whole.len() as u64;
             throttle.account(whole.len() as u64);
-            if h.last_offset() < job.dirty_from || h.attributes & batch::ATTR_CONTROL != 0 {
+            if h.last_offset() < job.dirty_from
+                || h.attributes & batch::ATTR_CONTROL != 0
+                || is_aborted(h, &job.aborted)
+            {
                 return Ok(true);
             }
             let Some((inflated, _)) = batch_records(whole, h) else { return Ok(true) };
@@ -604,6 +621,9 @@ fn run_pass(job: &CleanJob) -> std::io::Result<CleanOutcome> {
         let base = group[0].base_offset;
         let mut seg = Segment::create_named(&job.dir, base, CLEANED_SUFFIX, job.segment_index_bytes)?;
         let mut changed = group.len() > 1;
+        for e in group.iter().flat_map(|s| s.aborted.iter()) {
+            seg.txn_index.push(*e)?;
+        }
         for old in group {
             for_each_batch(old, job.batch_bytes_max, |h, whole| {
                 cancelled(job)?;
@@ -677,11 +697,25 @@ pub fn cleaned_paths(dir: &Path, base: i64) -> [PathBuf; 3] {
     [".log", ".index", ".timeindex"].map(|s| with_suffix(&dir.join(segment::file_name(base, s)), CLEANED_SUFFIX))
 }
 
+/// The group's cleaned `.txnindex` (written only when the group has aborted transactions).
+pub fn cleaned_txn_index_path(dir: &Path, base: i64) -> PathBuf {
+    with_suffix(&dir.join(segment::file_name(base, ".txnindex")), CLEANED_SUFFIX)
+}
+
 /// Unlink a group's `.cleaned` files (a pass that failed or lost its race with the core).
 pub fn remove_cleaned(dir: &Path, base: i64) {
-    for p in cleaned_paths(dir, base) {
+    for p in cleaned_paths(dir, base).into_iter().chain([cleaned_txn_index_path(dir, base)]) {
         let _ = std::fs::remove_file(p);
     }
+}
+
+/// Whether `h` is a batch of an aborted transaction (its producer's aborted entry covers
+/// its offsets).
+fn is_aborted(h: &BatchHeader, aborted: &[AbortedTxn]) -> bool {
+    h.attributes & batch::ATTR_TRANSACTIONAL != 0
+        && aborted.iter().any(|a| {
+            a.producer_id == h.producer_id && a.first_offset <= h.base_offset && h.base_offset <= a.last_offset
+        })
 }
 
 /// Open, before segments are listed: finish every swap a crash interrupted and remove
@@ -728,7 +762,7 @@ pub fn finish_swaps(dir: &Path, batch_bytes_max: usize, index_interval_bytes: u3
             pos += h.size_bytes();
         }
         for &old in logs.iter().filter(|&&o| o > base && o < next) {
-            for s in [".log", ".index", ".timeindex"] {
+            for s in [".log", ".index", ".timeindex", ".txnindex"] {
                 match std::fs::remove_file(dir.join(segment::file_name(old, s))) {
                     Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e),
                     _ => {}

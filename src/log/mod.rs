@@ -17,6 +17,7 @@
 //! 00000000000000000000.log        segment: record batches back to back, no file header
 //! 00000000000000000000.index      offset index of that segment
 //! 00000000000000000000.timeindex  time index of that segment
+//! 00000000000000000000.txnindex   its aborted transactions, once it has one (txn_index.rs)
 //! 00000000000000001234.log ...    the next segment, named by its base offset (20 digits)
 //! spate-recovery-point            checkpoint: offset below which data is known fsynced
 //! spate-log-start-offset          checkpoint: the log start offset (see start_offset.rs)
@@ -913,7 +914,12 @@ impl PartitionLog {
     /// write the set.
     /// Markers end their producer's transaction; an aborted one goes into the active
     /// segment's transaction index (written now, fsynced with the segment).
-    fn place(&mut self, records: &[u8], batches: &[(usize, BatchHeader)], now_ms: i64) -> Result<PendingWrite, LogError> {
+    fn place(
+        &mut self,
+        records: &[u8],
+        batches: &[(usize, BatchHeader)],
+        now_ms: i64,
+    ) -> Result<PendingWrite, LogError> {
         let total_bytes = records.len();
         assert!(total_bytes as u64 <= u32::MAX as u64 / 2, "record set too large for one segment");
         let (Some((_, first)), Some((_, last))) = (batches.first(), batches.last()) else {
@@ -1415,7 +1421,7 @@ impl PartitionLog {
     /// horizon has passed. Cheap (in-memory sizes only): the shard asks on its tick.
     /// The caller runs `cleaner::run(&job)` off the data core, then `install_cleaned`.
     pub fn clean_job(
-        &self,
+        &mut self,
         now_ms: i64,
         high_watermark: Offset,
         settings: &CleanerSettings,
@@ -1423,7 +1429,10 @@ impl PartitionLog {
         if !self.config.compact || self.offline.is_some() {
             return None;
         }
-        let end = self.active().base_offset.min(self.recovery_point).min(high_watermark.0);
+        // Nothing at or above the last stable offset is cleaned (an open transaction's
+        // records may still be aborted).
+        let stable = self.last_stable_offset(high_watermark).0;
+        let end = self.active().base_offset.min(self.recovery_point).min(stable);
         let lag_cut = now_ms.saturating_sub(self.config.min_compaction_lag_ms);
         let rolled = &self.segments[..self.segments.len() - 1];
         let n = rolled
@@ -1462,8 +1471,10 @@ impl PartitionLog {
                     next_offset: s.next_offset,
                     size_bytes: s.size_bytes,
                     log: s.log.clone(),
+                    aborted: s.txn_index.entries().to_vec(),
                 })
                 .collect(),
+            aborted: self.segments.iter().flat_map(|s| s.txn_index.entries().iter().copied()).collect(),
             dirty_from,
             now_ms,
             delete_retention_ms: self.config.delete_retention_ms,
@@ -1511,6 +1522,15 @@ impl PartitionLog {
             let log_path = self.dir.join(segment::file_name(base, ".log"));
             let mut swap = log_path.clone().into_os_string();
             swap.push(cleaner::SWAP_SUFFIX);
+            // The group's aborted transactions first: the cleaned `.txnindex` holds every
+            // entry of the replaced segments, so it may take the first one's name before
+            // the swap is decided (an open cuts entries beyond that segment's end if the
+            // swap never happens).
+            let txn_cleaned = cleaner::cleaned_txn_index_path(&self.dir, base);
+            if txn_cleaned.exists() {
+                let r = std::fs::rename(&txn_cleaned, self.dir.join(segment::file_name(base, ".txnindex")));
+                self.offline_on_err("clean: rename the cleaned .txnindex", r)?;
+            }
             let r = std::fs::rename(&log_cleaned, &swap);
             self.offline_on_err("clean: rename to .swap", r)?;
             for _ in 1..n {

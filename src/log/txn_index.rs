@@ -87,7 +87,9 @@ impl TxnIndex {
     pub fn open(path: PathBuf, base_offset: i64, entries_max: usize) -> std::io::Result<TxnIndex> {
         let file = match OpenOptions::new().read(true).write(true).open(&path) {
             Ok(f) => f,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(TxnIndex { path, entries: Vec::new(), file: None }),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                return Ok(TxnIndex { path, entries: Vec::new(), file: None })
+            }
             Err(e) => return Err(e),
         };
         let len = file.metadata()?.len();
@@ -97,7 +99,9 @@ impl TxnIndex {
         let mut entries = Vec::with_capacity(count);
         for chunk in bytes.chunks_exact(ENTRY_BYTES) {
             let Some(e) = AbortedTxn::decode(chunk) else { break };
-            if e.last_offset < base_offset || entries.last().is_some_and(|p: &AbortedTxn| p.last_offset >= e.last_offset) {
+            if e.last_offset < base_offset
+                || entries.last().is_some_and(|p: &AbortedTxn| p.last_offset >= e.last_offset)
+            {
                 break;
             }
             entries.push(e);
@@ -134,7 +138,8 @@ impl TxnIndex {
         let file = match &self.file {
             Some(f) => f.clone(),
             None => {
-                let f = Arc::new(OpenOptions::new().read(true).write(true).create(true).truncate(true).open(&self.path)?);
+                let f =
+                    Arc::new(OpenOptions::new().read(true).write(true).create(true).truncate(true).open(&self.path)?);
                 self.file = Some(f.clone());
                 f
             }

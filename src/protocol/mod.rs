@@ -37,6 +37,8 @@ pub const SUPPORTED_APIS: &[(ApiKey, i16, i16)] = &[
     (ApiKey::LeaveGroup, 0, 5),
     (ApiKey::OffsetCommit, 2, 8),
     (ApiKey::OffsetFetch, 1, 8),
+    // Transactional offset commits (consume-transform-produce); v5 (KIP-890) not yet.
+    (ApiKey::TxnOffsetCommit, 0, 4),
     (ApiKey::ListGroups, 0, 4),
     (ApiKey::DescribeGroups, 0, 5),
     (ApiKey::DeleteGroups, 0, 2),
@@ -298,6 +300,8 @@ pub mod error_code {
     pub const GROUP_MAX_SIZE_REACHED: i16 = 81;
     pub const FENCED_INSTANCE_ID: i16 = 82;
     pub const GROUP_SUBSCRIBED_TO_TOPIC: i16 = 86;
+    pub const UNSTABLE_OFFSET_COMMIT: i16 = 88;
+    pub const INVALID_COMMIT_OFFSET_SIZE: i16 = 28;
     pub const OUT_OF_ORDER_SEQUENCE_NUMBER: i16 = 45;
     pub const DUPLICATE_SEQUENCE_NUMBER: i16 = 46;
     pub const INVALID_PRODUCER_EPOCH: i16 = 47;

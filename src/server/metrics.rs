@@ -354,6 +354,30 @@ impl Metrics {
                 }
             }
         }
+        let _ = writeln!(out, "# HELP spate_partition_last_stable_offset_lag High watermark minus last stable offset (what open or unreplicated transactions hold back from read_committed consumers), partitions led here.\n# TYPE spate_partition_last_stable_offset_lag gauge");
+        for st in &statuses {
+            for p in &st.partitions {
+                if let (Some(hw), Some(lso)) = (p.high_watermark, p.last_stable_offset) {
+                    let _ = writeln!(
+                        out,
+                        "spate_partition_last_stable_offset_lag{{topic=\"{}\",partition=\"{}\"}} {}",
+                        p.tp.topic,
+                        p.tp.partition,
+                        (hw - lso).max(0)
+                    );
+                }
+            }
+        }
+        let _ = writeln!(out, "# HELP spate_partition_open_transactions Transactions open in a partition replica here (a transactional batch written, no marker yet).\n# TYPE spate_partition_open_transactions gauge");
+        for st in &statuses {
+            for p in st.partitions.iter().filter(|p| p.open_transactions > 0) {
+                let _ = writeln!(
+                    out,
+                    "spate_partition_open_transactions{{topic=\"{}\",partition=\"{}\"}} {}",
+                    p.tp.topic, p.tp.partition, p.open_transactions
+                );
+            }
+        }
         let _ = writeln!(out, "# HELP spate_group_rebalances_total Rebalances (join phases) completed.\n# TYPE spate_group_rebalances_total counter");
         for (i, st) in statuses.iter().enumerate() {
             let _ = writeln!(out, "spate_group_rebalances_total{{shard=\"{i}\"}} {}", st.rebalances);

@@ -1,5 +1,11 @@
 //! The group coordinator's side of a shard: group operations for the groups whose
 //! `__consumer_offsets` partition this shard owns, and the appends of their records.
+//!
+//! Transactional offset commits (TxnOffsetCommit) are appended as one transactional
+//! batch carrying the producer's id and epoch; their offsets wait in the coordinator
+//! (`group::txn_offsets`) until the producer's marker lands in the same partition
+//! (`offsets_txn_marker`, called when WriteTxnMarkers appends one; a load reads the
+//! markers itself).
 
 use bytes::{Bytes, BytesMut};
 use kafka_protocol::records::{Compression, Record, RecordBatchEncoder, RecordEncodeOptions};
@@ -10,7 +16,8 @@ use crate::group::{
     JoinResponse, OffsetCommit, PendingRecord, SyncRequest, SyncResponse, OFFSETS_TOPIC,
 };
 use crate::log::LogError;
-use crate::model::{Offset, TopicPartition};
+use crate::model::{Offset, ProducerEpoch, ProducerId, TopicPartition};
+use crate::txn::producer_state::{increment_sequence, NO_SEQUENCE};
 
 use super::{DurableWait, PartitionError, PartitionOp, PartitionReply, ReplicatedWait, Shard};
 
@@ -57,6 +64,22 @@ pub enum GroupOp {
     FetchOffsets {
         group_id: String,
         partitions: Option<Vec<(String, i32)>>,
+        /// OffsetFetch v7+: partitions with offsets in an open transaction are answered
+        /// UNSTABLE_OFFSET_COMMIT.
+        require_stable: bool,
+    },
+    /// TxnOffsetCommit: offsets that become visible when the producer's transaction
+    /// commits.
+    TxnCommit {
+        group_id: String,
+        producer_id: i64,
+        producer_epoch: i16,
+        member_id: String,
+        instance: Option<String>,
+        generation: i32,
+        offsets: Vec<OffsetCommit>,
+        now_ms: i64,
+        durable: bool,
     },
     /// Every group this shard coordinates (ListGroups fans out to all shards).
     List,
@@ -83,6 +106,7 @@ impl GroupOp {
             GroupOp::Heartbeat { group_id, .. }
             | GroupOp::Leave { group_id, .. }
             | GroupOp::Commit { group_id, .. }
+            | GroupOp::TxnCommit { group_id, .. }
             | GroupOp::FetchOffsets { group_id, .. }
             | GroupOp::Describe { group_id }
             | GroupOp::Delete { group_id, .. }
@@ -92,7 +116,18 @@ impl GroupOp {
     }
 }
 
-pub type OffsetList = Vec<(String, i32, Option<group_records::StoredOffset>)>;
+/// OffsetFetch's answer: per partition, the committed offset (None: none), or
+/// UNSTABLE_OFFSET_COMMIT.
+pub type OffsetList = Vec<(String, i32, Result<Option<group_records::StoredOffset>, GroupError>)>;
+
+/// Why a TxnOffsetCommit was refused as a whole.
+#[derive(Debug)]
+pub enum TxnCommitRefusal {
+    /// The group refused it (KIP-447's checks).
+    Group(GroupError),
+    /// Its batch was not appended (a fenced producer epoch, a moved leadership...).
+    Append(PartitionError),
+}
 
 pub enum GroupReply {
     Join(Deferred<JoinResponse>),
@@ -107,6 +142,12 @@ pub enum GroupReply {
         waits: Vec<DurableWait>,
         /// The in-sync replicas having the records (acks=all, as Kafka writes offsets):
         /// a commit acknowledged survives the coordinator's broker.
+        replicated: Option<ReplicatedWait>,
+    },
+    /// TxnOffsetCommit: as `Commit`; the offsets stay pending until the marker.
+    TxnCommit {
+        results: Result<Vec<Result<(), GroupError>>, TxnCommitRefusal>,
+        waits: Vec<DurableWait>,
         replicated: Option<ReplicatedWait>,
     },
     Offsets(OffsetList),
@@ -178,13 +219,36 @@ fn subscription_names(metadata: &[u8], topic: &str) -> bool {
         .unwrap_or(false)
 }
 
-/// Encode `__consumer_offsets` records as one uncompressed batch.
-fn encode_batch(recs: &[PendingRecord], now_ms: i64) -> Result<Vec<u8>, LogError> {
+/// A transactional batch's producer: id, epoch and the batch's base sequence.
+#[derive(Debug, Clone, Copy)]
+struct TxnProducer {
+    producer_id: i64,
+    producer_epoch: i16,
+    base_sequence: i32,
+}
+
+/// Encode `__consumer_offsets` records as one uncompressed batch; a transactional one
+/// when `txn` names the producer.
+fn encode_batch(recs: &[PendingRecord], now_ms: i64, txn: Option<TxnProducer>) -> Result<Vec<u8>, LogError> {
     let records: Vec<Record> = recs
         .iter()
         .enumerate()
         .map(|(i, r)| {
-            crate::protocol::plain_record(i as i64, 0, now_ms, Some(r.key.clone()), r.value.clone(), Default::default())
+            let mut record = crate::protocol::plain_record(
+                i as i64,
+                0,
+                now_ms,
+                Some(r.key.clone()),
+                r.value.clone(),
+                Default::default(),
+            );
+            if let Some(t) = txn {
+                record.transactional = true;
+                record.producer_id = t.producer_id;
+                record.producer_epoch = t.producer_epoch;
+                record.sequence = increment_sequence(t.base_sequence, i as i32);
+            }
+            record
         })
         .collect();
     let mut buf = BytesMut::new();
@@ -194,24 +258,61 @@ fn encode_batch(recs: &[PendingRecord], now_ms: i64) -> Result<Vec<u8>, LogError
 }
 
 impl Shard {
-    /// Append group records to their offsets partition with `acks` (1 or -1). Returns
-    /// the write and durability waits, and with acks=-1 the replication wait.
+    /// Append group records to their offsets partition with `acks` (1 or -1), in a
+    /// transactional batch of `txn`'s producer (id, epoch) when given. Returns the
+    /// write and durability waits, with acks=-1 the replication wait, and the batch's
+    /// base offset (-1 when there was nothing to append).
     fn append_group_records(
         &mut self,
         recs: &[PendingRecord],
         now_ms: i64,
         durable: bool,
         acks: i16,
-    ) -> Result<(Vec<DurableWait>, Option<ReplicatedWait>), PartitionError> {
-        let Some(first) = recs.first() else { return Ok((Vec::new(), None)) };
+        txn: Option<(i64, i16)>,
+    ) -> Result<(Vec<DurableWait>, Option<ReplicatedWait>, i64), PartitionError> {
+        let Some(first) = recs.first() else { return Ok((Vec::new(), None, -1)) };
         let tp = group_partition(&first.group_id);
         assert!(recs.iter().all(|r| group_partition(&r.group_id) == tp), "one group's records share a partition");
-        let batch = encode_batch(recs, now_ms)?;
-        match self.execute(PartitionOp::Produce { tp, records: Bytes::from(batch), now_ms, durable, acks })? {
-            PartitionReply::Produced { written, durable, replicated, .. } => {
-                Ok((written.into_iter().chain(durable).collect(), replicated))
+        let txn = txn.map(|(producer_id, producer_epoch)| TxnProducer {
+            producer_id,
+            producer_epoch,
+            base_sequence: self.coordinator_sequence(&tp, producer_id, producer_epoch),
+        });
+        let batch = encode_batch(recs, now_ms, txn)?;
+        match self.execute(PartitionOp::Produce {
+            tp: tp.clone(),
+            records: Bytes::from(batch),
+            now_ms,
+            durable,
+            acks,
+        })? {
+            PartitionReply::Produced { duplicate: true, .. } => {
+                // Cannot happen: the sequence continues the producer's last one here.
+                Err(PartitionError::Log(LogError::InvalidRecord(format!(
+                    "{tp}: the coordinator's transactional batch was taken for a duplicate"
+                ))))
+            }
+            PartitionReply::Produced { info, written, durable, replicated, .. } => {
+                Ok((written.into_iter().chain(durable).collect(), replicated, info.base_offset.0))
             }
             other => unreachable!("Produce answered {other:?}"),
+        }
+    }
+
+    /// The base sequence of the group coordinator's next transactional batch of
+    /// `producer_id` on offsets partition `tp`. Kafka writes 0 and skips the sequence
+    /// check for its coordinator's appends (`AppendOrigin.COORDINATOR`); Spate's log
+    /// checks every producer batch, so the coordinator continues the producer's
+    /// sequence on this partition (0 for a new producer or a newer epoch). Only the
+    /// coordinator writes a transactional producer's batches to `__consumer_offsets`,
+    /// and this shard alone appends to it, so the check that follows passes.
+    fn coordinator_sequence(&self, tp: &TopicPartition, producer_id: i64, producer_epoch: i16) -> i32 {
+        let Some(p) = self.partitions.get(tp) else { return 0 };
+        match p.log.producer_states().get(ProducerId(producer_id)) {
+            Some(e) if e.epoch == ProducerEpoch(producer_epoch) && e.last_seq() != NO_SEQUENCE => {
+                increment_sequence(e.last_seq(), 1)
+            }
+            _ => 0,
         }
     }
 
@@ -227,7 +328,7 @@ impl Shard {
             }
         }
         for (group, recs) in by_group {
-            if let Err(e) = self.append_group_records(&recs, now_ms, false, 1) {
+            if let Err(e) = self.append_group_records(&recs, now_ms, false, 1, None) {
                 tracing::error!(group, error = %e, "writing group records failed");
             }
         }
@@ -266,11 +367,11 @@ impl Shard {
                     Err(e) => GroupReply::Commit { results: Err(Some(e)), waits: Vec::new(), replicated: None },
                     Ok(()) => {
                         let (recs, results) = self.groups.commit_records(&group_id, &offsets, now_ms);
-                        match self.append_group_records(&recs, now_ms, durable, -1) {
-                            Ok((waits, replicated)) => {
+                        match self.append_group_records(&recs, now_ms, durable, -1, None) {
+                            Ok((waits, replicated, base_offset)) => {
                                 for r in recs {
                                     match group_records::decode(&r.key, r.value.as_ref()) {
-                                        Ok(rec) => self.groups.apply_record(rec, now_ms),
+                                        Ok(rec) => self.groups.apply_record(rec, base_offset, now_ms),
                                         Err(e) => unreachable!("we just encoded this record: {e}"),
                                     }
                                 }
@@ -284,8 +385,26 @@ impl Shard {
                     }
                 }
             }
-            GroupOp::FetchOffsets { group_id, partitions } => {
-                GroupReply::Offsets(self.groups.fetch_offsets(&group_id, partitions.as_deref()))
+            GroupOp::TxnCommit {
+                group_id,
+                producer_id,
+                producer_epoch,
+                member_id,
+                instance,
+                generation,
+                offsets,
+                now_ms,
+                durable,
+            } => self.txn_commit(
+                &group_id,
+                (producer_id, producer_epoch),
+                (&member_id, instance.as_deref(), generation),
+                &offsets,
+                now_ms,
+                durable,
+            ),
+            GroupOp::FetchOffsets { group_id, partitions, require_stable } => {
+                GroupReply::Offsets(self.groups.fetch_offsets(&group_id, partitions.as_deref(), require_stable))
             }
             // While a load runs, the list is not whole (Kafka answers the same).
             GroupOp::List if !self.group_loads.is_empty() => GroupReply::Loading,
@@ -302,6 +421,72 @@ impl Shard {
         };
         self.flush_group_records(now);
         reply
+    }
+
+    /// TxnOffsetCommit: checked by the group (KIP-447), appended as one transactional
+    /// batch of the producer with acks=all, then pending in the coordinator until the
+    /// producer's marker. The producer's epoch is checked by the log's append (a fenced
+    /// one is refused there, as Kafka's coordinator append is). Producer id -1 is a
+    /// plain commit (Kafka's behaviour).
+    fn txn_commit(
+        &mut self,
+        group_id: &str,
+        (producer_id, producer_epoch): (i64, i16),
+        (member_id, instance, generation): (&str, Option<&str>, i32),
+        offsets: &[OffsetCommit],
+        now_ms: i64,
+        durable: bool,
+    ) -> GroupReply {
+        let refused = |why| GroupReply::TxnCommit { results: Err(why), waits: Vec::new(), replicated: None };
+        if let Err(e) = self.groups.validate_txn_commit(group_id, member_id, instance, generation) {
+            return refused(TxnCommitRefusal::Group(e));
+        }
+        let (recs, results) = self.groups.commit_records(group_id, offsets, now_ms);
+        // As Kafka (both coordinators: `isTxnOffsetCommit = producerId != NO_PRODUCER_ID`),
+        // producer id -1 writes a plain commit, visible at once.
+        let txn = (producer_id != crate::model::ProducerId::NONE.0).then_some((producer_id, producer_epoch));
+        match self.append_group_records(&recs, now_ms, durable, -1, txn) {
+            Ok((waits, replicated, base_offset)) => {
+                for r in recs {
+                    match group_records::decode(&r.key, r.value.as_ref()) {
+                        Ok(rec) if txn.is_some() => self.groups.apply_txn_record(rec, producer_id, base_offset, now_ms),
+                        Ok(rec) => self.groups.apply_record(rec, base_offset, now_ms),
+                        Err(e) => unreachable!("we just encoded this record: {e}"),
+                    }
+                }
+                GroupReply::TxnCommit { results: Ok(results), waits, replicated }
+            }
+            Err(e) => {
+                tracing::warn!(group = group_id, producer_id, producer_epoch, error = %e,
+                    "transactional offset commit not written");
+                refused(TxnCommitRefusal::Append(e))
+            }
+        }
+    }
+
+    /// A marker of `producer_id`'s transaction (`committed`: COMMIT, else ABORT) was
+    /// appended on offsets partition `tp`, which this shard leads (`PartitionOp::
+    /// WriteMarker`, before it is replicated: the coordinator resends the same outcome
+    /// to a new leader until it lands, and a new leader's load reads its own log): the producer's pending offsets of that partition's
+    /// groups become committed (unless a later non-transactional commit of the same
+    /// partition is there) or are dropped. While the partition loads, nothing is done
+    /// here: the load reads the log to its end, the marker included. As Kafka, the
+    /// producer's epoch is not compared.
+    pub(super) fn offsets_txn_marker(
+        &mut self,
+        tp: &TopicPartition,
+        producer_id: i64,
+        producer_epoch: i16,
+        committed: bool,
+    ) {
+        assert_eq!(tp.topic, OFFSETS_TOPIC, "a group marker on {tp}");
+        assert!(self.owns(tp), "shard {} got the marker of {tp}, owned by another shard", self.id.0);
+        if self.group_loads.contains_key(&tp.partition) {
+            return;
+        }
+        let completed = self.groups.complete_txn(tp.partition, offsets_topic_partitions, producer_id, committed);
+        tracing::debug!(partition = %tp, producer_id, producer_epoch, committed, completed,
+            "transaction marker applied to pending offsets");
     }
 
     /// Timers of the groups this shard coordinates.
@@ -386,14 +571,15 @@ impl Shard {
                 return;
             }
         };
-        let (next, loaded, skipped) = match self.groups.replay_batches(bytes, offset, now_ms) {
-            Ok(replayed) => replayed,
-            Err(e) => {
-                tracing::error!(partition = %tp, %offset, error = %e, "malformed offsets batch; stopping load");
-                self.finish_group_load(tp);
-                return;
-            }
-        };
+        let (next, loaded, skipped) =
+            match self.groups.replay_batches(bytes, offset, tp.partition, offsets_topic_partitions, now_ms) {
+                Ok(replayed) => replayed,
+                Err(e) => {
+                    tracing::error!(partition = %tp, %offset, error = %e, "malformed offsets batch; stopping load");
+                    self.finish_group_load(tp);
+                    return;
+                }
+            };
         let state = self.group_loads.get_mut(&tp.partition).expect("checked above");
         state.loaded += loaded;
         state.skipped += skipped;
@@ -433,5 +619,225 @@ impl Shard {
         if dropped > 0 {
             tracing::info!(partition = %tp, groups = dropped, "no longer coordinating the groups of this partition");
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    use super::*;
+    use crate::config::TopicConfig;
+    use crate::coordinator::controller::Endpoint;
+    use crate::coordinator::owner::Metadata;
+    use crate::coordinator::registry::{LocalBroker, Registry};
+    use crate::coordinator::store::LocalStore;
+    use crate::group::records::StoredOffset;
+    use crate::model::{NodeId, ShardId};
+
+    const NOW_MS: i64 = 1_000;
+    /// In `__consumer_offsets`-12 ("my-group".hashCode() % 50).
+    const GROUP: &str = "my-group";
+
+    /// One broker, one shard, leading every `__consumer_offsets` partition (loaded).
+    fn coordinator_shard(store: &Path, data: &Path) -> Shard {
+        let broker = LocalBroker { id: NodeId(1), endpoint: Endpoint::new("127.0.0.1", 9091), rack: None, shards: 1 };
+        let mut r = Registry::open(Box::new(LocalStore::open(store).unwrap()), broker, 1_000).unwrap();
+        let compact = TopicConfig::from_pairs([("cleanup.policy", Some("compact"))], &Default::default()).unwrap();
+        r.create_replicated(OFFSETS_TOPIC, offsets_topic_partitions, 1, compact).unwrap();
+        let metadata = Metadata::start(r).unwrap();
+        let mut shard = Shard::new(
+            ShardId(0),
+            1,
+            data.to_path_buf(),
+            metadata,
+            Default::default(),
+            crate::group::GroupConfig::default(),
+        );
+        shard.sync_registry();
+        let jobs = shard.take_open_jobs();
+        shard.install_opened_later(super::super::open_logs(jobs, NOW_MS), NOW_MS);
+        shard.sync_registry();
+        shard.run_group_loads_inline(NOW_MS);
+        let tp = group_partition(GROUP);
+        assert!(shard.partitions[&tp].replica.leader_state().is_some(), "leads {tp}");
+        shard
+    }
+
+    fn fetch(shard: &mut Shard, partitions: &[(&str, i32)], require_stable: bool) -> Vec<Result<i64, GroupError>> {
+        let op = GroupOp::FetchOffsets {
+            group_id: GROUP.into(),
+            partitions: Some(partitions.iter().map(|(t, p)| (t.to_string(), *p)).collect()),
+            require_stable,
+        };
+        match shard.execute_group(op) {
+            GroupReply::Offsets(list) => {
+                list.into_iter().map(|(_, _, o)| o.map(|o| o.map_or(-1, |o| o.offset))).collect()
+            }
+            other => panic!("FetchOffsets answered {other:?}"),
+        }
+    }
+
+    /// A batch of offset records of GROUP at `base_offset`, as a leader stored it.
+    fn offsets_batch(base_offset: i64, producer: Option<(i64, i16, i32)>, offsets: &[(&str, i32, i64)]) -> Vec<u8> {
+        let recs: Vec<PendingRecord> = offsets
+            .iter()
+            .map(|(t, p, o)| PendingRecord {
+                group_id: GROUP.into(),
+                key: group_records::offset_key(GROUP, t, *p),
+                value: Some(group_records::offset_value(&StoredOffset {
+                    offset: *o,
+                    leader_epoch: -1,
+                    metadata: String::new(),
+                    commit_timestamp_ms: NOW_MS,
+                })),
+            })
+            .collect();
+        let txn = producer.map(|(producer_id, producer_epoch, base_sequence)| TxnProducer {
+            producer_id,
+            producer_epoch,
+            base_sequence,
+        });
+        let mut b = encode_batch(&recs, NOW_MS, txn).unwrap();
+        b[..8].copy_from_slice(&base_offset.to_be_bytes()); // outside the CRC
+        b
+    }
+
+    fn marker(base_offset: i64, producer_id: i64, producer_epoch: i16, commit: bool) -> Vec<u8> {
+        use crate::log::batch::{encode_marker, ControlMarker};
+        let mut b = encode_marker(producer_id, producer_epoch, ControlMarker { commit, coordinator_epoch: 0 }, NOW_MS);
+        b[..8].copy_from_slice(&base_offset.to_be_bytes());
+        b
+    }
+
+    /// A new leader of an offsets partition loads it from the log (read in chunks off
+    /// the core in the broker, inline here): transactional batches wait for their
+    /// producer's marker (UNSTABLE_OFFSET_COMMIT for read_committed consumers until
+    /// then); WriteTxnMarkers' COMMIT publishes them, ABORT drops them, each in its
+    /// producer's transaction only. The batches are written as a follower stores its
+    /// leader's. (Markers read back by a load: `txn_offset_commit_waits_for_the_marker`,
+    /// and `a_load_replays_transactions` in group::txn_offsets.)
+    #[test]
+    fn a_leader_loads_transactional_offsets_then_markers_land() {
+        let (store, data) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+        let mut shard = coordinator_shard(store.path(), data.path());
+        let tp = group_partition(GROUP);
+        let mut log = Vec::new();
+        log.extend(offsets_batch(0, None, &[("t", 0, 1), ("t", 1, 1), ("t", 2, 1)]));
+        log.extend(offsets_batch(3, Some((5, 0, 0)), &[("t", 0, 50)]));
+        log.extend(offsets_batch(4, Some((6, 0, 0)), &[("t", 1, 60)]));
+        log.extend(offsets_batch(5, Some((7, 0, 0)), &[("t", 2, 70)]));
+        let p = shard.partitions.get_mut(&tp).unwrap();
+        p.log.append_replicated(&log, NOW_MS).unwrap();
+        assert_eq!(p.log.log_end_offset(), Offset(6));
+
+        shard.load_group_partition(&tp, NOW_MS);
+        assert!(matches!(shard.execute_group(GroupOp::List), GroupReply::Loading));
+        shard.offsets_txn_marker(&tp, 5, 0, true); // while loading: the load reads the log instead
+        shard.run_group_loads_inline(NOW_MS);
+        let all = [("t", 0), ("t", 1), ("t", 2)];
+        let unstable = Err(GroupError::UnstableOffsetCommit);
+        assert_eq!(fetch(&mut shard, &all, false), vec![Ok(1), Ok(1), Ok(1)]);
+        assert_eq!(fetch(&mut shard, &all, true), vec![unstable, unstable, unstable]);
+
+        shard.offsets_txn_marker(&tp, 5, 0, true);
+        shard.offsets_txn_marker(&tp, 6, 0, false);
+        assert_eq!(fetch(&mut shard, &all, true), vec![Ok(50), Ok(1), unstable]);
+        shard.offsets_txn_marker(&tp, 7, 0, true);
+        assert_eq!(fetch(&mut shard, &all, true), vec![Ok(50), Ok(1), Ok(70)]);
+    }
+
+    /// Producer id -1 (no producer) commits at once, as Kafka's coordinators do; the
+    /// group's KIP-447 checks still apply.
+    #[test]
+    fn txn_offset_commit_without_a_producer_is_a_plain_commit() {
+        let (store, data) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+        let mut shard = coordinator_shard(store.path(), data.path());
+        let op = |generation: i32| GroupOp::TxnCommit {
+            group_id: GROUP.into(),
+            producer_id: -1,
+            producer_epoch: -1,
+            member_id: String::new(),
+            instance: None,
+            generation,
+            offsets: vec![OffsetCommit {
+                topic: "t".into(),
+                partition: 0,
+                offset: 4,
+                leader_epoch: -1,
+                metadata: String::new(),
+            }],
+            now_ms: NOW_MS,
+            durable: false,
+        };
+        let results = |reply| match reply {
+            GroupReply::TxnCommit { results, .. } => results,
+            other => panic!("TxnCommit answered {other:?}"),
+        };
+        assert!(matches!(
+            results(shard.execute_group(op(2))),
+            Err(TxnCommitRefusal::Group(GroupError::IllegalGeneration))
+        ));
+        assert_eq!(results(shard.execute_group(op(-1))).unwrap(), vec![Ok(())]);
+        assert_eq!(fetch(&mut shard, &[("t", 0)], true), vec![Ok(4)]);
+    }
+
+    /// TxnOffsetCommit end to end on the shard: KIP-447's refusal, the transactional
+    /// append (the producer's sequence continues on the partition, a fenced epoch is
+    /// refused by the log), pending until the marker, and a reload that finds the
+    /// offsets still pending.
+    #[test]
+    fn txn_offset_commit_waits_for_the_marker() {
+        let (store, data) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+        let mut shard = coordinator_shard(store.path(), data.path());
+        let tp = group_partition(GROUP);
+        let commit = |shard: &mut Shard, epoch: i16, generation: i32, offset: i64| {
+            let op = GroupOp::TxnCommit {
+                group_id: GROUP.into(),
+                producer_id: 9,
+                producer_epoch: epoch,
+                member_id: String::new(),
+                instance: None,
+                generation,
+                offsets: vec![OffsetCommit {
+                    topic: "t".into(),
+                    partition: 0,
+                    offset,
+                    leader_epoch: -1,
+                    metadata: String::new(),
+                }],
+                now_ms: NOW_MS,
+                durable: false,
+            };
+            match shard.execute_group(op) {
+                GroupReply::TxnCommit { results, .. } => results,
+                other => panic!("TxnCommit answered {other:?}"),
+            }
+        };
+        assert!(matches!(commit(&mut shard, 0, 3, 10), Err(TxnCommitRefusal::Group(GroupError::IllegalGeneration))));
+        assert_eq!(commit(&mut shard, 1, -1, 10).unwrap(), vec![Ok(())]);
+        assert_eq!(commit(&mut shard, 1, -1, 11).unwrap(), vec![Ok(())], "the next sequence, not a duplicate");
+        let e = commit(&mut shard, 0, -1, 12).unwrap_err();
+        assert!(matches!(e, TxnCommitRefusal::Append(PartitionError::Log(LogError::Producer(_)))), "{e:?}");
+        assert_eq!(fetch(&mut shard, &[("t", 0)], false), vec![Ok(-1)]);
+        assert_eq!(fetch(&mut shard, &[("t", 0)], true), vec![Err(GroupError::UnstableOffsetCommit)]);
+
+        shard.load_group_partition(&tp, NOW_MS);
+        shard.run_group_loads_inline(NOW_MS);
+        assert_eq!(fetch(&mut shard, &[("t", 0)], true), vec![Err(GroupError::UnstableOffsetCommit)], "reloaded");
+
+        // WriteTxnMarkers: the COMMIT marker is appended, then the coordinator told.
+        let end = shard.partitions[&tp].log.log_end_offset().0;
+        shard.partitions.get_mut(&tp).unwrap().log.append_replicated(&marker(end, 9, 1, true), NOW_MS).unwrap();
+        shard.offsets_txn_marker(&tp, 9, 1, true);
+        assert_eq!(fetch(&mut shard, &[("t", 0)], true), vec![Ok(11)]);
+
+        // The next transaction aborts; a load reads both markers (a restart, a move).
+        let p = shard.partitions.get_mut(&tp).unwrap();
+        p.log.append_replicated(&offsets_batch(end + 1, Some((9, 1, 2)), &[("t", 0, 13)]), NOW_MS).unwrap();
+        p.log.append_replicated(&marker(end + 2, 9, 1, false), NOW_MS).unwrap();
+        shard.load_group_partition(&tp, NOW_MS);
+        shard.run_group_loads_inline(NOW_MS);
+        assert_eq!(fetch(&mut shard, &[("t", 0)], true), vec![Ok(11)], "the aborted 13 dropped at load");
     }
 }

@@ -23,7 +23,7 @@ mod log_start;
 mod replica;
 mod txns;
 pub use append_ring::{AppendRing, Completed, StagedWrite};
-pub use groups::{group_partition, GroupLoad, GroupLoadStep, GroupOp, GroupReply, OffsetList};
+pub use groups::{group_partition, GroupLoad, GroupLoadStep, GroupOp, GroupReply, OffsetList, TxnCommitRefusal};
 pub use log_start::{LogStartMove, LogStartWait};
 pub use replica::{load_hw_checkpoints, FetcherStart, IsrOutcome, ReplicaState, HW_CHECKPOINT_PREFIX};
 pub use txns::{is_txn_partition, txn_partition, TxnLoad, TxnMarkers, TxnOp, TxnReply, TxnWrite};
@@ -186,6 +186,10 @@ pub struct PartitionStatus {
     pub under_replicated: bool,
     /// Led here: the high watermark.
     pub high_watermark: Option<i64>,
+    /// Led here: the last stable offset (below it every transaction has ended).
+    pub last_stable_offset: Option<i64>,
+    /// Transactions open in this replica.
+    pub open_transactions: usize,
     /// Compacted: the dirty ratio and when the last cleaning pass was installed.
     pub cleaner: Option<(f64, Option<i64>)>,
 }
@@ -510,8 +514,9 @@ impl Shard {
         if self.cleaning || self.closing {
             return None;
         }
-        for (tp, p) in &self.partitions {
-            if let Some(job) = p.log.clean_job(now_ms, replica::high_watermark(p), &settings) {
+        for (tp, p) in self.partitions.iter_mut() {
+            let hw = replica::high_watermark(p);
+            if let Some(job) = p.log.clean_job(now_ms, hw, &settings) {
                 self.cleaning = true;
                 self.clean_cancel = Some(job.cancel.clone());
                 return Some(CleanTask { tp: tp.clone(), instance: p.log.instance(), job });
@@ -939,6 +944,9 @@ impl Shard {
                 let records =
                     bytes::Bytes::from(crate::log::batch::encode_marker(producer_id, producer_epoch, marker, now_ms));
                 let appended = p.log.append_marker_shared(&records, epoch.0, now_ms)?;
+                if tp.topic == crate::group::OFFSETS_TOPIC {
+                    self.offsets_txn_marker(&tp, producer_id, producer_epoch, commit);
+                }
                 self.write_appended(tp, records, appended, false, -1, now_ms)
             }
             PartitionOp::Fetch {
@@ -1221,6 +1229,11 @@ impl Shard {
                 offline: p.log.offline_reason().is_some(),
                 under_replicated: p.replica.leader_state().is_some_and(|l| l.isr().len() < l.replicas().len()),
                 high_watermark: p.replica.leader_state().map(|l| l.high_watermark()),
+                last_stable_offset: p
+                    .replica
+                    .leader_state()
+                    .map(|l| p.log.producer_states().stable_offset(l.high_watermark())),
+                open_transactions: p.log.producer_states().ongoing_count(),
                 cleaner: p.log.cleaner_state(),
             })
             .collect();

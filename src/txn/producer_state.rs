@@ -411,7 +411,11 @@ impl ProducerStates {
             return Err(ProducerStateError::InvalidProducerEpoch { producer_id, epoch, current: e.epoch });
         }
         if coordinator_epoch < e.coordinator_epoch {
-            return Err(ProducerStateError::CoordinatorFenced { producer_id, coordinator_epoch, current: e.coordinator_epoch });
+            return Err(ProducerStateError::CoordinatorFenced {
+                producer_id,
+                coordinator_epoch,
+                current: e.coordinator_epoch,
+            });
         }
         Ok(())
     }
@@ -463,8 +467,18 @@ impl ProducerStates {
         while self.ended.front().is_some_and(|(_, marker)| *marker < high_watermark) {
             self.ended.pop_front();
         }
-        let ended = self.ended.iter().map(|(first, _)| *first).min();
+        self.stable_offset(high_watermark)
+    }
+
+    /// `last_stable_offset` without forgetting anything (for a read-only view).
+    pub fn stable_offset(&self, high_watermark: i64) -> i64 {
+        let ended = self.ended.iter().filter(|(_, marker)| *marker >= high_watermark).map(|(first, _)| *first).min();
         [Some(high_watermark), self.first_unstable_offset(), ended].into_iter().flatten().min().expect("hw")
+    }
+
+    /// How many transactions are open here.
+    pub fn ongoing_count(&self) -> usize {
+        self.ongoing.len()
     }
 
     /// The open transactions: (first offset, producer id), oldest first.
@@ -492,7 +506,8 @@ impl ProducerStates {
     /// Forget producers whose last batch lies below `log_start_offset` (retention
     /// removed it; Kafka's `evictUnretainedProducers`).
     pub fn remove_before(&mut self, log_start_offset: i64) -> usize {
-        let gone: Vec<_> = self.producers.iter().filter(|(_, e)| e.last_offset() < log_start_offset).map(|(id, _)| *id).collect();
+        let gone: Vec<_> =
+            self.producers.iter().filter(|(_, e)| e.last_offset() < log_start_offset).map(|(id, _)| *id).collect();
         for id in &gone {
             self.remove(*id);
         }
@@ -527,7 +542,11 @@ impl ProducerStates {
     /// any mismatch is an error, never a panic.
     pub fn decode_snapshot_at(bytes: &[u8], offset: i64) -> Result<ProducerStates, String> {
         let states = Self::decode_snapshot(bytes)?;
-        match states.entries().into_iter().find(|(_, e)| e.last_offset() >= offset || e.current_txn_first_offset >= offset) {
+        match states
+            .entries()
+            .into_iter()
+            .find(|(_, e)| e.last_offset() >= offset || e.current_txn_first_offset >= offset)
+        {
             Some((id, e)) => Err(format!("producer {id} has a batch at {} in a snapshot at {offset}", e.last_offset())),
             None => Ok(states),
         }
@@ -577,8 +596,13 @@ impl ProducerStates {
             if current_txn_first_offset >= 0 {
                 states.ongoing.insert(current_txn_first_offset, id);
             }
-            let entry =
-                ProducerEntry { epoch, batches, last_timestamp_ms: timestamp_ms, coordinator_epoch: i32_at(34), current_txn_first_offset };
+            let entry = ProducerEntry {
+                epoch,
+                batches,
+                last_timestamp_ms: timestamp_ms,
+                coordinator_epoch: i32_at(34),
+                current_txn_first_offset,
+            };
             states.producers.insert(id, entry);
         }
         Ok(states)

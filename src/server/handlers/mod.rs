@@ -39,6 +39,7 @@ mod offset_fetch;
 mod offset_for_leader_epoch;
 mod produce;
 mod sync_group;
+mod txn_offset_commit;
 mod write_txn_markers;
 
 use bytes::Bytes;
@@ -100,6 +101,7 @@ pub async fn handle(ctx: &ShardContext, frame: RequestFrame) -> Result<Option<Re
         ApiKey::LeaveGroup => leave_group::handle(ctx, &frame).await.map(Some),
         ApiKey::OffsetCommit => offset_commit::handle(ctx, &frame).await.map(Some),
         ApiKey::OffsetFetch => offset_fetch::handle(ctx, &frame).await.map(Some),
+        ApiKey::TxnOffsetCommit => txn_offset_commit::handle(ctx, &frame).await.map(Some),
         ApiKey::ListGroups => list_groups::handle(ctx, &frame).await.map(Some),
         ApiKey::DescribeGroups => describe_groups::handle(ctx, &frame).await.map(Some),
         ApiKey::DeleteGroups => delete_groups::handle(ctx, &frame).await.map(Some),
@@ -198,6 +200,7 @@ fn group_error_code(e: &GroupError) -> i16 {
         GroupError::OffsetMetadataTooLarge => error_code::OFFSET_METADATA_TOO_LARGE,
         GroupError::InvalidGroupId => error_code::INVALID_GROUP_ID,
         GroupError::GroupMaxSizeReached => error_code::GROUP_MAX_SIZE_REACHED,
+        GroupError::UnstableOffsetCommit => error_code::UNSTABLE_OFFSET_COMMIT,
     }
 }
 

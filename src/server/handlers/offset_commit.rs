@@ -120,7 +120,7 @@ const offsets_commit_timeout_ms: u64 = 5_000;
 /// mapped as Kafka's group coordinator maps append errors: too few replicas means the
 /// coordinator is not available (retry), a moved partition that it is not the
 /// coordinator any more (find the new one).
-async fn replication_failure(wait: crate::shard::ReplicatedWait) -> Option<i16> {
+pub(super) async fn replication_failure(wait: crate::shard::ReplicatedWait) -> Option<i16> {
     use futures::future::{select, Either};
     let timer = Box::pin(glommio::timer::sleep(std::time::Duration::from_millis(offsets_commit_timeout_ms)));
     match select(wait, timer).await {

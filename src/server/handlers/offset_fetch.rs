@@ -1,5 +1,8 @@
 //! OffsetFetch: committed offsets of one group (v1-7) or several (v8+); all partitions
 //! the group committed when no topics are named. -1 means "no committed offset".
+//! Offsets of open transactions are never shown; with `require_stable` (v7+, sent by
+//! read_committed consumers, KIP-447) a partition that has one is answered
+//! UNSTABLE_OFFSET_COMMIT (offset -1), which the client retries.
 
 use bytes::Bytes;
 use kafka_protocol::messages::offset_fetch_response::{
@@ -8,26 +11,36 @@ use kafka_protocol::messages::offset_fetch_response::{
 };
 use kafka_protocol::messages::{ApiKey, GroupId, OffsetFetchRequest, OffsetFetchResponse, TopicName};
 
-use crate::protocol::{decode_body, ProtocolError, RequestFrame};
+use crate::protocol::{decode_body, error_code, ProtocolError, RequestFrame};
 use crate::shard::{GroupOp, GroupReply, OffsetList};
 
 use super::super::context::ShardContext;
-use super::{respond, str_bytes};
+use super::{group_error_code, respond, str_bytes};
 
-async fn fetch(ctx: &ShardContext, group: &str, partitions: Option<Vec<(String, i32)>>) -> Result<OffsetList, i16> {
-    match ctx.call_group(GroupOp::FetchOffsets { group_id: group.to_string(), partitions }, None).await {
+async fn fetch(
+    ctx: &ShardContext,
+    group: &str,
+    partitions: Option<Vec<(String, i32)>>,
+    require_stable: bool,
+) -> Result<OffsetList, i16> {
+    let op = GroupOp::FetchOffsets { group_id: group.to_string(), partitions, require_stable };
+    match ctx.call_group(op, None).await {
         Some(GroupReply::Offsets(list)) => Ok(list),
         other => Err(ctx.group_unavailable_code(group, &other)),
     }
 }
 
+/// One partition's answer: (partition, offset, leader epoch, metadata, error code).
+type PartitionAnswer = (i32, i64, i32, String, i16);
+
 /// Group the flat list by topic, in first-seen order.
-fn by_topic(list: OffsetList) -> Vec<(String, Vec<(i32, i64, i32, String)>)> {
-    let mut out: Vec<(String, Vec<(i32, i64, i32, String)>)> = Vec::new();
+fn by_topic(list: OffsetList) -> Vec<(String, Vec<PartitionAnswer>)> {
+    let mut out: Vec<(String, Vec<PartitionAnswer>)> = Vec::new();
     for (topic, partition, o) in list {
         let entry = match o {
-            Some(o) => (partition, o.offset, o.leader_epoch, o.metadata),
-            None => (partition, -1, -1, String::new()),
+            Ok(Some(o)) => (partition, o.offset, o.leader_epoch, o.metadata, error_code::NONE),
+            Ok(None) => (partition, -1, -1, String::new(), error_code::NONE),
+            Err(e) => (partition, -1, -1, String::new(), group_error_code(&e)),
         };
         match out.iter_mut().find(|(t, _)| *t == topic) {
             Some((_, v)) => v.push(entry),
@@ -47,19 +60,20 @@ pub async fn handle(ctx: &ShardContext, frame: &RequestFrame) -> Result<Bytes, P
                 ts.iter().flat_map(|t| t.partition_indexes.iter().map(move |p| (t.name.to_string(), *p))).collect()
             });
             let mut group = OffsetFetchResponseGroup::default().with_group_id(g.group_id.clone());
-            match fetch(ctx, g.group_id.as_str(), wanted).await {
+            match fetch(ctx, g.group_id.as_str(), wanted, req.require_stable).await {
                 Ok(list) => {
                     group.topics = by_topic(list)
                         .into_iter()
                         .map(|(t, ps)| {
                             OffsetFetchResponseTopics::default().with_name(TopicName(str_bytes(t))).with_partitions(
                                 ps.into_iter()
-                                    .map(|(p, off, epoch, meta)| {
+                                    .map(|(p, off, epoch, meta, code)| {
                                         OffsetFetchResponsePartitions::default()
                                             .with_partition_index(p)
                                             .with_committed_offset(off)
                                             .with_committed_leader_epoch(epoch)
                                             .with_metadata(Some(str_bytes(meta)))
+                                            .with_error_code(code)
                                     })
                                     .collect(),
                             )
@@ -75,18 +89,20 @@ pub async fn handle(ctx: &ShardContext, frame: &RequestFrame) -> Result<Bytes, P
         let wanted = req.topics.as_ref().map(|ts| {
             ts.iter().flat_map(|t| t.partition_indexes.iter().map(move |p| (t.name.to_string(), *p))).collect()
         });
-        match fetch(ctx, group.as_str(), wanted).await {
+        // require_stable is a v7 field (false when decoded at older versions).
+        match fetch(ctx, group.as_str(), wanted, v >= 7 && req.require_stable).await {
             Ok(list) => {
                 body.topics = by_topic(list)
                     .into_iter()
                     .map(|(t, ps)| {
                         OffsetFetchResponseTopic::default().with_name(TopicName(str_bytes(t))).with_partitions(
                             ps.into_iter()
-                                .map(|(p, off, epoch, meta)| {
+                                .map(|(p, off, epoch, meta, code)| {
                                     let r = OffsetFetchResponsePartition::default()
                                         .with_partition_index(p)
                                         .with_committed_offset(off)
-                                        .with_metadata(Some(str_bytes(meta)));
+                                        .with_metadata(Some(str_bytes(meta)))
+                                        .with_error_code(code);
                                     if v >= 5 {
                                         r.with_committed_leader_epoch(epoch)
                                     } else {

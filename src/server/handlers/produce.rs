@@ -158,7 +158,10 @@ pub(super) async fn await_append(
                 return Err((error_code::NOT_LEADER_OR_FOLLOWER, Some("partition moved".into())))
             }
             Either::Right(_) => {
-                return Err((error_code::REQUEST_TIMED_OUT, Some("the in-sync replicas did not confirm in time".into())))
+                return Err((
+                    error_code::REQUEST_TIMED_OUT,
+                    Some("the in-sync replicas did not confirm in time".into()),
+                ))
             }
         }
     }

@@ -1,0 +1,148 @@
+//! TxnOffsetCommit (v0-v4): a transactional producer commits a group's offsets inside
+//! its transaction (`sendOffsetsToTransaction`, consume-transform-produce). Routed like
+//! OffsetCommit to the shard that leads the group's `__consumer_offsets` partition,
+//! checked there against the group (v3+ carry the consumer's member id, instance id and
+//! generation: KIP-447 fences a zombie with ILLEGAL_GENERATION, UNKNOWN_MEMBER_ID or
+//! FENCED_INSTANCE_ID), appended as a transactional batch of the producer's id and
+//! epoch with acks=all (fsynced first under `--fsync always`), then answered. The
+//! offsets stay invisible to OffsetFetch until the transaction's COMMIT marker lands in
+//! that partition; ABORT drops them.
+//!
+//! Errors as Kafka's coordinator maps its append's: a stale producer epoch is
+//! INVALID_PRODUCER_EPOCH (the producer is fenced), too few replicas or an offsets
+//! partition that is not open COORDINATOR_NOT_AVAILABLE, a moved leadership
+//! NOT_COORDINATOR. Partitions of topics the metadata does not know are answered
+//! UNKNOWN_TOPIC_OR_PARTITION and not committed; the rest go ahead.
+//!
+//! Not done yet: Kafka's check, with the transaction coordinator, that the producer
+//! added the group's offsets partition to its transaction (AddOffsetsToTxn; KIP-890
+//! part 1's verification), and v5 (KIP-890 part 2).
+
+use bytes::Bytes;
+use kafka_protocol::messages::txn_offset_commit_response::{
+    TxnOffsetCommitResponsePartition, TxnOffsetCommitResponseTopic,
+};
+use kafka_protocol::messages::{ApiKey, TxnOffsetCommitRequest, TxnOffsetCommitResponse};
+
+use crate::config::FsyncMode;
+use crate::group::OffsetCommit;
+use crate::log::LogError;
+use crate::protocol::{decode_body, error_code, ProtocolError, RequestFrame};
+use crate::shard::{GroupOp, GroupReply, PartitionError, TxnCommitRefusal};
+
+use super::super::context::ShardContext;
+use super::super::now_ms;
+use super::offset_commit::replication_failure;
+use super::{group_error_code, partition_error_code, respond};
+
+/// The code for a transactional commit whose batch was not appended, as Kafka's
+/// `GroupMetadataManager.storeOffsets` maps its append's errors.
+fn append_error_code(e: &PartitionError) -> i16 {
+    match e {
+        PartitionError::UnknownTopicOrPartition(_) | PartitionError::NotEnoughReplicas { .. } => {
+            error_code::COORDINATOR_NOT_AVAILABLE
+        }
+        PartitionError::NotLeader(_) => error_code::NOT_COORDINATOR,
+        PartitionError::Log(LogError::MessageTooLarge { .. }) => error_code::INVALID_COMMIT_OFFSET_SIZE,
+        other => partition_error_code(other),
+    }
+}
+
+pub async fn handle(ctx: &ShardContext, frame: &RequestFrame) -> Result<Bytes, ProtocolError> {
+    let req: TxnOffsetCommitRequest = decode_body(frame)?;
+    // Per request partition, in order: does the metadata know it?
+    let known: Vec<bool> = {
+        let reg = ctx.view();
+        req.topics
+            .iter()
+            .flat_map(|t| {
+                let partitions = reg.get(t.name.as_str()).map(|m| m.partitions).unwrap_or(0);
+                t.partitions.iter().map(move |p| p.partition_index >= 0 && p.partition_index < partitions)
+            })
+            .collect()
+    };
+    let nr_known = known.iter().filter(|k| **k).count();
+    let mut is_known = known.iter().copied();
+    let offsets: Vec<OffsetCommit> = req
+        .topics
+        .iter()
+        .flat_map(|t| t.partitions.iter().map(move |p| (t, p)))
+        .filter(|_| is_known.next().unwrap_or(false))
+        .map(|(t, p)| OffsetCommit {
+            topic: t.name.to_string(),
+            partition: p.partition_index,
+            offset: p.committed_offset,
+            leader_epoch: p.committed_leader_epoch,
+            metadata: p.committed_metadata.as_ref().map(|m| m.to_string()).unwrap_or_default(),
+        })
+        .collect();
+    // v0-v2 carry no member: the decoder leaves member id "", no instance, generation -1.
+    let op = GroupOp::TxnCommit {
+        group_id: req.group_id.to_string(),
+        producer_id: req.producer_id.0,
+        producer_epoch: req.producer_epoch,
+        member_id: req.member_id.to_string(),
+        instance: req.group_instance_id.as_ref().map(|s| s.to_string()),
+        generation: req.generation_id,
+        offsets,
+        now_ms: now_ms(),
+        durable: ctx.config.fsync == FsyncMode::Always,
+    };
+    let codes: Vec<i16> = if nr_known == 0 {
+        Vec::new() // nothing to commit: the group is not consulted (as Kafka)
+    } else {
+        match ctx.call_group(op, None).await {
+            Some(GroupReply::TxnCommit { results: Ok(results), waits, replicated }) => {
+                let mut flushed = true;
+                for wait in waits {
+                    flushed &= matches!(wait.await, Ok(Ok(())));
+                }
+                let failed = if !flushed {
+                    Some(error_code::COORDINATOR_NOT_AVAILABLE)
+                } else {
+                    match replicated {
+                        None => None,
+                        Some(wait) => replication_failure(wait).await,
+                    }
+                };
+                results
+                    .iter()
+                    .map(|r| match (r, failed) {
+                        (_, Some(code)) => code,
+                        (Ok(()), None) => error_code::NONE,
+                        (Err(e), None) => group_error_code(e),
+                    })
+                    .collect()
+            }
+            Some(GroupReply::TxnCommit { results: Err(TxnCommitRefusal::Group(e)), .. }) => {
+                vec![group_error_code(&e); nr_known]
+            }
+            Some(GroupReply::TxnCommit { results: Err(TxnCommitRefusal::Append(e)), .. }) => {
+                vec![append_error_code(&e); nr_known]
+            }
+            other => vec![ctx.group_unavailable_code(req.group_id.as_str(), &other); nr_known],
+        }
+    };
+    let mut codes = codes.into_iter();
+    let mut known = known.into_iter();
+    let topics = req
+        .topics
+        .iter()
+        .map(|t| {
+            TxnOffsetCommitResponseTopic::default().with_name(t.name.clone()).with_partitions(
+                t.partitions
+                    .iter()
+                    .map(|p| {
+                        TxnOffsetCommitResponsePartition::default()
+                            .with_partition_index(p.partition_index)
+                            .with_error_code(match known.next() {
+                                Some(true) => codes.next().unwrap_or(error_code::UNKNOWN_SERVER_ERROR),
+                                _ => error_code::UNKNOWN_TOPIC_OR_PARTITION,
+                            })
+                    })
+                    .collect(),
+            )
+        })
+        .collect();
+    respond(ApiKey::TxnOffsetCommit, frame, &TxnOffsetCommitResponse::default().with_topics(topics))
+}
