@@ -6,9 +6,10 @@ transactional.id fences the first (its next transaction fails with a fatal, fenc
 error); a transaction with records commits or aborts, and a read_committed consumer
 sees only the committed records.
 
-Three brokers: coordinators on every broker, producer ids from the active coordinator,
-state changes replicated to three replicas, markers sent to every partition leader.
-send_offsets_to_transaction needs TxnOffsetCommit: xfail(strict=True) until it lands."""
+send_offsets_to_transaction commits a consumer's offsets with the transaction. Three
+brokers: coordinators on every broker, producer ids from the active coordinator, state
+changes replicated to three replicas, markers sent to every partition leader, and the
+coordinator's broker killed with SIGKILL."""
 
 import time
 
@@ -16,6 +17,7 @@ import pytest
 from confluent_kafka import KafkaError, KafkaException, Producer
 
 from helpers.clients import cf_conf, cf_consume, create_topic
+from helpers.kafka_hash import java_hash_partition
 
 TXN_TIMEOUT_S = 30
 
@@ -106,7 +108,6 @@ def test_open_transaction_blocks_read_committed_until_it_ends(broker):
     assert [r.value for r in got[0]] == [b"pending"]
 
 
-@pytest.mark.xfail(strict=True, reason="send_offsets_to_transaction needs TxnOffsetCommit (helper B's h/txngroup)")
 def test_send_offsets_to_transaction(broker):
     """Consume-transform-produce: the consumer's offsets commit with the transaction."""
     from confluent_kafka import Consumer, TopicPartition
@@ -190,30 +191,20 @@ def test_markers_reach_every_leader_of_a_cluster(broker_factory):
     assert sorted(r.value for recs in got.values() for r in recs) == sorted(b"c-%d" % i for i in range(12))
 
 
-def txn_partition(txn_id, partitions=50):
-    """Kafka's partition of a transactional id: abs(Java String.hashCode) % 50."""
-    h = 0
-    for unit in txn_id.encode("utf-16-be").hex(" ", 2).split():
-        h = (31 * h + int(unit, 16)) & 0xFFFFFFFF
-    if h >= 1 << 31:
-        h -= 1 << 32
-    return 0 if h == -(1 << 31) else abs(h) % partitions
-
-
 def test_a_new_coordinator_takes_over_after_kill9(broker_factory):
     """The broker coordinating a transactional id is killed (-9): the new leader of its
     __transaction_state partition loads the id, and the producer's next transaction
     commits through it; read_committed sees both transactions' records."""
     from test_cluster import cluster_metadata, start_embedded_cluster
-    assert txn_partition("my-group") == 12  # Java's "my-group".hashCode() is -1906497762
+    assert java_hash_partition("my-group") == 12  # Java's "my-group".hashCode() is -1906497762
     brokers = start_embedded_cluster(broker_factory, 3)
     create_topic(brokers[0].bootstrap, "tx-fo", 3, replication_factor=3)
     probe = txn_producer(brokers[0].bootstrap, "tx-fo-probe")
     probe.init_transactions(TXN_TIMEOUT_S)
     parts = cluster_metadata(brokers[0].bootstrap).topics["__transaction_state"].partitions
     # Broker 1 runs the embedded metadata coordinator: kill another one.
-    txn_id = next(f"tx-fo-{i}" for i in range(200) if parts[txn_partition(f"tx-fo-{i}")].leader != 1)
-    victim = brokers[parts[txn_partition(txn_id)].leader - 1]
+    txn_id = next(f"tx-fo-{i}" for i in range(200) if parts[java_hash_partition(f"tx-fo-{i}")].leader != 1)
+    victim = brokers[parts[java_hash_partition(txn_id)].leader - 1]
 
     p = txn_producer(brokers[0].bootstrap, txn_id)
     p.init_transactions(TXN_TIMEOUT_S)
