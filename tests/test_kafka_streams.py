@@ -67,12 +67,10 @@ may end below the changelog's end offset (read committed: at the last stable off
 before a transaction the killed app left open, which the broker aborts after
 transaction.timeout.ms).
 
-Issue 13 is in progress: the transaction coordinator answers now, so the old check
-(the producer's TransactionManager log naming FindCoordinator's "transactions are not
-supported yet", TransactionsUnsupported) no longer fires; exactly-once still needs the
-partitions' side (transactional batches, markers, the last stable offset) and
-TxnOffsetCommit, so the test stays a strict xfail for any failure until those land
-(XPASS fails a strict xfail: remove the marker then).
+If the producer's TransactionManager log ever shows FindCoordinator refusing a
+transaction key again ("transactions are not supported yet", the answer before issue
+13), the test fails at once with TransactionsUnsupported instead of waiting out
+Streams' timeouts.
 
 The module is compiled with Maven offline, only when pom.xml or the source changed.
 Java and Maven missing is a skip on a developer's machine and a failure under CI=true
@@ -568,10 +566,6 @@ def test_kafka_streams_word_count_at_least_once(broker_factory, streams_app):
     run_word_count(b.bootstrap, streams_app, "default")
 
 
-@pytest.mark.xfail(strict=True,
-                   reason="issue 13 in progress: the transaction coordinator answers (h/txncoord), but exactly-once"
-                          " Streams also needs transactional batches and markers on the partitions (main) and"
-                          " TxnOffsetCommit (h/txngroup)")
 @pytest.mark.timeout(3 * FIRST_TIMEOUT_S + 2 * RESTART_TIMEOUT_S + 120)
 def test_kafka_streams_word_count_exactly_once(broker_factory, streams_app):
     b = broker_factory(*GROUP_ARGS, cores=2)
