@@ -26,7 +26,7 @@ OUT_OF_ORDER_SEQUENCE_NUMBER = 45
 INVALID_PRODUCER_EPOCH = 47
 UNKNOWN_PRODUCER_ID = 59
 INVALID_RECORD = 87
-UNSUPPORTED_VERSION = 35
+NOT_COORDINATOR = 16
 INVALID_REQUEST = 42
 
 
@@ -196,9 +196,10 @@ def test_hostile_idempotent_batches_are_refused_and_append_nothing(broker_factor
     assert produce(wire.record_batch([b"x"], 10**12, 0, 0))[0] == UNKNOWN_PRODUCER_ID
     # A negative sequence.
     assert produce(wire.record_batch([b"x"], pid, 1, -7))[0] == INVALID_RECORD
-    # Transactions are not supported (and not advertised).
+    # A transactional id goes to its transaction coordinator: none before a
+    # FindCoordinator created __transaction_state (test_transactions.py goes on from there).
     err, _, _ = wire.parse_init_producer_id(wire.call(b.port, wire.init_producer_id(transactional_id="tx-1")))
-    assert err == UNSUPPORTED_VERSION
+    assert err == NOT_COORDINATOR
 
     got = cf_consume(b.bootstrap, "raw-idem", 1, count=4)
     assert [r.value for r in got[0]] == [b"a", b"b", b"c", b"d"]

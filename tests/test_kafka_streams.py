@@ -67,13 +67,10 @@ may end below the changelog's end offset (read committed: at the last stable off
 before a transaction the killed app left open, which the broker aborts after
 transaction.timeout.ms).
 
-Spate has no transactions yet (issue 13): its FindCoordinator answers a transaction
-coordinator key with COORDINATOR_NOT_AVAILABLE, "transactions are not supported yet",
-and the Streams producer's initTransactions() retries that until max.block.ms (60 s),
-then Streams retries the task until task.timeout.ms (5 min). The test reads that
-answer in the producer's TransactionManager log (TRACE for that one logger) and fails
-at once with TransactionsUnsupported, which its strict xfail names: any other failure
-fails the test, and once transactions exist it must pass (XPASS fails a strict xfail: remove the marker then).
+If the producer's TransactionManager log ever shows FindCoordinator refusing a
+transaction key again ("transactions are not supported yet", the answer before issue
+13), the test fails at once with TransactionsUnsupported instead of waiting out
+Streams' timeouts.
 
 The module is compiled with Maven offline, only when pom.xml or the source changed.
 Java and Maven missing is a skip on a developer's machine and a failure under CI=true
@@ -569,10 +566,6 @@ def test_kafka_streams_word_count_at_least_once(broker_factory, streams_app):
     run_word_count(b.bootstrap, streams_app, "default")
 
 
-@pytest.mark.xfail(strict=True, raises=TransactionsUnsupported,
-                   reason="Spate has no transactions yet (issue 13): FindCoordinator answers a transaction"
-                          " coordinator key COORDINATOR_NOT_AVAILABLE, so Streams' transactional producer"
-                          " cannot initialize")
 @pytest.mark.timeout(3 * FIRST_TIMEOUT_S + 2 * RESTART_TIMEOUT_S + 120)
 def test_kafka_streams_word_count_exactly_once(broker_factory, streams_app):
     b = broker_factory(*GROUP_ARGS, cores=2)

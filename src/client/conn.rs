@@ -39,6 +39,11 @@ const version_caps: &[(ApiKey, i16)] = &[
     (ApiKey::ListGroups, 4),
     (ApiKey::DescribeGroups, 5),
     (ApiKey::DeleteGroups, 2),
+    (ApiKey::InitProducerId, 4),
+    (ApiKey::AddPartitionsToTxn, 3),
+    (ApiKey::AddOffsetsToTxn, 3),
+    (ApiKey::EndTxn, 3),
+    (ApiKey::ListTransactions, 1),
 ];
 
 /// The oldest version this client can fill in correctly, per API (fields it relies on

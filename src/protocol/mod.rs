@@ -54,8 +54,15 @@ pub const SUPPORTED_APIS: &[(ApiKey, i16, i16)] = &[
     (ApiKey::AlterPartition, 2, 3),
     // Followers before fetching from a new leader; consumers detecting truncation.
     (ApiKey::OffsetForLeaderEpoch, 2, 4),
-    // Idempotent producers (no transactional ids yet).
+    // Idempotent and transactional producers (transaction version 1: AddPartitionsToTxn
+    // v4+ is KIP-890's broker-to-broker verification, EndTxn v5 its epoch bump per
+    // transaction, AddOffsetsToTxn / EndTxn v4 its TRANSACTION_ABORTABLE: not advertised).
     (ApiKey::InitProducerId, 0, 5),
+    (ApiKey::AddPartitionsToTxn, 0, 3),
+    (ApiKey::AddOffsetsToTxn, 0, 3),
+    (ApiKey::EndTxn, 0, 3),
+    (ApiKey::DescribeTransactions, 0, 0),
+    (ApiKey::ListTransactions, 0, 1),
     (ApiKey::DescribeProducers, 0, 0),
     // Transactions: the coordinator's markers to partition leaders.
     (ApiKey::WriteTxnMarkers, 1, 1),
@@ -303,6 +310,13 @@ pub mod error_code {
     pub const INVALID_TXN_STATE: i16 = 48;
     pub const TRANSACTION_COORDINATOR_FENCED: i16 = 52;
     pub const MISMATCHED_ENDPOINT_TYPE: i16 = 114;
+    // Transactions (the coordinator's side).
+    pub const UNSUPPORTED_FOR_MESSAGE_FORMAT: i16 = 43;
+    pub const INVALID_PRODUCER_ID_MAPPING: i16 = 49;
+    pub const INVALID_TRANSACTION_TIMEOUT: i16 = 50;
+    pub const CONCURRENT_TRANSACTIONS: i16 = 51;
+    pub const OPERATION_NOT_ATTEMPTED: i16 = 55;
+    pub const TRANSACTIONAL_ID_NOT_FOUND: i16 = 105;
 }
 
 #[cfg(test)]

@@ -19,10 +19,12 @@ use crate::shard::{
 
 use super::metrics::Metrics;
 
-/// Work sent to the shard that owns it, with the way back.
+/// Work sent to the shard that owns it, with the way back. A transaction coordinator
+/// request (`Txn`) runs in a task of its own on the owner (`server/txn.rs`).
 pub enum ShardMessage {
     Partition { op: PartitionOp, reply: oneshot::Sender<Result<PartitionReply, PartitionError>> },
     Group { op: GroupOp, reply: oneshot::Sender<GroupReply> },
+    Txn { op: crate::shard::TxnOp, reply: oneshot::Sender<super::txn::TxnOutcome> },
 }
 
 /// Client-error log lines per second per shard before they are summarized.
@@ -241,7 +243,22 @@ impl ShardContext {
                 self.wakeup();
                 let _ = reply.send(result);
             }
+            ShardMessage::Txn { op, reply } => {
+                if let Some(me) = self.rc() {
+                    super::txn::serve(me, op, reply);
+                }
+            }
         }
+    }
+
+    /// This context as an `Rc`, for tasks it starts.
+    pub fn rc(&self) -> Option<std::rc::Rc<ShardContext>> {
+        self.me.upgrade()
+    }
+
+    /// Send `msg` to shard `to` over the mesh (Err: that shard is gone).
+    pub async fn send_to(&self, to: ShardId, msg: ShardMessage) -> Result<(), ()> {
+        self.senders.send_to(to.0, msg).await.map_err(|_| ())
     }
 
     /// Tell the group-commit loop there may be work.

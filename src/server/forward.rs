@@ -1,6 +1,7 @@
 //! Admin requests on a broker that is not the active coordinator: CreateTopics,
 //! DeleteTopics, CreatePartitions, ElectLeaders, AlterConfigs, IncrementalAlterConfigs and
-//! InitProducerId (producer ids come from the coordinator's blocks) go to the active
+//! InitProducerId without a transactional id (producer ids come from the coordinator's
+//! blocks) go to the active
 //! coordinator as the client sent them (same header, same correlation id, same
 //! version: every broker speaks the same versions), and its answer goes back to the
 //! client unchanged. Before answering, this broker pulls the snapshot that includes the
@@ -40,6 +41,19 @@ pub fn is_forwarded(key: ApiKey) -> bool {
             | ApiKey::IncrementalAlterConfigs
             | ApiKey::InitProducerId
     )
+}
+
+/// Whether this request goes to the active coordinator: InitProducerId only without a
+/// transactional id (a transactional one goes to the id's transaction coordinator,
+/// which is the broker that received it or answers NOT_COORDINATOR).
+pub fn is_forwarded_request(key: ApiKey, frame: &RequestFrame) -> bool {
+    if key != ApiKey::InitProducerId {
+        return is_forwarded(key);
+    }
+    match crate::protocol::decode_body::<kafka_protocol::messages::InitProducerIdRequest>(frame) {
+        Ok(req) => req.transactional_id.is_none(),
+        Err(_) => true, // the coordinator answers what does not decode
+    }
 }
 
 /// The active coordinator's address, when this broker is not it and knows it.

@@ -20,6 +20,7 @@ mod link;
 pub mod metrics;
 mod peer;
 mod replication;
+mod txn;
 
 use std::rc::Rc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -346,6 +347,41 @@ pub(crate) fn create_offsets_topic(
     Ok(true)
 }
 
+/// Create `__transaction_state` (on the active coordinator only, once): Kafka's
+/// `transaction.state.log.num.partitions` (50), compacted, with the offsets topic's
+/// replication factor and segment size (min of the configured factor and the live
+/// brokers when `capped`). Ok(true) when created now.
+pub(crate) fn create_txn_topic(
+    reg: &mut crate::coordinator::registry::Registry,
+    settings: crate::config::OffsetsTopic,
+    capped: bool,
+) -> anyhow::Result<bool> {
+    use crate::txn::{txn_topic_partitions, TXN_TOPIC};
+    if !reg.is_active() || reg.get(TXN_TOPIC).is_some() {
+        return Ok(false);
+    }
+    let live = reg.live_broker_count() as i32;
+    let replicas = match (live >= settings.replication_factor, capped) {
+        (true, _) => settings.replication_factor,
+        (false, true) if live > 0 => live,
+        _ => return Ok(false),
+    };
+    let configs = crate::config::TopicConfig::from_pairs(
+        [("cleanup.policy", Some("compact")), ("segment.bytes", Some(settings.segment_bytes.to_string().as_str()))],
+        &Default::default(),
+    )
+    .map_err(|e| anyhow::anyhow!(e))?;
+    reg.create_replicated(TXN_TOPIC, txn_topic_partitions, replicas, configs)?;
+    tracing::info!(
+        topic = TXN_TOPIC,
+        partitions = txn_topic_partitions,
+        replication_factor = replicas,
+        configured = settings.replication_factor,
+        "created internal topic"
+    );
+    Ok(true)
+}
+
 /// `create_offsets_topic` from a thread that may block (startup, the coordinator link).
 fn ensure_offsets_topic(
     metadata: &Metadata,
@@ -627,6 +663,12 @@ async fn run_shard(
             }
         })
         .detach();
+    }
+
+    // Transaction timeouts: open transactions past theirs are aborted.
+    {
+        let ctx = ctx.clone();
+        glommio::spawn_local(async move { txn::tick_loop(ctx).await }).detach();
     }
 
     // The controller's heartbeat and fencing tick, on shard 0, in its own task: never

@@ -71,6 +71,7 @@ pub async fn manager(ctx: Rc<ShardContext>) {
         start_opens(&ctx, opens);
         start_fetchers(&ctx, starts);
         start_group_loads(&ctx);
+        super::txn::start_loads(&ctx);
         if last_isr_check.elapsed() >= Duration::from_millis(isr_check_interval_ms) {
             last_isr_check = Instant::now();
             let proposals = ctx.shard.borrow_mut().isr_proposals(now_ms());
@@ -101,6 +102,7 @@ pub(super) fn start_opens(ctx: &Rc<ShardContext>, opens: Vec<crate::shard::OpenJ
         };
         start_fetchers(&ctx, starts);
         start_group_loads(&ctx);
+        super::txn::start_loads(&ctx);
         ctx.wakeup();
     })
     .detach();

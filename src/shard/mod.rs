@@ -21,10 +21,12 @@ mod append_ring;
 mod groups;
 mod log_start;
 mod replica;
+mod txns;
 pub use append_ring::{AppendRing, Completed, StagedWrite};
 pub use groups::{group_partition, GroupLoad, GroupLoadStep, GroupOp, GroupReply, OffsetList, TxnCommitRefusal};
 pub use log_start::{LogStartMove, LogStartWait};
 pub use replica::{load_hw_checkpoints, FetcherStart, IsrOutcome, ReplicaState, HW_CHECKPOINT_PREFIX};
+pub use txns::{is_txn_partition, txn_partition, TxnLoad, TxnMarkers, TxnOp, TxnReply, TxnWrite};
 
 use crate::coordinator::owner::Metadata;
 use crate::coordinator::registry::Hosting;
@@ -390,6 +392,16 @@ pub struct Shard {
     next_group_load_id: u64,
     /// Log start moves asked for, written and applied in rounds (`log_start.rs`).
     log_start_moves: log_start::LogStartMoves,
+    /// The transaction coordinator for the ids of the `__transaction_state` partitions
+    /// this shard owns and this broker leads (`txns.rs`), and those partitions.
+    txns: crate::txn::coordinator::TxnCoordinator,
+    txn_partitions: HashMap<i32, txns::TxnPartition>,
+    txn_load_queue: Vec<txns::TxnLoad>,
+    next_txn_load_id: u64,
+    /// Markers to send again after a load (taken by the runtime).
+    txn_resumes: Vec<txns::TxnMarkers>,
+    /// transaction.max.timeout.ms
+    txn_max_timeout_ms: i32,
 }
 
 impl Shard {
@@ -422,6 +434,12 @@ impl Shard {
             group_load_queue: Vec::new(),
             next_group_load_id: 0,
             log_start_moves: Default::default(),
+            txns: crate::txn::coordinator::TxnCoordinator::new(crate::txn::coordinator::TRANSACTION_MAX_TIMEOUT_MS),
+            txn_partitions: HashMap::new(),
+            txn_load_queue: Vec::new(),
+            next_txn_load_id: 0,
+            txn_resumes: Vec::new(),
+            txn_max_timeout_ms: crate::txn::coordinator::TRANSACTION_MAX_TIMEOUT_MS,
             id,
             nr_shards,
             data_dir,

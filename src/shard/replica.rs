@@ -246,17 +246,21 @@ impl Shard {
     }
 
     /// Set `tp`'s role from the registry's partition state. For a `__consumer_offsets`
-    /// partition, taking the leadership loads its groups and losing it drops them.
+    /// partition, taking the leadership loads its groups and losing it drops them; for a
+    /// `__transaction_state` partition, its transactional ids.
     pub(super) fn refresh_role(&mut self, tp: &TopicPartition, now_ms: i64) {
         let was_leading = self.partitions.get(tp).is_some_and(|p| p.replica.leader_state().is_some());
         self.set_role(tp, now_ms);
-        if tp.topic != crate::group::OFFSETS_TOPIC {
+        let offsets = tp.topic == crate::group::OFFSETS_TOPIC;
+        if !offsets && tp.topic != crate::txn::TXN_TOPIC {
             return;
         }
         let leading = self.partitions.get(tp).is_some_and(|p| p.replica.leader_state().is_some());
-        match (was_leading, leading) {
-            (false, true) => self.load_group_partition(tp, now_ms),
-            (true, false) => self.unload_group_partition(tp),
+        match (was_leading, leading, offsets) {
+            (false, true, true) => self.load_group_partition(tp, now_ms),
+            (true, false, true) => self.unload_group_partition(tp),
+            (false, true, false) => self.load_txn_partition(tp),
+            (true, false, false) => self.unload_txn_partition(tp),
             _ => {}
         }
     }

@@ -246,6 +246,19 @@ impl TxnCoordinator {
         }
     }
 
+    /// Forget every id `belongs` names (the broker stopped leading their partition):
+    /// writes in flight for them are forgotten too. Returns how many were dropped.
+    pub fn unload(&mut self, mut belongs: impl FnMut(&str) -> bool) -> usize {
+        let before = self.txns.len();
+        self.txns.retain(|id, _| !belongs(id));
+        before - self.txns.len()
+    }
+
+    /// Whether a write for `txn_id` is in flight.
+    pub fn is_pending(&self, txn_id: &str) -> bool {
+        self.txns.get(txn_id).is_some_and(|t| t.pending.is_some())
+    }
+
     /// After a load: the markers of every transaction that was being completed (a
     /// Prepare* state) must be written again, as Kafka's new coordinator does.
     pub fn resume(&self) -> Vec<(String, Markers)> {

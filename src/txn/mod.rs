@@ -9,8 +9,10 @@
 //!
 //! - `coordinator`: the transaction coordinator's state per transactional id (Kafka's
 //!   `TransactionMetadata`), a pure machine: requests and write outcomes in, records to
-//!   write to `__transaction_state` and markers to send out. Not wired to the broker
-//!   yet: no request handler, `__transaction_state` topic, markers or LSO exist.
+//!   write to `__transaction_state` and markers to send out. One per shard, holding the
+//!   ids of the `__transaction_state` partitions that shard owns and this broker leads
+//!   (`shard/txns.rs`); the runtime writes the records, waits for their replication and
+//!   sends the markers (`server/txn.rs`).
 //! - `log_records`: Kafka's `__transaction_state` key and value schemas (versions 0
 //!   and 1), by hand, bounded against the bytes they come in.
 
@@ -18,3 +20,13 @@ pub mod coordinator;
 pub mod log_records;
 pub mod producer_id;
 pub mod producer_state;
+
+/// Kafka's `transaction.state.log.num.partitions` default.
+pub const txn_topic_partitions: i32 = 50;
+pub const TXN_TOPIC: &str = "__transaction_state";
+
+/// Which `__transaction_state` partition holds a transactional id: the same hash as the
+/// offsets topic's (Java's `String.hashCode`, made non-negative, modulo the count).
+pub fn txn_partition_for(txn_id: &str) -> i32 {
+    crate::group::offsets_partition_for(txn_id, txn_topic_partitions)
+}

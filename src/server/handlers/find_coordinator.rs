@@ -1,10 +1,13 @@
 //! FindCoordinator: a group's coordinator is the broker that leads the group's partition
-//! of `__consumer_offsets` (as in Kafka). v4+ asks for several keys at once. Transaction
-//! coordinators do not exist yet.
+//! of `__consumer_offsets`, a transactional id's (key type 1) the broker that leads its
+//! partition of `__transaction_state` (as in Kafka). v4+ asks for several keys at once.
 //!
-//! The first one asked of the active coordinator's broker before `__consumer_offsets`
-//! exists creates it (see `create_offsets_topic`); other brokers answer
-//! COORDINATOR_NOT_AVAILABLE until it exists, and the client asks again.
+//! The first one asked of the active coordinator's broker before the topic exists
+//! creates it (see `create_offsets_topic`, `create_txn_topic`); other brokers answer
+//! COORDINATOR_NOT_AVAILABLE until it exists, and the client asks again (for
+//! `__transaction_state`, which is created on demand, they first ask the active
+//! coordinator for the same key, so that it creates the topic). An empty
+//! transactional id is INVALID_REQUEST; other key types are INVALID_REQUEST too.
 
 use bytes::Bytes;
 use kafka_protocol::messages::find_coordinator_response::Coordinator;
@@ -12,12 +15,13 @@ use kafka_protocol::messages::{ApiKey, BrokerId, FindCoordinatorRequest, FindCoo
 
 use crate::config::split_host_port;
 use crate::protocol::{decode_body, error_code, ProtocolError, RequestFrame};
-use crate::shard::group_partition;
+use crate::shard::{group_partition, txn_partition};
 
 use super::super::context::ShardContext;
 use super::{respond, str_bytes};
 
 const KEY_TYPE_GROUP: i8 = 0;
+const KEY_TYPE_TRANSACTION: i8 = 1;
 
 pub async fn handle(ctx: &ShardContext, frame: &RequestFrame) -> Result<Bytes, ProtocolError> {
     let req: FindCoordinatorRequest = decode_body(frame)?;
@@ -29,16 +33,37 @@ pub async fn handle(ctx: &ShardContext, frame: &RequestFrame) -> Result<Bytes, P
                 tracing::warn!(error = %e, "cannot create the offsets topic");
             }
         }
+    } else if req.key_type == KEY_TYPE_TRANSACTION {
+        let view = ctx.view();
+        if view.get(crate::txn::TXN_TOPIC).is_none() {
+            if view.is_active() {
+                let rf = ctx.config.offsets_topic();
+                if let Err(e) = ctx.metadata.write(move |r| super::super::create_txn_topic(r, rf, true)).await {
+                    tracing::warn!(error = %e, "cannot create the transaction state topic");
+                }
+            } else {
+                let key = if frame.api_version >= 4 { req.coordinator_keys.first() } else { Some(&req.key) };
+                if let Some(key) = key.filter(|k| !k.is_empty()) {
+                    if let Err(e) = super::super::txn::create_topic_through_active(ctx, key.as_str()).await {
+                        tracing::warn!(error = %e, "cannot have the active coordinator create the transaction state topic");
+                    }
+                }
+            }
+        }
     }
     let reg = ctx.view();
     let answer = |key: &str| -> Result<(BrokerId, String, i32), (i16, Option<String>)> {
-        if req.key_type != KEY_TYPE_GROUP {
-            return Err((error_code::COORDINATOR_NOT_AVAILABLE, Some("transactions are not supported yet".into())));
-        }
-        if key.is_empty() {
-            return Err((error_code::INVALID_GROUP_ID, Some("empty group id".into())));
-        }
-        let tp = group_partition(key);
+        let tp = match req.key_type {
+            KEY_TYPE_GROUP if key.is_empty() => {
+                return Err((error_code::INVALID_GROUP_ID, Some("empty group id".into())));
+            }
+            KEY_TYPE_GROUP => group_partition(key),
+            KEY_TYPE_TRANSACTION if key.is_empty() => {
+                return Err((error_code::INVALID_REQUEST, Some("empty transactional id".into())));
+            }
+            KEY_TYPE_TRANSACTION => txn_partition(key),
+            other => return Err((error_code::INVALID_REQUEST, Some(format!("unknown key type {other}")))),
+        };
         let leader = reg.leader_of(&tp.topic, tp.partition);
         match leader.and_then(|id| reg.broker_info(id).filter(|b| b.is_live())) {
             Some(b) => Ok((BrokerId(b.id.0), b.endpoint.host.clone(), b.endpoint.port as i32)),

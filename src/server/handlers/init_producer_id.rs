@@ -15,8 +15,14 @@
 //! and asks for a new id when the epoch is exhausted; the partitions check the epochs
 //! of the batches (`txn::producer_state`).
 //!
-//! A transactional id is answered UNSUPPORTED_VERSION (fatal in every client):
-//! transactions are not implemented, and FindCoordinator refuses transaction keys.
+//! With a transactional id the request goes to the id's transaction coordinator (this
+//! broker when it leads the id's `__transaction_state` partition, else NOT_COORDINATOR;
+//! never forwarded to the active coordinator), which bumps the epoch, fencing the
+//! previous producer, or hands out a new id (`txn::coordinator::init_producer_id`; the
+//! id comes from the same allocator, `server/txn.rs`). An empty transactional id is
+//! INVALID_REQUEST, a transaction.timeout.ms above transaction.max.timeout.ms (15 min)
+//! INVALID_TRANSACTION_TIMEOUT; PRODUCER_FENCED is INVALID_PRODUCER_EPOCH below v4, as
+//! Kafka answers older clients.
 
 use bytes::Bytes;
 use kafka_protocol::messages::{ApiKey, InitProducerIdRequest, InitProducerIdResponse, ProducerId as WireProducerId};
@@ -25,14 +31,21 @@ use crate::coordinator::registry::RegistryError;
 use crate::model::{ProducerEpoch, ProducerId};
 use crate::protocol::{decode_body, error_code, ProtocolError, RequestFrame};
 
+use crate::shard::TxnOp;
+use crate::txn::coordinator::{Answer, ProducerIdAndEpoch};
+
 use super::super::context::ShardContext;
-use super::respond;
+use super::super::now_ms;
+use super::super::txn::{self, TxnOutcome};
+use super::{respond, txn_outcome_code};
 
 /// What an InitProducerId request gets, from its fields alone.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Decision {
     /// A new producer id, epoch 0.
     NewProducerId,
+    /// The transaction coordinator of the id decides.
+    Transactional,
     /// Refused with this error code.
     Refuse(i16),
 }
@@ -45,16 +58,54 @@ fn decide(transactional_id: Option<&str>, producer_id: i64, producer_epoch: i16)
     if no_id != no_epoch {
         return Decision::Refuse(error_code::INVALID_REQUEST);
     }
-    if transactional_id.is_some() {
-        return Decision::Refuse(error_code::UNSUPPORTED_VERSION);
+    match transactional_id {
+        Some("") => Decision::Refuse(error_code::INVALID_REQUEST),
+        Some(_) => Decision::Transactional,
+        None => Decision::NewProducerId,
     }
-    Decision::NewProducerId
+}
+
+/// Ask `txn_id`'s coordinator; a new id or an exhausted epoch needs a producer id from
+/// the allocator first.
+async fn transactional(ctx: &ShardContext, req: &InitProducerIdRequest, txn_id: &str) -> Result<(i64, i16), i16> {
+    let expected = (req.producer_id.0 != ProducerId::NONE.0)
+        .then_some(ProducerIdAndEpoch { producer_id: req.producer_id.0, epoch: req.producer_epoch });
+    let mut allocated = None;
+    loop {
+        let op = TxnOp::InitProducerId {
+            txn_id: txn_id.to_string(),
+            timeout_ms: req.transaction_timeout_ms,
+            expected,
+            allocated,
+            now_ms: now_ms(),
+        };
+        match txn::call(ctx, op, None).await {
+            TxnOutcome::NeedProducerId if allocated.is_none() => match txn::allocate_producer_id(ctx).await {
+                Ok(id) => allocated = Some(id),
+                Err(e) => {
+                    tracing::warn!(error = %e, "cannot issue a producer id");
+                    return Err(error_code::COORDINATOR_NOT_AVAILABLE);
+                }
+            },
+            TxnOutcome::Answer(Ok(Answer::Producer(p))) => return Ok((p.producer_id, p.epoch)),
+            other => return Err(txn_outcome_code(&other)),
+        }
+    }
 }
 
 pub async fn handle(ctx: &ShardContext, frame: &RequestFrame) -> Result<Bytes, ProtocolError> {
     let req: InitProducerIdRequest = decode_body(frame)?;
     let decision = decide(req.transactional_id.as_deref().map(|s| &**s), req.producer_id.0, req.producer_epoch);
     let outcome: Result<(ProducerId, ProducerEpoch), i16> = match decision {
+        Decision::Transactional => {
+            let txn_id = req.transactional_id.as_deref().map(|s| &**s).unwrap_or_default();
+            transactional(ctx, &req, txn_id).await.map(|(id, epoch)| (ProducerId(id), ProducerEpoch(epoch))).map_err(
+                |code| match code {
+                    error_code::PRODUCER_FENCED if frame.api_version < 4 => error_code::INVALID_PRODUCER_EPOCH,
+                    code => code,
+                },
+            )
+        }
         Decision::Refuse(code) => {
             tracing::debug!(transactional_id = ?req.transactional_id, producer_id = req.producer_id.0,
                 producer_epoch = req.producer_epoch, code, "InitProducerId refused");
@@ -121,8 +172,9 @@ mod tests {
     }
 
     #[test]
-    fn a_transactional_id_is_refused_until_transactions_exist() {
-        assert_eq!(decide(Some("tx"), -1, -1), Decision::Refuse(error_code::UNSUPPORTED_VERSION));
-        assert_eq!(decide(Some("tx"), 7, 2), Decision::Refuse(error_code::UNSUPPORTED_VERSION));
+    fn a_transactional_id_goes_to_its_coordinator_and_an_empty_one_is_invalid() {
+        assert_eq!(decide(Some("tx"), -1, -1), Decision::Transactional);
+        assert_eq!(decide(Some("tx"), 7, 2), Decision::Transactional);
+        assert_eq!(decide(Some(""), -1, -1), Decision::Refuse(error_code::INVALID_REQUEST));
     }
 }

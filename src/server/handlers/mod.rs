@@ -2,6 +2,8 @@
 //! partition operations out to their owner shards), and encodes the answer. Kafka error
 //! codes are chosen here and nowhere else.
 
+mod add_offsets_to_txn;
+mod add_partitions_to_txn;
 mod alter_configs;
 mod alter_partition;
 mod api_versions;
@@ -18,7 +20,9 @@ mod describe_configs;
 mod describe_groups;
 mod describe_log_dirs;
 mod describe_producers;
+mod describe_transactions;
 mod elect_leaders;
+mod end_txn;
 mod fetch;
 mod find_coordinator;
 mod heartbeat;
@@ -27,6 +31,7 @@ mod join_group;
 mod leave_group;
 mod list_groups;
 mod list_offsets;
+mod list_transactions;
 mod metadata;
 mod offset_commit;
 mod offset_delete;
@@ -71,7 +76,7 @@ pub async fn handle(ctx: &ShardContext, frame: RequestFrame) -> Result<Option<Re
             frame.api_version
         )));
     }
-    if super::forward::is_forwarded(key) && !ctx.view().is_active() {
+    if super::forward::is_forwarded_request(key, &frame) && !ctx.view().is_active() {
         if let Some(answer) = super::forward::forward(ctx, &frame).await {
             return Ok(Some(answer.into()));
         }
@@ -110,6 +115,11 @@ pub async fn handle(ctx: &ShardContext, frame: RequestFrame) -> Result<Option<Re
         ApiKey::DeleteRecords => delete_records::handle(ctx, &frame).await.map(Some),
         ApiKey::DescribeLogDirs => describe_log_dirs::handle(ctx, &frame).await.map(Some),
         ApiKey::DescribeCluster => describe_cluster::handle(ctx, &frame).map(Some),
+        ApiKey::AddPartitionsToTxn => add_partitions_to_txn::handle(ctx, &frame).await.map(Some),
+        ApiKey::AddOffsetsToTxn => add_offsets_to_txn::handle(ctx, &frame).await.map(Some),
+        ApiKey::EndTxn => end_txn::handle(ctx, &frame).await.map(Some),
+        ApiKey::DescribeTransactions => describe_transactions::handle(ctx, &frame).await.map(Some),
+        ApiKey::ListTransactions => list_transactions::handle(ctx, &frame).await.map(Some),
         ApiKey::WriteTxnMarkers => write_txn_markers::handle(ctx, &frame).await.map(Some),
         other => Err(ProtocolError::BadHeader(format!("no handler for {other:?}"))),
     };
@@ -191,6 +201,42 @@ fn group_error_code(e: &GroupError) -> i16 {
         GroupError::InvalidGroupId => error_code::INVALID_GROUP_ID,
         GroupError::GroupMaxSizeReached => error_code::GROUP_MAX_SIZE_REACHED,
         GroupError::UnstableOffsetCommit => error_code::UNSTABLE_OFFSET_COMMIT,
+    }
+}
+
+/// The Kafka error code for a transaction coordinator's refusal (as Kafka's
+/// `TransactionCoordinator` answers; PRODUCER_FENCED is turned into
+/// INVALID_PRODUCER_EPOCH for the old versions that do not know it, by each handler).
+fn txn_error_code(e: &crate::txn::coordinator::TxnError) -> i16 {
+    use crate::txn::coordinator::TxnError;
+    match e {
+        TxnError::ConcurrentTransactions => error_code::CONCURRENT_TRANSACTIONS,
+        TxnError::InvalidTxnState => error_code::INVALID_TXN_STATE,
+        TxnError::ProducerFenced => error_code::PRODUCER_FENCED,
+        TxnError::InvalidProducerIdMapping => error_code::INVALID_PRODUCER_ID_MAPPING,
+        TxnError::InvalidTransactionTimeout => error_code::INVALID_TRANSACTION_TIMEOUT,
+    }
+}
+
+/// The Kafka error code of a transaction request's outcome (NONE for a success).
+fn txn_outcome_code(o: &super::txn::TxnOutcome) -> i16 {
+    use super::txn::TxnOutcome;
+    match o {
+        TxnOutcome::Answer(Ok(_)) | TxnOutcome::Describe(_) | TxnOutcome::List(_) => error_code::NONE,
+        TxnOutcome::Answer(Err(e)) => txn_error_code(e),
+        TxnOutcome::NotCoordinator => error_code::NOT_COORDINATOR,
+        TxnOutcome::Loading => error_code::COORDINATOR_LOAD_IN_PROGRESS,
+        TxnOutcome::NotAvailable | TxnOutcome::NeedProducerId => error_code::COORDINATOR_NOT_AVAILABLE,
+    }
+}
+
+/// PRODUCER_FENCED for clients that know it (`first_version`: the first that does),
+/// INVALID_PRODUCER_EPOCH for older ones, as Kafka answers them.
+fn fenced_for_version(code: i16, version: i16, first_version: i16) -> i16 {
+    if code == error_code::PRODUCER_FENCED && version < first_version {
+        error_code::INVALID_PRODUCER_EPOCH
+    } else {
+        code
     }
 }
 

@@ -1,0 +1,224 @@
+"""Transactions against the real broker with confluent-kafka's transactional Producer at
+its defaults (librdkafka): init_transactions finds the transaction coordinator
+(FindCoordinator key_type=1, which creates __transaction_state) and gets a producer id
+and epoch; empty transactions commit and abort; a second producer with the same
+transactional.id fences the first (its next transaction fails with a fatal, fenced
+error); a transaction with records commits or aborts, and a read_committed consumer
+sees only the committed records.
+
+send_offsets_to_transaction commits a consumer's offsets with the transaction. Three
+brokers: coordinators on every broker, producer ids from the active coordinator, state
+changes replicated to three replicas, markers sent to every partition leader, and the
+coordinator's broker killed with SIGKILL."""
+
+import time
+
+import pytest
+from confluent_kafka import KafkaError, KafkaException, Producer
+
+from helpers.clients import cf_conf, cf_consume, create_topic
+from helpers.kafka_hash import java_hash_partition
+
+TXN_TIMEOUT_S = 30
+
+def txn_producer(bootstrap, txn_id, **extra):
+    return Producer(cf_conf(bootstrap, **{"transactional.id": txn_id, **extra}))
+
+
+def test_init_and_empty_transactions(broker):
+    """init_transactions, then empty transactions committed and aborted: nothing for the
+    coordinator to write but the producer's id and epoch."""
+    p = txn_producer(broker.bootstrap, "tx-empty")
+    p.init_transactions(TXN_TIMEOUT_S)
+    p.begin_transaction()
+    p.commit_transaction(TXN_TIMEOUT_S)
+    p.begin_transaction()
+    p.abort_transaction(TXN_TIMEOUT_S)
+    # The same id again (a restarted application): a new epoch, and it works too.
+    p2 = txn_producer(broker.bootstrap, "tx-empty")
+    p2.init_transactions(TXN_TIMEOUT_S)
+    p2.begin_transaction()
+    p2.commit_transaction(TXN_TIMEOUT_S)
+    assert broker.alive()
+    assert "created internal topic" in broker.log_text() and "__transaction_state" in broker.log_text()
+
+
+def test_second_producer_fences_the_first(broker):
+    """A second producer with the same transactional.id bumps the epoch: the first one's
+    next transaction is refused with a fatal error (PRODUCER_FENCED)."""
+    create_topic(broker.bootstrap, "tx-fence", 1)
+    first = txn_producer(broker.bootstrap, "tx-fenced")
+    first.init_transactions(TXN_TIMEOUT_S)
+    second = txn_producer(broker.bootstrap, "tx-fenced")
+    second.init_transactions(TXN_TIMEOUT_S)
+
+    first.begin_transaction()
+    first.produce("tx-fence", b"zombie", partition=0)
+    with pytest.raises(KafkaException) as raised:
+        first.commit_transaction(TXN_TIMEOUT_S)
+    err = raised.value.args[0]
+    assert err.fatal(), err
+    assert err.code() in (KafkaError._FENCED, KafkaError.PRODUCER_FENCED, KafkaError.INVALID_PRODUCER_EPOCH), err
+    assert broker.alive()
+
+
+def test_commit_and_abort_with_records(broker):
+    """begin, produce, commit; begin, produce, abort: a read_committed consumer sees the
+    committed records only, a read_uncommitted one sees both (and no control records)."""
+    create_topic(broker.bootstrap, "tx-data", 2)
+    p = txn_producer(broker.bootstrap, "tx-data-app")
+    p.init_transactions(TXN_TIMEOUT_S)
+
+    p.begin_transaction()
+    for i in range(10):
+        p.produce("tx-data", b"committed-%d" % i, partition=i % 2)
+    p.commit_transaction(TXN_TIMEOUT_S)
+
+    p.begin_transaction()
+    for i in range(10):
+        p.produce("tx-data", b"aborted-%d" % i, partition=i % 2)
+    p.flush(TXN_TIMEOUT_S)
+    p.abort_transaction(TXN_TIMEOUT_S)
+
+    p.begin_transaction()
+    p.produce("tx-data", b"last", partition=0)
+    p.commit_transaction(TXN_TIMEOUT_S)
+
+    got = cf_consume(broker.bootstrap, "tx-data", 2, count=11, **{"isolation.level": "read_committed"})
+    values = sorted(r.value for recs in got.values() for r in recs)
+    assert values == sorted([b"committed-%d" % i for i in range(10)] + [b"last"]), values
+    got = cf_consume(broker.bootstrap, "tx-data", 2, count=21, **{"isolation.level": "read_uncommitted"})
+    values = [r.value for recs in got.values() for r in recs]
+    assert len(values) == 21 and sum(v.startswith(b"aborted-") for v in values) == 10, values
+
+
+def test_open_transaction_blocks_read_committed_until_it_ends(broker):
+    """A read_committed consumer stops at the last stable offset: records of an open
+    transaction are not returned until it commits."""
+    create_topic(broker.bootstrap, "tx-lso", 1)
+    p = txn_producer(broker.bootstrap, "tx-lso-app")
+    p.init_transactions(TXN_TIMEOUT_S)
+    p.begin_transaction()
+    p.produce("tx-lso", b"pending", partition=0)
+    p.flush(TXN_TIMEOUT_S)
+    got = cf_consume(broker.bootstrap, "tx-lso", 1, timeout=5, **{"isolation.level": "read_committed"})
+    assert got[0] == []
+    p.commit_transaction(TXN_TIMEOUT_S)
+    got = cf_consume(broker.bootstrap, "tx-lso", 1, count=1, **{"isolation.level": "read_committed"})
+    assert [r.value for r in got[0]] == [b"pending"]
+
+
+def test_send_offsets_to_transaction(broker):
+    """Consume-transform-produce: the consumer's offsets commit with the transaction."""
+    from confluent_kafka import Consumer, TopicPartition
+    create_topic(broker.bootstrap, "tx-in", 1)
+    create_topic(broker.bootstrap, "tx-out", 1)
+    src = Producer(cf_conf(broker.bootstrap))
+    for i in range(5):
+        src.produce("tx-in", b"in-%d" % i, partition=0)
+    src.flush(10)
+    c = Consumer(cf_conf(broker.bootstrap, **{"group.id": "tx-group", "enable.auto.commit": False,
+                                              "auto.offset.reset": "earliest", "isolation.level": "read_committed"}))
+    c.subscribe(["tx-in"])
+    p = txn_producer(broker.bootstrap, "tx-ctp")
+    p.init_transactions(TXN_TIMEOUT_S)
+    read = []
+    deadline = time.monotonic() + 30
+    while len(read) < 5 and time.monotonic() < deadline:
+        m = c.poll(0.5)
+        if m is not None and not m.error():
+            read.append(m)
+    assert len(read) == 5
+    p.begin_transaction()
+    for m in read:
+        p.produce("tx-out", m.value().replace(b"in", b"out"), partition=0)
+    p.send_offsets_to_transaction([TopicPartition("tx-in", 0, read[-1].offset() + 1)],
+                                  c.consumer_group_metadata(), TXN_TIMEOUT_S)
+    p.commit_transaction(TXN_TIMEOUT_S)
+    committed = c.committed([TopicPartition("tx-in", 0)], timeout=10)
+    assert committed[0].offset == 5
+    c.close()
+
+
+def test_coordinators_across_a_cluster(broker_factory):
+    """Three brokers (__transaction_state with three replicas): each transactional id's
+    coordinator is the leader of its partition, found from any broker; a coordinator that
+    is not the active controller gets its producer ids from the active one; every state
+    change waits for the three replicas. Fencing works wherever the coordinator is."""
+    from test_cluster import start_embedded_cluster
+    brokers = start_embedded_cluster(broker_factory, 3)
+    create_topic(brokers[0].bootstrap, "tx-cluster", 3, replication_factor=3)
+    ids = [f"tx-cluster-{i}" for i in range(6)]
+    producers = {}
+    for i, txn_id in enumerate(ids):
+        p = txn_producer(brokers[i % 3].bootstrap, txn_id)
+        p.init_transactions(TXN_TIMEOUT_S)
+        p.begin_transaction()
+        p.commit_transaction(TXN_TIMEOUT_S)
+        producers[txn_id] = p
+    log = "".join(b.log_text() for b in brokers)
+    assert "created internal topic" in log
+    # A second producer for each id fences the first, whichever broker coordinates it.
+    for txn_id in ids[:3]:
+        again = txn_producer(brokers[2].bootstrap, txn_id)
+        again.init_transactions(TXN_TIMEOUT_S)
+        first = producers[txn_id]
+        first.begin_transaction()
+        first.produce("tx-cluster", b"zombie", partition=0)
+        with pytest.raises(KafkaException) as raised:
+            first.commit_transaction(TXN_TIMEOUT_S)
+        assert raised.value.args[0].fatal(), raised.value.args[0]
+    assert all(b.alive() for b in brokers)
+
+
+def test_markers_reach_every_leader_of_a_cluster(broker_factory):
+    """A transaction over partitions led by three brokers: the coordinator sends markers
+    to each leader; read_committed consumers see the committed records only."""
+    from test_cluster import start_embedded_cluster
+    brokers = start_embedded_cluster(broker_factory, 3)
+    create_topic(brokers[0].bootstrap, "tx-spread", 6, replication_factor=2)
+    p = txn_producer(brokers[1].bootstrap, "tx-spread-app")
+    p.init_transactions(TXN_TIMEOUT_S)
+    p.begin_transaction()
+    for i in range(12):
+        p.produce("tx-spread", b"c-%d" % i, partition=i % 6)
+    p.commit_transaction(TXN_TIMEOUT_S)
+    p.begin_transaction()
+    for i in range(12):
+        p.produce("tx-spread", b"a-%d" % i, partition=i % 6)
+    p.abort_transaction(TXN_TIMEOUT_S)
+    got = cf_consume(brokers[0].bootstrap, "tx-spread", 6, count=12, **{"isolation.level": "read_committed"})
+    assert sorted(r.value for recs in got.values() for r in recs) == sorted(b"c-%d" % i for i in range(12))
+
+
+def test_a_new_coordinator_takes_over_after_kill9(broker_factory):
+    """The broker coordinating a transactional id is killed (-9): the new leader of its
+    __transaction_state partition loads the id, and the producer's next transaction
+    commits through it; read_committed sees both transactions' records."""
+    from test_cluster import cluster_metadata, start_embedded_cluster
+    assert java_hash_partition("my-group") == 12  # Java's "my-group".hashCode() is -1906497762
+    brokers = start_embedded_cluster(broker_factory, 3)
+    create_topic(brokers[0].bootstrap, "tx-fo", 3, replication_factor=3)
+    probe = txn_producer(brokers[0].bootstrap, "tx-fo-probe")
+    probe.init_transactions(TXN_TIMEOUT_S)
+    parts = cluster_metadata(brokers[0].bootstrap).topics["__transaction_state"].partitions
+    # Broker 1 runs the embedded metadata coordinator: kill another one.
+    txn_id = next(f"tx-fo-{i}" for i in range(200) if parts[java_hash_partition(f"tx-fo-{i}")].leader != 1)
+    victim = brokers[parts[java_hash_partition(txn_id)].leader - 1]
+
+    p = txn_producer(brokers[0].bootstrap, txn_id)
+    p.init_transactions(TXN_TIMEOUT_S)
+    p.begin_transaction()
+    for i in range(6):
+        p.produce("tx-fo", b"before-%d" % i, partition=i % 3)
+    p.commit_transaction(TXN_TIMEOUT_S)
+
+    victim.kill()
+    p.begin_transaction()
+    for i in range(6):
+        p.produce("tx-fo", b"after-%d" % i, partition=i % 3)
+    p.commit_transaction(60)
+
+    got = cf_consume(brokers[0].bootstrap, "tx-fo", 3, count=12, **{"isolation.level": "read_committed"})
+    values = sorted(r.value for recs in got.values() for r in recs)
+    assert values == sorted([b"before-%d" % i for i in range(6)] + [b"after-%d" % i for i in range(6)]), values
