@@ -291,6 +291,10 @@ def committed_offsets(bootstrap):
 def high_watermarks(bootstrap):
     c = Consumer(cf_conf(bootstrap, **{"group.id": "spate-connect-watermarks"}))
     try:
+        # The topic's metadata first: librdkafka's watermark query on a client that has
+        # not learnt the topic yet can fail at once with the local _UNKNOWN_PARTITION
+        # (seen in CI on 6d83df1, right after Connect created the topic).
+        c.list_topics(TOPIC, timeout=15)
         return {p: c.get_watermark_offsets(TopicPartition(TOPIC, p), timeout=15)[1] for p in range(PARTITIONS)}
     finally:
         c.close()
