@@ -1229,10 +1229,7 @@ impl Shard {
                 offline: p.log.offline_reason().is_some(),
                 under_replicated: p.replica.leader_state().is_some_and(|l| l.isr().len() < l.replicas().len()),
                 high_watermark: p.replica.leader_state().map(|l| l.high_watermark()),
-                last_stable_offset: p
-                    .replica
-                    .leader_state()
-                    .map(|l| p.log.stable_offset(Offset(l.high_watermark())).0),
+                last_stable_offset: p.replica.leader_state().map(|l| p.log.stable_offset(Offset(l.high_watermark())).0),
                 open_transactions: p.log.producer_states().ongoing_count(),
                 cleaner: p.log.cleaner_state(),
             })
