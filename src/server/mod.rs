@@ -320,9 +320,35 @@ pub(crate) fn create_offsets_topic(
     settings: crate::config::OffsetsTopic,
     capped: bool,
 ) -> anyhow::Result<bool> {
-    let replication_factor = settings.replication_factor;
     use crate::group::{offsets_topic_partitions, OFFSETS_TOPIC};
-    if !reg.is_active() || reg.get(OFFSETS_TOPIC).is_some() {
+    create_internal_topic(reg, OFFSETS_TOPIC, offsets_topic_partitions, settings, capped)
+}
+
+/// Create `__transaction_state` (on the active coordinator only, once): Kafka's
+/// `transaction.state.log.num.partitions` (50), compacted, with the offsets topic's
+/// replication factor and segment size (min of the configured factor and the live
+/// brokers when `capped`). Ok(true) when created now.
+pub(crate) fn create_txn_topic(
+    reg: &mut crate::coordinator::registry::Registry,
+    settings: crate::config::OffsetsTopic,
+    capped: bool,
+) -> anyhow::Result<bool> {
+    use crate::txn::{txn_topic_partitions, TXN_TOPIC};
+    create_internal_topic(reg, TXN_TOPIC, txn_topic_partitions, settings, capped)
+}
+
+/// A compacted internal topic of `partitions`, on the active coordinator only, once:
+/// the configured replication factor and segment size (the factor capped at the live
+/// brokers when `capped`, else nothing until enough are live). Ok(true) when created now.
+fn create_internal_topic(
+    reg: &mut crate::coordinator::registry::Registry,
+    topic: &str,
+    partitions: i32,
+    settings: crate::config::OffsetsTopic,
+    capped: bool,
+) -> anyhow::Result<bool> {
+    let replication_factor = settings.replication_factor;
+    if !reg.is_active() || reg.get(topic).is_some() {
         return Ok(false);
     }
     let live = reg.live_broker_count() as i32;
@@ -336,47 +362,12 @@ pub(crate) fn create_offsets_topic(
         &Default::default(),
     )
     .map_err(|e| anyhow::anyhow!(e))?;
-    reg.create_replicated(OFFSETS_TOPIC, offsets_topic_partitions, replicas, configs)?;
+    reg.create_replicated(topic, partitions, replicas, configs)?;
     tracing::info!(
-        topic = OFFSETS_TOPIC,
-        partitions = offsets_topic_partitions,
+        topic,
+        partitions,
         replication_factor = replicas,
         configured = replication_factor,
-        "created internal topic"
-    );
-    Ok(true)
-}
-
-/// Create `__transaction_state` (on the active coordinator only, once): Kafka's
-/// `transaction.state.log.num.partitions` (50), compacted, with the offsets topic's
-/// replication factor and segment size (min of the configured factor and the live
-/// brokers when `capped`). Ok(true) when created now.
-pub(crate) fn create_txn_topic(
-    reg: &mut crate::coordinator::registry::Registry,
-    settings: crate::config::OffsetsTopic,
-    capped: bool,
-) -> anyhow::Result<bool> {
-    use crate::txn::{txn_topic_partitions, TXN_TOPIC};
-    if !reg.is_active() || reg.get(TXN_TOPIC).is_some() {
-        return Ok(false);
-    }
-    let live = reg.live_broker_count() as i32;
-    let replicas = match (live >= settings.replication_factor, capped) {
-        (true, _) => settings.replication_factor,
-        (false, true) if live > 0 => live,
-        _ => return Ok(false),
-    };
-    let configs = crate::config::TopicConfig::from_pairs(
-        [("cleanup.policy", Some("compact")), ("segment.bytes", Some(settings.segment_bytes.to_string().as_str()))],
-        &Default::default(),
-    )
-    .map_err(|e| anyhow::anyhow!(e))?;
-    reg.create_replicated(TXN_TOPIC, txn_topic_partitions, replicas, configs)?;
-    tracing::info!(
-        topic = TXN_TOPIC,
-        partitions = txn_topic_partitions,
-        replication_factor = replicas,
-        configured = settings.replication_factor,
         "created internal topic"
     );
     Ok(true)
