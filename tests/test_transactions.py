@@ -6,18 +6,27 @@ transactional.id fences the first (its next transaction fails with a fatal, fenc
 error); a transaction with records commits or aborts, and a read_committed consumer
 sees only the committed records.
 
-send_offsets_to_transaction commits a consumer's offsets with the transaction. Three
+send_offsets_to_transaction commits a consumer's offsets with the transaction.
+kafka-python's transactional producer (3.x, its defaults) commits, aborts, sends offsets
+and is fenced the same way. A producer killed with SIGKILL mid-transaction leaves it
+open: the coordinator aborts it after its transaction.timeout.ms, read_committed
+consumers go on, and the coordinator's metrics show the transaction open, its age, and
+the abort. Three
 brokers: coordinators on every broker, producer ids from the active coordinator, state
 changes replicated to three replicas, markers sent to every partition leader, and the
 coordinator's broker killed with SIGKILL."""
 
+import subprocess
+import sys
 import time
 
 import pytest
 from confluent_kafka import KafkaError, KafkaException, Producer
 
-from helpers.clients import cf_conf, cf_consume, create_topic
+from helpers.broker import free_port
+from helpers.clients import cf_conf, cf_consume, create_topic, kp_common, kp_consumer
 from helpers.kafka_hash import java_hash_partition
+from helpers.metrics import metric_sum, scrape
 
 TXN_TIMEOUT_S = 30
 
@@ -138,6 +147,152 @@ def test_send_offsets_to_transaction(broker):
     committed = c.committed([TopicPartition("tx-in", 0)], timeout=10)
     assert committed[0].offset == 5
     c.close()
+
+
+def kp_txn_producer(bootstrap, txn_id):
+    from kafka import KafkaProducer
+    return KafkaProducer(**kp_common(bootstrap), transactional_id=txn_id)
+
+
+def test_kafka_python_transactions_commit_abort_offsets_and_fencing(broker):
+    """kafka-python's transactional KafkaProducer at its defaults: a committed transaction
+    is seen by read_committed readers, an aborted one only by read_uncommitted ones;
+    send_offsets_to_transaction with the consumer's group metadata commits the group's
+    offset with the transaction; a second producer with the same transactional_id fences
+    the first, whose next commit fails."""
+    from kafka import TopicPartition as KTP
+    from kafka.errors import KafkaError as KPError
+    from kafka.structs import OffsetAndMetadata
+    create_topic(broker.bootstrap, "kp-tx-in", 1)
+    create_topic(broker.bootstrap, "kp-tx-out", 2)
+    src = Producer(cf_conf(broker.bootstrap))
+    for i in range(4):
+        src.produce("kp-tx-in", b"in-%d" % i, partition=0)
+    src.flush(10)
+
+    p = kp_txn_producer(broker.bootstrap, "kp-tx-app")
+    p.init_transactions()
+    p.begin_transaction()
+    for i in range(6):
+        p.send("kp-tx-out", b"committed-%d" % i, partition=i % 2)
+    p.commit_transaction()
+    p.begin_transaction()
+    for i in range(6):
+        p.send("kp-tx-out", b"aborted-%d" % i, partition=i % 2)
+    p.flush()
+    p.abort_transaction()
+
+    # Consume-transform-produce: read the input in a group, commit its offset with the output.
+    c = kp_consumer(broker.bootstrap, group_id="kp-tx-group", isolation_level="read_committed")
+    c.subscribe(["kp-tx-in"])
+    read = []
+    deadline = time.monotonic() + 30
+    while len(read) < 4 and time.monotonic() < deadline:
+        for recs in c.poll(timeout_ms=500).values():
+            read.extend(recs)
+    assert [r.value for r in read] == [b"in-%d" % i for i in range(4)]
+    p.begin_transaction()
+    for r in read:
+        p.send("kp-tx-out", r.value.replace(b"in", b"out"), partition=0)
+    p.send_offsets_to_transaction({KTP("kp-tx-in", 0): OffsetAndMetadata(read[-1].offset + 1, "", -1)},
+                                  c.group_metadata())
+    p.commit_transaction()
+    assert c.committed(KTP("kp-tx-in", 0)) == 4
+    c.close()
+
+    committed = sorted([b"committed-%d" % i for i in range(6)] + [b"out-%d" % i for i in range(4)])
+    got = cf_consume(broker.bootstrap, "kp-tx-out", 2, count=10, **{"isolation.level": "read_committed"})
+    assert sorted(r.value for recs in got.values() for r in recs) == committed
+    got = cf_consume(broker.bootstrap, "kp-tx-out", 2, count=16, **{"isolation.level": "read_uncommitted"})
+    values = [r.value for recs in got.values() for r in recs]
+    assert len(values) == 16 and sorted(v for v in values if v.startswith(b"aborted-")) == \
+        sorted(b"aborted-%d" % i for i in range(6)), values
+
+    # A second producer with the same id fences the first.
+    zombie = p
+    p2 = kp_txn_producer(broker.bootstrap, "kp-tx-app")
+    p2.init_transactions()
+    zombie.begin_transaction()
+    zombie.send("kp-tx-out", b"zombie", partition=0)
+    with pytest.raises(KPError) as raised:
+        zombie.commit_transaction()
+    assert type(raised.value).__name__ in ("ProducerFencedError", "InvalidProducerEpochError"), raised.value
+    p2.begin_transaction()
+    p2.send("kp-tx-out", b"after-fence", partition=0)
+    p2.commit_transaction()
+    got = cf_consume(broker.bootstrap, "kp-tx-out", 2, count=11, **{"isolation.level": "read_committed"})
+    values = sorted(r.value for recs in got.values() for r in recs)
+    assert values == sorted(committed + [b"after-fence"]), values
+    p2.close()
+    assert broker.alive()
+
+
+ORPHAN_PRODUCER = """
+import sys
+from confluent_kafka import Producer
+p = Producer({"bootstrap.servers": sys.argv[1], "transactional.id": "tx-orphan",
+              "transaction.timeout.ms": 3000})
+p.init_transactions(30)
+p.begin_transaction()
+p.produce("tx-orphaned", b"orphan", partition=0)
+p.flush(30)
+print("open", flush=True)
+sys.stdin.read()
+"""
+
+
+def metrics_when(mport, pred, timeout=30):
+    """The first /metrics text satisfying `pred`, polled until `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        m = scrape(mport)
+        if pred(m):
+            return m
+        assert time.monotonic() < deadline, m
+        time.sleep(0.2)
+
+
+def test_a_killed_producers_transaction_times_out_and_the_metrics_show_it(broker_factory):
+    """A producer SIGKILLed mid-transaction leaves its transaction open: read_committed
+    readers stop at it (a later committed record waits behind it), the coordinator's
+    metrics show one Ongoing transaction and its age. After transaction.timeout.ms the
+    coordinator aborts it: the timeout counter moves, no transaction is open, the
+    partition's LSO lag is 0, and a read_committed consumer gets the committed record
+    and never the orphan."""
+    mport = free_port()
+    b = broker_factory("--metrics-listen", f"127.0.0.1:{mport}")
+    create_topic(b.bootstrap, "tx-orphaned", 1)
+    orphan = subprocess.Popen([sys.executable, "-c", ORPHAN_PRODUCER, b.bootstrap],
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert orphan.stdout.readline().strip() == "open"
+        opened = time.monotonic()
+        # Shards publish their status at each housekeeping tick: wait for the next one.
+        m = metrics_when(mport, lambda m: metric_sum(m, 'spate_transactions{state="Ongoing"}') == 1)
+        assert metric_sum(m, "spate_transactions_timed_out_total") == 0
+    finally:
+        orphan.kill()
+        orphan.wait()
+    later = txn_producer(b.bootstrap, "tx-after-orphan")
+    later.init_transactions(TXN_TIMEOUT_S)
+    later.begin_transaction()
+    later.produce("tx-orphaned", b"committed-after", partition=0)
+    later.commit_transaction(TXN_TIMEOUT_S)
+    # The orphan's transaction still holds the LSO back (unless its 3 s already ran out).
+    m = scrape(mport)
+    if metric_sum(m, "spate_transactions_timed_out_total") == 0:
+        assert metric_sum(m, 'spate_transactions{state="Ongoing"}') == 1, m
+        assert metric_sum(m, "spate_transaction_oldest_open_age_seconds") > 0, m
+
+    metrics_when(mport, lambda m: metric_sum(m, "spate_transactions_timed_out_total") >= 1, timeout=60)
+    assert time.monotonic() - opened >= 3.0 - 0.5, "aborted before its timeout"
+    got = cf_consume(b.bootstrap, "tx-orphaned", 1, count=1, **{"isolation.level": "read_committed"})
+    assert [r.value for r in got[0]] == [b"committed-after"]
+    m = metrics_when(mport, lambda m: metric_sum(m, 'spate_transactions{state="Ongoing"}') == 0
+                     and metric_sum(m, 'spate_transactions{state="PrepareAbort"}') == 0
+                     and metric_sum(m, 'spate_partition_last_stable_offset_lag{topic="tx-orphaned"') == 0)
+    assert metric_sum(m, 'spate_transactions{state="CompleteAbort"}') == 1, m
+    assert metric_sum(m, "spate_transaction_oldest_open_age_seconds") == 0, m
 
 
 def test_coordinators_across_a_cluster(broker_factory):

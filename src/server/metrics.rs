@@ -378,6 +378,7 @@ impl Metrics {
                 );
             }
         }
+        self.render_txn_coordinator(out, &statuses, super::now_ms());
         let _ = writeln!(out, "# HELP spate_group_rebalances_total Rebalances (join phases) completed.\n# TYPE spate_group_rebalances_total counter");
         for (i, st) in statuses.iter().enumerate() {
             let _ = writeln!(out, "spate_group_rebalances_total{{shard=\"{i}\"}} {}", st.rebalances);
@@ -410,6 +411,32 @@ impl Metrics {
                 }
             }
         }
+    }
+
+    /// The transaction coordinators of this broker's shards: transactional ids by state,
+    /// the age of the oldest open transaction, and aborts for a timeout.
+    fn render_txn_coordinator(&self, out: &mut String, statuses: &[crate::shard::ShardStatus], now_ms: i64) {
+        use crate::txn::coordinator::TxnState;
+        let states = [
+            TxnState::Empty,
+            TxnState::Ongoing,
+            TxnState::PrepareCommit,
+            TxnState::PrepareAbort,
+            TxnState::CompleteCommit,
+            TxnState::CompleteAbort,
+            TxnState::Dead,
+            TxnState::PrepareEpochFence,
+        ];
+        let _ = writeln!(out, "# HELP spate_transactions Transactional ids coordinated here, by state (Ongoing, Prepare* and PrepareEpochFence are open transactions).\n# TYPE spate_transactions gauge");
+        for state in states {
+            let n: u64 = statuses.iter().map(|s| s.txns.by_state[state.id() as usize]).sum();
+            let _ = writeln!(out, "spate_transactions{{state=\"{state:?}\"}} {n}");
+        }
+        let oldest = statuses.iter().filter_map(|s| s.txns.oldest_open_start_ms).min();
+        let age = oldest.map_or(0.0, |start| (now_ms - start).max(0) as f64 / 1e3);
+        let _ = writeln!(out, "# HELP spate_transaction_oldest_open_age_seconds How long the oldest transaction open at a coordinator here has been open (0 with none).\n# TYPE spate_transaction_oldest_open_age_seconds gauge\nspate_transaction_oldest_open_age_seconds {age}");
+        let timed_out: u64 = statuses.iter().map(|s| s.txns.timed_out).sum();
+        let _ = writeln!(out, "# HELP spate_transactions_timed_out_total Transactions the coordinators here aborted for their timeout (their producers fenced).\n# TYPE spate_transactions_timed_out_total counter\nspate_transactions_timed_out_total {timed_out}");
     }
 }
 

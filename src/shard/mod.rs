@@ -163,6 +163,17 @@ pub struct ShardStatus {
     pub groups: Vec<crate::group::GroupStatus>,
     pub rebalances: u64,
     pub cleaner: CleanerTotals,
+    pub txns: TxnCoordinatorStatus,
+}
+
+/// The transaction coordinator on this shard: transactional ids by state (Kafka's
+/// TransactionState ids, 0-7), when the oldest open transaction began, and how many
+/// transactions it aborted for their timeout since start.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct TxnCoordinatorStatus {
+    pub by_state: [u64; 8],
+    pub oldest_open_start_ms: Option<i64>,
+    pub timed_out: u64,
 }
 
 /// What this shard's log cleaner did since start.
@@ -402,6 +413,8 @@ pub struct Shard {
     txn_resumes: Vec<txns::TxnMarkers>,
     /// transaction.max.timeout.ms
     txn_max_timeout_ms: i32,
+    /// Transactions aborted for their timeout since start.
+    txn_timeouts: u64,
 }
 
 impl Shard {
@@ -440,6 +453,7 @@ impl Shard {
             next_txn_load_id: 0,
             txn_resumes: Vec::new(),
             txn_max_timeout_ms: crate::txn::coordinator::TRANSACTION_MAX_TIMEOUT_MS,
+            txn_timeouts: 0,
             id,
             nr_shards,
             data_dir,
@@ -1240,6 +1254,7 @@ impl Shard {
             groups: self.groups.status(),
             rebalances: self.groups.rebalances(),
             cleaner: self.cleaner_totals,
+            txns: self.txn_status(),
         }
     }
 

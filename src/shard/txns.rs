@@ -21,7 +21,7 @@ use kafka_protocol::records::{Compression, Record, RecordBatchEncoder, RecordEnc
 
 use crate::log::LogError;
 use crate::model::{Offset, TopicPartition};
-use crate::txn::coordinator::{Answer, Decision, Markers, ProducerIdAndEpoch, TxnError, TxnRecord, Written};
+use crate::txn::coordinator::{Answer, Decision, Markers, ProducerIdAndEpoch, TxnError, TxnRecord, TxnState, Written};
 use crate::txn::{log_records, txn_partition_for, txn_topic_partitions, TXN_TOPIC};
 
 use super::groups::GroupLoadStep;
@@ -295,7 +295,7 @@ impl Shard {
             return (Vec::new(), false); // a half-loaded id may look open
         }
         let exhausted = self.txns.ids().any(|(_, r)| {
-            r.state == crate::txn::coordinator::TxnState::Ongoing
+            r.state == TxnState::Ongoing
                 && now_ms - r.start_ms > r.timeout_ms as i64
                 && r.producer_epoch >= i16::MAX - 1
         });
@@ -310,9 +310,26 @@ impl Shard {
             let Some(load) = self.txn_partitions.get(&tp.partition).map(|p| p.load) else { continue };
             tracing::info!(transactional_id = %txn_id, producer_id = record.producer_id,
                 producer_epoch = record.producer_epoch, "transaction timed out: aborting it, fencing its producer");
+            self.txn_timeouts += 1;
             out.push(self.append_txn_record(&txn_id, load, &record, now_ms));
         }
         (out, false)
+    }
+
+    /// What the metrics show of this shard's coordinator (`TxnCoordinatorStatus`). An
+    /// open transaction is one in Ongoing, Prepare* or PrepareEpochFence: begun (its
+    /// first partition added) and its markers not all written.
+    pub(super) fn txn_status(&self) -> super::TxnCoordinatorStatus {
+        let mut status = super::TxnCoordinatorStatus { timed_out: self.txn_timeouts, ..Default::default() };
+        for (_, r) in self.txns.ids() {
+            status.by_state[r.state.id() as usize] += 1;
+            let open = !r.state.is_idle() && r.state != TxnState::Dead;
+            if open && r.start_ms >= 0 {
+                status.oldest_open_start_ms =
+                    Some(status.oldest_open_start_ms.map_or(r.start_ms, |t| t.min(r.start_ms)));
+            }
+        }
+        status
     }
 
     /// This broker took the leadership of `__transaction_state` partition `tp`: load its
