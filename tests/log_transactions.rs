@@ -18,7 +18,7 @@ use proptest::prelude::*;
 use common::*;
 use spate::log::batch::{encode_marker, ControlMarker};
 use spate::log::txn_index::AbortedTxn;
-use spate::log::{LogError, PartitionLog};
+use spate::log::{LogError, PartitionLog, TxnVerification};
 use spate::model::{Offset, ProducerId};
 use spate::txn::producer_state::ProducerStateError;
 
@@ -137,6 +137,62 @@ fn transactional_rules_on_the_leader() {
     // After the commit a plain batch of the same producer is fine again.
     append(&mut log, batch(1, 3, 1, 1, false)).unwrap();
     assert_eq!(log.log_end_offset(), Offset(3));
+}
+
+/// KIP-890 part 1 on the leader, as `append_produced` does it for a Produce naming a
+/// transactional id. Appends the record set the way the shard does (shared bytes).
+fn produce(log: &mut PartitionLog, b: Vec<u8>, verification: TxnVerification) -> Result<i64, LogError> {
+    let mut b = b;
+    let (info, write, patches) = log.append_produced(&b, 0, 1_000, verification)?;
+    for p in patches {
+        b[p.position..p.position + p.header.len()].copy_from_slice(&p.header);
+    }
+    let r = write.file.write_all_at(&b, write.position);
+    log.write_done(write.id, r)?;
+    Ok(info.base_offset.0)
+}
+
+#[test]
+fn a_transactional_batch_needs_verification_and_a_marker_voids_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut log = PartitionLog::open(dir.path(), small_config(), 0).unwrap();
+    // The first transactional batch of producer 1 here: verify first, nothing appended.
+    let guard = match produce(&mut log, batch(1, 0, 0, 1, true), TxnVerification::Unverified) {
+        Err(LogError::TxnVerificationNeeded { producer_id: 1, producer_epoch: 0, guard }) => guard,
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(log.log_end_offset(), Offset(0));
+    // Asking again (a retry) hands out the same guard; a wrong guard is refused.
+    let again = produce(&mut log, batch(1, 0, 0, 1, true), TxnVerification::Unverified);
+    assert!(matches!(again, Err(LogError::TxnVerificationNeeded { guard: g, .. }) if g == guard), "{again:?}");
+    let wrong = produce(&mut log, batch(1, 0, 0, 1, true), TxnVerification::Verified(guard + 1));
+    assert!(matches!(wrong, Err(LogError::TxnVerificationStale { producer_id: 1 })), "{wrong:?}");
+    // Verified: appended, and the transaction is open, so later batches need no check.
+    assert_eq!(produce(&mut log, batch(1, 0, 0, 1, true), TxnVerification::Verified(guard)).unwrap(), 0);
+    assert_eq!(produce(&mut log, batch(1, 0, 1, 1, true), TxnVerification::Unverified).unwrap(), 1);
+    // Plain batches and requests without a transactional id are not verified.
+    assert_eq!(produce(&mut log, batch(2, 0, 0, 1, false), TxnVerification::Unverified).unwrap(), 2);
+    assert_eq!(produce(&mut log, batch(3, 0, 0, 1, true), TxnVerification::Off).unwrap(), 3);
+    marker(&mut log, 1, 0, false, 0).unwrap();
+
+    // A batch verified while its transaction was still open, appended after the marker
+    // that ended it (the hanging transaction KIP-890 prevents): the guard is void.
+    let guard = match produce(&mut log, batch(1, 0, 2, 1, true), TxnVerification::Unverified) {
+        Err(LogError::TxnVerificationNeeded { guard, .. }) => guard,
+        other => panic!("{other:?}"),
+    };
+    marker(&mut log, 1, 0, false, 0).unwrap();
+    let late = produce(&mut log, batch(1, 0, 2, 1, true), TxnVerification::Verified(guard));
+    assert!(matches!(late, Err(LogError::TxnVerificationStale { producer_id: 1 })), "{late:?}");
+    assert_eq!(log.log_end_offset(), Offset(6));
+    assert_eq!(lso(&mut log), 3, "only producer 3's transaction (at 3) is open");
+    // A guard handed out for another epoch does not serve a newer one.
+    let guard = match produce(&mut log, batch(1, 0, 2, 1, true), TxnVerification::Unverified) {
+        Err(LogError::TxnVerificationNeeded { guard, .. }) => guard,
+        other => panic!("{other:?}"),
+    };
+    let bumped = produce(&mut log, batch(1, 1, 0, 1, true), TxnVerification::Verified(guard));
+    assert!(matches!(bumped, Err(LogError::TxnVerificationStale { producer_id: 1 })), "{bumped:?}");
 }
 
 #[test]

@@ -109,3 +109,106 @@ def test_markers_decide_what_read_committed_consumers_see_through_kill9(broker_f
     assert markers((a, 1, True, 0, {TOPIC: [0]})) == {(a, TOPIC, 0): NONE}
     assert values(cf_consume(b.bootstrap, TOPIC, 1, count=3)) == [b"plain", b"d1", b"a3"]
     assert b.alive()
+
+
+NOT_COORDINATOR = 16
+NOT_ENOUGH_REPLICAS = 19
+COORDINATOR_LOAD_IN_PROGRESS = 14
+COORDINATOR_NOT_AVAILABLE = 15
+
+
+def init_transactional_id(port, txn_id, ports=None):
+    """FindCoordinator (which creates __transaction_state) and InitProducerId for
+    `txn_id` to the coordinator it names (`ports`: node id -> port, for a cluster), as
+    a client does, retrying while the coordinator is not ready."""
+    deadline = time.monotonic() + 30
+    while True:
+        err, node = wire.parse_find_coordinator_v1(wire.call(port, wire.find_coordinator_v1(txn_id, 1)))
+        if err == NONE:
+            at = (ports or {}).get(node, port)
+            err, pid, epoch = wire.parse_init_producer_id(wire.call(at, wire.init_producer_id(transactional_id=txn_id)))
+        if err not in (NOT_COORDINATOR, COORDINATOR_LOAD_IN_PROGRESS, COORDINATOR_NOT_AVAILABLE):
+            return err, pid, epoch
+        assert time.monotonic() < deadline, err
+        time.sleep(0.2)
+
+
+def kip890_scenario(leader_port, coordinator_port, topic, txn_id):
+    """KIP-890 part 1 against the partition leader at `leader_port`, with `txn_id`'s
+    coordinator at `coordinator_port` (the same broker, or another one): a transactional
+    batch for a partition the coordinator never added is refused with INVALID_TXN_STATE
+    and not appended; once added, it is appended; after the transaction is aborted, a
+    late batch of it (a delayed retry, with the next sequence) is refused too, so it
+    cannot open a transaction nobody will end: the LSO does not get stuck."""
+    err, pid, epoch = init_transactional_id(coordinator_port, txn_id)
+    assert err == NONE
+
+    def produce(partition, value, seq):
+        """As a client: NOT_ENOUGH_REPLICAS (a coordinator the leader cannot reach yet,
+        e.g. before its metadata names it) is retried."""
+        batch = wire.record_batch([value], pid, epoch, seq, transactional=True)
+        req = wire.produce_v3(topic, partition, batch, transactional_id=txn_id)
+        deadline = time.monotonic() + 30
+        while True:
+            got = wire.parse_produce_v3(wire.call(leader_port, req))
+            if got[0] != NOT_ENOUGH_REPLICAS:
+                return got
+            assert time.monotonic() < deadline, got
+            time.sleep(0.2)
+
+    def latest(partition, isolation):
+        err, offset = wire.parse_list_offsets_v2(
+            wire.call(leader_port, wire.list_offsets_latest_v2(topic, partition, isolation)))
+        assert err == NONE
+        return offset
+
+    # Never added: refused, nothing appended, no transaction opened.
+    assert produce(0, b"not-added", 0)[0] == INVALID_TXN_STATE
+    assert (latest(0, 0), latest(0, 1)) == (0, 0)
+    # Added: appended. Another partition of the same transaction, not added: refused.
+    add = wire.add_partitions_to_txn_v1(txn_id, pid, epoch, topic, [0])
+    assert wire.parse_add_partitions_to_txn_v1(wire.call(coordinator_port, add)) == {0: NONE}
+    assert produce(0, b"in-txn", 0) == (NONE, 0)
+    assert produce(1, b"other-partition", 0)[0] == INVALID_TXN_STATE
+    assert latest(1, 0) == 0
+    # Abort: the marker lands at 1, and the LSO reaches the HW (2).
+    assert wire.parse_end_txn_v1(wire.call(coordinator_port, wire.end_txn_v1(txn_id, pid, epoch, False))) == NONE
+    wait_for(lambda: latest(0, 1) == 2, timeout=30)
+    # A late batch of the ended transaction: refused; the LSO stays at the HW.
+    assert produce(0, b"late", 1)[0] == INVALID_TXN_STATE
+    assert (latest(0, 0), latest(0, 1)) == (2, 2)
+    return pid, epoch
+
+
+def test_kip890_a_transactional_batch_is_verified_with_the_coordinator(broker):
+    """One broker: the coordinator is local (see `kip890_scenario`)."""
+    create_topic(broker.bootstrap, "kip890", 2)
+    kip890_scenario(broker.port, broker.port, "kip890", "kip890-app")
+    got = cf_consume(broker.bootstrap, "kip890", 2, count=1, **{"isolation.level": "read_uncommitted"})
+    assert values(got) == [b"in-txn"] and got[1] == []
+    assert broker.alive()
+
+
+def test_kip890_verification_asks_a_coordinator_on_another_broker(broker_factory):
+    """Three brokers: the partitions are led by one broker and the transactional id is
+    coordinated by another, so the leader verifies with AddPartitionsToTxn v4
+    (verify_only) over the network (see `kip890_scenario`)."""
+    from confluent_kafka.admin import NewTopic
+    from test_cluster import start_embedded_cluster
+    from helpers.clients import admin, topic_metadata, wait_for_topic
+    from helpers.kafka_hash import java_hash_partition
+    brokers = start_embedded_cluster(broker_factory, 3)
+    # __transaction_state comes with the first transactional id initialised.
+    ports = {i + 1: b.port for i, b in enumerate(brokers)}
+    assert init_transactional_id(brokers[0].port, "kip890-warmup", ports)[0] == NONE
+    txn_id = "kip890-remote"
+    md = topic_metadata(brokers[0].bootstrap)
+    coordinator = md["__transaction_state"][java_hash_partition(txn_id, 50)]
+    leader = next(n for n in (1, 2, 3) if n != coordinator)
+    a = admin(brokers[0].bootstrap)
+    futures = a.create_topics(
+        [NewTopic("kip890c", 2, replica_assignment=[[leader], [leader]])], request_timeout=15, operation_timeout=15)
+    futures["kip890c"].result(30)
+    wait_for_topic(brokers[0].bootstrap, "kip890c", 2)
+    kip890_scenario(brokers[leader - 1].port, brokers[coordinator - 1].port, "kip890c", txn_id)
+    assert all(b.alive() for b in brokers)

@@ -103,7 +103,7 @@
 //! cache, an unreadable one is rebuilt from the retained batches' headers (with a
 //! warning) and rewritten.
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::fs::File;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
@@ -171,6 +171,15 @@ pub enum LogError {
     /// retry); nothing was appended, and these are the original batch's offsets.
     #[error("duplicate of the batch at offsets {}..={}", .0.base_offset, .0.last_offset)]
     DuplicateBatch(AppendInfo),
+    /// Not a failure yet: a producer's first transactional batch here must be verified
+    /// with its transaction coordinator (KIP-890 part 1); append again with
+    /// `TxnVerification::Verified(guard)` once it is. Nothing was appended.
+    #[error("producer {producer_id} epoch {producer_epoch}: transaction not verified yet")]
+    TxnVerificationNeeded { producer_id: i64, producer_epoch: i16, guard: u64 },
+    /// A verified batch whose transaction ended (a marker came) while it was verified,
+    /// or whose guard is unknown -> INVALID_TXN_STATE. Nothing was appended.
+    #[error("producer {producer_id}: the transaction ended while this batch was verified")]
+    TxnVerificationStale { producer_id: i64 },
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -352,6 +361,27 @@ pub struct PartitionLog {
     /// Producer ids at or above this were never issued (the coordinator's word; None
     /// until known): batches carrying one are refused.
     producer_id_bound: Option<i64>,
+    /// KIP-890 part 1: producers whose first transactional batch here is being
+    /// verified with the transaction coordinator, with the guard and epoch the check
+    /// was started for (Kafka's `VerificationStateEntry`). A marker for the producer
+    /// ends its entry, so a batch verified before its transaction ended is refused.
+    /// In memory only, on the leader; at most `limits::partition_producers_max`.
+    txn_verifications: HashMap<i64, (u64, i16)>,
+    next_verification_guard: u64,
+}
+
+/// How a leader's append treats a transactional batch whose producer has no
+/// transaction open in the partition (KIP-890 part 1, against hanging transactions: a
+/// late batch must not start a transaction the coordinator has already ended).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TxnVerification {
+    /// Append without asking (the request named no transactional id, as Kafka).
+    Off,
+    /// Not verified yet: refuse with `LogError::TxnVerificationNeeded` and a guard.
+    Unverified,
+    /// The coordinator said the partition is in the transaction, for this guard: append
+    /// if no marker for the producer came since the guard was handed out.
+    Verified(u64),
 }
 
 /// One appended batch's new header: `header` replaces the first 61 bytes of the
@@ -560,6 +590,8 @@ impl PartitionLog {
             leader_epochs,
             producers,
             producer_id_bound: None,
+            txn_verifications: HashMap::new(),
+            next_verification_guard: 1,
             log_start_offset,
         };
         log.load_log_start_offset()?;
@@ -620,7 +652,7 @@ impl PartitionLog {
         records: &[u8],
         now_ms: i64,
     ) -> Result<(AppendInfo, PendingWrite, Vec<HeaderPatch>), LogError> {
-        self.append_inner(records, None, now_ms)
+        self.append_inner(records, None, now_ms, TxnVerification::Off)
     }
 
     /// `append_shared`, also stamping `partitionLeaderEpoch` = `leader_epoch` into every
@@ -631,7 +663,19 @@ impl PartitionLog {
         leader_epoch: i32,
         now_ms: i64,
     ) -> Result<(AppendInfo, PendingWrite, Vec<HeaderPatch>), LogError> {
-        self.append_inner(records, Some(leader_epoch), now_ms)
+        self.append_inner(records, Some(leader_epoch), now_ms, TxnVerification::Off)
+    }
+
+    /// `append_shared_with_leader_epoch` for a client's Produce, with the transaction
+    /// verification of KIP-890 part 1 (`TxnVerification`).
+    pub fn append_produced(
+        &mut self,
+        records: &[u8],
+        leader_epoch: i32,
+        now_ms: i64,
+        verification: TxnVerification,
+    ) -> Result<(AppendInfo, PendingWrite, Vec<HeaderPatch>), LogError> {
+        self.append_inner(records, Some(leader_epoch), now_ms, verification)
     }
 
     /// Append one end-of-transaction marker (`batch::encode_marker`'s control batch), as
@@ -719,7 +763,7 @@ impl PartitionLog {
     /// be written. Until `write_done` reports the write, reads, flushes and the
     /// recovery point stop before it.
     pub fn append_deferred(&mut self, records: &mut [u8], now_ms: i64) -> Result<(AppendInfo, PendingWrite), LogError> {
-        let (info, write, patches) = self.append_inner(records, None, now_ms)?;
+        let (info, write, patches) = self.append_inner(records, None, now_ms, TxnVerification::Off)?;
         apply_patches(records, &patches);
         Ok((info, write))
     }
@@ -778,11 +822,55 @@ impl PartitionLog {
         leader_epoch: i32,
         now_ms: i64,
     ) -> Result<AppendInfo, LogError> {
-        let (info, write, patches) = self.append_inner(records, Some(leader_epoch), now_ms)?;
+        let (info, write, patches) = self.append_inner(records, Some(leader_epoch), now_ms, TxnVerification::Off)?;
         apply_patches(records, &patches);
         let result = write.file.write_all_at(records, write.position);
         self.write_done(write.id, result)?;
         Ok(info)
+    }
+
+    /// KIP-890 part 1 for a transactional batch of `producer_id` at `epoch`: nothing to
+    /// check while its transaction is open here; otherwise the coordinator must have
+    /// said the partition is in it (`TxnVerification::Verified` with the guard handed
+    /// out for this producer and epoch, no marker since).
+    fn check_txn_verification(
+        &mut self,
+        producer_id: i64,
+        epoch: i16,
+        verification: TxnVerification,
+    ) -> Result<(), LogError> {
+        let open =
+            self.producers.get(crate::model::ProducerId(producer_id)).is_some_and(|e| e.current_txn_first_offset >= 0);
+        match verification {
+            TxnVerification::Off => Ok(()),
+            _ if open => Ok(()),
+            TxnVerification::Unverified => {
+                let guard = match self.txn_verifications.get(&producer_id) {
+                    Some((guard, e)) if *e == epoch => *guard,
+                    _ => {
+                        if self.txn_verifications.len() >= limits::partition_producers_max
+                            && !self.txn_verifications.contains_key(&producer_id)
+                        {
+                            // The oldest check goes: its batch is refused and retried.
+                            if let Some(oldest) =
+                                self.txn_verifications.iter().min_by_key(|(_, (g, _))| *g).map(|(id, _)| *id)
+                            {
+                                self.txn_verifications.remove(&oldest);
+                            }
+                        }
+                        let guard = self.next_verification_guard;
+                        self.next_verification_guard += 1;
+                        self.txn_verifications.insert(producer_id, (guard, epoch));
+                        guard
+                    }
+                };
+                Err(LogError::TxnVerificationNeeded { producer_id, producer_epoch: epoch, guard })
+            }
+            TxnVerification::Verified(guard) => match self.txn_verifications.get(&producer_id) {
+                Some((g, e)) if *g == guard && *e == epoch => Ok(()),
+                _ => Err(LogError::TxnVerificationStale { producer_id }),
+            },
+        }
     }
 
     fn append_inner(
@@ -790,6 +878,7 @@ impl PartitionLog {
         records: &[u8],
         leader_epoch: Option<i32>,
         now_ms: i64,
+        verification: TxnVerification,
     ) -> Result<(AppendInfo, PendingWrite, Vec<HeaderPatch>), LogError> {
         self.check_online()?;
         let batch_bytes_max = self.config.max_message_bytes.min(limits::message_bytes_max) as usize;
@@ -828,6 +917,9 @@ impl PartitionLog {
                     bytes: 0,
                 }));
             }
+        }
+        if let Some(b) = producer_batches.iter().find(|b| b.transactional) {
+            self.check_txn_verification(b.producer_id.0, b.epoch.0, verification)?;
         }
         let record_count: i64 = batches.iter().map(|(_, h)| h.records_count as i64).sum();
         let base_offset = self.log_end_offset().0;
@@ -952,6 +1044,7 @@ impl PartitionLog {
             let Some(marker) = (h.producer_id >= 0).then(|| batch::control_marker(bytes, h)).flatten() else {
                 continue;
             };
+            self.txn_verifications.remove(&h.producer_id);
             let txn = self.producers.apply_marker(
                 crate::model::ProducerId(h.producer_id),
                 crate::model::ProducerEpoch(h.producer_epoch),
@@ -1678,6 +1771,7 @@ impl PartitionLog {
         let r = producers::rebuild(&self.dir, &mut self.segments, i64::MAX, 0, i64::MAX);
         let (producers, _, written) = self.offline_on_err("truncate: producer state", r)?;
         self.producers = producers;
+        self.txn_verifications.clear();
         self.unsynced_files.extend(written);
         self.truncated_below = Some(self.truncated_below.map_or(end, |t| t.min(end)));
         self.truncated_at_change = self.dir_changes;
@@ -1714,6 +1808,7 @@ impl PartitionLog {
         self.leader_epochs.truncate_from_end(i64::MIN); // every epoch goes
         self.save_leader_epochs("start over: leader-epoch-checkpoint", offset)?;
         self.producers = ProducerStates::new();
+        self.txn_verifications.clear();
         self.recovery_point = offset;
         self.replace_recovery_point("start over: checkpoint")?;
         self.truncated_below = Some(offset);

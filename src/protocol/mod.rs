@@ -54,11 +54,12 @@ pub const SUPPORTED_APIS: &[(ApiKey, i16, i16)] = &[
     (ApiKey::AlterPartition, 2, 3),
     // Followers before fetching from a new leader; consumers detecting truncation.
     (ApiKey::OffsetForLeaderEpoch, 2, 4),
-    // Idempotent and transactional producers (transaction version 1: AddPartitionsToTxn
-    // v4+ is KIP-890's broker-to-broker verification, EndTxn v5 its epoch bump per
-    // transaction, AddOffsetsToTxn / EndTxn v4 its TRANSACTION_ABORTABLE: not advertised).
+    // Idempotent and transactional producers (transaction version 1). AddPartitionsToTxn
+    // v4-5 is KIP-890 part 1's broker-to-broker verification (clients use v3 and below);
+    // EndTxn v5's epoch bump per transaction and AddOffsetsToTxn / EndTxn v4's
+    // TRANSACTION_ABORTABLE (transaction version 2) are not advertised.
     (ApiKey::InitProducerId, 0, 5),
-    (ApiKey::AddPartitionsToTxn, 0, 3),
+    (ApiKey::AddPartitionsToTxn, 0, 5),
     (ApiKey::AddOffsetsToTxn, 0, 3),
     (ApiKey::EndTxn, 0, 3),
     (ApiKey::DescribeTransactions, 0, 0),
@@ -317,6 +318,10 @@ pub mod error_code {
     pub const CONCURRENT_TRANSACTIONS: i16 = 51;
     pub const OPERATION_NOT_ATTEMPTED: i16 = 55;
     pub const TRANSACTIONAL_ID_NOT_FOUND: i16 = 105;
+    /// KIP-890: a partition not in the producer's transaction (AddPartitionsToTxn v4+
+    /// verify_only, between brokers).
+    pub const TRANSACTION_ABORTABLE: i16 = 120;
+    pub const NETWORK_EXCEPTION: i16 = 13;
 }
 
 #[cfg(test)]

@@ -64,6 +64,8 @@ pub enum TxnOutcome {
     Answer(Result<Answer, TxnError>),
     Describe(Option<TxnRecord>),
     List(Vec<(String, TxnRecord)>),
+    /// AddPartitionsToTxn verify_only: per partition, whether it is in the transaction.
+    Verified(Result<Vec<bool>, TxnError>),
     /// InitProducerId for a new id or an exhausted epoch: allocate a producer id first.
     NeedProducerId,
     /// This broker does not lead the id's partition (or stopped during the write).
@@ -112,6 +114,7 @@ pub fn serve(ctx: Rc<ShardContext>, op: TxnOp, reply: oneshot::Sender<TxnOutcome
             TxnReply::NeedProducerId => TxnOutcome::NeedProducerId,
             TxnReply::Describe(r) => TxnOutcome::Describe(r),
             TxnReply::List(l) => TxnOutcome::List(l),
+            TxnReply::Verified(v) => TxnOutcome::Verified(v),
             TxnReply::Unavailable => TxnOutcome::NotCoordinator,
             TxnReply::Loading => TxnOutcome::Loading,
         };
@@ -180,7 +183,7 @@ fn marker_result(code: i16) -> MarkerResult {
 }
 
 /// Where to reach broker `id`.
-fn broker_address(ctx: &ShardContext, id: NodeId) -> Option<String> {
+pub(super) fn broker_address(ctx: &ShardContext, id: NodeId) -> Option<String> {
     let view = ctx.view();
     if let Some(b) = view.broker_info(id).filter(|b| b.is_live()) {
         return Some(format!("{}:{}", b.endpoint.host, b.endpoint.port));

@@ -285,6 +285,7 @@ impl Shard {
             now_ms,
             durable,
             acks,
+            verification: crate::log::TxnVerification::Off,
         })? {
             PartitionReply::Produced { duplicate: true, .. } => {
                 // Cannot happen: the sequence continues the producer's last one here.

@@ -83,7 +83,15 @@ pub enum PartitionOp {
     /// Append a produce request's record set. `durable` asks for an fsync before the ack.
     /// `records` is a slice of the request frame: it is written as it arrived, with
     /// only the batch headers replaced (no copy).
-    Produce { tp: TopicPartition, records: bytes::Bytes, now_ms: i64, durable: bool, acks: i16 },
+    Produce {
+        tp: TopicPartition,
+        records: bytes::Bytes,
+        now_ms: i64,
+        durable: bool,
+        acks: i16,
+        /// KIP-890 part 1 for a transactional batch (`crate::log::TxnVerification`).
+        verification: crate::log::TxnVerification,
+    },
     /// WriteTxnMarkers: append the transaction coordinator's end-of-transaction marker
     /// for `producer_id` (acks=all: answered as a Produce whose `replicated` waits for
     /// the high watermark).
@@ -908,7 +916,7 @@ impl Shard {
             replica::leader_of(self.partition_mut(tp, now_ms)?, tp, epoch)?;
         }
         match op {
-            PartitionOp::Produce { tp, records, now_ms, durable, acks } => {
+            PartitionOp::Produce { tp, records, now_ms, durable, acks, verification } => {
                 let p = self.partition_mut(&tp, now_ms)?;
                 let epoch = p.replica.may_append(acks == -1).map_err(|e| match e {
                     AppendRefusal::NotLeader => PartitionError::NotLeader(tp.clone()),
@@ -922,7 +930,7 @@ impl Shard {
                     None => records,
                 };
                 // The leader stamps its epoch into every batch (KIP-101).
-                let (info, write, patches) = match p.log.append_shared_with_leader_epoch(&records, epoch.0, now_ms) {
+                let (info, write, patches) = match p.log.append_produced(&records, epoch.0, now_ms, verification) {
                     Err(LogError::DuplicateBatch(info)) => {
                         // A producer's retry: its original offsets, once a consumer could
                         // read them (and the in-sync replicas have them, for acks=all).

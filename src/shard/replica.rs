@@ -806,6 +806,7 @@ mod tests {
                 now_ms: 1_000,
                 durable: false,
                 acks: 1,
+                verification: crate::log::TxnVerification::Off,
             };
             match shard.execute(op).unwrap() {
                 super::super::PartitionReply::Produced { written: Some(w), .. } => w,

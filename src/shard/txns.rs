@@ -63,6 +63,13 @@ pub enum TxnOp {
     Describe {
         txn_id: String,
     },
+    /// AddPartitionsToTxn v4+ verify_only: are these partitions in the producer's
+    /// transaction (`TxnCoordinator::verify_partitions`)?
+    Verify {
+        txn_id: String,
+        producer: ProducerIdAndEpoch,
+        partitions: Vec<TopicPartition>,
+    },
     /// Every id this shard coordinates (ListTransactions fans out to all shards).
     List,
 }
@@ -74,7 +81,8 @@ impl TxnOp {
             TxnOp::InitProducerId { txn_id, .. }
             | TxnOp::AddPartitions { txn_id, .. }
             | TxnOp::EndTxn { txn_id, .. }
-            | TxnOp::Describe { txn_id } => Some(txn_id),
+            | TxnOp::Describe { txn_id }
+            | TxnOp::Verify { txn_id, .. } => Some(txn_id),
             TxnOp::List => None,
         }
     }
@@ -100,6 +108,8 @@ pub enum TxnReply {
     NeedProducerId,
     Describe(Option<TxnRecord>),
     List(Vec<(String, TxnRecord)>),
+    /// Verify: per partition, whether it is in the transaction.
+    Verified(Result<Vec<bool>, TxnError>),
     /// This broker does not lead the id's partition (yet, or any more).
     Unavailable,
     /// The id's partition is being loaded: COORDINATOR_LOAD_IN_PROGRESS.
@@ -176,6 +186,7 @@ impl Shard {
                 now_ms,
                 durable: false,
                 acks: -1,
+                verification: crate::log::TxnVerification::Off,
             })
         });
         match appended {
@@ -237,6 +248,9 @@ impl Shard {
                 }
             }
             TxnOp::Describe { txn_id } => TxnReply::Describe(self.txns.get(&txn_id).cloned()),
+            TxnOp::Verify { txn_id, producer, partitions } => {
+                TxnReply::Verified(self.txns.verify_partitions(&txn_id, producer, &partitions))
+            }
             // While a load runs, the list is not whole (as ListGroups).
             TxnOp::List if self.txn_partitions.values().any(|p| p.loading.is_some()) => TxnReply::Loading,
             TxnOp::List => {

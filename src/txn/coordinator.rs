@@ -400,6 +400,33 @@ impl TxnCoordinator {
         Ok(Decision::Write(record))
     }
 
+    /// AddPartitionsToTxn v4+ with verify_only (KIP-890 part 1): a partition leader asks,
+    /// before a producer's first transactional batch there, whether each partition is in
+    /// the producer's open transaction, as the last written state says (a write in
+    /// flight does not count: the leader checks again at its append). Per partition,
+    /// whether it is; a transaction in Prepare* is ConcurrentTransactions, as in Kafka.
+    /// Changes nothing.
+    pub fn verify_partitions(
+        &self,
+        txn_id: &str,
+        producer: ProducerIdAndEpoch,
+        partitions: &[TopicPartition],
+    ) -> Result<Vec<bool>, TxnError> {
+        let txn = self.txns.get(txn_id).ok_or(TxnError::InvalidProducerIdMapping)?;
+        let record = &txn.record;
+        if record.producer_id != producer.producer_id {
+            return Err(TxnError::InvalidProducerIdMapping);
+        }
+        if record.producer_epoch != producer.epoch {
+            return Err(TxnError::ProducerFenced);
+        }
+        if matches!(record.state, TxnState::PrepareCommit | TxnState::PrepareAbort) {
+            return Err(TxnError::ConcurrentTransactions);
+        }
+        let ongoing = record.state == TxnState::Ongoing;
+        Ok(partitions.iter().map(|tp| ongoing && record.partitions.contains(tp)).collect())
+    }
+
     /// EndTxn: commit or abort the open transaction. Answered once its Prepare* state is
     /// written; the markers follow (`written` says which).
     pub fn end_txn(

@@ -116,9 +116,10 @@ def _string(s):
     return struct.pack(">h", len(b)) + b
 
 
-def produce_v3(topic, partition, batch, correlation_id=1, acks=-1, timeout_ms=10000):
+def produce_v3(topic, partition, batch, correlation_id=1, acks=-1, timeout_ms=10000, transactional_id=None):
     """Produce v3 (non-flexible) with one partition's record set."""
-    body = struct.pack(">hhi", -1, acks, timeout_ms)  # transactional_id null, acks, timeout
+    tid = struct.pack(">h", -1) if transactional_id is None else _string(transactional_id)
+    body = tid + struct.pack(">hi", acks, timeout_ms)
     body += struct.pack(">i", 1) + _string(topic) + struct.pack(">i", 1)
     body += struct.pack(">ii", partition, len(batch)) + batch
     return frame(request_header_v1(0, 3, correlation_id) + body)
@@ -279,3 +280,57 @@ def parse_list_offsets_v2(resp):
     off += 2 + tlen + 4
     _partition, error, _ts, offset = struct.unpack(">ihqq", resp[off:off + 22])
     return error, offset
+
+
+def add_partitions_to_txn_v1(transactional_id, producer_id, producer_epoch, topic, partitions, correlation_id=1):
+    """AddPartitionsToTxn v1 (a client's request, non-flexible) for one topic."""
+    body = _string(transactional_id) + struct.pack(">qh", producer_id, producer_epoch)
+    body += struct.pack(">i", 1) + _string(topic) + struct.pack(">i", len(partitions))
+    body += b"".join(struct.pack(">i", p) for p in partitions)
+    return frame(request_header_v1(24, 1, correlation_id) + body)
+
+
+def parse_add_partitions_to_txn_v1(resp):
+    """-> {partition: error_code} of the single topic answered."""
+    off = 4 + 4  # correlation id, throttle
+    (n,) = struct.unpack(">i", resp[off:off + 4])
+    assert n == 1
+    off += 4
+    (tlen,) = struct.unpack(">h", resp[off:off + 2])
+    off += 2 + tlen
+    (pn,) = struct.unpack(">i", resp[off:off + 4])
+    off += 4
+    out = {}
+    for _ in range(pn):
+        p, e = struct.unpack(">ih", resp[off:off + 6])
+        out[p] = e
+        off += 6
+    return out
+
+
+def end_txn_v1(transactional_id, producer_id, producer_epoch, commit, correlation_id=1):
+    """EndTxn v1 (non-flexible)."""
+    body = _string(transactional_id) + struct.pack(">qhb", producer_id, producer_epoch, 1 if commit else 0)
+    return frame(request_header_v1(26, 1, correlation_id) + body)
+
+
+def parse_end_txn_v1(resp):
+    """-> error_code."""
+    _corr, _throttle, error = struct.unpack(">iih", resp[:10])
+    return error
+
+
+def find_coordinator_v1(key, key_type, correlation_id=1):
+    """FindCoordinator v1 (non-flexible): key_type 0 group, 1 transaction."""
+    return frame(request_header_v1(10, 1, correlation_id) + _string(key) + struct.pack(">b", key_type))
+
+
+def parse_find_coordinator_v1(resp):
+    """-> (error_code, node_id)."""
+    off = 4 + 4  # correlation id, throttle
+    (error,) = struct.unpack(">h", resp[off:off + 2])
+    off += 2
+    (mlen,) = struct.unpack(">h", resp[off:off + 2])
+    off += 2 + max(mlen, 0)
+    (node_id,) = struct.unpack(">i", resp[off:off + 4])
+    return error, node_id

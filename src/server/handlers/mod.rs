@@ -158,6 +158,11 @@ fn partition_error_code(e: &PartitionError) -> i16 {
             },
             // The shard answers duplicates as appends; only a caller that does not gets here.
             LogError::DuplicateBatch(_) => error_code::DUPLICATE_SEQUENCE_NUMBER,
+            // Produce verifies and appends again; an unverified batch that reaches a
+            // client is not in the transaction, as far as this broker knows.
+            LogError::TxnVerificationNeeded { .. } | LogError::TxnVerificationStale { .. } => {
+                error_code::INVALID_TXN_STATE
+            }
         },
     }
 }
@@ -222,8 +227,10 @@ fn txn_error_code(e: &crate::txn::coordinator::TxnError) -> i16 {
 fn txn_outcome_code(o: &super::txn::TxnOutcome) -> i16 {
     use super::txn::TxnOutcome;
     match o {
-        TxnOutcome::Answer(Ok(_)) | TxnOutcome::Describe(_) | TxnOutcome::List(_) => error_code::NONE,
-        TxnOutcome::Answer(Err(e)) => txn_error_code(e),
+        TxnOutcome::Answer(Ok(_)) | TxnOutcome::Describe(_) | TxnOutcome::List(_) | TxnOutcome::Verified(Ok(_)) => {
+            error_code::NONE
+        }
+        TxnOutcome::Answer(Err(e)) | TxnOutcome::Verified(Err(e)) => txn_error_code(e),
         TxnOutcome::NotCoordinator => error_code::NOT_COORDINATOR,
         TxnOutcome::Loading => error_code::COORDINATOR_LOAD_IN_PROGRESS,
         TxnOutcome::NotAvailable | TxnOutcome::NeedProducerId => error_code::COORDINATOR_NOT_AVAILABLE,

@@ -19,15 +19,18 @@ use kafka_protocol::messages::produce_response::{PartitionProduceResponse, Topic
 use kafka_protocol::messages::{ApiKey, ProduceRequest, ProduceResponse};
 
 use crate::config::FsyncMode;
-use crate::log::LogError;
-use crate::model::TopicPartition;
+use crate::log::{LogError, TxnVerification};
+use crate::model::{NodeId, TopicPartition};
 use crate::protocol::{decode_body, error_code, ProtocolError, RequestFrame};
-use crate::shard::{DurableWait, PartitionError, PartitionOp, PartitionReply, ReplicatedWait};
+use crate::shard::{txn_partition, DurableWait, PartitionError, PartitionOp, PartitionReply, ReplicatedWait, TxnOp};
+use crate::txn::coordinator::ProducerIdAndEpoch;
 use std::sync::atomic::Ordering;
 
 use super::super::context::ShardContext;
 use super::super::now_ms;
-use super::{partition_error_code, respond, str_bytes};
+use super::super::peer::Peer;
+use super::super::txn::{self, TxnOutcome};
+use super::{partition_error_code, respond, str_bytes, txn_outcome_code};
 
 /// The longest acks=all wait we honour (Kafka's request.timeout.ms default is 30 s).
 const produce_timeout_ms_max: i32 = 300_000;
@@ -37,6 +40,7 @@ pub async fn handle(ctx: &ShardContext, frame: &RequestFrame) -> Result<Option<B
     let durable = ctx.config.fsync == FsyncMode::Always;
     let acks_valid = matches!(req.acks, -1..=1);
     let version = frame.api_version;
+    let txn_id = req.transactional_id.as_ref().map(|t| t.as_str()).filter(|t| !t.is_empty());
     let mut responses = Vec::with_capacity(req.topic_data.len());
     for t in &req.topic_data {
         let topic = t.name.as_str();
@@ -60,14 +64,40 @@ pub async fn handle(ctx: &ShardContext, frame: &RequestFrame) -> Result<Option<B
             if let Some(reason) = ctx.disk.produce_refusal() {
                 return Err((error_code::KAFKA_STORAGE_ERROR, Some(reason)));
             }
-            let op = PartitionOp::Produce {
-                tp: TopicPartition::new(topic, p.index),
+            let tp = TopicPartition::new(topic, p.index);
+            let op = |verification| PartitionOp::Produce {
+                tp: tp.clone(),
                 records: records.clone(),
                 now_ms: now_ms(),
                 durable,
                 acks: req.acks,
+                verification,
             };
-            match ctx.call(op).await {
+            let first = if txn_id.is_some() { TxnVerification::Unverified } else { TxnVerification::Off };
+            let mut reply = ctx.call(op(first)).await;
+            // KIP-890 part 1: a producer's first transactional batch in this partition is
+            // appended only once its coordinator says the partition is in the transaction.
+            if let (
+                Err(PartitionError::Log(LogError::TxnVerificationNeeded { producer_id, producer_epoch, guard })),
+                Some(txn_id),
+            ) = (&reply, txn_id)
+            {
+                let producer = ProducerIdAndEpoch { producer_id: *producer_id, epoch: *producer_epoch };
+                let guard = *guard;
+                if let Err((code, message)) = verify_in_transaction(ctx, txn_id, producer, &tp).await {
+                    tracing::debug!(
+                        topic,
+                        partition = p.index,
+                        transactional_id = txn_id,
+                        code,
+                        message,
+                        "transactional batch refused: not verified in its transaction"
+                    );
+                    return Err((code, Some(message)));
+                }
+                reply = ctx.call(op(TxnVerification::Verified(guard))).await;
+            }
+            match reply {
                 Ok(PartitionReply::Produced { info, log_start_offset, written, durable, replicated, duplicate }) => {
                     if duplicate {
                         tracing::debug!(topic, partition = p.index, base_offset = %info.base_offset,
@@ -131,6 +161,94 @@ pub async fn handle(ctx: &ShardContext, frame: &RequestFrame) -> Result<Option<B
         return Ok(None);
     }
     respond(ApiKey::Produce, frame, &ProduceResponse::default().with_responses(responses)).map(Some)
+}
+
+/// How long a verification may wait for a coordinator on another broker.
+const verify_timeout_ms: u64 = 5_000;
+/// The AddPartitionsToTxn version a leader verifies with (v4: batched, verify_only).
+const verify_version: i16 = 4;
+
+/// KIP-890 part 1, on a partition leader: ask `txn_id`'s transaction coordinator (here
+/// or on its broker) whether `tp` is in `producer`'s open transaction. Err: the Produce
+/// error code for a client of transaction version 1, as Kafka maps the coordinator's:
+/// not in it is INVALID_TXN_STATE, PRODUCER_FENCED is INVALID_PRODUCER_EPOCH, and a
+/// coordinator that cannot answer now is NOT_ENOUGH_REPLICAS, which every client retries.
+async fn verify_in_transaction(
+    ctx: &ShardContext,
+    txn_id: &str,
+    producer: ProducerIdAndEpoch,
+    tp: &TopicPartition,
+) -> Result<(), (i16, String)> {
+    let (code, why) = if txn::coordinates(ctx, txn_id) {
+        let op = TxnOp::Verify { txn_id: txn_id.to_string(), producer, partitions: vec![tp.clone()] };
+        match txn::call(ctx, op, None).await {
+            TxnOutcome::Verified(Ok(in_txn)) if in_txn.first() == Some(&true) => (error_code::NONE, String::new()),
+            TxnOutcome::Verified(Ok(_)) => (error_code::TRANSACTION_ABORTABLE, String::new()),
+            other => (txn_outcome_code(&other), String::new()),
+        }
+    } else {
+        match verify_remote(ctx, txn_id, producer, tp).await {
+            Ok(code) => (code, String::new()),
+            Err(e) => (error_code::NETWORK_EXCEPTION, e),
+        }
+    };
+    let code = match code {
+        error_code::NONE => return Ok(()),
+        error_code::TRANSACTION_ABORTABLE => error_code::INVALID_TXN_STATE,
+        error_code::PRODUCER_FENCED => error_code::INVALID_PRODUCER_EPOCH,
+        error_code::CONCURRENT_TRANSACTIONS
+        | error_code::COORDINATOR_LOAD_IN_PROGRESS
+        | error_code::COORDINATOR_NOT_AVAILABLE
+        | error_code::NOT_COORDINATOR
+        | error_code::NETWORK_EXCEPTION => error_code::NOT_ENOUGH_REPLICAS,
+        other => other,
+    };
+    let message = match code {
+        error_code::INVALID_TXN_STATE => "the partition was not added to the transaction".to_string(),
+        _ => format!("unable to verify the partition is in the transaction: code {code} {why}"),
+    };
+    Err((code, message))
+}
+
+/// AddPartitionsToTxn v4, verify_only, to the broker leading `txn_id`'s
+/// `__transaction_state` partition: its code for `tp`.
+async fn verify_remote(
+    ctx: &ShardContext,
+    txn_id: &str,
+    producer: ProducerIdAndEpoch,
+    tp: &TopicPartition,
+) -> Result<i16, String> {
+    use kafka_protocol::messages::add_partitions_to_txn_request::{
+        AddPartitionsToTxnTopic, AddPartitionsToTxnTransaction,
+    };
+    use kafka_protocol::messages::{AddPartitionsToTxnRequest, ProducerId as WireProducerId, TransactionalId};
+    let coordinator_tp = txn_partition(txn_id);
+    let leader: Option<NodeId> = ctx.view().leader_of(&coordinator_tp.topic, coordinator_tp.partition);
+    let Some(leader) = leader else { return Ok(error_code::COORDINATOR_NOT_AVAILABLE) };
+    let Some(addr) = txn::broker_address(ctx, leader) else { return Ok(error_code::COORDINATOR_NOT_AVAILABLE) };
+    let request =
+        AddPartitionsToTxnRequest::default().with_transactions(vec![AddPartitionsToTxnTransaction::default()
+            .with_transactional_id(TransactionalId(str_bytes(txn_id.to_string())))
+            .with_producer_id(WireProducerId(producer.producer_id))
+            .with_producer_epoch(producer.epoch)
+            .with_verify_only(true)
+            .with_topics(vec![AddPartitionsToTxnTopic::default()
+                .with_name(crate::client::topic_name(&tp.topic))
+                .with_partitions(vec![tp.partition])])]);
+    let mut peer = Peer::connect(&addr, "spate-txn-verify").await?;
+    let response = peer.call(verify_version, &request, Duration::from_millis(verify_timeout_ms)).await?;
+    if response.error_code != error_code::NONE {
+        return Ok(response.error_code);
+    }
+    let code = response
+        .results_by_transaction
+        .iter()
+        .filter(|t| t.transactional_id.as_str() == txn_id)
+        .flat_map(|t| t.topic_results.iter().filter(|r| r.name.as_str() == tp.topic))
+        .flat_map(|r| r.results_by_partition.iter().filter(|r| r.partition_index == tp.partition))
+        .map(|r| r.partition_error_code)
+        .next();
+    code.ok_or_else(|| "the coordinator did not answer for the partition".to_string())
 }
 
 /// An append's waits, as its answer needs them: in the file first (io_uring), then
