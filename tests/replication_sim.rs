@@ -4,7 +4,8 @@
 //! (`replication::Replica`: role, high watermark, acks=all waiters, the follower's
 //! truncate and fetch decisions, with `LeaderState` inside) and keep the real
 //! producer state (`txn::producer_state::ProducerStates`), and an acks=all producer
-//! (plain, or idempotent with retries), all talking through a seeded network that
+//! (plain, idempotent with retries, or transactional, driving spate's real transaction
+//! coordinator `txn::coordinator::TxnCoordinator`), all talking through a seeded network that
 //! delays, reorders, loses and duplicates messages. Brokers crash (losing the unsynced
 //! suffix of their logs), restart as a new incarnation, and are cut off from everyone or
 //! from the controller alone; the controller fences brokers that stop heartbeating,
@@ -67,7 +68,26 @@
 //!    every acknowledged record is there exactly once, at the offset its answer gave),
 //!    batches are whole, and within a producer epoch each committed batch follows the
 //!    previous one (no duplicate, gap or reordering); a retry answered as a duplicate
-//!    points at that batch.
+//!    points at that batch. The transactional producer's batches are held to the same.
+//! 8. with the transactional producer, what a read_committed reader gets holds a
+//!    committed transaction whole or not at all, and an aborted one never: each marker
+//!    in the committed log ends the batches of one transaction, with the outcome the
+//!    coordinator decided, after every acknowledged batch of it in that partition; no
+//!    transaction ends twice in a partition; no leader's last stable offset (the real
+//!    `ProducerStates::stable_offset(hw)`, as `PartitionLog::stable_offset`) cuts a
+//!    transaction (records below it, its marker at or above). No marker is written for a
+//!    partition the coordinator did not add; a fenced producer's (older epoch) batches and
+//!    markers never follow a newer epoch in the committed log;
+//! 9. a leader's last stable offset never goes back within its epoch, never exceeds its
+//!    high watermark, and never passes the first offset of a transaction still open in
+//!    the committed log (derived from the records, not from the producer state);
+//! 10. (settle phase) once every transaction has ended (committed, aborted by the client,
+//!    or aborted by the coordinator's timeout) and its markers are acknowledged, every
+//!    partition's last stable offset reaches its high watermark, and a read_committed
+//!    reader of each leader (`txn::read_committed`: up to the last stable offset,
+//!    dropping the aborted transactions the ABORT markers in the log name, as the
+//!    aborted index does, and the markers) gets exactly the acknowledged records of the
+//!    committed transactions, in log order.
 //!
 //! The idempotent producer (odd seeds; even seeds run the plain producer, exactly as
 //! before it existed) sends each batch again, unchanged, whenever its answer is lost,
@@ -85,11 +105,28 @@
 //! an unknown producer at any sequence); the earlier one then gets OUT_OF_ORDER_SEQUENCE
 //! and the producer bumps its epoch, giving up what was not acknowledged.
 //!
-//! Then a settle phase (no faults, no loss) checks liveness: records are acknowledged
-//! again, every ISR fills up and every replica ends with its leader's log.
+//! The transactional producer (every fourth seed, `txn::is_transactional`; the others
+//! run as before it existed) is the Java client's with one `transactional.id` (see
+//! `txn::TxnProducer`): InitProducerId, AddPartitionsToTxn before a partition's first
+//! batch, idempotent transactional batches (one in flight per partition), EndTxn commit
+//! or abort (the seed's draw) once every batch is acknowledged; some of its processes
+//! die mid-transaction and come back later, so that the coordinator's timeout (`expire`)
+//! or the new instance's InitProducerId aborts the transaction and fences them. The
+//! coordinator is one node of its own that never fails over (its failover is covered by
+//! the integration tests), whose `__transaction_state` writes are acknowledged at once;
+//! its answers and its WriteTxnMarkers go through the network, and it retries markers
+//! as `server::txn` does. Leaders check a marker with `check_marker` and append it with
+//! acks=all, as `PartitionOp::WriteMarker`; every replica applies it (`apply_marker`)
+//! and rebuilds replay markers as `log::producers::rebuild` does.
 //!
-//! Simplified away: log start offsets and retention, producer expiry, transactions,
-//! consumers, controller failover (`controller_sim.rs` covers it), partition
+//! Then a settle phase (no faults, no loss) checks liveness: records are acknowledged
+//! again, every ISR fills up and every replica ends with its leader's log; with the
+//! transactional producer, every transaction ends and invariant 10 holds.
+//!
+//! Simplified away: log start offsets and retention, producer expiry, consumers but the
+//! read_committed reader model, coordinator failover and coordinator epochs (one
+//! coordinator, epoch 0, so `check_marker`'s coordinator-epoch refusal is not
+//! exercised), controller failover (`controller_sim.rs` covers it), partition
 //! reassignment. Messages from a crashed broker die with it, so a dead incarnation's late
 //! fetch never reaches a leader here (`LeaderState`'s unit tests cover its refusal).
 //!
@@ -99,8 +136,9 @@
 //! --nocapture`. `SPATE_SIM_SEEDS=<n>` runs seeds 0..n. Seeds past the default ones
 //! that once failed stay as regression seeds (`sim_seed_*`). The `sim_catches_*` tests
 //! put a known bug back into what the simulated broker does around the machine
-//! (followers that send no broker epoch; leaders that append retries again) and check
-//! that the invariants catch it. The scripted tests at the end replay,
+//! (followers that send no broker epoch; leaders that append retries again; markers
+//! appended without `check_marker`/`apply_marker`; read_committed reads up to the high
+//! watermark instead of the last stable offset) and check that the invariants catch it. The scripted tests at the end replay,
 //! on a fixed schedule, KIP-101 (`kip101_*`: truncation to the high watermark loses an
 //! acknowledged record, truncation by leader epoch keeps it), KIP-279 (`kip279_*`), a
 //! restarted follower rejoining the ISR (`a_restarted_follower_rejoins_the_isr_only_after_fetching`)
