@@ -77,17 +77,21 @@
 //!    `ProducerStates::stable_offset(hw)`, as `PartitionLog::stable_offset`) cuts a
 //!    transaction (records below it, its marker at or above). No marker is written for a
 //!    partition the coordinator did not add; a fenced producer's (older epoch) batches and
-//!    markers never follow a newer epoch in the committed log;
+//!    markers never follow a newer epoch in the committed log. (This holds for the one
+//!    transactional producer here. With several whose transactions interleave, Kafka's
+//!    last stable offset, the first offset of the oldest open transaction, can fall
+//!    inside a committed transaction that began earlier and ended later, whose front a
+//!    reader then gets before its back.)
 //! 9. a leader's last stable offset never goes back within its epoch, never exceeds its
 //!    high watermark, and never passes the first offset of a transaction still open in
 //!    the committed log (derived from the records, not from the producer state);
 //! 10. (settle phase) once every transaction has ended (committed, aborted by the client,
-//!    or aborted by the coordinator's timeout) and its markers are acknowledged, every
-//!    partition's last stable offset reaches its high watermark, and a read_committed
-//!    reader of each leader (`txn::read_committed`: up to the last stable offset,
-//!    dropping the aborted transactions the ABORT markers in the log name, as the
-//!    aborted index does, and the markers) gets exactly the acknowledged records of the
-//!    committed transactions, in log order.
+//!     or aborted by the coordinator's timeout) and its markers are acknowledged, every
+//!     partition's last stable offset reaches its high watermark, and a read_committed
+//!     reader of each leader (`txn::read_committed`: up to the last stable offset,
+//!     dropping the aborted transactions the ABORT markers in the log name, as the
+//!     aborted index does, and the markers) gets exactly the acknowledged records of the
+//!     committed transactions, in log order.
 //!
 //! The idempotent producer (odd seeds; even seeds run the plain producer, exactly as
 //! before it existed) sends each batch again, unchanged, whenever its answer is lost,

@@ -213,13 +213,16 @@ impl TxnProducer {
 
 // ---- What the checker remembers ----
 
+/// (transaction, first offset, last offset) of each batch of a transaction in a log.
+type LoggedBatches = Vec<(u64, i64, i64)>;
+
 /// One partition's committed log as a read_committed reader sees it, scanned once.
 #[derive(Default)]
 struct TxnScan {
     scanned: usize,
     /// Transactions with data in the committed log and no marker there yet: producer ->
     /// (first offset, its batches as (transaction, first offset, last offset)).
-    open: BTreeMap<ProducerId, (i64, Vec<(u64, i64, i64)>)>,
+    open: BTreeMap<ProducerId, (i64, LoggedBatches)>,
     /// `straddled[l]`: a read ending at `l` would hold part of an ended transaction
     /// (some of its records below `l`, its marker at or above).
     straddled: Vec<bool>,
@@ -874,8 +877,7 @@ impl Sim {
         let h = &mut self.hist.txn;
         let scan = &mut h.scans[p];
         scan.straddled.resize(committed.len() + 1, false);
-        for offset in scan.scanned..committed.len() {
-            let r = committed[offset];
+        for (offset, &r) in committed.iter().enumerate().skip(scan.scanned) {
             let o = offset as i64;
             if let Some((b, i)) = r.batch.filter(|(b, _)| b.transactional) {
                 let newest = scan.epochs.entry(b.producer_id).or_insert(b.epoch);
@@ -979,7 +981,7 @@ impl Sim {
 
 /// Transactional seeds (`run_seed`: every fourth seed).
 pub(super) fn is_transactional(seed: u64) -> bool {
-    seed % 4 == 0
+    seed.is_multiple_of(4)
 }
 
 #[test]
