@@ -116,10 +116,11 @@
 //! or abort (the seed's draw) once every batch is acknowledged; some of its processes
 //! die mid-transaction and come back later, so that the coordinator's timeout (`expire`)
 //! or the new instance's InitProducerId aborts the transaction and fences them. The
-//! coordinator is one node of its own that never fails over (its failover is covered by
-//! the integration tests), whose `__transaction_state` writes are acknowledged at once;
-//! its answers and its WriteTxnMarkers go through the network, and it retries markers
-//! as `server::txn` does. Leaders check a marker with `check_marker` and append it with
+//! coordinator is one node of its own whose `__transaction_state` writes are
+//! acknowledged at once; it fails over now and then (a new machine loads the last
+//! record, the coordinator epoch grows, `resume` sends the markers again); its answers
+//! and its WriteTxnMarkers go through the network, and it retries markers as
+//! `server::txn` does. Leaders check a marker with `check_marker` and append it with
 //! acks=all, as `PartitionOp::WriteMarker`; every replica applies it (`apply_marker`)
 //! and rebuilds replay markers as `log::producers::rebuild` does.
 //!
@@ -128,10 +129,9 @@
 //! transactional producer, every transaction ends and invariant 10 holds.
 //!
 //! Simplified away: log start offsets and retention, producer expiry, consumers but the
-//! read_committed reader model, coordinator failover and coordinator epochs (one
-//! coordinator, epoch 0, so `check_marker`'s coordinator-epoch refusal is not
-//! exercised), controller failover (`controller_sim.rs` covers it), partition
-//! reassignment. Messages from a crashed broker die with it, so a dead incarnation's late
+//! read_committed reader model, the `__transaction_state` partition's replication and a
+//! coordinator on another broker (the integration tests cover them), controller
+//! failover (`controller_sim.rs` covers it), partition reassignment. Messages from a crashed broker die with it, so a dead incarnation's late
 //! fetch never reaches a leader here (`LeaderState`'s unit tests cover its refusal).
 //!
 //! `sim_seeds` runs `SEEDS_DEFAULT` seeds of `STEPS_PER_SEED` steps on the available

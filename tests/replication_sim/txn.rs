@@ -3,11 +3,13 @@
 //! own, the leaders' side of WriteTxnMarkers, a read_committed reader, and invariants
 //! 8-10 (see the module comment of replication_sim.rs).
 //!
-//! The coordinator node never crashes and never fails over (its failover, a reload of
-//! `__transaction_state` and `resume`, is covered by the integration tests and
-//! tests/txn_coordinator.rs), so its coordinator epoch stays `COORDINATOR_EPOCH`; its
-//! writes to `__transaction_state` are modelled as acknowledged at once (`written(true)`
-//! right after each decision). Everything it says to the client and to the leaders goes
+//! The coordinator is one node whose writes to `__transaction_state` are modelled as
+//! acknowledged at once (`written(true)` right after each decision). It fails over now
+//! and then as a new leader of that partition would take over (the network path to
+//! another broker and the partition's own replication are left to the integration
+//! tests): a new machine `load`s the last record written, the coordinator epoch grows,
+//! the marker round in flight is dropped and `resume` starts it again, while the old
+//! epoch's requests may still land. Everything it says to the client and to the leaders goes
 //! through the simulated network (delayed, lost, duplicated; WriteTxnMarkers is never
 //! duplicated, being one request on one TCP connection, and its timeout is above the
 //! network's largest delay, so no request lands after the coordinator gave up on it).
@@ -30,8 +32,8 @@ const TXN_TIMEOUT_MS: i32 = 5_000;
 /// How often the coordinator looks for transactions past their timeout (stands for
 /// Kafka's 10 s `transaction.abort.timed.out.transaction.cleanup.interval.ms`).
 const TXN_EXPIRE_INTERVAL_MS: u64 = 200;
-/// The coordinator epoch of the one coordinator (the `__transaction_state` leader epoch).
-const COORDINATOR_EPOCH: i32 = 0;
+/// Chance per step (while faults run), in 10,000ths, that the coordinator fails over.
+const COORDINATOR_FAILOVER_PER_10K: u64 = 3;
 /// A client's request to the coordinator is sent again after this without an answer.
 const TXN_REQUEST_TIMEOUT_MS: u64 = 1_000;
 /// A WriteTxnMarkers request is given up after this (above the network's largest delay).
@@ -88,6 +90,8 @@ pub(super) struct TxnCoordinatorNode {
     open_txn: Option<u64>,
     round: Option<MarkerRound>,
     next_expire_ms: u64,
+    /// The `__transaction_state` partition's leader epoch, carried by every marker.
+    coordinator_epoch: i32,
 }
 
 impl TxnCoordinatorNode {
@@ -98,6 +102,7 @@ impl TxnCoordinatorNode {
             open_txn: None,
             round: None,
             next_expire_ms: 0,
+            coordinator_epoch: 0,
         }
     }
 
@@ -425,8 +430,31 @@ impl Sim {
         }
     }
 
+    /// A new coordinator takes over: it loads the id's last record, and resumes the
+    /// markers of a transaction being completed (`TxnCoordinator::resume`).
+    fn coordinator_failover(&mut self) {
+        let now = self.now_ms;
+        let c = self.coordinator();
+        let record = c.machine.get(TXN_ID).cloned();
+        c.machine = TxnCoordinator::new(TRANSACTION_MAX_TIMEOUT_MS);
+        c.machine.load(TXN_ID, record);
+        c.coordinator_epoch += 1;
+        c.round = c.machine.resume().into_iter().next().map(|(_, markers)| MarkerRound {
+            left: markers.partitions.iter().map(|tp| (tp.partition as usize, None)).collect(),
+            markers,
+            next_ms: now,
+            backoff_ms: MARKER_RETRY_BACKOFF_MS,
+        });
+        let (epoch, resumed) = (c.coordinator_epoch, c.round.is_some());
+        self.note(format!("coordinator fails over to epoch {epoch} (markers resumed: {resumed})"));
+        self.count("coordinator failovers");
+    }
+
     pub(super) fn coordinator_timers(&mut self) {
         let now = self.now_ms;
+        if self.knobs.fault_per_mille > 0 && self.rng.below(10_000) < COORDINATOR_FAILOVER_PER_10K {
+            self.coordinator_failover();
+        }
         if now >= self.coordinator().next_expire_ms {
             self.coordinator().next_expire_ms = now + TXN_EXPIRE_INTERVAL_MS;
             let c = self.coordinator();
@@ -454,6 +482,7 @@ impl Sim {
         }
         let due: Vec<usize> = round.left.iter().filter(|(_, s)| s.is_none()).map(|(p, _)| *p).collect();
         let m = round.markers.clone();
+        let coordinator_epoch = self.coordinator().coordinator_epoch;
         for p in due {
             let leader = self.controller.partition_state(TOPIC, p as i32).expect("partition").leader;
             if leader == NO_LEADER {
@@ -468,7 +497,7 @@ impl Sim {
                 producer_id: ProducerId(m.producer_id),
                 epoch: ProducerEpoch(m.producer_epoch),
                 commit: m.commit,
-                coordinator_epoch: COORDINATOR_EPOCH,
+                coordinator_epoch,
             };
             self.send(Node::TxnCoordinator, Node::Broker(leader), body);
         }
@@ -496,9 +525,10 @@ impl Sim {
                 }
             }
             Err(e @ (Refusal::InvalidProducerEpoch | Refusal::CoordinatorFenced)) => {
-                // Only a newer coordinator could have written a newer epoch there.
+                // Only a newer coordinator could have written a newer epoch there, and
+                // this one is the newest.
                 let m = round.markers.clone();
-                self.violation(format!("p{p}: the only coordinator's marker {m:?} refused: {e:?}"));
+                self.violation(format!("p{p}: the newest coordinator's marker {m:?} refused: {e:?}"));
             }
             Err(_) => {
                 *slot = None;
@@ -544,6 +574,10 @@ impl Sim {
         if !unchecked {
             if let Err(e) = r.log.producers.check_marker(producer_id, epoch, coordinator_epoch) {
                 self.note(format!("b{me} p{p} refuses a marker of {producer_id} epoch {epoch}: {e}"));
+                self.count(match e {
+                    ProducerStateError::CoordinatorFenced { .. } => "markers refused: older coordinator epoch",
+                    _ => "markers refused: older producer epoch",
+                });
                 self.send(Node::Broker(me), Node::TxnCoordinator, refuse(Refusal::from(e)));
                 return;
             }
