@@ -1167,7 +1167,11 @@ impl Sim {
             if !session && self.rng.chance(self.knobs.loss_pct) {
                 continue;
             }
-            let once = self.knobs.refusals && matches!(body, Body::AlterPartition { .. });
+            // One TCP request each: AlterPartition when refusals are told apart, and
+            // WriteTxnMarkers (a copy landing after the coordinator moved on would end
+            // a later transaction).
+            let once = (self.knobs.refusals && matches!(body, Body::AlterPartition { .. }))
+                || matches!(body, Body::WriteTxnMarker { .. });
             let copies = if self.rng.chance(self.knobs.dup_pct) && !once { 2 } else { 1 };
             for _ in 0..copies {
                 let at_ms = self.now_ms + 1 + self.rng.below(self.knobs.delay_max_ms);
