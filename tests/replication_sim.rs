@@ -4,7 +4,8 @@
 //! (`replication::Replica`: role, high watermark, acks=all waiters, the follower's
 //! truncate and fetch decisions, with `LeaderState` inside) and keep the real
 //! producer state (`txn::producer_state::ProducerStates`), and an acks=all producer
-//! (plain, or idempotent with retries), all talking through a seeded network that
+//! (plain, idempotent with retries, or transactional, driving spate's real transaction
+//! coordinator `txn::coordinator::TxnCoordinator`), all talking through a seeded network that
 //! delays, reorders, loses and duplicates messages. Brokers crash (losing the unsynced
 //! suffix of their logs), restart as a new incarnation, and are cut off from everyone or
 //! from the controller alone; the controller fences brokers that stop heartbeating,
@@ -67,7 +68,30 @@
 //!    every acknowledged record is there exactly once, at the offset its answer gave),
 //!    batches are whole, and within a producer epoch each committed batch follows the
 //!    previous one (no duplicate, gap or reordering); a retry answered as a duplicate
-//!    points at that batch.
+//!    points at that batch. The transactional producer's batches are held to the same.
+//! 8. with the transactional producer, what a read_committed reader gets holds a
+//!    committed transaction whole or not at all, and an aborted one never: each marker
+//!    in the committed log ends the batches of one transaction, with the outcome the
+//!    coordinator decided, after every acknowledged batch of it in that partition; no
+//!    transaction ends twice in a partition; no leader's last stable offset (the real
+//!    `ProducerStates::stable_offset(hw)`, as `PartitionLog::stable_offset`) cuts a
+//!    transaction (records below it, its marker at or above). No marker is written for a
+//!    partition the coordinator did not add; a fenced producer's (older epoch) batches and
+//!    markers never follow a newer epoch in the committed log. (This holds for the one
+//!    transactional producer here. With several whose transactions interleave, Kafka's
+//!    last stable offset, the first offset of the oldest open transaction, can fall
+//!    inside a committed transaction that began earlier and ended later, whose front a
+//!    reader then gets before its back.)
+//! 9. a leader's last stable offset never goes back within its epoch, never exceeds its
+//!    high watermark, and never passes the first offset of a transaction still open in
+//!    the committed log (derived from the records, not from the producer state);
+//! 10. (settle phase) once every transaction has ended (committed, aborted by the client,
+//!     or aborted by the coordinator's timeout) and its markers are acknowledged, every
+//!     partition's last stable offset reaches its high watermark, and a read_committed
+//!     reader of each leader (`txn::read_committed`: up to the last stable offset,
+//!     dropping the aborted transactions the ABORT markers in the log name, as the
+//!     aborted index does, and the markers) gets exactly the acknowledged records of the
+//!     committed transactions, in log order.
 //!
 //! The idempotent producer (odd seeds; even seeds run the plain producer, exactly as
 //! before it existed) sends each batch again, unchanged, whenever its answer is lost,
@@ -85,12 +109,29 @@
 //! an unknown producer at any sequence); the earlier one then gets OUT_OF_ORDER_SEQUENCE
 //! and the producer bumps its epoch, giving up what was not acknowledged.
 //!
-//! Then a settle phase (no faults, no loss) checks liveness: records are acknowledged
-//! again, every ISR fills up and every replica ends with its leader's log.
+//! The transactional producer (every fourth seed, `txn::is_transactional`; the others
+//! run as before it existed) is the Java client's with one `transactional.id` (see
+//! `txn::TxnProducer`): InitProducerId, AddPartitionsToTxn before a partition's first
+//! batch, idempotent transactional batches (one in flight per partition), EndTxn commit
+//! or abort (the seed's draw) once every batch is acknowledged; some of its processes
+//! die mid-transaction and come back later, so that the coordinator's timeout (`expire`)
+//! or the new instance's InitProducerId aborts the transaction and fences them. The
+//! coordinator is one node of its own whose `__transaction_state` writes are
+//! acknowledged at once; it fails over now and then (a new machine loads the last
+//! record, the coordinator epoch grows, `resume` sends the markers again); its answers
+//! and its WriteTxnMarkers go through the network, and it retries markers as
+//! `server::txn` does. Leaders check a marker with `check_marker` and append it with
+//! acks=all, as `PartitionOp::WriteMarker`; every replica applies it (`apply_marker`)
+//! and rebuilds replay markers as `log::producers::rebuild` does.
 //!
-//! Simplified away: log start offsets and retention, producer expiry, transactions,
-//! consumers, controller failover (`controller_sim.rs` covers it), partition
-//! reassignment. Messages from a crashed broker die with it, so a dead incarnation's late
+//! Then a settle phase (no faults, no loss) checks liveness: records are acknowledged
+//! again, every ISR fills up and every replica ends with its leader's log; with the
+//! transactional producer, every transaction ends and invariant 10 holds.
+//!
+//! Simplified away: log start offsets and retention, producer expiry, consumers but the
+//! read_committed reader model, the `__transaction_state` partition's replication and a
+//! coordinator on another broker (the integration tests cover them), controller
+//! failover (`controller_sim.rs` covers it), partition reassignment. Messages from a crashed broker die with it, so a dead incarnation's late
 //! fetch never reaches a leader here (`LeaderState`'s unit tests cover its refusal).
 //!
 //! `sim_seeds` runs `SEEDS_DEFAULT` seeds of `STEPS_PER_SEED` steps on the available
@@ -99,8 +140,9 @@
 //! --nocapture`. `SPATE_SIM_SEEDS=<n>` runs seeds 0..n. Seeds past the default ones
 //! that once failed stay as regression seeds (`sim_seed_*`). The `sim_catches_*` tests
 //! put a known bug back into what the simulated broker does around the machine
-//! (followers that send no broker epoch; leaders that append retries again) and check
-//! that the invariants catch it. The scripted tests at the end replay,
+//! (followers that send no broker epoch; leaders that append retries again; markers
+//! appended without `check_marker`/`apply_marker`; read_committed reads up to the high
+//! watermark instead of the last stable offset) and check that the invariants catch it. The scripted tests at the end replay,
 //! on a fixed schedule, KIP-101 (`kip101_*`: truncation to the high watermark loses an
 //! acknowledged record, truncation by leader epoch keeps it), KIP-279 (`kip279_*`), a
 //! restarted follower rejoining the ISR (`a_restarted_follower_rejoins_the_isr_only_after_fetching`)
@@ -117,8 +159,14 @@ use spate::replication::{
     truncation_offset, AckError, Answers, AppendRefusal, FetchRefusal, FollowerFetchError, FollowerLog, FollowerStep,
     IsrOutcome, IsrProposal, OutOfRange, Role, RoleError, Truncation, NO_BROKER_EPOCH, UNDEFINED_OFFSET,
 };
+use spate::txn::coordinator::{ProducerIdAndEpoch, TxnError};
 use spate::txn::producer_state::{increment_sequence, ProducerBatch, ProducerStateError, ProducerStates, Verdict};
 use uuid::Uuid;
+
+/// The transactional producer, the transaction coordinator node, the read_committed
+/// reader and invariants 8-10 (tests/replication_sim/txn.rs).
+#[path = "replication_sim/txn.rs"]
+mod txn;
 
 // ---- Knobs ----
 
@@ -161,6 +209,8 @@ const SEEDS_DEFAULT: u64 = if cfg!(debug_assertions) { 100 } else { 1_000 };
 const SIM_THREADS_MAX: usize = 8;
 /// Idempotent seeds `sim_catches_appended_retries` runs.
 const IDEMPOTENCE_GUARD_SEEDS: u64 = 20;
+/// Transactional seeds each `sim_catches_*` test of transactions runs.
+const TXN_GUARD_SEEDS: u64 = 10;
 
 /// SplitMix64 (as in controller_sim.rs): small, seedable, good enough to drive a simulation.
 struct Rng(u64);
@@ -229,6 +279,13 @@ struct Knobs {
     appends_retries: bool,
     /// Followers send no broker epoch with their fetches (`AsSpate::no_broker_epochs`).
     no_broker_epochs: bool,
+    /// The client is a transactional producer driving the transaction coordinator
+    /// (chosen by `run_seed`, outside the main draw).
+    transactional: bool,
+    /// Brokers append markers without `check_marker`/`apply_marker` (`AsSpate`).
+    markers_unapplied: bool,
+    /// read_committed reads go up to the high watermark (`AsSpate::reader_ignores_lso`).
+    reader_ignores_lso: bool,
 }
 
 impl Knobs {
@@ -254,6 +311,9 @@ impl Knobs {
             segment_records: 0,
             appends_retries: false,
             no_broker_epochs: false,
+            transactional: false,
+            markers_unapplied: false,
+            reader_ignores_lso: false,
         }
     }
 
@@ -279,6 +339,9 @@ impl Knobs {
             segment_records: 16,
             appends_retries: false,
             no_broker_epochs: false,
+            transactional: false,
+            markers_unapplied: false,
+            reader_ignores_lso: false,
         }
     }
 }
@@ -291,8 +354,24 @@ struct Record {
     /// Unique per produced record.
     id: u64,
     /// The idempotent producer's batch the record belongs to and its place in it; None
-    /// for the plain producer's records.
+    /// for the plain producer's records and for markers.
     batch: Option<(ProducerBatch, i32)>,
+    /// The transactional producer's transaction (the client's own count of them) the
+    /// record was written in: simulation bookkeeping for the checker, not on the wire.
+    txn: Option<u64>,
+    /// A COMMIT or ABORT marker (a control batch of one record) instead of data.
+    marker: Option<TxnMarker>,
+}
+
+/// The end-of-transaction marker's control batch: the producer it ends, the epoch and
+/// coordinator epoch it carries, COMMIT or ABORT, and its timestamp.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct TxnMarker {
+    producer_id: ProducerId,
+    epoch: ProducerEpoch,
+    commit: bool,
+    coordinator_epoch: i32,
+    timestamp_ms: i64,
 }
 
 impl Record {
@@ -339,6 +418,8 @@ struct Log {
     segment_base: i64,
     /// How often the producer state was rebuilt starting from a snapshot (for the summary).
     snapshot_reloads: u64,
+    /// Markers are appended without `check_marker`/`apply_marker` (`AsSpate::markers_unapplied`).
+    markers_unapplied: bool,
 }
 
 impl Log {
@@ -378,6 +459,9 @@ impl Log {
         self.records.push(record);
         if let Some(b) = record.ends_batch() {
             self.producers.apply(&b, offset);
+        }
+        if let Some(m) = record.marker.filter(|_| !self.markers_unapplied) {
+            self.producers.apply_marker(m.producer_id, m.epoch, m.commit, m.coordinator_epoch, offset, m.timestamp_ms);
         }
         self.assign(record.leader_epoch, offset);
         self.spate.assign_if_newer(record.leader_epoch, offset);
@@ -447,6 +531,17 @@ impl Log {
         for (offset, r) in self.records.iter().enumerate().skip(from as usize) {
             if let Some(b) = r.ends_batch() {
                 states.apply(&b, offset as i64);
+            }
+            // The replay ends open transactions at their markers, as `producers::replay`.
+            if let Some(m) = r.marker.filter(|_| !self.markers_unapplied) {
+                states.apply_marker(
+                    m.producer_id,
+                    m.epoch,
+                    m.commit,
+                    m.coordinator_epoch,
+                    offset as i64,
+                    m.timestamp_ms,
+                );
             }
         }
         self.producers = states;
@@ -518,6 +613,8 @@ enum Node {
     Controller,
     Broker(NodeId),
     Client,
+    /// The transaction coordinator (`txn::TxnCoordinatorNode`).
+    TxnCoordinator,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -531,6 +628,8 @@ enum Refusal {
     OutOfOrderSequence,
     InvalidProducerEpoch,
     UnknownProducerId,
+    InvalidTxnState,
+    CoordinatorFenced,
 }
 
 impl From<ProducerStateError> for Refusal {
@@ -540,11 +639,8 @@ impl From<ProducerStateError> for Refusal {
             ProducerStateError::OutOfOrderSequence { .. } => Refusal::OutOfOrderSequence,
             ProducerStateError::InvalidProducerEpoch { .. } => Refusal::InvalidProducerEpoch,
             ProducerStateError::UnknownProducerId { .. } => Refusal::UnknownProducerId,
-            // The simulated producer is idempotent, not transactional: it never writes
-            // transactional batches or markers.
-            e @ (ProducerStateError::InvalidTxnState { .. } | ProducerStateError::CoordinatorFenced { .. }) => {
-                unreachable!("the simulation writes no transactions: {e}")
-            }
+            ProducerStateError::InvalidTxnState { .. } => Refusal::InvalidTxnState,
+            ProducerStateError::CoordinatorFenced { .. } => Refusal::CoordinatorFenced,
         }
     }
 }
@@ -618,10 +714,35 @@ enum Body {
         partition: usize,
         ids: Vec<u64>,
         batch: Option<ProducerBatch>,
+        /// The transactional producer's transaction (bookkeeping, see `Record::txn`).
+        txn: Option<u64>,
     },
     ProduceAnswer {
         req: u64,
         result: Result<(i64, i32), Refusal>,
+    },
+    /// A transaction request from the client to the coordinator, and its answer.
+    Txn {
+        req: u64,
+        request: txn::TxnRequest,
+    },
+    TxnAnswer {
+        req: u64,
+        result: Result<Option<ProducerIdAndEpoch>, TxnError>,
+    },
+    /// WriteTxnMarkers for one partition, from the coordinator to its leader.
+    WriteTxnMarker {
+        req: u64,
+        partition: usize,
+        producer_id: ProducerId,
+        epoch: ProducerEpoch,
+        commit: bool,
+        coordinator_epoch: i32,
+    },
+    WriteTxnMarkerAnswer {
+        req: u64,
+        partition: usize,
+        result: Result<(), Refusal>,
     },
 }
 
@@ -696,6 +817,8 @@ struct Waiter {
     req: u64,
     base_offset: i64,
     leader_epoch: i32,
+    /// A WriteTxnMarkers request for this partition (answered to the coordinator), not a produce.
+    marker_of: Option<usize>,
 }
 
 struct Replica {
@@ -746,6 +869,11 @@ fn deliver(me: NodeId, answers: Answers<Waiter>, out: &mut Vec<(Node, Node, Body
             Err(AckError::NotEnoughReplicasAfterAppend) => Err(Refusal::NotEnoughReplicasAfterAppend),
             Err(AckError::NotLeader) => Err(Refusal::NotLeader),
         };
+        if let Some(partition) = w.marker_of {
+            let body = Body::WriteTxnMarkerAnswer { req: w.req, partition, result: result.map(|_| ()) };
+            out.push((Node::Broker(me), Node::TxnCoordinator, body));
+            continue;
+        }
         out.push((Node::Broker(me), Node::Client, Body::ProduceAnswer { req: w.req, result }));
     }
 }
@@ -847,6 +975,8 @@ struct Client {
     silent_until_ms: u64,
     /// With `Knobs::idempotent`, the producer is idempotent (and `inflight` unused).
     idempotent: Option<IdempotentProducer>,
+    /// With `Knobs::transactional`, the producer is transactional (and `inflight` unused).
+    txn: Option<txn::TxnProducer>,
 }
 
 enum Fault {
@@ -885,6 +1015,8 @@ struct History {
     committed_last_batch: Vec<Option<ProducerBatch>>,
     /// How often things happened, for the summary of a replayed seed.
     counts: BTreeMap<&'static str, u64>,
+    /// What invariants 8-10 remember (transactional seeds).
+    txn: txn::TxnHistory,
 }
 
 struct Sim {
@@ -909,6 +1041,8 @@ struct Sim {
     trace: VecDeque<String>,
     hist: History,
     violations: Vec<String>,
+    /// The transaction coordinator (transactional seeds).
+    coordinator: Option<txn::TxnCoordinatorNode>,
 }
 
 fn index(id: NodeId) -> usize {
@@ -940,6 +1074,12 @@ impl Sim {
         controller.create_topic_with_assignment(TOPIC, Uuid::from_u128(1), assignment, configs).expect("topic");
         let partitions = knobs.partitions;
         let idempotent = knobs.idempotent.then(|| IdempotentProducer::new(partitions));
+        let transactional = knobs.transactional;
+        for b in &mut brokers {
+            for r in &mut b.replicas {
+                r.log.markers_unapplied = knobs.markers_unapplied;
+            }
+        }
         let mut sim = Self {
             knobs,
             rng,
@@ -959,6 +1099,7 @@ impl Sim {
                 burst_until_ms: 0,
                 silent_until_ms: 0,
                 idempotent,
+                txn: transactional.then(|| txn::TxnProducer::new(partitions)),
             },
             net: Net::default(),
             out: Vec::new(),
@@ -973,9 +1114,11 @@ impl Sim {
                 committed_ids: vec![Default::default(); partitions],
                 committed_last_batch: vec![None; partitions],
                 controller_epochs: vec![(LeaderEpoch(0), PartitionEpoch(0)); partitions],
+                txn: txn::TxnHistory::new(partitions),
                 ..History::default()
             },
             violations: Vec::new(),
+            coordinator: transactional.then(txn::TxnCoordinatorNode::new),
         };
         sim.broadcast();
         sim.flush();
@@ -1024,7 +1167,11 @@ impl Sim {
             if !session && self.rng.chance(self.knobs.loss_pct) {
                 continue;
             }
-            let once = self.knobs.refusals && matches!(body, Body::AlterPartition { .. });
+            // One TCP request each: AlterPartition when refusals are told apart, and
+            // WriteTxnMarkers (a copy landing after the coordinator moved on would end
+            // a later transaction).
+            let once = (self.knobs.refusals && matches!(body, Body::AlterPartition { .. }))
+                || matches!(body, Body::WriteTxnMarker { .. });
             let copies = if self.rng.chance(self.knobs.dup_pct) && !once { 2 } else { 1 };
             for _ in 0..copies {
                 let at_ms = self.now_ms + 1 + self.rng.below(self.knobs.delay_max_ms);
@@ -1058,6 +1205,9 @@ impl Sim {
             }
         }
         self.client_timers();
+        if self.coordinator.is_some() {
+            self.coordinator_timers();
+        }
         self.flush();
         self.check()
     }
@@ -1071,6 +1221,7 @@ impl Sim {
             match m.to {
                 Node::Controller => self.controller_receive(m.from, m.body),
                 Node::Client => self.client_receive(m.body),
+                Node::TxnCoordinator => self.coordinator_receive(m.from, m.body),
                 Node::Broker(id) => {
                     let i = index(id);
                     if self.brokers[i].up {
@@ -1322,7 +1473,10 @@ impl Sim {
                 self.on_fetch(b, from, req, partition, current_leader_epoch, broker_epoch, fetch_offset)
             }
             Body::FetchAnswer { req, partition, result } => self.on_fetch_answer(b, partition, req, result),
-            Body::Produce { req, partition, ids, batch } => self.on_produce(b, req, partition, ids, batch),
+            Body::Produce { req, partition, ids, batch, txn } => self.on_produce(b, req, partition, ids, batch, txn),
+            Body::WriteTxnMarker { req, partition, producer_id, epoch, commit, coordinator_epoch } => {
+                self.on_write_txn_marker(b, req, partition, producer_id, epoch, commit, coordinator_epoch)
+            }
             other => panic!("broker {} got {other:?}", b.id),
         }
     }
@@ -1684,7 +1838,16 @@ impl Sim {
     /// `PartitionOp::Produce` with acks=all. An idempotent batch is checked against the
     /// producer state first (`PartitionLog::append_inner`): refused, or a retry answered
     /// with its original offsets once the high watermark covers them, or appended.
-    fn on_produce(&mut self, b: &mut Broker, req: u64, p: usize, ids: Vec<u64>, batch: Option<ProducerBatch>) {
+    #[allow(clippy::too_many_arguments)]
+    fn on_produce(
+        &mut self,
+        b: &mut Broker,
+        req: u64,
+        p: usize,
+        ids: Vec<u64>,
+        batch: Option<ProducerBatch>,
+        txn: Option<u64>,
+    ) {
         let me = b.id;
         let r = &mut b.replicas[p];
         let leader_epoch = r.machine.may_append(true).map_err(|e| match e {
@@ -1722,7 +1885,7 @@ impl Sim {
                     }
                     self.note(format!("b{me} p{p}: {ids:?} is a retry of the batch at {base_offset}"));
                     self.count("retries answered as duplicates");
-                    let waiter = Waiter { req, base_offset, leader_epoch: original.leader_epoch };
+                    let waiter = Waiter { req, base_offset, leader_epoch: original.leader_epoch, marker_of: None };
                     let answers = r.machine.wait_for_high_watermark(m.last_offset, waiter, r.log.leo());
                     deliver(me, answers, &mut self.out);
                     return;
@@ -1732,14 +1895,15 @@ impl Sim {
         }
         let base_offset = r.log.leo();
         for (i, &id) in ids.iter().enumerate() {
-            let record = Record { leader_epoch, id, batch: batch.map(|b| (b, i as i32)) };
+            let record = Record { leader_epoch, id, batch: batch.map(|b| (b, i as i32)), txn, marker: None };
             if let Err(e) = r.log.append(record) {
                 self.violation(format!("b{me} p{p} leader append: {e}"));
                 return;
             }
         }
         let leo = r.log.leo();
-        let answers = r.machine.wait_for_high_watermark(leo - 1, Waiter { req, base_offset, leader_epoch }, leo);
+        let answers =
+            r.machine.wait_for_high_watermark(leo - 1, Waiter { req, base_offset, leader_epoch, marker_of: None }, leo);
         deliver(me, answers, &mut self.out);
         self.note(format!("b{me} p{p} appends {ids:?} at {base_offset} in epoch {leader_epoch}"));
     }
@@ -1757,11 +1921,17 @@ impl Sim {
             Body::ProduceAnswer { req, result } if self.client.idempotent.is_some() => {
                 self.idempotent_answer(req, result)
             }
+            Body::ProduceAnswer { req, result } if self.client.txn.is_some() => self.txn_produce_answer(req, result),
+            Body::TxnAnswer { req, result } => self.txn_answer(req, result),
             Body::ProduceAnswer { req, result } => {
                 let Some((p, ids, _)) = self.client.inflight.remove(&req) else { return };
                 if let Ok((base_offset, leader_epoch)) = result {
                     for (i, &id) in ids.iter().enumerate() {
-                        self.acked(p, base_offset + i as i64, Record { leader_epoch, id, batch: None });
+                        self.acked(
+                            p,
+                            base_offset + i as i64,
+                            Record { leader_epoch, id, batch: None, txn: None, marker: None },
+                        );
                     }
                 }
             }
@@ -1787,6 +1957,10 @@ impl Sim {
             self.client.silent_until_ms = self.client.burst_until_ms + 100 + self.rng.below(SILENCE_MS_MAX);
         }
         let silent = self.knobs.bursty && now >= self.client.burst_until_ms;
+        if self.client.txn.is_some() {
+            self.txn_client_timers(silent);
+            return;
+        }
         if !silent && self.rng.chance(self.knobs.produce_pct) {
             let p = self.rng.below(self.knobs.partitions as u64) as usize;
             let n = 1 + self.rng.below(PRODUCE_RECORDS_MAX);
@@ -1861,7 +2035,7 @@ impl Sim {
             b.sends += 1;
             b.inflight = Some((req, now, as_head));
             producer.requests.insert(req, (p, b.batch.epoch, b.batch.first_seq));
-            let body = Body::Produce { req, partition: p, ids: b.ids.clone(), batch: Some(b.batch) };
+            let body = Body::Produce { req, partition: p, ids: b.ids.clone(), batch: Some(b.batch), txn: None };
             if retry {
                 self.count("idempotent retries");
             }
@@ -1897,7 +2071,7 @@ impl Sim {
                     pending.iter().map(|b| (b.batch.epoch, b.batch.first_seq)).collect();
                 producer.requests.retain(|_, r| r.0 != p || in_flight.contains(&(r.1, r.2)));
                 for (i, &id) in ids.iter().enumerate() {
-                    let record = Record { leader_epoch, id, batch: Some((batch, i as i32)) };
+                    let record = Record { leader_epoch, id, batch: Some((batch, i as i32)), txn: None, marker: None };
                     self.acked(p, base_offset + i as i64, record);
                 }
             }
@@ -1952,7 +2126,7 @@ impl Sim {
         self.send(
             Node::Client,
             Node::Broker(leader),
-            Body::Produce { req, partition: p, ids: ids.clone(), batch: None },
+            Body::Produce { req, partition: p, ids: ids.clone(), batch: None, txn: None },
         );
         ids
     }
@@ -2038,8 +2212,11 @@ impl Sim {
                 }
             }
         }
-        if self.client.idempotent.is_some() {
+        if self.client.idempotent.is_some() || self.client.txn.is_some() {
             self.check_idempotence()?;
+        }
+        if self.client.txn.is_some() {
+            self.check_transactions()?;
         }
         Ok(())
     }
@@ -2053,6 +2230,9 @@ impl Sim {
             let committed = &self.hist.committed[p];
             for offset in self.hist.idempotence_checked[p]..committed.len() {
                 let r = committed[offset];
+                if r.marker.is_some() {
+                    continue;
+                }
                 if !self.hist.committed_ids[p].insert(r.id) {
                     let first = committed.iter().position(|c| c.id == r.id).expect("seen");
                     return Err(format!("p{p}: record {} committed twice, at {first} and {offset}: {r:?}", r.id));
@@ -2062,7 +2242,7 @@ impl Sim {
                 if i > 0 && previous.and_then(|c| c.batch) != Some((b, i - 1)) {
                     return Err(format!("p{p}: {r:?} at {offset} does not follow its batch's record {}", i - 1));
                 }
-                if i == 0 && previous.is_some_and(|c| c.ends_batch().is_none()) {
+                if i == 0 && previous.is_some_and(|c| c.marker.is_none() && c.ends_batch().is_none()) {
                     return Err(format!("p{p}: {r:?} at {offset} starts a batch inside another: {previous:?}"));
                 }
                 if i == 0 {
@@ -2098,6 +2278,9 @@ impl Sim {
         if let Some(Fault::Isolate { broker, healed: false, .. }) = self.fault {
             self.fault = Some(Fault::Isolate { broker, until_ms: self.now_ms, healed: false });
         }
+        if self.client.txn.is_some() {
+            self.txn_settle();
+        }
         let acked = self.client.acked;
         for _ in 0..SETTLE_PRODUCE_MS / SETTLE_STEP_MS {
             self.step(SETTLE_STEP_MS)?;
@@ -2106,6 +2289,10 @@ impl Sim {
             return Err("liveness: nothing was acknowledged after the faults ended".to_string());
         }
         self.knobs.produce_pct = 0;
+        if let Some(producer) = self.client.txn.as_mut() {
+            // No new transaction; the open one ends (or times out, if its producer was killed).
+            producer.settling = true;
+        }
         for _ in 0..SETTLE_QUIET_MS_MAX / SETTLE_STEP_MS {
             if self.converged().is_ok() {
                 return Ok(());
@@ -2130,6 +2317,9 @@ impl Sim {
             if !recovered {
                 return Err(format!("liveness: p{p} did not recover: {}", self.describe(p)));
             }
+        }
+        if self.client.txn.is_some() {
+            self.transactions_settled()?;
         }
         Ok(())
     }
@@ -2189,14 +2379,24 @@ struct AsSpate {
     /// Followers fetch without their broker epoch (spate before KIP-903): leaders propose
     /// members with `NO_BROKER_EPOCH`, which the controller does not check.
     no_broker_epochs: bool,
+    /// Brokers append end-of-transaction markers without `check_marker` and replicas
+    /// never `apply_marker` (in appends, followers' copies and rebuilds alike): the
+    /// producer state never sees a transaction end.
+    markers_unapplied: bool,
+    /// Leaders serve read_committed readers up to the high watermark, not the last
+    /// stable offset.
+    reader_ignores_lso: bool,
 }
 
 impl AsSpate {
-    /// `SPATE_SIM_APPENDS_RETRIES=1`, `SPATE_SIM_NO_BROKER_EPOCHS=1`.
+    /// `SPATE_SIM_APPENDS_RETRIES=1`, `SPATE_SIM_NO_BROKER_EPOCHS=1`,
+    /// `SPATE_SIM_MARKERS_UNAPPLIED=1`, `SPATE_SIM_READER_IGNORES_LSO=1`.
     fn from_env() -> Self {
         Self {
             appends_retries: std::env::var("SPATE_SIM_APPENDS_RETRIES").is_ok(),
             no_broker_epochs: std::env::var("SPATE_SIM_NO_BROKER_EPOCHS").is_ok(),
+            markers_unapplied: std::env::var("SPATE_SIM_MARKERS_UNAPPLIED").is_ok(),
+            reader_ignores_lso: std::env::var("SPATE_SIM_READER_IGNORES_LSO").is_ok(),
         }
     }
 }
@@ -2210,8 +2410,11 @@ fn run_seed(seed: u64, as_spate: AsSpate) -> Result<Summary, String> {
     let mut segment_rng = Rng(seed ^ 0x5e67_e475);
     let knobs = Knobs {
         idempotent: seed % 2 == 1,
+        transactional: txn::is_transactional(seed),
         appends_retries: as_spate.appends_retries,
         no_broker_epochs: as_spate.no_broker_epochs,
+        markers_unapplied: as_spate.markers_unapplied,
+        reader_ignores_lso: as_spate.reader_ignores_lso,
         segment_records: 4 + segment_rng.below(60) as i64,
         ..Knobs::random(&mut rng)
     };
@@ -2283,7 +2486,8 @@ fn run_seeds(seeds: &[u64], as_spate: AsSpate) -> Option<(u64, String)> {
     failures.into_inner().expect("lock").into_iter().min_by_key(|(s, _)| *s)
 }
 
-/// `SPATE_SIM_SEED=<seed>` replays one seed; `SPATE_SIM_SEEDS=<n>` runs seeds 0..n; see
+/// `SPATE_SIM_SEED=<seed>` replays one seed; `SPATE_SIM_SEEDS=<n>` runs seeds 0..n (from
+/// `SPATE_SIM_SEEDS_FROM=<m>` on, if set); see
 /// `AsSpate` for the other variables.
 #[test]
 fn sim_seeds() {
@@ -2291,7 +2495,8 @@ fn sim_seeds() {
         Ok(s) => vec![s.parse().expect("SPATE_SIM_SEED is a u64")],
         Err(_) => {
             let n: u64 = std::env::var("SPATE_SIM_SEEDS").ok().and_then(|s| s.parse().ok()).unwrap_or(SEEDS_DEFAULT);
-            (0..n).collect()
+            let from: u64 = std::env::var("SPATE_SIM_SEEDS_FROM").ok().and_then(|s| s.parse().ok()).unwrap_or(0);
+            (from..n).collect()
         }
     };
     let as_spate = AsSpate::from_env();
@@ -2339,6 +2544,39 @@ fn sim_catches_appended_retries() {
     let found = run_seeds(&seeds, AsSpate { appends_retries: true, ..AsSpate::default() });
     let (seed, report) = found.expect("retries appended twice went unnoticed");
     assert!(report.contains("committed twice"), "seed {seed} failed otherwise: {report}");
+}
+
+/// Invariants 8 and 10 have teeth: with brokers that append markers without
+/// `check_marker` and never `apply_marker` them, the producer state never sees a
+/// transaction end. Every one of the first transactional seeds fails: those whose
+/// producer was fenced accept its older epoch's batches after the abort marker (8), the
+/// others end with a last stable offset stuck below the high watermark (10); both occur.
+#[test]
+fn sim_catches_markers_that_bypass_the_producer_state() {
+    let as_spate = AsSpate { markers_unapplied: true, ..AsSpate::default() };
+    let (mut fenced, mut stuck) = (0, 0);
+    for seed in (0..TXN_GUARD_SEEDS * 4).filter(|s| txn::is_transactional(*s)) {
+        let report = run_seed(seed, as_spate).err().unwrap_or_else(|| panic!("seed {seed}: the bypass went unnoticed"));
+        if report.contains("a fenced producer's batch") {
+            fenced += 1;
+        } else if report.contains("stays below the high watermark") {
+            stuck += 1;
+        } else {
+            panic!("seed {seed} failed otherwise: {report}");
+        }
+    }
+    assert!(fenced > 0 && stuck > 0, "{fenced} seeds caught by invariant 8, {stuck} by invariant 10");
+}
+
+/// Invariant 8 has teeth: leaders that serve read_committed reads up to the high
+/// watermark hand out parts of transactions that are still open or whose marker is not
+/// replicated yet.
+#[test]
+fn sim_catches_a_reader_that_ignores_the_last_stable_offset() {
+    let seeds: Vec<u64> = (0..TXN_GUARD_SEEDS * 4).filter(|s| txn::is_transactional(*s)).collect();
+    let found = run_seeds(&seeds, AsSpate { reader_ignores_lso: true, ..AsSpate::default() });
+    let (seed, report) = found.expect("reads past the last stable offset went unnoticed");
+    assert!(report.contains("last stable offset") && report.contains("cuts"), "seed {seed} failed otherwise: {report}");
 }
 
 // ---- Scripted scenarios ----
