@@ -299,6 +299,34 @@ def test_kafka_topics_bad_assignments_are_refused(cluster, tools_classpath):
     assert len(cluster_view(b1.bootstrap, "tools-ok")) == 1, "a refused --alter added partitions"
 
 
+# ---------------------------------------------------------------- kafka-get-offsets --time -3
+
+def test_kafka_get_offsets_max_timestamp(broker, tools_classpath):
+    """kafka-get-offsets --time -3 and --time max-timestamp (ListOffsets v7, KIP-734): the
+    offset of the first record with the largest timestamp, which the test chose (inside a
+    gzip batch, not its last record; a later batch has the same timestamp); -4 (earliest
+    local, v8) is the log start; an empty partition has no answer for -3."""
+    from test_list_offsets import MAX_TS_OFFSET, max_timestamp_topic
+    from helpers.clients import create_topic
+    topic = "tools-max-ts"
+    max_timestamp_topic(broker.bootstrap, broker, topic)
+    create_topic(broker.bootstrap, "tools-max-ts-empty", 1)
+
+    def offsets(time_spec, *topics):
+        rc, out = run_tool(tools_classpath, "GetOffsetShell", "--bootstrap-server", broker.bootstrap,
+                           "--topic", ",".join(topics) if len(topics) == 1 else "tools-max-ts.*",
+                           "--time", time_spec)
+        assert rc == 0, out
+        return {(t, int(p)): int(o) for t, p, o in re.findall(r"^(\S+):(\d+):(-?\d+)$", out, re.M)}, out
+
+    for spec in ("-3", "max-timestamp"):
+        got, out = offsets(spec, topic, "tools-max-ts-empty")
+        # The tool prints nothing for a partition without an offset (the empty one).
+        assert got == {(topic, 0): MAX_TS_OFFSET}, out
+    got, out = offsets("-4", topic, "tools-max-ts-empty")
+    assert got == {(topic, 0): 0, ("tools-max-ts-empty", 0): 0}, out
+
+
 # ---------------------------------------------------------------- kafka-broker-api-versions
 
 LINE = re.compile(r"^\s*(\w+)\((\d+)\): (.*?),?$")
