@@ -327,6 +327,75 @@ def test_kafka_get_offsets_max_timestamp(broker, tools_classpath):
     assert got == {(topic, 0): 0, ("tools-max-ts-empty", 0): 0}, out
 
 
+# ---------------------------------------------------------------- kafka-configs (brokers)
+
+CONFIG_LINE = re.compile(r"^  (\S+?)=(\S*) sensitive=(\w+) synonyms=\{(.*)\}$")
+
+
+def configs_tool(classpath, bootstrap, *args):
+    """kafka-configs (org.apache.kafka.tools.ConfigCommand in Kafka 4.4's kafka-tools)."""
+    return run_tool(classpath, "ConfigCommand", "--bootstrap-server", bootstrap, *args)
+
+
+def parse_configs(out):
+    """{name: (value, [(source, name, value)])} from a kafka-configs --describe."""
+    found = {}
+    for line in out.splitlines():
+        m = CONFIG_LINE.match(line)
+        if m:
+            syn = re.findall(r"(\w+):([^=,]+)=([^,]*)", m[4])
+            found[m[1]] = (m[2], [(s, n.strip(), v) for s, n, v in syn])
+    return found
+
+
+def test_kafka_configs_broker_default_and_per_broker(broker, tools_classpath):
+    """kafka-configs --entity-type brokers: --entity-default --alter --add-config
+    log.retention.ms and --entity-name 1 --alter --add-config log.segment.bytes, then
+    --describe of each: the tool prints what confluent-kafka's describe_configs reads, with
+    Kafka's sources and synonyms, and the per-broker log.segment.bytes really rolls the
+    segments of a topic without its own segment.bytes (not those of one with it); a
+    read-only config is refused."""
+    from helpers.clients import create_topic
+    from test_alter_configs import describe_broker
+    create_topic(broker.bootstrap, "cfg-follows", 1)
+    create_topic(broker.bootstrap, "cfg-own", 1, config={"segment.bytes": "1073741824"})
+
+    rc, out = configs_tool(tools_classpath, broker.bootstrap, "--entity-type", "brokers", "--entity-default",
+                           "--alter", "--add-config", "log.retention.ms=86400000")
+    assert rc == 0, out
+    rc, out = configs_tool(tools_classpath, broker.bootstrap, "--entity-type", "brokers", "--entity-name", "1",
+                           "--alter", "--add-config", "log.segment.bytes=4096")
+    assert rc == 0, out
+
+    rc, out = configs_tool(tools_classpath, broker.bootstrap, "--entity-type", "brokers", "--entity-default",
+                           "--describe")
+    assert rc == 0, out
+    assert parse_configs(out) == {
+        "log.retention.ms": ("86400000", [("DYNAMIC_DEFAULT_BROKER_CONFIG", "log.retention.ms", "86400000")])}, out
+    rc, out = configs_tool(tools_classpath, broker.bootstrap, "--entity-type", "brokers", "--entity-name", "1",
+                           "--describe")
+    assert rc == 0, out
+    shown = parse_configs(out)
+    assert shown == {"log.segment.bytes": ("4096", [("DYNAMIC_BROKER_CONFIG", "log.segment.bytes", "4096"),
+                                                    ("DEFAULT_CONFIG", "log.segment.bytes", "1073741824")])}, out
+    described = describe_broker(broker.bootstrap, "1")
+    for name in ("log.segment.bytes", "log.retention.ms"):
+        assert described[name].value == {"log.segment.bytes": "4096", "log.retention.ms": "86400000"}[name]
+
+    for topic in ("cfg-follows", "cfg-own"):
+        for i in range(12):  # one batch each
+            cf_produce(broker.bootstrap, topic, [{"value": b"%03d" % i + b"x" * 1000}])
+    follows = sorted((broker.data_dir / "cfg-follows-0").glob("*.log"))
+    own = sorted((broker.data_dir / "cfg-own-0").glob("*.log"))
+    assert len(follows) >= 4 and all(f.stat().st_size <= 4096 for f in follows), \
+        [(f.name, f.stat().st_size) for f in follows]
+    assert len(own) == 1, own
+
+    rc, out = configs_tool(tools_classpath, broker.bootstrap, "--entity-type", "brokers", "--entity-name", "1",
+                           "--alter", "--add-config", "log.dirs=/tmp/elsewhere")
+    assert rc != 0 and "Cannot update these configs dynamically" in out, out
+
+
 # ---------------------------------------------------------------- kafka-broker-api-versions
 
 LINE = re.compile(r"^\s*(\w+)\((\d+)\): (.*?),?$")
