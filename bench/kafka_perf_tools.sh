@@ -36,5 +36,5 @@ echo "kafka-producer-perf-test: $RECORDS records of $RECORD_SIZE bytes, $PARTITI
 tool ProducerPerformance --topic perf --num-records "$RECORDS" --record-size "$RECORD_SIZE" \
     --throughput -1 --producer-props bootstrap.servers=127.0.0.1:$PORT | tail -1
 echo "kafka-consumer-perf-test: the same records"
-tool ConsumerPerformance --bootstrap-server 127.0.0.1:$PORT --topic perf --messages "$RECORDS" \
+tool ConsumerPerformance --bootstrap-server 127.0.0.1:$PORT --topic perf --num-records "$RECORDS" \
     --timeout 60000

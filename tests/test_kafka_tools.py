@@ -5,7 +5,7 @@ assignments.
 The tools are the main classes of Apache Kafka's kafka-tools jar (4.4.0, pinned in
 tests/kafka-tools/pom.xml, resolved by scripts/install-deps), run with `java -cp`:
 `kafka-topics` is org.apache.kafka.tools.TopicCommand, `kafka-get-offsets` is
-GetOffsetShell, `kafka-broker-api-versions` is BrokerApiVersionsCommand. Their admin
+GetOffsetShell, `kafka-configs` is ConfigCommand, `kafka-broker-api-versions` is BrokerApiVersionsCommand. Their admin
 requests go to broker 2 or 3, which forward them to the coordinator. Each output is
 checked against what the cluster holds, read with another client (confluent-kafka's
 metadata, a raw ApiVersions request, the records read back, the partition directories
@@ -14,7 +14,11 @@ on each broker's disk):
 - kafka-topics --create --replica-assignment, then --describe (leaders, replicas, ISR,
   counts), --alter --partitions with an assignment, --list, --delete; assignments Spate
   refuses come back as Kafka's InvalidReplicaAssignmentException.
-- kafka-get-offsets after producing records to each partition (latest and earliest).
+- kafka-get-offsets after producing records to each partition (latest and earliest);
+  --time -3 / max-timestamp (KIP-734) and -4 on records whose timestamps the test chose.
+- kafka-configs (org.apache.kafka.tools.ConfigCommand) --entity-type brokers,
+  --entity-default and --entity-name 1: --alter --add-config then --describe, checked
+  against confluent-kafka's describe_configs and the segments on disk.
 - kafka-broker-api-versions lists every broker with the versions each one answers.
 - kafka-consumer-groups --list / --describe, kafka-cluster cluster-id.
 - kafka-leader-election (preferred) moves leadership back to preferred replicas.

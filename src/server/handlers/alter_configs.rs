@@ -121,8 +121,8 @@ async fn alter_broker(
 }
 
 async fn alter_topic(ctx: &ShardContext, name: &str, change: Change<'_>, validate_only: bool) -> (i16, Option<String>) {
-    let current = match ctx.view().get(name) {
-        Some(meta) => meta.configs.overrides.clone(),
+    let (current, dynamic_defaults) = match ctx.view().get(name) {
+        Some(meta) => (meta.configs.overrides.clone(), meta.configs.dynamic_defaults.clone()),
         None => return (error_code::UNKNOWN_TOPIC_OR_PARTITION, Some(format!("topic {name:?} does not exist"))),
     };
     let pairs: Vec<(String, Option<String>)> = match change {
@@ -143,10 +143,12 @@ async fn alter_topic(ctx: &ShardContext, name: &str, change: Change<'_>, validat
                     }
                     (OP_SET, None) => return (error_code::INVALID_CONFIG, Some(format!("no value to set for {k}"))),
                     (OP_APPEND | OP_SUBTRACT, Some(v)) if TopicConfig::is_list(k) => {
-                        // On the effective value: the topic's, else the broker's default,
-                        // else Kafka's (as Kafka does).
+                        // On the effective value: the topic's, else the broker's default
+                        // (dynamic, then static), else Kafka's (as Kafka does).
                         let now = merged.get(k).cloned().unwrap_or_else(|| {
-                            let defaults = TopicConfig::default().describe(&ctx.config.topic_defaults);
+                            let defaults =
+                                TopicConfig { dynamic_defaults: dynamic_defaults.clone(), ..Default::default() }
+                                    .describe(&ctx.config.topic_defaults);
                             defaults.into_iter().find(|(n, _, _)| n == k).map(|(_, v, _)| v).unwrap_or_default()
                         });
                         let mut items: Vec<String> =
