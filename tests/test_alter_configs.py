@@ -73,3 +73,183 @@ def test_kafka_python_legacy_alter_configs_replaces_the_set(broker):
     assert d["retention.ms"].value == "5000"
     # AlterConfigs replaces the whole set: segment.bytes went back to its default.
     assert d["segment.bytes"].is_default
+
+
+# ---------------------------------------------------------------- dynamic broker configs
+# confluent-kafka and kafka-python refuse an empty broker name, so the cluster-wide
+# default (resource name "") is set and read with Kafka's kafka-configs (ConfigCommand,
+# --entity-default); per-broker configs with confluent-kafka's AdminClient.
+
+from test_kafka_tools import configs_tool, parse_configs, tools_classpath  # noqa: F401 (fixture)
+
+DYNAMIC_BROKER_CONFIG = 2
+DYNAMIC_DEFAULT_BROKER_CONFIG = 3
+DEFAULT_CONFIG = 5
+
+
+def broker_incremental(bootstrap, broker_name, entries, validate_only=False, timeout=15):
+    """IncrementalAlterConfigs on ConfigResource BROKER `broker_name` (a broker id)."""
+    a = admin(bootstrap)
+    res = ConfigResource(ResourceType.BROKER, broker_name, incremental_configs=entries)
+    fs = a.incremental_alter_configs([res], request_timeout=timeout, validate_only=validate_only)
+    return fs[res].result(timeout)
+
+
+def describe_broker(bootstrap, broker_name, timeout=15):
+    """{name: ConfigEntry} of BROKER `broker_name`, with synonyms."""
+    a = admin(bootstrap)
+    res = ConfigResource(ResourceType.BROKER, broker_name)
+    fs = a.describe_configs([res], request_timeout=timeout)  # librdkafka asks for synonyms
+    return fs[res].result(timeout)
+
+
+def default_tool(classpath, bootstrap, *args):
+    """kafka-configs --entity-type brokers --entity-default ...: (exit code, output)."""
+    return configs_tool(classpath, bootstrap, "--entity-type", "brokers", "--entity-default", *args)
+
+
+def set_op(name, value):
+    return ConfigEntry(name, value, incremental_operation=AlterConfigOpType.SET)
+
+
+def source(entry):
+    return int(getattr(entry.source, "value", entry.source))
+
+
+def earliest(bootstrap, topic):
+    from confluent_kafka import TopicPartition
+    from confluent_kafka.admin import OffsetSpec
+    tp = TopicPartition(topic, 0)
+    a = admin(bootstrap)  # keep the client alive until the future resolves
+    return a.list_offsets({tp: OffsetSpec.earliest()}, request_timeout=15)[tp].result(15).offset
+
+
+def broker_tool_describe(classpath, bootstrap, broker_id):
+    """kafka-configs --entity-name <id> --describe: that broker's own dynamic configs with
+    their synonyms, parsed (confluent-kafka keeps synonyms by name, so it cannot show
+    the same name in several layers)."""
+    rc, out = configs_tool(classpath, bootstrap, "--entity-type", "brokers", "--entity-name", broker_id, "--describe")
+    assert rc == 0, out
+    return parse_configs(out)
+
+
+@pytest.mark.broker_args("--log-retention-check-interval-ms", "200")
+def test_dynamic_broker_retention_applies_to_topics_without_override_and_survives_restart(
+        broker, tools_classpath):
+    """log.retention.ms set for every broker (`/config/brokers/<default>`, with kafka-configs
+    --entity-default): described with source DYNAMIC_DEFAULT_BROKER_CONFIG on broker 1 and
+    on a topic without its own retention.ms (confluent-kafka), and it really deletes that
+    topic's old segments, not those of a topic with its own retention.ms. A per-broker
+    value (`/config/brokers/1`, confluent-kafka's incremental_alter_configs) then wins
+    over it, with Kafka's synonyms, and both survive a restart."""
+    import time
+    from pathlib import Path
+    for topic, config in (("follows", {"segment.bytes": "1024"}),
+                          ("keeps", {"segment.bytes": "1024", "retention.ms": "604800000"})):
+        create_topic(broker.bootstrap, topic, 1, config=config)
+        for i in range(6):  # one batch each, a segment each
+            cf_produce(broker.bootstrap, topic, [{"value": b"%03d" % i + b"x" * 700}])
+    segments = {t: lambda t=t: sorted(Path(broker.data_dir, f"{t}-0").glob("*.log")) for t in ("follows", "keeps")}
+    assert len(segments["follows"]()) > 3 and len(segments["keeps"]()) > 3
+    d = describe(broker.bootstrap, "follows")["retention.ms"]
+    assert (d.value, source(d)) == ("604800000", DEFAULT_CONFIG)
+
+    rc, out = default_tool(tools_classpath, broker.bootstrap, "--alter", "--add-config", "log.retention.ms=1000")
+    assert rc == 0, out
+    b1 = describe_broker(broker.bootstrap, "1")
+    assert (b1["log.retention.ms"].value, source(b1["log.retention.ms"]), b1["log.retention.ms"].is_read_only) \
+        == ("1000", DYNAMIC_DEFAULT_BROKER_CONFIG, False)
+    assert b1["broker.id"].is_read_only
+    d = describe(broker.bootstrap, "follows")["retention.ms"]
+    assert (d.value, source(d)) == ("1000", DYNAMIC_DEFAULT_BROKER_CONFIG)
+    assert describe(broker.bootstrap, "keeps")["retention.ms"].value == "604800000"
+
+    # Retention runs every 200 ms: the topic without an override loses its old segments.
+    deadline = time.monotonic() + 60
+    while earliest(broker.bootstrap, "follows") == 0 and time.monotonic() < deadline:
+        time.sleep(0.2)  # polling the condition, with a deadline
+    assert earliest(broker.bootstrap, "follows") > 0, "the dynamic log.retention.ms deleted nothing"
+    assert len(segments["follows"]()) == 1, segments["follows"]()
+    # Retention has run since the change; the topic with its own retention.ms kept all.
+    assert earliest(broker.bootstrap, "keeps") == 0
+    assert len(segments["keeps"]()) > 3
+
+    broker_incremental(broker.bootstrap, "1", [set_op("log.retention.ms", "3600000")])
+    want = ("3600000", DYNAMIC_BROKER_CONFIG, {"log.retention.ms": ("3600000", [
+        ("DYNAMIC_BROKER_CONFIG", "log.retention.ms", "3600000"),
+        ("DYNAMIC_DEFAULT_BROKER_CONFIG", "log.retention.ms", "1000"),
+        ("DEFAULT_CONFIG", "log.retention.ms", "604800000")])})
+
+    def seen():
+        e = describe_broker(broker.bootstrap, "1")["log.retention.ms"]
+        return e.value, source(e), broker_tool_describe(tools_classpath, broker.bootstrap, "1")
+
+    assert seen() == want
+    broker.restart()
+    assert seen() == want
+    rc, out = default_tool(tools_classpath, broker.bootstrap, "--describe")
+    assert rc == 0 and parse_configs(out) == {
+        "log.retention.ms": ("1000", [("DYNAMIC_DEFAULT_BROKER_CONFIG", "log.retention.ms", "1000")])}, out
+    d = describe(broker.bootstrap, "follows")["retention.ms"]
+    assert (d.value, source(d)) == ("3600000", DYNAMIC_BROKER_CONFIG)
+
+
+def test_broker_configs_refused_as_kafka_refuses_them(broker):
+    """Read-only broker configs are INVALID_REQUEST (Kafka: "Cannot update these configs
+    dynamically"), unknown names and bad values INVALID_CONFIG; validate_only checks and
+    changes nothing; nothing refused is stored."""
+    for name, value, code in (("broker.id", "7", "INVALID_REQUEST"),
+                              ("num.partitions", "3", "INVALID_REQUEST"),
+                              ("no.such.config", "1", "INVALID_CONFIG"),
+                              ("log.retention.ms", "soon", "INVALID_CONFIG"),
+                              ("log.cleanup.policy", "compress", "INVALID_CONFIG")):
+        with pytest.raises(KafkaException) as ei:
+            broker_incremental(broker.bootstrap, "1", [set_op(name, value)])
+        assert ei.value.args[0].name() == code, (name, ei.value)
+    broker_incremental(broker.bootstrap, "1", [set_op("log.retention.ms", "5000")], validate_only=True)
+    e = describe_broker(broker.bootstrap, "1")["log.retention.ms"]
+    assert (e.value, source(e)) == ("604800000", DEFAULT_CONFIG)
+    assert {source(e) for e in describe_broker(broker.bootstrap, "1").values()} <= {4, 5}
+
+
+def test_dynamic_broker_configs_in_zookeeper(broker_factory, zookeeper, tools_classpath):
+    """With the metadata in a real ZooKeeper: the cluster-wide default and broker 7's
+    dynamic configs are Kafka's `/config/brokers/<default>` and `/config/brokers/7`
+    documents (read with kazoo); a broker started on a fresh data dir reads them back;
+    deleting the last config removes the znode."""
+    import json
+    from kazoo.client import KazooClient
+    url = f"zookeeper://{zookeeper}/dyn"
+    b = broker_factory("--metadata", url, "--node-id", "7")
+    rc, out = default_tool(tools_classpath, b.bootstrap, "--alter", "--add-config", "log.retention.ms=1000")
+    assert rc == 0, out
+    broker_incremental(b.bootstrap, "7", [set_op("log.segment.bytes", "4096"), set_op("log.retention.ms", "2000")])
+    zk = KazooClient(hosts=zookeeper, timeout=10)
+    zk.start(timeout=15)
+    try:
+        def doc(path):
+            return json.loads(zk.get(path)[0].decode())
+
+        assert sorted(zk.get_children("/dyn/config/brokers")) == ["7", "<default>"]
+        assert doc("/dyn/config/brokers/<default>") == {"version": 1, "config": {"log.retention.ms": "1000"}}
+        assert doc("/dyn/config/brokers/7") == {
+            "version": 1, "config": {"log.retention.ms": "2000", "log.segment.bytes": "4096"}}
+
+        b.kill()
+        b2 = broker_factory("--metadata", url, "--node-id", "7", name="b-fresh-dir")
+        e = describe_broker(b2.bootstrap, "7")
+        assert (e["log.retention.ms"].value, source(e["log.retention.ms"])) == ("2000", DYNAMIC_BROKER_CONFIG)
+        assert broker_tool_describe(tools_classpath, b2.bootstrap, "7") == {
+            "log.retention.ms": ("2000", [("DYNAMIC_BROKER_CONFIG", "log.retention.ms", "2000"),
+                                          ("DYNAMIC_DEFAULT_BROKER_CONFIG", "log.retention.ms", "1000"),
+                                          ("DEFAULT_CONFIG", "log.retention.ms", "604800000")]),
+            "log.segment.bytes": ("4096", [("DYNAMIC_BROKER_CONFIG", "log.segment.bytes", "4096"),
+                                           ("DEFAULT_CONFIG", "log.segment.bytes", "1073741824")])}
+
+        rc, out = default_tool(tools_classpath, b2.bootstrap, "--alter", "--delete-config", "log.retention.ms")
+        assert rc == 0, out
+        assert not zk.exists("/dyn/config/brokers/<default>")
+        rc, out = default_tool(tools_classpath, b2.bootstrap, "--describe")
+        assert rc == 0 and parse_configs(out) == {}, out
+    finally:
+        zk.stop()

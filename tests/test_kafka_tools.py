@@ -5,7 +5,7 @@ assignments.
 The tools are the main classes of Apache Kafka's kafka-tools jar (4.4.0, pinned in
 tests/kafka-tools/pom.xml, resolved by scripts/install-deps), run with `java -cp`:
 `kafka-topics` is org.apache.kafka.tools.TopicCommand, `kafka-get-offsets` is
-GetOffsetShell, `kafka-broker-api-versions` is BrokerApiVersionsCommand. Their admin
+GetOffsetShell, `kafka-configs` is ConfigCommand, `kafka-broker-api-versions` is BrokerApiVersionsCommand. Their admin
 requests go to broker 2 or 3, which forward them to the coordinator. Each output is
 checked against what the cluster holds, read with another client (confluent-kafka's
 metadata, a raw ApiVersions request, the records read back, the partition directories
@@ -14,7 +14,11 @@ on each broker's disk):
 - kafka-topics --create --replica-assignment, then --describe (leaders, replicas, ISR,
   counts), --alter --partitions with an assignment, --list, --delete; assignments Spate
   refuses come back as Kafka's InvalidReplicaAssignmentException.
-- kafka-get-offsets after producing records to each partition (latest and earliest).
+- kafka-get-offsets after producing records to each partition (latest and earliest);
+  --time -3 / max-timestamp (KIP-734) and -4 on records whose timestamps the test chose.
+- kafka-configs (org.apache.kafka.tools.ConfigCommand) --entity-type brokers,
+  --entity-default and --entity-name 1: --alter --add-config then --describe, checked
+  against confluent-kafka's describe_configs and the segments on disk.
 - kafka-broker-api-versions lists every broker with the versions each one answers.
 - kafka-consumer-groups --list / --describe, kafka-cluster cluster-id.
 - kafka-leader-election (preferred) moves leadership back to preferred replicas.
@@ -297,6 +301,103 @@ def test_kafka_topics_bad_assignments_are_refused(cluster, tools_classpath):
     assert "partition 2: broker 7 is not registered" in out, out
     time.sleep(0.5)
     assert len(cluster_view(b1.bootstrap, "tools-ok")) == 1, "a refused --alter added partitions"
+
+
+# ---------------------------------------------------------------- kafka-get-offsets --time -3
+
+def test_kafka_get_offsets_max_timestamp(broker, tools_classpath):
+    """kafka-get-offsets --time -3 and --time max-timestamp (ListOffsets v7, KIP-734): the
+    offset of the first record with the largest timestamp, which the test chose (inside a
+    gzip batch, not its last record; a later batch has the same timestamp); -4 (earliest
+    local, v8) is the log start; an empty partition has no answer for -3."""
+    from test_list_offsets import MAX_TS_OFFSET, max_timestamp_topic
+    from helpers.clients import create_topic
+    topic = "tools-max-ts"
+    max_timestamp_topic(broker.bootstrap, broker, topic)
+    create_topic(broker.bootstrap, "tools-max-ts-empty", 1)
+
+    def offsets(time_spec, *topics):
+        rc, out = run_tool(tools_classpath, "GetOffsetShell", "--bootstrap-server", broker.bootstrap,
+                           "--topic", ",".join(topics) if len(topics) == 1 else "tools-max-ts.*",
+                           "--time", time_spec)
+        assert rc == 0, out
+        return {(t, int(p)): int(o) for t, p, o in re.findall(r"^(\S+):(\d+):(-?\d+)$", out, re.M)}, out
+
+    for spec in ("-3", "max-timestamp"):
+        got, out = offsets(spec, topic, "tools-max-ts-empty")
+        # The tool prints nothing for a partition without an offset (the empty one).
+        assert got == {(topic, 0): MAX_TS_OFFSET}, out
+    got, out = offsets("-4", topic, "tools-max-ts-empty")
+    assert got == {(topic, 0): 0, ("tools-max-ts-empty", 0): 0}, out
+
+
+# ---------------------------------------------------------------- kafka-configs (brokers)
+
+CONFIG_LINE = re.compile(r"^  (\S+?)=(\S*) sensitive=(\w+) synonyms=\{(.*)\}$")
+
+
+def configs_tool(classpath, bootstrap, *args):
+    """kafka-configs (org.apache.kafka.tools.ConfigCommand in Kafka 4.4's kafka-tools)."""
+    return run_tool(classpath, "ConfigCommand", "--bootstrap-server", bootstrap, *args)
+
+
+def parse_configs(out):
+    """{name: (value, [(source, name, value)])} from a kafka-configs --describe."""
+    found = {}
+    for line in out.splitlines():
+        m = CONFIG_LINE.match(line)
+        if m:
+            syn = re.findall(r"(\w+):([^=,]+)=([^,]*)", m[4])
+            found[m[1]] = (m[2], [(s, n.strip(), v) for s, n, v in syn])
+    return found
+
+
+def test_kafka_configs_broker_default_and_per_broker(broker, tools_classpath):
+    """kafka-configs --entity-type brokers: --entity-default --alter --add-config
+    log.retention.ms and --entity-name 1 --alter --add-config log.segment.bytes, then
+    --describe of each: the tool prints what confluent-kafka's describe_configs reads, with
+    Kafka's sources and synonyms, and the per-broker log.segment.bytes really rolls the
+    segments of a topic without its own segment.bytes (not those of one with it); a
+    read-only config is refused."""
+    from helpers.clients import create_topic
+    from test_alter_configs import describe_broker
+    create_topic(broker.bootstrap, "cfg-follows", 1)
+    create_topic(broker.bootstrap, "cfg-own", 1, config={"segment.bytes": "1073741824"})
+
+    rc, out = configs_tool(tools_classpath, broker.bootstrap, "--entity-type", "brokers", "--entity-default",
+                           "--alter", "--add-config", "log.retention.ms=86400000")
+    assert rc == 0, out
+    rc, out = configs_tool(tools_classpath, broker.bootstrap, "--entity-type", "brokers", "--entity-name", "1",
+                           "--alter", "--add-config", "log.segment.bytes=4096")
+    assert rc == 0, out
+
+    rc, out = configs_tool(tools_classpath, broker.bootstrap, "--entity-type", "brokers", "--entity-default",
+                           "--describe")
+    assert rc == 0, out
+    assert parse_configs(out) == {
+        "log.retention.ms": ("86400000", [("DYNAMIC_DEFAULT_BROKER_CONFIG", "log.retention.ms", "86400000")])}, out
+    rc, out = configs_tool(tools_classpath, broker.bootstrap, "--entity-type", "brokers", "--entity-name", "1",
+                           "--describe")
+    assert rc == 0, out
+    shown = parse_configs(out)
+    assert shown == {"log.segment.bytes": ("4096", [("DYNAMIC_BROKER_CONFIG", "log.segment.bytes", "4096"),
+                                                    ("DEFAULT_CONFIG", "log.segment.bytes", "1073741824")])}, out
+    described = describe_broker(broker.bootstrap, "1")
+    for name in ("log.segment.bytes", "log.retention.ms"):
+        assert described[name].value == {"log.segment.bytes": "4096", "log.retention.ms": "86400000"}[name]
+
+    for topic in ("cfg-follows", "cfg-own"):
+        for i in range(12):  # one batch each
+            cf_produce(broker.bootstrap, topic, [{"value": b"%03d" % i + b"x" * 1000}])
+    follows = sorted((broker.data_dir / "cfg-follows-0").glob("*.log"))
+    own = sorted((broker.data_dir / "cfg-own-0").glob("*.log"))
+    assert len(follows) >= 4 and all(f.stat().st_size <= 4096 for f in follows), \
+        [(f.name, f.stat().st_size) for f in follows]
+    assert len(own) == 1, own
+
+    rc, out = configs_tool(tools_classpath, broker.bootstrap, "--entity-type", "brokers", "--entity-name", "1",
+                           "--alter", "--add-config", "log.dirs=/tmp/elsewhere")
+    assert rc != 0 and "Cannot update these configs dynamically" in out, out
 
 
 # ---------------------------------------------------------------- kafka-broker-api-versions

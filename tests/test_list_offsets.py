@@ -1,6 +1,10 @@
-"""ListOffsets: earliest / latest (watermarks) and by timestamp, from every client."""
+"""ListOffsets: earliest / latest (watermarks) and by timestamp, from every client; max
+timestamp (-3, v7, KIP-734), earliest local (-4, v8) and latest tiered (-5, v9/v10) in raw
+requests of every version that has them and from confluent-kafka's AdminClient (Kafka's
+kafka-get-offsets --time -3 is in test_kafka_tools.py)."""
 
 import json
+import struct
 import time
 
 import pytest
@@ -9,6 +13,8 @@ from confluent_kafka.admin import OffsetSpec
 
 from helpers.clients import admin, cf_consume, cf_consumer, cf_produce, create_topic, kcat, \
     kp_consumer
+from helpers.wire import _read_uvarint, _varint_unsigned, api_versions_request, call, frame, \
+    parse_api_versions_v0, request_header_v1
 
 TS0 = 1_700_000_000_000  # fixed CreateTime timestamps, 1 s apart
 
@@ -207,3 +213,202 @@ def test_list_offsets_answers_the_leader_epoch_of_each_offset(broker):
                        (OffsetSpec.for_timestamp(TS0 + 100), (-1, None))):  # no epoch: None
         info = a.list_offsets({tp: spec}, request_timeout=15)[tp].result(15)
         assert (info.offset, info.leader_epoch) == want, (spec, info)
+
+
+# ---------------------------------------------------------------- max timestamp (KIP-734)
+
+MAX_TS = TS0 + 9_000
+# Batches written by max_timestamp_topic: (first offset, record timestamps, codec). The
+# largest timestamp is first reached inside the compressed batch, by a record that is
+# not its last; a later batch has it again (Kafka answers the earliest).
+MAX_TS_BATCHES = [
+    (0, [TS0 + 5_000, TS0 + 1_000, TS0 + 3_000], "none"),
+    (3, [TS0 + 2_000, MAX_TS, MAX_TS, TS0 + 4_000], "gzip"),
+    (7, [MAX_TS], "none"),
+    (8, [TS0 + 6_000], "none"),
+]
+MAX_TS_OFFSET = 4
+CODECS = {"none": 0, **CODEC_IDS}
+
+
+def stored_batches(broker, topic):
+    """[(base offset, record count, codec id, max timestamp)] of every batch on disk."""
+    raw = b"".join(f.read_bytes() for f in sorted((broker.data_dir / f"{topic}-0").glob("*.log")))
+    pos, out = 0, []
+    while pos + 61 <= len(raw):
+        base, length = struct.unpack(">qi", raw[pos:pos + 12])
+        attributes, last_delta, _first_ts, max_ts = struct.unpack(">hiqq", raw[pos + 21:pos + 43])
+        out.append((base, last_delta + 1, attributes & 7, max_ts))
+        pos += 12 + length
+    return out
+
+
+def max_timestamp_topic(bootstrap, broker, topic):
+    """Writes MAX_TS_BATCHES to `topic` (one partition), one batch per produce call, and
+    checks that they are stored as those batches."""
+    create_topic(bootstrap, topic, 1)
+    for _first, stamps, codec in MAX_TS_BATCHES:
+        # Values long enough that librdkafka keeps the compressed form (it sends a batch
+        # uncompressed when compression does not make it smaller).
+        cf_produce(bootstrap, topic, [{"value": b"v%d " % i + b"x" * 200, "partition": 0, "timestamp": ts}
+                                      for i, ts in enumerate(stamps)],
+                   **{"linger.ms": 50, "compression.type": codec})
+    want = [(first, len(stamps), CODECS[codec], max(stamps)) for first, stamps, codec in MAX_TS_BATCHES]
+    assert stored_batches(broker, topic) == want
+
+
+def list_offsets_request(version, topic, specs, isolation_level=0, correlation_id=7):
+    """A ListOffsets frame, v1 to v10 (flexible from v6), for partitions {partition: timestamp}."""
+    flexible = version >= 6
+
+    def array(n):
+        return _varint_unsigned(n + 1) if flexible else struct.pack(">i", n)
+
+    def string(s):
+        b = s.encode()
+        return (_varint_unsigned(len(b) + 1) if flexible else struct.pack(">h", len(b))) + b
+
+    tags = b"\x00" if flexible else b""
+    body = struct.pack(">i", -1) + (struct.pack(">b", isolation_level) if version >= 2 else b"")
+    body += array(1) + string(topic) + array(len(specs))
+    for partition, ts in specs.items():
+        body += struct.pack(">i", partition)
+        if version >= 4:
+            body += struct.pack(">i", -1)  # current leader epoch: unknown
+        body += struct.pack(">q", ts) + tags
+    body += tags + (struct.pack(">i", 30_000) if version >= 10 else b"") + tags
+    return frame(request_header_v1(2, version, correlation_id) + tags + body)
+
+
+def parse_list_offsets(version, resp):
+    """-> {partition: (error, timestamp, offset, leader_epoch or None before v4)}, checking
+    that the whole response was read."""
+    flexible = version >= 6
+    off = 4  # correlation id
+    if flexible:
+        _, off = _read_uvarint(resp, off)
+
+    def count(off):
+        if flexible:
+            n, off = _read_uvarint(resp, off)
+            return n - 1, off
+        return struct.unpack(">i", resp[off:off + 4])[0], off + 4
+
+    off += 4 if version >= 2 else 0  # throttle time (v2+)
+    n_topics, off = count(off)
+    assert n_topics == 1
+    if flexible:
+        n, off = _read_uvarint(resp, off)
+        off += n - 1
+    else:
+        (n,) = struct.unpack(">h", resp[off:off + 2])
+        off += 2 + n
+    n_parts, off = count(off)
+    out = {}
+    for _ in range(n_parts):
+        partition, error, ts, offset = struct.unpack(">ihqq", resp[off:off + 22])
+        off += 22
+        epoch = None
+        if version >= 4:
+            (epoch,) = struct.unpack(">i", resp[off:off + 4])
+            off += 4
+        if flexible:
+            _, off = _read_uvarint(resp, off)
+        out[partition] = (error, ts, offset, epoch)
+    if flexible:
+        _, off = _read_uvarint(resp, off)
+        _, off = _read_uvarint(resp, off)
+    assert off == len(resp), f"ListOffsets v{version}: {len(resp) - off} bytes left unread"
+    return out
+
+
+def test_api_versions_advertises_list_offsets_1_to_10(broker):
+    _corr, err, apis = parse_api_versions_v0(call(broker.port, api_versions_request()))
+    assert err == 0 and apis[2] == (1, 10), apis.get(2)
+
+
+def test_max_timestamp_earliest_local_and_latest_tiered_raw(broker):
+    """Raw ListOffsets v7..v10: -3 answers the first record carrying the largest
+    timestamp (inside a gzip batch, not its last record) with that timestamp and its
+    batch's leader epoch; -4 the log start (no tiered storage), which DeleteRecords moves;
+    -5 offset -1 and epoch -1 with no error, as Kafka without remote storage. Earliest and
+    latest are unchanged at every version from v1."""
+    topic = "max-ts-raw"
+    max_timestamp_topic(broker.bootstrap, broker, topic)
+    (epoch, _start), = checkpoint_epochs(broker, topic, 0)
+    end = MAX_TS_BATCHES[-1][0] + len(MAX_TS_BATCHES[-1][1])
+
+    def ask(version, ts):
+        got = parse_list_offsets(version, call(broker.port, list_offsets_request(version, topic, {0: ts})))
+        return got[0]
+
+    for version in range(7, 11):
+        assert ask(version, -3) == (0, MAX_TS, MAX_TS_OFFSET, epoch), f"v{version} max timestamp"
+    for version in range(8, 11):
+        assert ask(version, -4) == (0, -1, 0, epoch), f"v{version} earliest local"
+    for version in (9, 10):
+        assert ask(version, -5) == (0, -1, -1, -1), f"v{version} latest tiered"
+    for version in range(1, 11):
+        e = epoch if version >= 4 else None
+        assert ask(version, -2) == (0, -1, 0, e), f"v{version} earliest"
+        assert ask(version, -1) == (0, -1, end, e), f"v{version} latest"
+        assert ask(version, TS0 + 5_500) == (0, MAX_TS, MAX_TS_OFFSET, e), f"v{version} by timestamp"
+
+    # The log start moves (DeleteRecords): earliest local follows it; max timestamp, as in
+    # Kafka, still names the record in the segment that remains.
+    a = admin(broker.bootstrap)
+    from confluent_kafka import TopicPartition as TP
+    a.delete_records([TP(topic, 0, 2)], request_timeout=15)[TP(topic, 0, 2)].result(15)
+    assert ask(8, -4) == (0, -1, 2, epoch)
+    assert ask(8, -2) == (0, -1, 2, epoch)
+    assert ask(7, -3) == (0, MAX_TS, MAX_TS_OFFSET, epoch)
+
+
+def test_max_timestamp_admin_client(broker):
+    """confluent-kafka's AdminClient OffsetSpec.max_timestamp() (ListOffsets v7): the
+    offset and timestamp of the first record with the largest timestamp; an empty
+    partition has none (-1)."""
+    topic = "max-ts-admin"
+    max_timestamp_topic(broker.bootstrap, broker, topic)
+    create_topic(broker.bootstrap, "max-ts-empty", 1)
+    a = admin(broker.bootstrap)
+    tp, empty = TopicPartition(topic, 0), TopicPartition("max-ts-empty", 0)
+    fs = a.list_offsets({tp: OffsetSpec.max_timestamp(), empty: OffsetSpec.max_timestamp()}, request_timeout=15)
+    info = fs[tp].result(15)
+    assert (info.offset, info.timestamp) == (MAX_TS_OFFSET, MAX_TS), info
+    info = fs[empty].result(15)
+    assert info.offset == -1, info
+
+
+def test_max_timestamp_is_bounded_by_what_a_consumer_may_read(broker):
+    """A record with the largest timestamp inside an open transaction: read_uncommitted
+    (below the high watermark) is answered with it, read_committed (below the last
+    stable offset) with -1, as Kafka bounds timestamp lookups; after the commit both. The
+    record is stamped ten minutes ahead so that the commit marker (a control batch stamped
+    with the broker's clock, which counts as in Kafka) stays below it."""
+    from confluent_kafka import Producer
+    from helpers.clients import cf_conf
+    topic = "max-ts-txn"
+    create_topic(broker.bootstrap, topic, 1)
+    cf_produce(broker.bootstrap, topic, [{"value": b"a", "partition": 0, "timestamp": TS0}])
+    p = Producer(cf_conf(broker.bootstrap, **{"transactional.id": "max-ts-txn"}))
+    p.init_transactions(30)
+    p.begin_transaction()
+    ahead_ms = int(time.time() * 1000) + 600_000
+    p.produce(topic, b"in-txn", partition=0, timestamp=ahead_ms)
+    p.flush(30)
+
+    def ask(isolation_level):
+        resp = call(broker.port, list_offsets_request(7, topic, {0: -3}, isolation_level))
+        error, ts, offset, _epoch = parse_list_offsets(7, resp)[0]
+        assert error == 0
+        return offset, ts
+
+    assert ask(0) == (1, ahead_ms)
+    assert ask(1) == (-1, -1)
+    p.commit_transaction(30)
+    # The markers are written after EndTxn answers: wait for the last stable offset.
+    deadline = time.monotonic() + 30
+    while (got := ask(1)) != (1, ahead_ms) and time.monotonic() < deadline:
+        time.sleep(0.1)  # polling the condition, with a deadline
+    assert got == (1, ahead_ms), f"read_committed after the commit: {got}"

@@ -269,6 +269,11 @@ pub struct OffsetsTopic {
 pub enum ConfigSource {
     /// Set on the topic (DYNAMIC_TOPIC_CONFIG = 1).
     Topic = 1,
+    /// Set for this broker at run time, `/config/brokers/<id>` (DYNAMIC_BROKER_CONFIG = 2).
+    DynamicBroker = 2,
+    /// Set for every broker at run time, `/config/brokers/<default>`
+    /// (DYNAMIC_DEFAULT_BROKER_CONFIG = 3).
+    DynamicDefaultBroker = 3,
     /// Set in the broker's config file (STATIC_BROKER_CONFIG = 4).
     StaticBroker = 4,
     /// Kafka's default (DEFAULT_CONFIG = 5).
@@ -388,6 +393,112 @@ const TOPIC_CONFIG_KEYS: &[TopicConfigKey] = &[
 #[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, Deserialize)]
 pub struct TopicConfig {
     pub overrides: BTreeMap<String, String>,
+    /// The dynamic broker configs that stand for topic defaults on this broker, by topic
+    /// name, with their source (per broker over cluster-wide default): below the topic's
+    /// own overrides, above the static `topic_defaults`. Filled in from the cluster
+    /// metadata (`coordinator::registry`), never stored with the topic.
+    #[serde(skip)]
+    pub dynamic_defaults: BTreeMap<String, (String, ConfigSource)>,
+}
+
+/// The entity name of the cluster-wide dynamic broker config, as Kafka's ZooKeeper layout
+/// names it (`/config/brokers/<default>`); the wire protocol names it "".
+pub const BROKER_DEFAULT_ENTITY: &str = "<default>";
+
+/// Broker configs that can be set at run time (per broker or cluster-wide, Kafka's
+/// `DynamicLogConfig`): the defaults of topic configs, by broker name, each with the topic
+/// config it is the default of. Each takes effect for every topic without its own
+/// override, through the metadata view the shards take. Other broker configs are read-only.
+pub const DYNAMIC_BROKER_TOPIC_CONFIGS: &[(&str, &str)] = &[
+    ("log.cleanup.policy", "cleanup.policy"),
+    ("log.cleaner.delete.retention.ms", "delete.retention.ms"),
+    ("log.cleaner.max.compaction.lag.ms", "max.compaction.lag.ms"),
+    ("log.cleaner.min.cleanable.ratio", "min.cleanable.dirty.ratio"),
+    ("log.cleaner.min.compaction.lag.ms", "min.compaction.lag.ms"),
+    ("log.flush.interval.messages", "flush.messages"),
+    ("log.flush.interval.ms", "flush.ms"),
+    ("log.index.interval.bytes", "index.interval.bytes"),
+    ("log.index.size.max.bytes", "segment.index.bytes"),
+    ("log.message.timestamp.after.max.ms", "message.timestamp.after.max.ms"),
+    ("log.message.timestamp.before.max.ms", "message.timestamp.before.max.ms"),
+    ("log.message.timestamp.type", "message.timestamp.type"),
+    ("log.retention.bytes", "retention.bytes"),
+    ("log.retention.ms", "retention.ms"),
+    ("log.roll.ms", "segment.ms"),
+    ("log.segment.bytes", "segment.bytes"),
+    ("message.max.bytes", "max.message.bytes"),
+    ("compression.type", "compression.type"),
+];
+
+/// The topic config a dynamic broker config is the default of.
+pub fn dynamic_broker_config_topic_name(broker_name: &str) -> Option<&'static str> {
+    DYNAMIC_BROKER_TOPIC_CONFIGS.iter().find(|(b, _)| *b == broker_name).map(|(_, t)| *t)
+}
+
+/// Why a dynamic broker config is refused.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum BrokerConfigError {
+    /// A broker config that cannot change at run time (Kafka: INVALID_REQUEST, "Cannot
+    /// update these configs dynamically").
+    ReadOnly(String),
+    /// A name Spate does not know.
+    Unknown(String),
+    /// A known name with a value its topic config would refuse.
+    InvalidValue(String),
+}
+
+/// Broker configs Spate describes that cannot change at run time.
+pub const READ_ONLY_BROKER_CONFIGS: &[&str] = &[
+    "advertised.listeners",
+    "auto.create.topics.enable",
+    "broker.id",
+    "default.replication.factor",
+    "listeners",
+    "log.dirs",
+    "log.preallocate",
+    "log.roll.jitter.ms",
+    "log.segment.delete.delay.ms",
+    "min.insync.replicas",
+    "node.id",
+    "num.partitions",
+    "socket.request.max.bytes",
+    "unclean.leader.election.enable",
+];
+
+/// Checks one dynamic broker config (`None`: deleting it, which only needs a known name).
+pub fn check_dynamic_broker_config(name: &str, value: Option<&str>) -> Result<(), BrokerConfigError> {
+    let Some(topic_name) = dynamic_broker_config_topic_name(name) else {
+        return Err(if READ_ONLY_BROKER_CONFIGS.contains(&name) {
+            BrokerConfigError::ReadOnly(name.to_string())
+        } else {
+            BrokerConfigError::Unknown(name.to_string())
+        });
+    };
+    let key =
+        TOPIC_CONFIG_KEYS.iter().find(|k| k.name == topic_name).expect("dynamic broker configs name topic configs");
+    match value {
+        Some(v) => check_value(key, v).map_err(|e| BrokerConfigError::InvalidValue(format!("{name}: {e}"))),
+        None => Ok(()),
+    }
+}
+
+/// The dynamic topic defaults in effect on broker `entity`: its own configs over the
+/// cluster-wide default's, by topic name, with their source.
+pub fn dynamic_topic_defaults(
+    cluster_default: Option<&BTreeMap<String, String>>,
+    this_broker: Option<&BTreeMap<String, String>>,
+) -> BTreeMap<String, (String, ConfigSource)> {
+    let mut out = BTreeMap::new();
+    for (configs, source) in
+        [(cluster_default, ConfigSource::DynamicDefaultBroker), (this_broker, ConfigSource::DynamicBroker)]
+    {
+        for (k, v) in configs.into_iter().flatten() {
+            if let Some(t) = dynamic_broker_config_topic_name(k) {
+                out.insert(t.to_string(), (v.clone(), source));
+            }
+        }
+    }
+    out
 }
 
 impl TopicConfig {
@@ -411,7 +522,7 @@ impl TopicConfig {
             check_value(key, value)?;
             overrides.insert(name.to_string(), value.to_string());
         }
-        Ok(Self { overrides })
+        Ok(Self { overrides, dynamic_defaults: BTreeMap::new() })
     }
 
     /// Kafka's LIST-type topic configs (IncrementalAlterConfigs APPEND / SUBTRACT).
@@ -429,6 +540,8 @@ impl TopicConfig {
             .map(|k| {
                 if let Some(v) = self.overrides.get(k.name) {
                     (k.name.to_string(), v.clone(), ConfigSource::Topic)
+                } else if let Some((v, source)) = self.dynamic_defaults.get(k.name) {
+                    (k.name.to_string(), v.clone(), *source)
                 } else if let Some(v) = broker_defaults.get(k.name) {
                     (k.name.to_string(), v.clone(), ConfigSource::StaticBroker)
                 } else {

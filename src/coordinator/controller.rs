@@ -378,6 +378,9 @@ pub struct ControllerSnapshot {
     pub controller_epoch: i32,
     pub brokers: Vec<BrokerInfo>,
     pub topics: Vec<TopicInfo>,
+    /// Dynamic broker configs by entity (a broker id, or `<default>`).
+    #[serde(default)]
+    pub broker_configs: BTreeMap<String, BTreeMap<String, String>>,
 }
 
 /// The controller state machine. See the module comment.
@@ -387,6 +390,9 @@ pub struct Controller {
     controller_epoch: i32,
     brokers: BTreeMap<NodeId, BrokerInfo>,
     topics: BTreeMap<String, TopicInfo>,
+    /// Dynamic broker configs (`/config/brokers/<entity>`) by entity: a broker id, or
+    /// `config::BROKER_DEFAULT_ENTITY` for the cluster-wide default. Empty maps are dropped.
+    broker_configs: BTreeMap<String, BTreeMap<String, String>>,
     /// The last registration epoch handed out.
     registration_epoch_last: BrokerEpoch,
     /// When `tick` last ran the preferred leader election.
@@ -404,6 +410,7 @@ impl Controller {
             controller_epoch: 0,
             brokers: BTreeMap::new(),
             topics: BTreeMap::new(),
+            broker_configs: BTreeMap::new(),
             registration_epoch_last: BrokerEpoch(0),
             preferred_checked_ms: 0,
             ticked_ms: 0,
@@ -422,6 +429,7 @@ impl Controller {
             controller_epoch: self.controller_epoch,
             brokers: self.brokers.values().cloned().collect(),
             topics: self.topics.values().cloned().collect(),
+            broker_configs: self.broker_configs.clone(),
         }
     }
 
@@ -435,6 +443,7 @@ impl Controller {
             controller_epoch: snapshot.controller_epoch,
             brokers: snapshot.brokers.into_iter().map(|b| (b.id, b)).collect(),
             topics: snapshot.topics.into_iter().map(|t| (t.name.clone(), t)).collect(),
+            broker_configs: snapshot.broker_configs,
             registration_epoch_last,
             preferred_checked_ms: 0,
             ticked_ms: 0,
@@ -732,6 +741,21 @@ impl Controller {
         let t = self.topics.get_mut(name).ok_or_else(|| ControllerError::UnknownTopic(name.to_string()))?;
         t.configs = configs;
         Ok(())
+    }
+
+    /// The dynamic configs of broker config entity `entity` (a broker id, or `<default>`).
+    pub fn broker_configs(&self, entity: &str) -> Option<&BTreeMap<String, String>> {
+        self.broker_configs.get(entity)
+    }
+
+    /// Replace the dynamic configs of `entity` (the caller stores
+    /// `/config/brokers/<entity>` first; nothing here checks names or values).
+    pub fn set_broker_configs(&mut self, entity: &str, configs: BTreeMap<String, String>) {
+        if configs.is_empty() {
+            self.broker_configs.remove(entity);
+        } else {
+            self.broker_configs.insert(entity.to_string(), configs);
+        }
     }
 
     /// ElectLeaders (preferred) for one partition: its first replica becomes its leader

@@ -18,6 +18,9 @@
 //!   `{"controller_epoch":1,"leader":2,"version":1,"leader_epoch":0,"isr":[2,3,1]}`; the
 //!   partition epoch is the znode's version (Kafka's `zkVersion`), not in the document.
 //! - `/config/topics/<t>`: `{"version":1,"config":{"retention.ms":"1000"}}`, keys sorted.
+//! - `/config/brokers/<id>` and `/config/brokers/<default>` (dynamic broker configs, per
+//!   broker and cluster-wide): the same document, e.g.
+//!   `{"version":1,"config":{"log.retention.ms":"1000"}}`.
 //! - `/controller` (ephemeral): `{"version":1,"brokerid":1,"timestamp":"<ms>"}`; version 2
 //!   (Kafka 3.4+, with `"kraftControllerEpoch"`) is read too.
 //! - `/controller_epoch`: the epoch as decimal text, e.g. `3`.
@@ -42,6 +45,7 @@ pub mod paths {
     pub const TOPICS: &str = "/brokers/topics";
     pub const CONFIG: &str = "/config";
     pub const TOPIC_CONFIGS: &str = "/config/topics";
+    pub const BROKER_CONFIGS: &str = "/config/brokers";
     pub const CONTROLLER: &str = "/controller";
     pub const CONTROLLER_EPOCH: &str = "/controller_epoch";
     pub const ADMIN: &str = "/admin";
@@ -65,6 +69,10 @@ pub mod paths {
     }
     pub fn topic_config(topic: &str) -> String {
         format!("{TOPIC_CONFIGS}/{topic}")
+    }
+    /// `entity`: a broker id, or `<default>`.
+    pub fn broker_config(entity: &str) -> String {
+        format!("{BROKER_CONFIGS}/{entity}")
     }
     pub fn delete_topic(topic: &str) -> String {
         format!("{DELETE_TOPICS}/{topic}")

@@ -355,6 +355,12 @@ impl Registry {
             let topic_id = doc.topic_id.unwrap_or_else(uuid::Uuid::new_v4);
             controller.restore_topic(TopicInfo { name, topic_id, assignment: doc.assignment, configs, partitions })?;
         }
+        for entity in children_or_empty(store.as_ref(), paths::BROKER_CONFIGS)? {
+            let path = paths::broker_config(&entity);
+            let Some(node) = store.get(&path)? else { continue };
+            let configs = layout::decode_topic_config(&node.data).map_err(|e| corrupt(&path, e))?;
+            controller.set_broker_configs(&entity, configs);
+        }
         changes.extend(controller.register_broker(
             broker.id,
             broker.endpoint.clone(),
@@ -673,11 +679,15 @@ impl Registry {
 
     fn refresh_cache(&mut self) {
         self.generation += 1;
+        let dynamic_defaults = crate::config::dynamic_topic_defaults(
+            self.controller.broker_configs(crate::config::BROKER_DEFAULT_ENTITY),
+            self.controller.broker_configs(&self.broker.id.to_string()),
+        );
         self.topics = self
             .controller
             .topics()
             .map(|t| {
-                let configs = TopicConfig { overrides: t.configs.clone() };
+                let configs = TopicConfig { overrides: t.configs.clone(), dynamic_defaults: dynamic_defaults.clone() };
                 let replication_factor = t.assignment.first().map(|r| r.len() as i32).unwrap_or(0);
                 (
                     t.name.clone(),
@@ -964,6 +974,29 @@ impl Registry {
         }
         self.refresh_cache();
         Ok(self.topics[name].clone())
+    }
+
+    /// Replace the dynamic configs of broker config entity `entity` (a broker id, or
+    /// `<default>`), durably in `/config/brokers/<entity>` (removed when empty); topics
+    /// without their own override follow them from the next view.
+    pub fn set_broker_configs(&mut self, entity: &str, configs: BTreeMap<String, String>) -> Result<(), RegistryError> {
+        let path = paths::broker_config(entity);
+        if configs.is_empty() {
+            self.store()?.delete_all(&path)?;
+        } else {
+            self.store()?.put(&path, &layout::encode_topic_config(&configs))?;
+        }
+        self.controller.set_broker_configs(entity, configs);
+        if let Role::Active { changes, .. } = &mut self.role {
+            *changes += 1;
+        }
+        self.refresh_cache();
+        Ok(())
+    }
+
+    /// The dynamic configs of broker config entity `entity`.
+    pub fn broker_configs(&self, entity: &str) -> BTreeMap<String, String> {
+        self.controller.broker_configs(entity).cloned().unwrap_or_default()
     }
 
     /// Once a second: this broker heartbeats its own registration; the controller fences

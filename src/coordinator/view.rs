@@ -31,6 +31,11 @@ pub struct ClusterView {
 }
 
 impl ClusterView {
+    /// The dynamic broker configs of `entity` (a broker id, or `<default>`), if any.
+    pub fn broker_configs(&self, entity: &str) -> Option<&BTreeMap<String, String>> {
+        self.controller.broker_configs(entity)
+    }
+
     /// The registry's change counter this view was built at.
     pub fn generation(&self) -> u64 {
         self.generation

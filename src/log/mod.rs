@@ -1314,6 +1314,53 @@ impl PartitionLog {
         Ok(None)
     }
 
+    /// ListOffsets MAX_TIMESTAMP (-3, KIP-734): the record with the largest timestamp, as
+    /// (offset, timestamp, the leader epoch of its batch when known); None for an empty log.
+    /// As Kafka's `UnifiedLog.fetchOffsetByTimestamp`: the first segment holding the largest
+    /// max timestamp, in it the first batch whose max timestamp is that, in that batch the
+    /// first record carrying it (decompressed as `offset_for_timestamp` does; a LogAppendTime
+    /// batch, or one that cannot be read, gives its base offset). So of several records
+    /// sharing the largest timestamp, the earliest wins, and inside a compressed batch the
+    /// record is found even when it is not the batch's last. Like Kafka, segments below the
+    /// log start (DeleteRecords) still count; the caller bounds the answer by what a
+    /// consumer may read.
+    pub fn offset_for_max_timestamp(&self) -> Result<Option<(Offset, i64, Option<i32>)>, LogError> {
+        self.check_online()?;
+        let mut best: Option<&Segment> = None;
+        for seg in &self.segments {
+            if best.is_none_or(|b| seg.max_timestamp_ms > b.max_timestamp_ms) {
+                best = Some(seg);
+            }
+        }
+        let Some(seg) = best.filter(|s| !s.is_empty()) else { return Ok(None) };
+        let corrupt = |stop: segment::ScanStop| {
+            LogError::Corrupt(format!("segment {} at {}: {}", seg.base_offset, stop.position_bytes, stop.reason))
+        };
+        if seg.offset_of_max_timestamp >= self.written_end_offset().0 {
+            // Its batch is still being written: not readable yet, as Kafka's HW bound says too.
+            return Ok(None);
+        }
+        // The segment keeps the first batch to reach its max (by last offset): start there.
+        let (mut pos, _) = seg.position_of(seg.offset_of_max_timestamp).map_err(corrupt)?;
+        let written_size = self.written_size(seg);
+        let mut buf = Vec::new();
+        while let Some(h) = seg.header_at(pos, written_size).map_err(corrupt)? {
+            if h.max_timestamp == seg.max_timestamp_ms {
+                let epoch = (h.partition_leader_epoch >= 0).then_some(h.partition_leader_epoch);
+                if !h.is_log_append_time() {
+                    buf.resize(h.size_bytes() as usize, 0);
+                    seg.log.read_exact_at(&mut buf, pos)?;
+                    if let Some((offset, ts)) = batch::find_record_by_timestamp(&buf, &h, h.max_timestamp) {
+                        return Ok(Some((Offset(offset), ts, epoch)));
+                    }
+                }
+                return Ok(Some((Offset(h.base_offset), h.max_timestamp, epoch)));
+            }
+            pos += h.size_bytes();
+        }
+        Ok(None)
+    }
+
     /// True when the flush policy (flush.messages / flush.ms) says an fsync is due, or a
     /// rolled segment is not durable yet.
     pub fn flush_due(&self, now_ms: i64) -> bool {

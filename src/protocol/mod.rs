@@ -24,7 +24,9 @@ use crate::model::limits;
 pub const SUPPORTED_APIS: &[(ApiKey, i16, i16)] = &[
     (ApiKey::Produce, 3, 9),
     (ApiKey::Fetch, 4, 12),
-    (ApiKey::ListOffsets, 1, 6),
+    // v7 max timestamp (KIP-734), v8 earliest local (KIP-405), v9 latest tiered (KIP-1005,
+    // answered as Kafka without remote storage), v10 its TimeoutMs (nothing remote to wait on).
+    (ApiKey::ListOffsets, 1, 10),
     (ApiKey::Metadata, 0, 12),
     (ApiKey::ApiVersions, 0, 3),
     (ApiKey::CreateTopics, 2, 7),

@@ -77,6 +77,18 @@ pub enum PartitionError {
     Log(#[from] LogError),
 }
 
+/// ListOffsets' special timestamps (Kafka's `ListOffsetsRequest` constants).
+pub mod list_offsets {
+    pub const LATEST_TIMESTAMP: i64 = -1;
+    pub const EARLIEST_TIMESTAMP: i64 = -2;
+    /// KIP-734, ListOffsets v7+: the record with the largest timestamp.
+    pub const MAX_TIMESTAMP: i64 = -3;
+    /// KIP-405, v8+: the first offset in local storage.
+    pub const EARLIEST_LOCAL_TIMESTAMP: i64 = -4;
+    /// KIP-1005, v9+: the highest offset in remote storage.
+    pub const LATEST_TIERED_TIMESTAMP: i64 = -5;
+}
+
 /// A request for the owner of one partition.
 #[derive(Debug)]
 pub enum PartitionOp {
@@ -123,8 +135,8 @@ pub enum PartitionOp {
         current_leader_epoch: LeaderEpoch,
         now_ms: i64,
     },
-    /// ListOffsets: -2 earliest, -1 latest (the last stable offset when
-    /// `read_committed`), else by timestamp.
+    /// ListOffsets: a timestamp, or one of the `list_offsets` sentinels (latest is the
+    /// last stable offset when `read_committed`).
     ListOffset { tp: TopicPartition, timestamp_ms: i64, current_leader_epoch: LeaderEpoch, read_committed: bool },
     /// Wake me when what I may read passes `offset` (the log end for a follower, the
     /// high watermark for a consumer, the last stable offset for a read_committed one).
@@ -1038,26 +1050,31 @@ impl Shard {
                 }))
             }
             PartitionOp::ListOffset { tp, timestamp_ms: spec, read_committed, .. } => {
+                use list_offsets::*;
                 let p = self.partition_mut(&tp, 0)?;
-                let (offset, timestamp_ms) = match spec {
-                    -2 => (p.log.log_start_offset(), -1),
+                let hw = replica::high_watermark(p);
+                // What a consumer may read: a record found by timestamp at or past it is not
+                // answered (offset -1), as Kafka bounds it (Partition.fetchOffsetForTimestamp).
+                let last_fetchable = if read_committed { p.log.last_stable_offset(hw) } else { hw };
+                let bounded = |found: Option<(Offset, i64, Option<i32>)>| found.filter(|f| f.0 < last_fetchable);
+                let found = match spec {
+                    // No tiered storage: the log start is also the local log start.
+                    EARLIEST_TIMESTAMP | EARLIEST_LOCAL_TIMESTAMP => {
+                        let start = p.log.log_start_offset();
+                        Some((start, -1, p.log.epoch_for_offset(start)))
+                    }
                     // "Latest" is the high watermark: what a consumer can read (appends still
                     // being written are not); for read_committed, the last stable offset.
-                    -1 if read_committed => {
-                        let hw = replica::high_watermark(p);
-                        (p.log.last_stable_offset(hw), -1)
-                    }
-                    -1 => (replica::high_watermark(p), -1),
-                    ts => p.log.offset_for_timestamp(ts)?.unwrap_or((Offset(-1), -1)),
+                    LATEST_TIMESTAMP => Some((last_fetchable, -1, p.log.latest_epoch())),
+                    MAX_TIMESTAMP => bounded(p.log.offset_for_max_timestamp()?),
+                    // Kafka with remote storage disabled: offset -1, epoch -1, no error.
+                    LATEST_TIERED_TIMESTAMP => None,
+                    ts => bounded(p.log.offset_for_timestamp(ts)?.map(|(o, t)| (o, t, p.log.epoch_for_offset(o)))),
                 };
                 // As Kafka: the leader's epoch for "latest", else the epoch the offset was
                 // written in (-1 when unknown), which a consumer validates its position
                 // against after a leader change (KIP-320).
-                let leader_epoch = match spec {
-                    _ if offset.0 < 0 => None,
-                    -1 => p.log.latest_epoch(),
-                    _ => p.log.epoch_for_offset(offset),
-                };
+                let (offset, timestamp_ms, leader_epoch) = found.unwrap_or((Offset(-1), -1, None));
                 Ok(PartitionReply::Offset { offset, timestamp_ms, leader_epoch: leader_epoch.unwrap_or(-1) })
             }
             PartitionOp::EpochEndOffset { tp, leader_epoch, .. } => {

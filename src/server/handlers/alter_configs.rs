@@ -1,6 +1,9 @@
-//! AlterConfigs (replace a topic's whole config) and IncrementalAlterConfigs (set or
-//! delete single keys). Every value is checked as at CreateTopics; the new config is
-//! stored durably, then each partition's owner applies it to its open log.
+//! AlterConfigs (replace a topic's or a broker's whole dynamic config) and
+//! IncrementalAlterConfigs (set or delete single keys). Every value is checked as at
+//! CreateTopics; the new config is stored durably (`/config/topics/<t>`,
+//! `/config/brokers/<id>`, `/config/brokers/<default>`), then each partition's owner
+//! applies it to its open log: a topic's at once, a broker's from the next metadata view
+//! (topics without their own override).
 
 use bytes::Bytes;
 use kafka_protocol::messages::{
@@ -8,7 +11,9 @@ use kafka_protocol::messages::{
     IncrementalAlterConfigsRequest, IncrementalAlterConfigsResponse,
 };
 
-use crate::config::TopicConfig;
+use std::collections::BTreeMap;
+
+use crate::config::{check_dynamic_broker_config, BrokerConfigError, TopicConfig, BROKER_DEFAULT_ENTITY};
 use crate::model::TopicPartition;
 use crate::protocol::{decode_body, error_code, ProtocolError, RequestFrame};
 use crate::shard::PartitionOp;
@@ -17,6 +22,7 @@ use super::super::context::ShardContext;
 use super::{respond, str_bytes};
 
 const RESOURCE_TOPIC: i8 = 2;
+const RESOURCE_BROKER: i8 = 4;
 const OP_SET: i8 = 0;
 const OP_DELETE: i8 = 1;
 const OP_APPEND: i8 = 2;
@@ -28,21 +34,95 @@ enum Change<'a> {
     Incremental(Vec<(&'a str, i8, Option<&'a str>)>),
 }
 
-async fn alter_topic(
+async fn alter(
     ctx: &ShardContext,
     resource_type: i8,
     name: &str,
     change: Change<'_>,
     validate_only: bool,
 ) -> (i16, Option<String>) {
-    if resource_type != RESOURCE_TOPIC {
-        return (
-            error_code::INVALID_REQUEST,
-            Some("only topic configs can be altered (broker configs are static)".into()),
-        );
+    match resource_type {
+        RESOURCE_TOPIC => alter_topic(ctx, name, change, validate_only).await,
+        RESOURCE_BROKER => alter_broker(ctx, name, change, validate_only).await,
+        other => (error_code::INVALID_REQUEST, Some(format!("resource type {other} cannot be altered"))),
     }
-    let current = match ctx.view().get(name) {
-        Some(meta) => meta.configs.overrides.clone(),
+}
+
+/// A broker's dynamic configs: resource name "" is the cluster-wide default
+/// (`/config/brokers/<default>`), a broker id that broker's own (`/config/brokers/<id>`).
+/// Only `config::DYNAMIC_BROKER_TOPIC_CONFIGS` may be set; the others Spate describes are
+/// read-only (INVALID_REQUEST, as Kafka: "Cannot update these configs dynamically"),
+/// unknown names and bad values are INVALID_CONFIG.
+async fn alter_broker(
+    ctx: &ShardContext,
+    name: &str,
+    change: Change<'_>,
+    validate_only: bool,
+) -> (i16, Option<String>) {
+    // Any broker's id: a request for another broker comes here forwarded by it (admin
+    // requests run on the active coordinator), as Kafka's controller takes them.
+    let entity = if name.is_empty() {
+        BROKER_DEFAULT_ENTITY.to_string()
+    } else if name.parse::<i32>().is_ok_and(|id| id >= 0) {
+        name.to_string()
+    } else {
+        return (error_code::INVALID_REQUEST, Some(format!("broker id must be an integer or empty, got {name:?}")));
+    };
+    let view = ctx.view();
+    let mut configs: BTreeMap<String, String> = match change {
+        Change::Replace(_) => BTreeMap::new(),
+        Change::Incremental(_) => view.broker_configs(&entity).cloned().unwrap_or_default(),
+    };
+    let refuse = |e: BrokerConfigError| match e {
+        BrokerConfigError::ReadOnly(k) => {
+            (error_code::INVALID_REQUEST, Some(format!("Cannot update these configs dynamically: Set({k})")))
+        }
+        BrokerConfigError::Unknown(k) => (error_code::INVALID_CONFIG, Some(format!("unknown broker config {k:?}"))),
+        BrokerConfigError::InvalidValue(m) => (error_code::INVALID_CONFIG, Some(m)),
+    };
+    let ops: Vec<(&str, i8, Option<&str>)> = match change {
+        Change::Replace(list) => {
+            list.into_iter().map(|(k, v)| (k, if v.is_some() { OP_SET } else { OP_DELETE }, v)).collect()
+        }
+        Change::Incremental(ops) => ops,
+    };
+    for (k, op, v) in ops {
+        match (op, v) {
+            (OP_SET, Some(v)) => {
+                if let Err(e) = check_dynamic_broker_config(k, Some(v)) {
+                    return refuse(e);
+                }
+                configs.insert(k.to_string(), v.to_string());
+            }
+            (OP_DELETE, _) => {
+                if let Err(e) = check_dynamic_broker_config(k, None) {
+                    return refuse(e);
+                }
+                configs.remove(k);
+            }
+            _ => {
+                return (
+                    error_code::INVALID_CONFIG,
+                    Some(format!("{k}: only SET (with a value) and DELETE apply to broker configs")),
+                )
+            }
+        }
+    }
+    if validate_only {
+        return (error_code::NONE, None);
+    }
+    let logged = configs.clone();
+    let written = entity.clone();
+    if let Err(e) = ctx.metadata.write(move |reg| reg.set_broker_configs(&written, configs)).await {
+        return (super::registry_error_code(&e), Some(e.to_string()));
+    }
+    tracing::info!(entity = %entity, configs = ?logged, "altered dynamic broker config");
+    (error_code::NONE, None)
+}
+
+async fn alter_topic(ctx: &ShardContext, name: &str, change: Change<'_>, validate_only: bool) -> (i16, Option<String>) {
+    let (current, dynamic_defaults) = match ctx.view().get(name) {
+        Some(meta) => (meta.configs.overrides.clone(), meta.configs.dynamic_defaults.clone()),
         None => return (error_code::UNKNOWN_TOPIC_OR_PARTITION, Some(format!("topic {name:?} does not exist"))),
     };
     let pairs: Vec<(String, Option<String>)> = match change {
@@ -63,10 +143,12 @@ async fn alter_topic(
                     }
                     (OP_SET, None) => return (error_code::INVALID_CONFIG, Some(format!("no value to set for {k}"))),
                     (OP_APPEND | OP_SUBTRACT, Some(v)) if TopicConfig::is_list(k) => {
-                        // On the effective value: the topic's, else the broker's default,
-                        // else Kafka's (as Kafka does).
+                        // On the effective value: the topic's, else the broker's default
+                        // (dynamic, then static), else Kafka's (as Kafka does).
                         let now = merged.get(k).cloned().unwrap_or_else(|| {
-                            let defaults = TopicConfig::default().describe(&ctx.config.topic_defaults);
+                            let defaults =
+                                TopicConfig { dynamic_defaults: dynamic_defaults.clone(), ..Default::default() }
+                                    .describe(&ctx.config.topic_defaults);
                             defaults.into_iter().find(|(n, _, _)| n == k).map(|(_, v, _)| v).unwrap_or_default()
                         });
                         let mut items: Vec<String> =
@@ -126,7 +208,7 @@ pub async fn handle_alter(ctx: &ShardContext, frame: &RequestFrame) -> Result<By
         let change = Change::Replace(
             r.configs.iter().map(|c| (c.name.as_str(), c.value.as_ref().map(|v| v.as_str()))).collect(),
         );
-        let (code, msg) = alter_topic(ctx, r.resource_type, r.resource_name.as_str(), change, req.validate_only).await;
+        let (code, msg) = alter(ctx, r.resource_type, r.resource_name.as_str(), change, req.validate_only).await;
         responses.push(
             alter_configs_response::AlterConfigsResourceResponse::default()
                 .with_error_code(code)
@@ -148,7 +230,7 @@ pub async fn handle_incremental(ctx: &ShardContext, frame: &RequestFrame) -> Res
                 .map(|c| (c.name.as_str(), c.config_operation, c.value.as_ref().map(|v| v.as_str())))
                 .collect(),
         );
-        let (code, msg) = alter_topic(ctx, r.resource_type, r.resource_name.as_str(), change, req.validate_only).await;
+        let (code, msg) = alter(ctx, r.resource_type, r.resource_name.as_str(), change, req.validate_only).await;
         responses.push(
             incremental_alter_configs_response::AlterConfigsResourceResponse::default()
                 .with_error_code(code)

@@ -1,5 +1,9 @@
 //! DescribeConfigs: every config of a topic (or the broker) with its value and source.
-//! Stream frameworks read `retention.ms` and friends from here and fail on gaps.
+//! Stream frameworks read `retention.ms` and friends from here and fail on gaps. A broker's
+//! configs layer as Kafka's: its dynamic config (`/config/brokers/<id>`), the cluster-wide
+//! dynamic default (`/config/brokers/<default>`, resource name ""), the static config,
+//! Kafka's default; the synonyms list each layer that sets a name. Resource name "" is
+//! answered with the dynamic default alone, as Kafka does.
 
 use bytes::Bytes;
 use kafka_protocol::messages::describe_configs_response::{
@@ -7,7 +11,7 @@ use kafka_protocol::messages::describe_configs_response::{
 };
 use kafka_protocol::messages::{ApiKey, DescribeConfigsRequest, DescribeConfigsResponse};
 
-use crate::config::ConfigSource;
+use crate::config::{ConfigSource, BROKER_DEFAULT_ENTITY};
 use crate::model::limits;
 use crate::protocol::{decode_body, error_code, ProtocolError, RequestFrame};
 
@@ -34,7 +38,13 @@ fn config_type(name: &str, value: &str) -> i8 {
     }
 }
 
-fn broker_configs(ctx: &ShardContext) -> Vec<(String, String, ConfigSource)> {
+/// One described config: name, value, source, read-only, and its synonyms (the same
+/// name in each layer that sets it, in precedence order: this broker's dynamic config, the
+/// cluster-wide dynamic default, the static config, Kafka's default).
+type Described = (String, String, ConfigSource, bool, Vec<(String, String, ConfigSource)>);
+
+/// The static layer of this broker's configs: the config file and Kafka's defaults.
+fn static_broker_configs(ctx: &ShardContext) -> Vec<(String, String, ConfigSource)> {
     let c = &ctx.config;
     let mut out = vec![
         ("broker.id".to_string(), c.node_id.to_string(), ConfigSource::StaticBroker),
@@ -46,24 +56,55 @@ fn broker_configs(ctx: &ShardContext) -> Vec<(String, String, ConfigSource)> {
         ("num.partitions".to_string(), c.num_partitions.to_string(), ConfigSource::StaticBroker),
         ("default.replication.factor".to_string(), "1".to_string(), ConfigSource::Default),
         ("socket.request.max.bytes".to_string(), limits::request_frame_bytes_max.to_string(), ConfigSource::Default),
-        ("message.max.bytes".to_string(), limits::message_bytes_default.to_string(), ConfigSource::Default),
     ];
     // Topic defaults under their broker names (log.retention.ms, log.segment.bytes, ...).
     for (k, v, source) in crate::config::TopicConfig::default().describe(&c.topic_defaults) {
-        let broker_name = match k.as_str() {
-            "max.message.bytes" => continue, // message.max.bytes above
-            "flush.messages" => "log.flush.interval.messages".to_string(),
-            "flush.ms" => "log.flush.interval.ms".to_string(),
-            "cleanup.policy" => "log.cleanup.policy".to_string(),
-            "segment.ms" => "log.roll.ms".to_string(),
-            "segment.index.bytes" => "log.index.size.max.bytes".to_string(),
-            "index.interval.bytes" => "log.index.interval.bytes".to_string(),
-            "message.timestamp.type" => "log.message.timestamp.type".to_string(),
-            other => format!("log.{other}"),
+        let dynamic_name = crate::config::DYNAMIC_BROKER_TOPIC_CONFIGS.iter().find(|(_, t)| *t == k).map(|(b, _)| *b);
+        let broker_name = match (dynamic_name, k.as_str()) {
+            (Some(b), _) => b.to_string(),
+            (None, "segment.jitter.ms") => "log.roll.jitter.ms".to_string(),
+            (None, "file.delete.delay.ms") => "log.segment.delete.delay.ms".to_string(),
+            (None, "min.insync.replicas" | "unclean.leader.election.enable") => k.clone(),
+            (None, other) => format!("log.{other}"),
         };
         out.push((broker_name, v, if source == ConfigSource::Topic { ConfigSource::StaticBroker } else { source }));
     }
     out
+}
+
+/// This broker's configs, each with its effective value over the dynamic layers.
+fn broker_configs(ctx: &ShardContext, view: &crate::coordinator::view::ClusterView) -> Vec<Described> {
+    let this_broker = view.broker_configs(&ctx.config.node_id.to_string());
+    let cluster_default = view.broker_configs(BROKER_DEFAULT_ENTITY);
+    static_broker_configs(ctx)
+        .into_iter()
+        .map(|(name, value, source)| {
+            let dynamic = crate::config::dynamic_broker_config_topic_name(&name).is_some();
+            let mut synonyms = Vec::new();
+            for (layer, layer_source) in
+                [(this_broker, ConfigSource::DynamicBroker), (cluster_default, ConfigSource::DynamicDefaultBroker)]
+            {
+                if let Some(v) = layer.and_then(|l| l.get(&name)) {
+                    synonyms.push((name.clone(), v.clone(), layer_source));
+                }
+            }
+            synonyms.push((name.clone(), value, source));
+            let (_, value, source) = synonyms[0].clone();
+            (name, value, source, !dynamic, synonyms)
+        })
+        .collect()
+}
+
+/// The cluster-wide dynamic default (resource name ""): only what is set there, as Kafka.
+fn broker_default_configs(view: &crate::coordinator::view::ClusterView) -> Vec<Described> {
+    view.broker_configs(BROKER_DEFAULT_ENTITY)
+        .into_iter()
+        .flatten()
+        .map(|(k, v)| {
+            let synonym = (k.clone(), v.clone(), ConfigSource::DynamicDefaultBroker);
+            (k.clone(), v.clone(), ConfigSource::DynamicDefaultBroker, false, vec![synonym])
+        })
+        .collect()
 }
 
 pub fn handle(ctx: &ShardContext, frame: &RequestFrame) -> Result<Bytes, ProtocolError> {
@@ -74,15 +115,19 @@ pub fn handle(ctx: &ShardContext, frame: &RequestFrame) -> Result<Bytes, Protoco
         let mut r = DescribeConfigsResult::default()
             .with_resource_type(res.resource_type)
             .with_resource_name(res.resource_name.clone());
+        let view = ctx.view();
         let configs = match res.resource_type {
-            RESOURCE_TOPIC => {
-                let reg = ctx.view();
-                match reg.get(&name) {
-                    Some(meta) => Ok(meta.configs.describe(&ctx.config.topic_defaults)),
-                    None => Err((error_code::UNKNOWN_TOPIC_OR_PARTITION, format!("topic {name:?} does not exist"))),
-                }
-            }
-            RESOURCE_BROKER if name.is_empty() || name == ctx.config.node_id.to_string() => Ok(broker_configs(ctx)),
+            RESOURCE_TOPIC => match view.get(&name) {
+                Some(meta) => Ok(meta
+                    .configs
+                    .describe(&ctx.config.topic_defaults)
+                    .into_iter()
+                    .map(|(k, v, source)| (k.clone(), v.clone(), source, false, vec![(k, v, source)]))
+                    .collect::<Vec<Described>>()),
+                None => Err((error_code::UNKNOWN_TOPIC_OR_PARTITION, format!("topic {name:?} does not exist"))),
+            },
+            RESOURCE_BROKER if name.is_empty() => Ok(broker_default_configs(&view)),
+            RESOURCE_BROKER if name == ctx.config.node_id.to_string() => Ok(broker_configs(ctx, &view)),
             RESOURCE_BROKER => Err((error_code::INVALID_REQUEST, format!("broker {name:?} is not this broker"))),
             other => Err((error_code::INVALID_REQUEST, format!("resource type {other} is not supported"))),
         };
@@ -90,23 +135,28 @@ pub fn handle(ctx: &ShardContext, frame: &RequestFrame) -> Result<Bytes, Protoco
             Ok(configs) => {
                 r.configs = configs
                     .into_iter()
-                    .filter(|(k, _, _)| {
+                    .filter(|(k, ..)| {
                         res.configuration_keys.as_ref().map(|keys| keys.iter().any(|w| w.as_str() == k)).unwrap_or(true)
                     })
-                    .map(|(k, v, source)| {
+                    .map(|(k, v, source, read_only, synonyms)| {
                         let mut c = DescribeConfigsResourceResult::default()
                             .with_name(str_bytes(k.clone()))
                             .with_value(Some(str_bytes(v.clone())))
-                            .with_read_only(res.resource_type == RESOURCE_BROKER)
+                            .with_read_only(read_only)
                             .with_config_source(source as i8);
                         if frame.api_version >= 3 {
                             c.config_type = config_type(&k, &v);
                         }
                         if req.include_synonyms {
-                            c.synonyms = vec![DescribeConfigsSynonym::default()
-                                .with_name(str_bytes(k))
-                                .with_value(Some(str_bytes(v)))
-                                .with_source(source as i8)];
+                            c.synonyms = synonyms
+                                .into_iter()
+                                .map(|(k, v, source)| {
+                                    DescribeConfigsSynonym::default()
+                                        .with_name(str_bytes(k))
+                                        .with_value(Some(str_bytes(v)))
+                                        .with_source(source as i8)
+                                })
+                                .collect();
                         }
                         c
                     })

@@ -1,5 +1,8 @@
 //! ListOffsets: earliest (-2), latest (-1: the high watermark, or the last stable offset
-//! for isolation_level 1, read_committed), or the first offset at or after a timestamp.
+//! for isolation_level 1, read_committed), the first offset at or after a timestamp, the
+//! record with the largest timestamp (-3, v7+), earliest local (-4, v8+: the log start,
+//! there being no tiered storage) and latest tiered (-5, v9+: offset -1, as Kafka answers
+//! without remote storage). The partition's shard answers (`PartitionOp::ListOffset`).
 
 use bytes::Bytes;
 use kafka_protocol::messages::list_offsets_response::{ListOffsetsPartitionResponse, ListOffsetsTopicResponse};
