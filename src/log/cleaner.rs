@@ -610,9 +610,9 @@ impl TxnWalk {
                     self.aborted.remove(&h.producer_id);
                     MarkerFate { discardable: !kept, drop_index_entry: (!kept).then_some(a) }
                 }
-                // An ABORT with no entry reached (its index lost it): as Kafka, nothing
-                // of its transaction is known to be left, but keep it to be safe.
-                _ => keep,
+                // No entry: an earlier pass dropped it with the transaction's batches
+                // (or an index lost it: then its batches counted as passed, as COMMIT's).
+                _ => MarkerFate { discardable: !self.committed.remove(&h.producer_id), drop_index_entry: None },
             },
         }
     }
