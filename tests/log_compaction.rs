@@ -214,6 +214,16 @@ fn leftover_files(dir: &Path) -> Vec<String> {
 enum Op {
     /// Keys 0..6, each with a value or (false) a tombstone.
     Append(Vec<(u8, bool)>),
+    /// A transactional batch of producer `pid` (opens its transaction if none is).
+    TxnAppend {
+        pid: i64,
+        recs: Vec<(u8, bool)>,
+    },
+    /// Producer `pid`'s marker, if it has a transaction open.
+    TxnEnd {
+        pid: i64,
+        commit: bool,
+    },
     Clean {
         advance_ms: i64,
         small_map: bool,
@@ -222,30 +232,54 @@ enum Op {
 }
 
 fn op() -> impl Strategy<Value = Op> {
+    let recs = || proptest::collection::vec((0u8..6, proptest::bool::weighted(0.8)), 1..5);
     prop_oneof![
-        6 => proptest::collection::vec((0u8..6, proptest::bool::weighted(0.8)), 1..5).prop_map(Op::Append),
+        5 => recs().prop_map(Op::Append),
+        3 => (7i64..9, recs()).prop_map(|(pid, recs)| Op::TxnAppend { pid, recs }),
+        2 => (7i64..9, proptest::bool::ANY).prop_map(|(pid, commit)| Op::TxnEnd { pid, commit }),
         2 => (0i64..3_000, proptest::bool::weighted(0.2)).prop_map(|(advance_ms, small_map)| Op::Clean { advance_ms, small_map }),
         1 => Just(Op::Reopen),
     ]
+}
+
+/// What was appended at an offset, and what it belongs to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Origin {
+    Plain,
+    /// A record of transaction number n.
+    Txn(usize),
+    Marker,
 }
 
 proptest! {
     #![proptest_config(proptest_config::config(48))]
 
     /// After every pass: each record still there is the one appended at its offset;
-    /// offsets increase; every key's newest record is there (a tombstone may go once
-    /// its horizon passed); below where the pass's map reached, no key appears twice.
-    /// Nothing appears that was not there. Reopening (as after a kill -9) changes nothing.
+    /// offsets increase; every key's newest plain or committed record is there (a
+    /// tombstone may go once its horizon passed); no record of an aborted transaction
+    /// is left below where the pass's map reached, and no key appears twice there; a
+    /// read_committed reader sees exactly the newest committed value per key below the
+    /// last stable offset. Nothing appears that was not there. Reopening (as after a
+    /// kill -9) changes nothing.
     #[test]
     fn cleaning_keeps_the_newest_record_per_key_at_its_offset(ops in proptest::collection::vec(op(), 1..40)) {
         let dir = tempfile::tempdir().unwrap();
         let mut now = 1_000_000i64;
         let mut log = PartitionLog::open(dir.path(), config(), now).unwrap();
-        let mut appended: BTreeMap<i64, (Key, Option<Vec<u8>>)> = BTreeMap::new();
+        let mut appended: BTreeMap<i64, (Key, Option<Vec<u8>>, Origin)> = BTreeMap::new();
         let mut seq = 0u32;
+        // Per producer: its next sequence and its open transaction; each transaction's outcome.
+        let mut sequences: BTreeMap<i64, i32> = BTreeMap::new();
+        let mut open: BTreeMap<i64, usize> = BTreeMap::new();
+        let mut outcomes: Vec<Option<bool>> = Vec::new();
         for op in ops {
             match op {
-                Op::Append(recs) => {
+                Op::Append(_) | Op::TxnAppend { .. } => {
+                    let (recs, pid) = match &op {
+                        Op::Append(recs) => (recs, None),
+                        Op::TxnAppend { pid, recs } => (recs, Some(*pid)),
+                        _ => unreachable!(),
+                    };
                     let owned: Vec<(Vec<u8>, Option<Vec<u8>>)> = recs
                         .iter()
                         .map(|(k, live)| {
@@ -255,11 +289,32 @@ proptest! {
                         .collect();
                     let refs: Vec<(Option<&[u8]>, Option<&[u8]>)> =
                         owned.iter().map(|(k, v)| (Some(&k[..]), v.as_deref())).collect();
-                    let mut b = batch(&refs, now);
+                    let (mut b, origin) = match pid {
+                        None => (batch(&refs, now), Origin::Plain),
+                        Some(pid) => {
+                            let s = sequences.entry(pid).or_insert(0);
+                            let b = txn_batch(&refs, now, pid, *s);
+                            *s += refs.len() as i32;
+                            let n = *open.entry(pid).or_insert_with(|| {
+                                outcomes.push(None);
+                                outcomes.len() - 1
+                            });
+                            (b, Origin::Txn(n))
+                        }
+                    };
                     let info = log.append(&mut b, now).unwrap();
                     for (i, (k, v)) in owned.into_iter().enumerate() {
-                        appended.insert(info.base_offset.0 + i as i64, (k, v));
+                        appended.insert(info.base_offset.0 + i as i64, (k, v, origin));
                     }
+                    now += 10;
+                    log.maybe_roll(now).unwrap();
+                }
+                Op::TxnEnd { pid, commit } => {
+                    let Some(n) = open.remove(&pid) else { continue };
+                    outcomes[n] = Some(commit);
+                    let at = log.log_end_offset().0;
+                    end_txn(&mut log, pid, commit, now);
+                    appended.insert(at, (vec![0, 0, 0, u8::from(commit)], Some(vec![0; 6]), Origin::Marker));
                     now += 10;
                     log.maybe_roll(now).unwrap();
                 }
@@ -272,14 +327,22 @@ proptest! {
                         let after = contents(&log);
                         // Each surviving record is the one appended at its offset.
                         for (off, k, v) in &after {
-                            let (ak, av) = &appended[off];
+                            let (ak, av, _) = &appended[off];
                             prop_assert_eq!((Some(ak), v), (k.as_ref(), av));
                         }
                         prop_assert!(after.windows(2).all(|w| w[0].0 < w[1].0), "offsets increase");
-                        // Every key's newest record survives, tombstones while their horizon holds.
+                        // Every key's newest plain or committed record survives, tombstones
+                        // while their horizon holds.
+                        let counts = |origin: Origin| match origin {
+                            Origin::Plain => true,
+                            Origin::Txn(n) => outcomes[n] == Some(true),
+                            Origin::Marker => false,
+                        };
                         let mut newest: BTreeMap<&Key, i64> = BTreeMap::new();
-                        for (off, (k, _)) in &appended {
-                            newest.insert(k, *off);
+                        for (off, (k, _, origin)) in &appended {
+                            if counts(*origin) {
+                                newest.insert(k, *off);
+                            }
                         }
                         for (k, off) in &newest {
                             let there = after.iter().any(|(o, _, _)| o == off);
@@ -288,11 +351,29 @@ proptest! {
                         }
                         // Nothing appeared that was not there before.
                         prop_assert!(after.iter().all(|r| before.contains(r)));
-                        // Below where the map reached, keys are unique.
+                        // Below where the map reached, no aborted record and keys are unique.
                         let mut seen = std::collections::BTreeSet::new();
                         for (off, k, _) in after.iter().filter(|r| r.0 < o.cleaned_to) {
-                            prop_assert!(seen.insert(k.clone()), "key {:?} twice below {} (at {})", k, o.cleaned_to, off);
+                            let origin = appended[off].2;
+                            prop_assert!(!matches!(origin, Origin::Txn(n) if outcomes[n] == Some(false)),
+                                "aborted record at {} below {}", off, o.cleaned_to);
+                            if origin != Origin::Marker {
+                                prop_assert!(seen.insert(k.clone()), "key {:?} twice below {} (at {})", k, o.cleaned_to, off);
+                            }
                         }
+                        // A read_committed reader: the newest committed value per key below
+                        // the last stable offset.
+                        let stable = log.last_stable_offset(log.log_end_offset()).0;
+                        let mut model: BTreeMap<Key, Vec<u8>> = BTreeMap::new();
+                        for (_, (k, v, origin)) in appended.range(..stable) {
+                            if counts(*origin) {
+                                match v {
+                                    Some(v) => model.insert(k.clone(), v.clone()),
+                                    None => model.remove(k),
+                                };
+                            }
+                        }
+                        prop_assert_eq!(view(&mut log, true), model);
                     }
                     prop_assert!(leftover_files(dir.path()).iter().all(|n| n.ends_with(".deleted")));
                 }
