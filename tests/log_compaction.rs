@@ -58,13 +58,26 @@ fn batch(records: &[(Option<&[u8]>, Option<&[u8]>)], ts: i64) -> Vec<u8> {
     b
 }
 
-/// Every record the log holds, from its start, decoded (uncompressed batches).
-fn contents(log: &PartitionLog) -> Vec<Stored> {
+/// One stored batch as a reader sees it.
+#[derive(Debug, Clone, PartialEq)]
+struct ReadBatch {
+    base: i64,
+    last: i64,
+    attributes: i16,
+    base_timestamp: i64,
+    producer_id: i64,
+    records: Vec<Stored>,
+}
+
+const ATTR_TRANSACTIONAL: i16 = 0x10;
+const ATTR_CONTROL: i16 = 0x20;
+
+/// Every batch the log holds from its start to `upper`, decoded (uncompressed batches).
+fn read_batches(log: &PartitionLog, upper: Offset) -> Vec<ReadBatch> {
     let mut out = Vec::new();
     let mut at = log.log_start_offset();
-    let end = log.log_end_offset();
-    while at < end {
-        let plan = log.read(at, 1 << 20, end, true).unwrap();
+    while at < upper {
+        let plan = log.read(at, 1 << 20, upper, true).unwrap();
         let bytes = plan.read_to_vec().unwrap();
         if bytes.is_empty() {
             break;
@@ -76,6 +89,7 @@ fn contents(log: &PartitionLog) -> Vec<Stored> {
             let base = i64::from_be_bytes(b[..8].try_into().unwrap());
             let last = base + i32::from_be_bytes(b[23..27].try_into().unwrap()) as i64;
             let count = i32::from_be_bytes(b[57..61].try_into().unwrap());
+            let mut records = Vec::new();
             let mut p = 61;
             for _ in 0..count {
                 let len = get_varint(b, &mut p) as usize;
@@ -94,10 +108,62 @@ fn contents(log: &PartitionLog) -> Vec<Stored> {
                 let key = field();
                 let value = field();
                 p = end;
-                out.push((base + od, key, value));
+                records.push((base + od, key, value));
             }
+            out.push(ReadBatch {
+                base,
+                last,
+                attributes: i16::from_be_bytes(b[21..23].try_into().unwrap()),
+                base_timestamp: i64::from_be_bytes(b[27..35].try_into().unwrap()),
+                producer_id: i64::from_be_bytes(b[43..51].try_into().unwrap()),
+                records,
+            });
             at = Offset(last + 1);
             buf = &buf[size..];
+        }
+    }
+    out
+}
+
+/// Every record the log holds, from its start, decoded (uncompressed batches); markers
+/// show as their control record.
+fn contents(log: &PartitionLog) -> Vec<Stored> {
+    read_batches(log, log.log_end_offset()).into_iter().flat_map(|b| b.records).collect()
+}
+
+/// What a consumer of the whole log sees, newest value per key (a tombstone removes
+/// the key): read_uncommitted, every data record to the log end; read_committed, to the
+/// last stable offset, dropping what the aborted transactions the fetches return
+/// cover, as Kafka's consumer does (an aborted producer id from its transaction's first
+/// offset to its ABORT marker).
+fn view(log: &mut PartitionLog, committed: bool) -> BTreeMap<Key, Vec<u8>> {
+    let end = log.log_end_offset();
+    let upper = if committed { log.last_stable_offset(end) } else { end };
+    let mut aborted: Vec<(i64, i64)> =
+        if committed { all_aborted(log).into_iter().map(|(pid, first, _)| (first, pid)).collect() } else { Vec::new() };
+    aborted.sort_unstable_by(|a, b| b.cmp(a));
+    let mut aborted_pids = std::collections::HashSet::new();
+    let mut out = BTreeMap::new();
+    for b in read_batches(log, upper) {
+        while aborted.last().is_some_and(|(first, _)| *first <= b.last) {
+            aborted_pids.insert(aborted.pop().unwrap().1);
+        }
+        if b.attributes & ATTR_CONTROL != 0 {
+            let abort = b.records.first().is_some_and(|r| r.1.as_deref() == Some(&[0, 0, 0, 0][..]));
+            if abort {
+                aborted_pids.remove(&b.producer_id);
+            }
+            continue;
+        }
+        if b.attributes & ATTR_TRANSACTIONAL != 0 && aborted_pids.contains(&b.producer_id) {
+            continue;
+        }
+        for (_, k, v) in b.records {
+            let k = k.expect("a compacted log's records have keys");
+            match v {
+                Some(v) => out.insert(k, v),
+                None => out.remove(&k),
+            };
         }
     }
     out
@@ -148,6 +214,16 @@ fn leftover_files(dir: &Path) -> Vec<String> {
 enum Op {
     /// Keys 0..6, each with a value or (false) a tombstone.
     Append(Vec<(u8, bool)>),
+    /// A transactional batch of producer `pid` (opens its transaction if none is).
+    TxnAppend {
+        pid: i64,
+        recs: Vec<(u8, bool)>,
+    },
+    /// Producer `pid`'s marker, if it has a transaction open.
+    TxnEnd {
+        pid: i64,
+        commit: bool,
+    },
     Clean {
         advance_ms: i64,
         small_map: bool,
@@ -156,30 +232,54 @@ enum Op {
 }
 
 fn op() -> impl Strategy<Value = Op> {
+    let recs = || proptest::collection::vec((0u8..6, proptest::bool::weighted(0.8)), 1..5);
     prop_oneof![
-        6 => proptest::collection::vec((0u8..6, proptest::bool::weighted(0.8)), 1..5).prop_map(Op::Append),
+        5 => recs().prop_map(Op::Append),
+        3 => (7i64..9, recs()).prop_map(|(pid, recs)| Op::TxnAppend { pid, recs }),
+        2 => (7i64..9, proptest::bool::ANY).prop_map(|(pid, commit)| Op::TxnEnd { pid, commit }),
         2 => (0i64..3_000, proptest::bool::weighted(0.2)).prop_map(|(advance_ms, small_map)| Op::Clean { advance_ms, small_map }),
         1 => Just(Op::Reopen),
     ]
+}
+
+/// What was appended at an offset, and what it belongs to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Origin {
+    Plain,
+    /// A record of transaction number n.
+    Txn(usize),
+    Marker,
 }
 
 proptest! {
     #![proptest_config(proptest_config::config(48))]
 
     /// After every pass: each record still there is the one appended at its offset;
-    /// offsets increase; every key's newest record is there (a tombstone may go once
-    /// its horizon passed); below where the pass's map reached, no key appears twice.
-    /// Nothing appears that was not there. Reopening (as after a kill -9) changes nothing.
+    /// offsets increase; every key's newest plain or committed record is there (a
+    /// tombstone may go once its horizon passed); no record of an aborted transaction
+    /// is left below where the pass's map reached, and no key appears twice there; a
+    /// read_committed reader sees exactly the newest committed value per key below the
+    /// last stable offset. Nothing appears that was not there. Reopening (as after a
+    /// kill -9) changes nothing.
     #[test]
     fn cleaning_keeps_the_newest_record_per_key_at_its_offset(ops in proptest::collection::vec(op(), 1..40)) {
         let dir = tempfile::tempdir().unwrap();
         let mut now = 1_000_000i64;
         let mut log = PartitionLog::open(dir.path(), config(), now).unwrap();
-        let mut appended: BTreeMap<i64, (Key, Option<Vec<u8>>)> = BTreeMap::new();
+        let mut appended: BTreeMap<i64, (Key, Option<Vec<u8>>, Origin)> = BTreeMap::new();
         let mut seq = 0u32;
+        // Per producer: its next sequence and its open transaction; each transaction's outcome.
+        let mut sequences: BTreeMap<i64, i32> = BTreeMap::new();
+        let mut open: BTreeMap<i64, usize> = BTreeMap::new();
+        let mut outcomes: Vec<Option<bool>> = Vec::new();
         for op in ops {
             match op {
-                Op::Append(recs) => {
+                Op::Append(_) | Op::TxnAppend { .. } => {
+                    let (recs, pid) = match &op {
+                        Op::Append(recs) => (recs, None),
+                        Op::TxnAppend { pid, recs } => (recs, Some(*pid)),
+                        _ => unreachable!(),
+                    };
                     let owned: Vec<(Vec<u8>, Option<Vec<u8>>)> = recs
                         .iter()
                         .map(|(k, live)| {
@@ -189,11 +289,32 @@ proptest! {
                         .collect();
                     let refs: Vec<(Option<&[u8]>, Option<&[u8]>)> =
                         owned.iter().map(|(k, v)| (Some(&k[..]), v.as_deref())).collect();
-                    let mut b = batch(&refs, now);
+                    let (mut b, origin) = match pid {
+                        None => (batch(&refs, now), Origin::Plain),
+                        Some(pid) => {
+                            let s = sequences.entry(pid).or_insert(0);
+                            let b = txn_batch(&refs, now, pid, *s);
+                            *s += refs.len() as i32;
+                            let n = *open.entry(pid).or_insert_with(|| {
+                                outcomes.push(None);
+                                outcomes.len() - 1
+                            });
+                            (b, Origin::Txn(n))
+                        }
+                    };
                     let info = log.append(&mut b, now).unwrap();
                     for (i, (k, v)) in owned.into_iter().enumerate() {
-                        appended.insert(info.base_offset.0 + i as i64, (k, v));
+                        appended.insert(info.base_offset.0 + i as i64, (k, v, origin));
                     }
+                    now += 10;
+                    log.maybe_roll(now).unwrap();
+                }
+                Op::TxnEnd { pid, commit } => {
+                    let Some(n) = open.remove(&pid) else { continue };
+                    outcomes[n] = Some(commit);
+                    let at = log.log_end_offset().0;
+                    end_txn(&mut log, pid, commit, now);
+                    appended.insert(at, (vec![0, 0, 0, u8::from(commit)], Some(vec![0; 6]), Origin::Marker));
                     now += 10;
                     log.maybe_roll(now).unwrap();
                 }
@@ -206,14 +327,22 @@ proptest! {
                         let after = contents(&log);
                         // Each surviving record is the one appended at its offset.
                         for (off, k, v) in &after {
-                            let (ak, av) = &appended[off];
+                            let (ak, av, _) = &appended[off];
                             prop_assert_eq!((Some(ak), v), (k.as_ref(), av));
                         }
                         prop_assert!(after.windows(2).all(|w| w[0].0 < w[1].0), "offsets increase");
-                        // Every key's newest record survives, tombstones while their horizon holds.
+                        // Every key's newest plain or committed record survives, tombstones
+                        // while their horizon holds.
+                        let counts = |origin: Origin| match origin {
+                            Origin::Plain => true,
+                            Origin::Txn(n) => outcomes[n] == Some(true),
+                            Origin::Marker => false,
+                        };
                         let mut newest: BTreeMap<&Key, i64> = BTreeMap::new();
-                        for (off, (k, _)) in &appended {
-                            newest.insert(k, *off);
+                        for (off, (k, _, origin)) in &appended {
+                            if counts(*origin) {
+                                newest.insert(k, *off);
+                            }
                         }
                         for (k, off) in &newest {
                             let there = after.iter().any(|(o, _, _)| o == off);
@@ -222,11 +351,29 @@ proptest! {
                         }
                         // Nothing appeared that was not there before.
                         prop_assert!(after.iter().all(|r| before.contains(r)));
-                        // Below where the map reached, keys are unique.
+                        // Below where the map reached, no aborted record and keys are unique.
                         let mut seen = std::collections::BTreeSet::new();
                         for (off, k, _) in after.iter().filter(|r| r.0 < o.cleaned_to) {
-                            prop_assert!(seen.insert(k.clone()), "key {:?} twice below {} (at {})", k, o.cleaned_to, off);
+                            let origin = appended[off].2;
+                            prop_assert!(!matches!(origin, Origin::Txn(n) if outcomes[n] == Some(false)),
+                                "aborted record at {} below {}", off, o.cleaned_to);
+                            if origin != Origin::Marker {
+                                prop_assert!(seen.insert(k.clone()), "key {:?} twice below {} (at {})", k, o.cleaned_to, off);
+                            }
                         }
+                        // A read_committed reader: the newest committed value per key below
+                        // the last stable offset.
+                        let stable = log.last_stable_offset(log.log_end_offset()).0;
+                        let mut model: BTreeMap<Key, Vec<u8>> = BTreeMap::new();
+                        for (_, (k, v, origin)) in appended.range(..stable) {
+                            if counts(*origin) {
+                                match v {
+                                    Some(v) => model.insert(k.clone(), v.clone()),
+                                    None => model.remove(k),
+                                };
+                            }
+                        }
+                        prop_assert_eq!(view(&mut log, true), model);
                     }
                     prop_assert!(leftover_files(dir.path()).iter().all(|n| n.ends_with(".deleted")));
                 }
@@ -545,4 +692,205 @@ fn all_aborted(log: &PartitionLog) -> Vec<(i64, i64, i64)> {
         }
     }
     found
+}
+
+fn kv(k: &str, v: &str) -> (Key, Vec<u8>) {
+    (k.as_bytes().to_vec(), v.as_bytes().to_vec())
+}
+
+/// The aborted-transaction entries in every `.txnindex` file of `dir`, as (producer id,
+/// first offset, last offset).
+fn txn_index_files(dir: &Path) -> Vec<(i64, i64, i64)> {
+    let mut names: Vec<_> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.to_str().unwrap().ends_with(".txnindex"))
+        .collect();
+    names.sort();
+    let mut out = Vec::new();
+    for p in names {
+        for e in std::fs::read(&p).unwrap().chunks_exact(34) {
+            let a = spate::log::txn_index::AbortedTxn::decode(e).unwrap();
+            out.push((a.producer_id, a.first_offset, a.last_offset));
+        }
+    }
+    out
+}
+
+/// Roll the active segment away (segment.ms) and let the next pass merge every rolled
+/// segment into one.
+fn roll_all(log: &mut PartitionLog, now: i64) {
+    log.set_config(LogConfig { segment_ms: 1, ..config() });
+    log.maybe_roll(now + 1_000).unwrap();
+    log.set_config(LogConfig { segment_bytes: 1 << 20, ..config() });
+}
+
+/// The marker batch at `offset`, if it is still there.
+fn marker_at(log: &PartitionLog, offset: i64) -> Option<ReadBatch> {
+    read_batches(log, log.log_end_offset()).into_iter().find(|b| b.base == offset && b.attributes & ATTR_CONTROL != 0)
+}
+
+/// Producer 7 aborts a transaction over keys a and b, then commits one; producer 8
+/// commits two. Offsets: 0 a=v0; 1-2 (7) a=bad b=bad; 3 (8) c=c8; 4 ABORT 7; 5 COMMIT 8;
+/// 6 (7) d=d7; 7 COMMIT 7; 8 (8) e=e8; 9 COMMIT 8.
+fn aborted_then_committed(dir: &Path, now: i64) -> PartitionLog {
+    let mut log = PartitionLog::open(dir, LogConfig { segment_bytes: 250, ..config() }, now).unwrap();
+    log.append(&mut batch(&[(Some(b"a"), Some(b"v0"))], now), now).unwrap();
+    log.append(&mut txn_batch(&[(Some(b"a"), Some(b"bad")), (Some(b"b"), Some(b"bad"))], now, 7, 0), now).unwrap();
+    log.append(&mut txn_batch(&[(Some(b"c"), Some(b"c8"))], now, 8, 0), now).unwrap();
+    end_txn(&mut log, 7, false, now);
+    end_txn(&mut log, 8, true, now);
+    log.append(&mut txn_batch(&[(Some(b"d"), Some(b"d7"))], now, 7, 2), now).unwrap();
+    end_txn(&mut log, 7, true, now);
+    log.append(&mut txn_batch(&[(Some(b"e"), Some(b"e8"))], now, 8, 1), now).unwrap();
+    end_txn(&mut log, 8, true, now);
+    assert_eq!(log.log_end_offset(), Offset(10));
+    roll_all(&mut log, now);
+    log
+}
+
+/// An aborted transaction's records go in the first pass, whatever their keys; its
+/// ABORT marker gets a delete horizon in that pass and goes in a pass after it; its
+/// `.txnindex` entry goes with its records; COMMIT markers whose transactions still have
+/// records stay; read_committed and read_uncommitted readers see the committed values
+/// only, before and after a restart; the producers' sequences survive.
+#[test]
+fn aborted_records_go_and_their_marker_after_its_horizon() {
+    let dir = tempfile::tempdir().unwrap();
+    let now = 5_000_000;
+    let mut log = aborted_then_committed(dir.path(), now);
+    let committed: BTreeMap<Key, Vec<u8>> =
+        [kv("a", "v0"), kv("c", "c8"), kv("d", "d7"), kv("e", "e8")].into_iter().collect();
+    assert_eq!(view(&mut log, true), committed);
+    assert_eq!(view(&mut log, false)[&b"a".to_vec()], b"bad", "before a pass the aborted records are there");
+    assert_eq!(all_aborted(&log), vec![(7, 1, 4)]);
+
+    let first = clean(&mut log, now, 1 << 20).expect("a pass is due");
+    assert_eq!((first.stats.aborted_records_removed, first.stats.markers_removed), (2, 0));
+    let got = contents(&log);
+    assert!(got.iter().all(|r| r.0 != 1 && r.0 != 2), "the aborted records are gone: {got:?}");
+    assert_eq!(view(&mut log, true), committed);
+    assert_eq!(view(&mut log, false), committed, "read_uncommitted sees no aborted record either");
+    let abort = marker_at(&log, 4).expect("the ABORT marker stays until its horizon");
+    assert_eq!((abort.attributes & 0x40, abort.base_timestamp), (0x40, now + 1_000), "{abort:?}");
+    for commit in [5, 7, 9] {
+        let m = marker_at(&log, commit).unwrap_or_else(|| panic!("COMMIT at {commit} gone: {got:?}"));
+        assert_eq!(m.attributes & 0x40, 0, "COMMIT at {commit}: its records remain, no horizon");
+    }
+    assert_eq!(all_aborted(&log), vec![], "the aborted transaction has nothing left to hide");
+    assert_eq!(txn_index_files(dir.path()), vec![]);
+    assert_eq!(first.next_horizon_ms, Some(now + 1_000));
+
+    assert!(clean(&mut log, now + 999, 1 << 20).is_none(), "nothing dirty, horizon not reached: no pass");
+    let second = clean(&mut log, now + 1_000, 1 << 20).expect("the marker's horizon makes a pass due");
+    assert_eq!(second.stats.markers_removed, 1);
+    assert!(marker_at(&log, 4).is_none(), "{:?}", contents(&log));
+    assert!([5, 7, 9].iter().all(|&o| marker_at(&log, o).is_some()));
+    assert_eq!(view(&mut log, true), committed);
+
+    let before = contents(&log);
+    drop(log); // kill -9: no close
+    let mut log = PartitionLog::open(dir.path(), config(), now + 2_000).unwrap();
+    assert_eq!(contents(&log), before);
+    assert_eq!((view(&mut log, true), view(&mut log, false)), (committed.clone(), committed));
+    // Producer 7's last batch (offset 6, sequence 2) is still known: a retry is a
+    // duplicate, a gap is out of order, the next sequence goes in.
+    let retry = log.append(&mut txn_batch(&[(Some(b"d"), Some(b"d7"))], now, 7, 2), now).unwrap_err();
+    assert!(matches!(&retry, spate::log::LogError::DuplicateBatch(i) if i.base_offset == Offset(6)), "{retry}");
+    let gap = log.append(&mut txn_batch(&[(Some(b"f"), Some(b"f8"))], now, 8, 5), now).unwrap_err();
+    assert!(matches!(gap, spate::log::LogError::Producer(_)), "{gap}");
+    log.append(&mut txn_batch(&[(Some(b"f"), Some(b"f8"))], now, 8, 2), now).unwrap();
+}
+
+/// A COMMIT marker stays while its transaction's records are there (even superseded in
+/// the same pass); once a pass finds none, it gets a horizon, and goes after it.
+#[test]
+fn a_commit_marker_goes_once_its_records_are_gone() {
+    let dir = tempfile::tempdir().unwrap();
+    let now = 5_000_000;
+    let mut log = PartitionLog::open(dir.path(), LogConfig { segment_bytes: 250, ..config() }, now).unwrap();
+    log.append(&mut txn_batch(&[(Some(b"c"), Some(b"old"))], now, 8, 0), now).unwrap();
+    end_txn(&mut log, 8, true, now); // 1
+    log.append(&mut txn_batch(&[(Some(b"x"), Some(b"x8"))], now, 8, 1), now).unwrap();
+    end_txn(&mut log, 8, true, now); // 3
+    log.append(&mut batch(&[(Some(b"c"), Some(b"new"))], now), now).unwrap();
+    roll_all(&mut log, now);
+    let first = clean(&mut log, now, 1 << 20).expect("due");
+    assert_eq!(first.stats.records_removed, 1, "c=old superseded");
+    assert_eq!(marker_at(&log, 1).expect("its record was still there in this pass").attributes & 0x40, 0);
+    // New writes make a second pass due: it finds no record of the transaction at 1.
+    log.append(&mut batch(&[(Some(b"y"), Some(b"y"))], now), now).unwrap();
+    roll_all(&mut log, now);
+    let second = clean(&mut log, now + 10, 1 << 20).expect("dirty");
+    assert_eq!(second.next_horizon_ms, Some(now + 1_010));
+    assert_eq!(marker_at(&log, 1).expect("kept until its horizon").base_timestamp, now + 1_010);
+    clean(&mut log, now + 1_010, 1 << 20).expect("horizon");
+    assert!(marker_at(&log, 1).is_none());
+    let kept = marker_at(&log, 3).expect("x8 is producer 8's last batch: its COMMIT stays");
+    assert_eq!(kept.attributes & 0x40, 0);
+    let want: BTreeMap<Key, Vec<u8>> = [kv("c", "new"), kv("x", "x8"), kv("y", "y")].into_iter().collect();
+    assert_eq!((view(&mut log, true), view(&mut log, false)), (want.clone(), want));
+}
+
+/// An aborted batch that is its producer's last stays, emptied (Kafka's RETAIN_EMPTY):
+/// the producer's sequence survives, and so do its ABORT marker and index entry.
+#[test]
+fn a_producers_last_batch_if_aborted_stays_empty() {
+    let dir = tempfile::tempdir().unwrap();
+    let now = 5_000_000;
+    let mut log = PartitionLog::open(dir.path(), LogConfig { segment_bytes: 250, ..config() }, now).unwrap();
+    log.append(&mut batch(&[(Some(b"a"), Some(b"v0"))], now), now).unwrap();
+    log.append(&mut txn_batch(&[(Some(b"a"), Some(b"bad")), (Some(b"b"), Some(b"bad"))], now, 7, 0), now).unwrap();
+    end_txn(&mut log, 7, false, now); // 3
+    roll_all(&mut log, now);
+    for t in [now, now + 5_000] {
+        let pass = clean(&mut log, t, 1 << 20);
+        assert!(pass.is_some() || t > now);
+        let b = read_batches(&log, log.log_end_offset());
+        let kept = b.iter().find(|b| b.base == 1).expect("producer 7's last batch stays");
+        assert_eq!((kept.last, kept.records.len()), (2, 0), "emptied");
+        assert!(marker_at(&log, 3).is_some_and(|m| m.attributes & 0x40 == 0));
+        assert_eq!(all_aborted(&log), vec![(7, 1, 3)]);
+    }
+    let want: BTreeMap<Key, Vec<u8>> = [kv("a", "v0")].into_iter().collect();
+    assert_eq!((view(&mut log, true), view(&mut log, false)), (want.clone(), want));
+    drop(log);
+    let mut log = PartitionLog::open(dir.path(), config(), now).unwrap();
+    let retry = log.append(&mut txn_batch(&[(Some(b"a"), Some(b"bad")), (Some(b"b"), Some(b"bad"))], now, 7, 0), now);
+    assert!(matches!(&retry, Err(spate::log::LogError::DuplicateBatch(i)) if i.base_offset == Offset(1)), "{retry:?}");
+}
+
+/// The cleaned `.txnindex` lacks what the old segments still hold, so it takes its
+/// place only once the swap is decided. A kill -9 before that keeps the old index with
+/// the old segments; one after it (the `.log.swap` named) finishes the swap with the
+/// cleaned index. Either way a read_committed reader sees the committed values only.
+#[test]
+fn a_swap_interrupted_keeps_the_aborted_index_with_the_aborted_records() {
+    for decided in [false, true] {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        let now = 5_000_000;
+        let mut log = aborted_then_committed(d, now);
+        let committed = view(&mut log, true);
+        log.flush().unwrap();
+        let end = log.log_end_offset();
+        let job = log.clean_job(now, end, &CleanerSettings::default()).expect("due");
+        let outcome = cleaner::run(&job).unwrap();
+        let base = outcome.groups[0].base_offset;
+        drop(log);
+        let name = |s: &str| d.join(format!("{base:020}{s}"));
+        assert_eq!(std::fs::metadata(name(".txnindex.cleaned")).unwrap().len(), 0, "written, empty");
+        if decided {
+            std::fs::rename(name(".log.cleaned"), name(".log.swap")).unwrap();
+        }
+        let mut log = PartitionLog::open(d, config(), now).unwrap();
+        assert!(leftover_files(d).is_empty(), "{:?}", leftover_files(d));
+        assert_eq!(view(&mut log, true), committed, "decided: {decided}");
+        let aborted_records = contents(&log).iter().filter(|r| r.2.as_deref() == Some(b"bad")).count();
+        if decided {
+            assert_eq!((aborted_records, all_aborted(&log)), (0, vec![]));
+        } else {
+            assert_eq!((aborted_records, all_aborted(&log)), (2, vec![(7, 1, 4)]));
+        }
+    }
 }

@@ -26,14 +26,26 @@
 //!    producer fields, their records re-encoded and recompressed with the same codec.
 //!    A batch left with no record is dropped, unless it is a live producer's last batch
 //!    (then it stays as an empty batch, as Kafka keeps it, so the producer's sequence
-//!    survives a rebuild from the log). Control batches (transaction markers) are
-//!    copied as they are, and never enter the key map; nor do the batches of aborted
-//!    transactions (`CleanJob::aborted`), so an aborted record never makes a committed
-//!    one look superseded. The aborted transactions stay where they are: a cleaned
-//!    segment's `.txnindex.cleaned` holds every entry of the segments it replaces.
-//!    Nothing at or above the last stable offset is cleaned. Aborted records and
-//!    markers are not removed yet (Kafka removes them once their transaction is
-//!    gone from the cleaned range).
+//!    survives a rebuild from the log).
+//! 3. Transactions (Kafka's `CleanedTransactionMetadata`, KIP-98): both steps walk the
+//!    batches in offset order with a `TxnWalk`, which takes the log's aborted
+//!    transactions (`CleanJob::aborted`, the `.txnindex` entries) sorted by first offset
+//!    as the walk reaches them, and keeps per producer its aborted transaction under way
+//!    and whether a (not aborted) transactional batch was passed since its last marker:
+//!    O(1) amortized per batch. A batch of an aborted transaction never enters the key
+//!    map (an aborted record must not make a committed one look superseded) and is
+//!    removed whole, whatever its keys; a live producer's last batch stays, emptied (as
+//!    Kafka's `RETAIN_EMPTY`). An ABORT marker whose transaction kept no batch in this
+//!    pass, and a COMMIT marker whose transaction had no batch left to pass, are
+//!    discardable: as a tombstone, the first such pass gives the marker a delete horizon
+//!    (`now + delete.retention.ms`, KIP-534) and a pass after it removes it. Until then
+//!    a marker stays, so a rebuild from the log never finds a transaction left open.
+//!    A cleaned segment's `.txnindex.cleaned` holds the entries of the segments it
+//!    replaces but those of aborted transactions that lost every batch (Kafka appends
+//!    an `AbortedTxn` to the cleaned index only while its transaction has batches);
+//!    read_committed readers stay right either way (an entry whose batches are gone
+//!    hides nothing, and a kept aborted batch is empty). Nothing at or above the last
+//!    stable offset is cleaned.
 //!
 //! Offsets never move: a cleaned log has gaps, and readers (consumers and followers)
 //! skip them. Batches whose records cannot be read (a codec error, a record that does
@@ -43,12 +55,15 @@
 //! # The swap, crash-safe (written down in `PartitionLog::install_cleaned`)
 //!
 //! `.cleaned` files are complete and fsynced before the data core names them. The core
-//! first moves `<base>.txnindex.cleaned` (if any) over `<base>.txnindex` (a superset of
-//! it: an open cuts entries past the old segment's end if the swap never happens), then
 //! renames `<base>.log.cleaned` to `<base>.log.swap` (from here the swap is decided),
-//! renames the other replaced segments to `*.deleted`, moves the cleaned indexes over
-//! `<base>.index` / `<base>.timeindex`, and finally `<base>.log.swap` over `<base>.log`.
-//! An open finishes a swap it finds (`finish_swaps`) and removes `.cleaned` leftovers.
+//! moves `<base>.txnindex.cleaned` (if any) over `<base>.txnindex` (not before: the
+//! cleaned one lacks the aborted transactions whose batches the old segments still
+//! hold), renames the other replaced segments to `*.deleted`, moves the cleaned indexes
+//! over `<base>.index` / `<base>.timeindex`, and finally `<base>.log.swap` over
+//! `<base>.log`. A group whose segments had aborted transactions always gets a
+//! `.txnindex.cleaned` (empty if none is left), so a swap that finds none has moved it.
+//! An open finishes a swap it finds (`finish_swaps`, the `.txnindex.cleaned` rename
+//! included) and removes the other `.cleaned` leftovers.
 
 use std::collections::{HashMap, HashSet};
 use std::fs::File;
@@ -86,7 +101,8 @@ pub struct SegmentFile {
     pub next_offset: i64,
     pub size_bytes: u64,
     pub log: Arc<File>,
-    /// The segment's aborted transactions (`.txnindex`): the cleaned segment keeps them.
+    /// The segment's aborted transactions (`.txnindex`): the cleaned segment keeps those
+    /// that still have batches.
     pub aborted: Vec<AbortedTxn>,
 }
 
@@ -139,6 +155,10 @@ pub struct CleanStats {
     pub bytes_written: u64,
     pub records_removed: u64,
     pub tombstones_removed: u64,
+    /// Of `records_removed`: records of aborted transactions.
+    pub aborted_records_removed: u64,
+    /// Transaction markers removed (after their delete horizon).
+    pub markers_removed: u64,
     pub batches_rewritten: u64,
 }
 
@@ -148,8 +168,8 @@ pub struct CleanOutcome {
     pub now_ms: i64,
     /// The next cleaner checkpoint: where the key map stopped.
     pub cleaned_to: i64,
-    /// The earliest delete horizon of a tombstone left in place (a later pass is due
-    /// then even with nothing dirty).
+    /// The earliest delete horizon still ahead of a tombstone or marker left in place
+    /// (a later pass is due then even with nothing dirty).
     pub next_horizon_ms: Option<i64>,
     pub stats: CleanStats,
     pub elapsed: Duration,
@@ -468,6 +488,136 @@ pub fn clean_batch(batch: &[u8], h: &BatchHeader, rules: &BatchRules) -> std::io
     Ok(Verdict::Rewrite { batch, records_removed: removed, tombstones_removed })
 }
 
+/// A batch of an aborted transaction: all its records go, whatever their keys. A live
+/// producer's last batch stays as an empty batch instead (Kafka's `RETAIN_EMPTY`), so
+/// its sequence survives a rebuild from the log.
+pub fn clean_aborted_batch(h: &BatchHeader, keep_empty: bool) -> std::io::Result<Verdict> {
+    let records = u64::try_from(h.records_count).unwrap_or(0);
+    if !keep_empty {
+        return Ok(Verdict::Drop { records, tombstones: 0 });
+    }
+    if h.records_count == 0 {
+        return Ok(Verdict::Keep);
+    }
+    let attributes = h.attributes & !batch::ATTR_COMPRESSION_MASK;
+    let batch = build_batch(h, attributes, h.base_timestamp, &[])?;
+    Ok(Verdict::Rewrite { batch, records_removed: records, tombstones_removed: 0 })
+}
+
+/// Decide one control batch (a transaction marker, whole and CRC checked) that the
+/// transaction walk found `discardable` (`TxnWalk::on_marker`). As a tombstone: the first
+/// pass that finds it discardable gives it a delete horizon (`now + delete.retention.ms`
+/// in its base timestamp, KIP-534's attribute bit), a pass at or after the horizon drops
+/// it. A live producer's last batch, or one whose record does not parse, is kept.
+pub fn clean_marker(batch: &[u8], h: &BatchHeader, discardable: bool, rules: &BatchRules) -> std::io::Result<Verdict> {
+    if !discardable || rules.keep_empty {
+        return Ok(Verdict::Keep);
+    }
+    if h.attributes & ATTR_DELETE_HORIZON != 0 {
+        if rules.now_ms >= h.base_timestamp {
+            return Ok(Verdict::Drop { records: u64::try_from(h.records_count).unwrap_or(0), tombstones: 0 });
+        }
+        return Ok(Verdict::Keep);
+    }
+    let Some((inflated, _)) = batch_records(batch, h) else { return Ok(Verdict::Keep) };
+    let bytes = inflated.as_deref().unwrap_or(&batch[HEADER_BYTES..]);
+    let Some(records) = parse_records(bytes, h) else { return Ok(Verdict::Keep) };
+    let horizon = rules.now_ms.saturating_add(rules.delete_retention_ms);
+    let batch = build_batch(h, h.attributes | ATTR_DELETE_HORIZON, horizon, &records)?;
+    Ok(Verdict::Rewrite { batch, records_removed: 0, tombstones_removed: 0 })
+}
+
+/// The transactions one walk over the log passes through, batch by batch in offset
+/// order (Kafka's `CleanedTransactionMetadata`). Pure: batch headers and markers in,
+/// answers out. Aborted transactions come from the transaction index entries, sorted
+/// once by first offset and taken as the walk reaches them, so each batch costs O(1)
+/// amortized (a hash lookup by producer id), not a scan of the log's aborted entries.
+pub struct TxnWalk {
+    /// Aborted transactions not reached yet, by first offset, the next one last.
+    pending: Vec<AbortedTxn>,
+    /// Per producer id: its aborted transaction under way, and whether a batch of it was
+    /// kept by this pass.
+    aborted: HashMap<i64, (AbortedTxn, bool)>,
+    /// Producers with a batch of a (not aborted) transaction passed since their last marker.
+    committed: HashSet<i64>,
+}
+
+/// What the walk says of a marker.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MarkerFate {
+    /// No batch of its transaction is left behind it (ABORT: none kept by this pass;
+    /// COMMIT: none passed in this pass): it may go, after its delete horizon.
+    pub discardable: bool,
+    /// An ABORT marker whose transaction lost all its batches: its index entry goes.
+    pub drop_index_entry: Option<AbortedTxn>,
+}
+
+impl TxnWalk {
+    /// A walk that starts at offset `from`, given the log's aborted transactions (any
+    /// order): those that ended before `from` play no part.
+    pub fn new(aborted: &[AbortedTxn], from: i64) -> TxnWalk {
+        let mut pending: Vec<AbortedTxn> = aborted.iter().filter(|a| a.last_offset >= from).copied().collect();
+        pending.sort_unstable_by_key(|a| std::cmp::Reverse((a.first_offset, a.last_offset)));
+        TxnWalk { pending, aborted: HashMap::new(), committed: HashSet::new() }
+    }
+
+    /// Take the aborted transactions that start at or below `offset`. A producer has one
+    /// transaction at a time: a newer entry replaces one whose marker the walk never met.
+    fn reach(&mut self, offset: i64) {
+        while self.pending.last().is_some_and(|a| a.first_offset <= offset) {
+            let a = self.pending.pop().expect("checked above");
+            match self.aborted.get(&a.producer_id) {
+                Some((old, _)) if old.last_offset >= a.first_offset => {}
+                _ => {
+                    self.aborted.insert(a.producer_id, (a, false));
+                }
+            }
+        }
+    }
+
+    /// A data batch: whether it belongs to an aborted transaction.
+    pub fn on_data(&mut self, h: &BatchHeader) -> bool {
+        self.reach(h.last_offset());
+        if h.producer_id < 0 || h.attributes & batch::ATTR_TRANSACTIONAL == 0 {
+            return false;
+        }
+        match self.aborted.get(&h.producer_id) {
+            Some((a, _)) if a.first_offset <= h.base_offset && h.base_offset <= a.last_offset => true,
+            _ => {
+                self.committed.insert(h.producer_id);
+                false
+            }
+        }
+    }
+
+    /// A batch of an aborted transaction stays in the cleaned log (a producer's last,
+    /// emptied): its marker and index entry stay too.
+    pub fn kept_aborted(&mut self, producer_id: i64) {
+        if let Some((_, kept)) = self.aborted.get_mut(&producer_id) {
+            *kept = true;
+        }
+    }
+
+    /// A control batch; `commit` is its marker's type (None: it does not parse, kept).
+    pub fn on_marker(&mut self, h: &BatchHeader, commit: Option<bool>) -> MarkerFate {
+        self.reach(h.last_offset());
+        let keep = MarkerFate { discardable: false, drop_index_entry: None };
+        match commit {
+            None => keep,
+            Some(true) => MarkerFate { discardable: !self.committed.remove(&h.producer_id), drop_index_entry: None },
+            Some(false) => match self.aborted.get(&h.producer_id) {
+                Some(&(a, kept)) if a.last_offset == h.base_offset => {
+                    self.aborted.remove(&h.producer_id);
+                    MarkerFate { discardable: !kept, drop_index_entry: (!kept).then_some(a) }
+                }
+                // No entry: an earlier pass dropped it with the transaction's batches
+                // (or an index lost it: then its batches counted as passed, as COMMIT's).
+                _ => MarkerFate { discardable: !self.committed.remove(&h.producer_id), drop_index_entry: None },
+            },
+        }
+    }
+}
+
 /// Walk the checked batches of one segment file: `f(header, whole batch)`, until it
 /// answers false.
 fn for_each_batch(
@@ -572,16 +722,19 @@ fn run_pass(job: &CleanJob) -> std::io::Result<CleanOutcome> {
     // 1. The key map over the dirty range.
     let mut map = KeyMap::new(job.map_bytes_max);
     let mut map_end = end;
-    'segments: for seg in job.segments.iter().filter(|s| s.next_offset > job.dirty_from) {
+    let dirty = job.segments.partition_point(|s| s.next_offset <= job.dirty_from);
+    let mut walk = TxnWalk::new(&job.aborted, job.segments.get(dirty).map_or(end, |s| s.base_offset));
+    'segments: for seg in &job.segments[dirty..] {
         let mut full = false;
         for_each_batch(seg, job.batch_bytes_max, |h, whole| {
             cancelled(job)?;
             stats.bytes_read += whole.len() as u64;
             throttle.account(whole.len() as u64);
-            if h.last_offset() < job.dirty_from
-                || h.attributes & batch::ATTR_CONTROL != 0
-                || is_aborted(h, &job.aborted)
-            {
+            if h.attributes & batch::ATTR_CONTROL != 0 {
+                walk.on_marker(h, batch::control_marker(whole, h).map(|m| m.commit));
+                return Ok(true);
+            }
+            if walk.on_data(h) || h.last_offset() < job.dirty_from {
                 return Ok(true);
             }
             let Some((inflated, _)) = batch_records(whole, h) else { return Ok(true) };
@@ -617,38 +770,64 @@ fn run_pass(job: &CleanJob) -> std::io::Result<CleanOutcome> {
     };
     // Segments wholly above where the map stopped have nothing to lose this pass.
     let covered = job.segments.partition_point(|s| s.base_offset < map_end);
+    let mut walk = TxnWalk::new(&job.aborted, job.segments.first().map_or(end, |s| s.base_offset));
     for group in groups(&job.segments[..covered], job.segment_bytes) {
         let base = group[0].base_offset;
         let mut seg = Segment::create_named(&job.dir, base, CLEANED_SUFFIX, job.segment_index_bytes)?;
         let mut changed = group.len() > 1;
-        for e in group.iter().flat_map(|s| s.aborted.iter()) {
-            seg.txn_index.push(*e)?;
-        }
+        // Index entries of aborted transactions that lost every batch in this pass.
+        let mut gone: HashSet<(i64, i64)> = HashSet::new();
         for old in group {
             for_each_batch(old, job.batch_bytes_max, |h, whole| {
                 cancelled(job)?;
                 stats.bytes_read += whole.len() as u64;
                 throttle.account(whole.len() as u64);
                 let rules = rules_base(job.producer_last_offsets.contains(&h.last_offset()));
-                let verdict = clean_batch(whole, h, &rules)?;
+                let mut aborted = false;
+                let verdict = if h.attributes & batch::ATTR_CONTROL != 0 {
+                    let fate = walk.on_marker(h, batch::control_marker(whole, h).map(|m| m.commit));
+                    if let Some(a) = fate.drop_index_entry {
+                        gone.insert((a.producer_id, a.last_offset));
+                    }
+                    clean_marker(whole, h, fate.discardable, &rules)?
+                } else if walk.on_data(h) {
+                    aborted = true;
+                    clean_aborted_batch(h, rules.keep_empty)?
+                } else {
+                    clean_batch(whole, h, &rules)?
+                };
                 let bytes: &[u8] = match &verdict {
                     Verdict::Keep => whole,
                     Verdict::Drop { records, tombstones } => {
                         stats.records_removed += records;
                         stats.tombstones_removed += tombstones;
+                        if h.attributes & batch::ATTR_CONTROL != 0 {
+                            stats.markers_removed += 1;
+                        } else if aborted {
+                            stats.aborted_records_removed += records;
+                        }
                         changed = true;
                         return Ok(true);
                     }
                     Verdict::Rewrite { batch, records_removed, tombstones_removed } => {
                         stats.records_removed += records_removed;
                         stats.tombstones_removed += tombstones_removed;
+                        if aborted {
+                            stats.aborted_records_removed += records_removed;
+                        }
                         stats.batches_rewritten += 1;
                         changed = true;
                         batch
                     }
                 };
+                if aborted {
+                    walk.kept_aborted(h.producer_id);
+                }
                 let nh = BatchHeader::parse(bytes);
-                if nh.attributes & ATTR_DELETE_HORIZON != 0 && nh.attributes & batch::ATTR_CONTROL == 0 {
+                // A horizon still ahead makes a later pass due then; one already passed
+                // belongs to a batch kept for another reason (a producer's last), which
+                // no pass at that time would change.
+                if nh.attributes & ATTR_DELETE_HORIZON != 0 && nh.base_timestamp >= job.now_ms {
                     next_horizon = Some(next_horizon.map_or(nh.base_timestamp, |t| t.min(nh.base_timestamp)));
                 }
                 let pos = seg.size_bytes;
@@ -659,6 +838,22 @@ fn run_pass(job: &CleanJob) -> std::io::Result<CleanOutcome> {
                 throttle.account(bytes.len() as u64);
                 Ok(true)
             })?;
+        }
+        // The cleaned `.txnindex`: the group's entries but those whose transaction lost
+        // every batch. Written (empty if need be) whenever the group had entries, so
+        // that a swap finished after a crash knows what to put in place
+        // (`finish_swaps`).
+        let old_entries: Vec<AbortedTxn> = group.iter().flat_map(|s| s.aborted.iter().copied()).collect();
+        if !old_entries.is_empty() {
+            let kept: Vec<AbortedTxn> =
+                old_entries.iter().filter(|a| !gone.contains(&(a.producer_id, a.last_offset))).copied().collect();
+            changed |= kept.len() != old_entries.len();
+            for e in kept {
+                seg.txn_index.push(e)?;
+            }
+            if !seg.txn_index.has_file() {
+                File::create(cleaned_txn_index_path(&job.dir, base))?.sync_all()?;
+            }
         }
         let size_bytes = seg.size_bytes;
         if !changed {
@@ -709,15 +904,6 @@ pub fn remove_cleaned(dir: &Path, base: i64) {
     }
 }
 
-/// Whether `h` is a batch of an aborted transaction (its producer's aborted entry covers
-/// its offsets).
-fn is_aborted(h: &BatchHeader, aborted: &[AbortedTxn]) -> bool {
-    h.attributes & batch::ATTR_TRANSACTIONAL != 0
-        && aborted.iter().any(|a| {
-            a.producer_id == h.producer_id && a.first_offset <= h.base_offset && h.base_offset <= a.last_offset
-        })
-}
-
 /// Open, before segments are listed: finish every swap a crash interrupted and remove
 /// `.cleaned` leftovers. A `<base>.log.swap` replaces every segment whose base lies in
 /// `[base, its next offset)`: those go, it becomes `<base>.log`, and its indexes are
@@ -726,11 +912,12 @@ fn is_aborted(h: &BatchHeader, aborted: &[AbortedTxn]) -> bool {
 pub fn finish_swaps(dir: &Path, batch_bytes_max: usize, index_interval_bytes: u32) -> std::io::Result<Vec<i64>> {
     let mut swaps = Vec::new();
     let mut logs = Vec::new();
+    let mut cleaned = Vec::new();
     for entry in std::fs::read_dir(dir)? {
         let name = entry?.file_name();
         let Some(name) = name.to_str() else { continue };
         if name.ends_with(CLEANED_SUFFIX) {
-            std::fs::remove_file(dir.join(name))?;
+            cleaned.push(name.to_owned());
             continue;
         }
         let Some(stem) = name.get(..20).filter(|s| s.bytes().all(|b| b.is_ascii_digit())) else { continue };
@@ -743,6 +930,20 @@ pub fn finish_swaps(dir: &Path, batch_bytes_max: usize, index_interval_bytes: u3
     }
     swaps.sort_unstable();
     logs.sort_unstable();
+    // A decided swap's cleaned `.txnindex` still waiting takes its place; every other
+    // `.cleaned` file is a pass that never got decided.
+    for &base in &swaps {
+        let txn_cleaned = cleaned_txn_index_path(dir, base);
+        if txn_cleaned.exists() {
+            std::fs::rename(&txn_cleaned, dir.join(segment::file_name(base, ".txnindex")))?;
+        }
+    }
+    for name in cleaned {
+        match std::fs::remove_file(dir.join(name)) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e),
+            _ => {}
+        }
+    }
     for &base in &swaps {
         let swap = with_suffix(&dir.join(segment::file_name(base, ".log")), SWAP_SUFFIX);
         let file = File::open(&swap)?;

@@ -1644,7 +1644,8 @@ impl PartitionLog {
     /// longer the ones the pass read (retention or a truncation came first) is dropped
     /// and its files left for `take_cleaner_leftovers`. For each group, in this order:
     /// `<base>.log.cleaned` -> `<base>.log.swap` (the swap is decided: an open finishes
-    /// it, `cleaner::finish_swaps`), the other replaced segments -> `*.deleted`, the
+    /// it, `cleaner::finish_swaps`), `<base>.txnindex.cleaned` (if the pass wrote one)
+    /// over `<base>.txnindex`, the other replaced segments -> `*.deleted`, the
     /// cleaned indexes over `<base>.index` / `<base>.timeindex`, `<base>.log.swap` over
     /// `<base>.log`. Readers holding a replaced segment's file keep reading it. The
     /// cleaner checkpoint moves to where the pass's key map stopped, unless a group was
@@ -1672,17 +1673,16 @@ impl PartitionLog {
             let log_path = self.dir.join(segment::file_name(base, ".log"));
             let mut swap = log_path.clone().into_os_string();
             swap.push(cleaner::SWAP_SUFFIX);
-            // The group's aborted transactions first: the cleaned `.txnindex` holds every
-            // entry of the replaced segments, so it may take the first one's name before
-            // the swap is decided (an open cuts entries beyond that segment's end if the
-            // swap never happens).
+            let r = std::fs::rename(&log_cleaned, &swap);
+            self.offline_on_err("clean: rename to .swap", r)?;
+            // The group's aborted transactions only once the swap is decided: the cleaned
+            // `.txnindex` lacks the transactions whose batches the pass removed, which
+            // the old segments still hold (an open finishes this rename with the swap).
             let txn_cleaned = cleaner::cleaned_txn_index_path(&self.dir, base);
             if txn_cleaned.exists() {
                 let r = std::fs::rename(&txn_cleaned, self.dir.join(segment::file_name(base, ".txnindex")));
                 self.offline_on_err("clean: rename the cleaned .txnindex", r)?;
             }
-            let r = std::fs::rename(&log_cleaned, &swap);
-            self.offline_on_err("clean: rename to .swap", r)?;
             for _ in 1..n {
                 let mut seg = self.segments.remove(i + 1);
                 done.bytes_before += seg.size_bytes;

@@ -131,10 +131,18 @@ impl TxnIndex {
         self.file.clone()
     }
 
-    /// Append an entry (its marker comes after every earlier one). Writes the file, no
-    /// fsync; returns the file to sync before the recovery point passes the marker.
+    /// Add an entry: appended on the leader (its marker comes after every earlier one);
+    /// put in its place when a replay gives back the entry of a marker the cleaner kept
+    /// after dropping the entry (its transaction had no batch left), the entries after
+    /// it rewritten. Writes the file, no fsync; returns the file to sync before the
+    /// recovery point passes the marker.
     pub fn push(&mut self, e: AbortedTxn) -> std::io::Result<Arc<File>> {
-        assert!(self.entries.last().is_none_or(|p| p.last_offset < e.last_offset), "aborted transactions out of order");
+        let at = self.entries.partition_point(|p| p.last_offset < e.last_offset);
+        assert!(
+            self.entries.get(at).is_none_or(|p| p.last_offset != e.last_offset),
+            "two aborted transactions end at offset {}",
+            e.last_offset
+        );
         let file = match &self.file {
             Some(f) => f.clone(),
             None => {
@@ -144,8 +152,12 @@ impl TxnIndex {
                 f
             }
         };
-        file.write_all_at(&e.encode(), (self.entries.len() * ENTRY_BYTES) as u64)?;
-        self.entries.push(e);
+        let mut bytes = Vec::with_capacity((self.entries.len() + 1 - at) * ENTRY_BYTES);
+        for x in std::iter::once(&e).chain(&self.entries[at..]) {
+            bytes.extend_from_slice(&x.encode());
+        }
+        file.write_all_at(&bytes, (at * ENTRY_BYTES) as u64)?;
+        self.entries.insert(at, e);
         Ok(file)
     }
 
@@ -241,6 +253,21 @@ mod tests {
             std::fs::write(&path, &junk).unwrap();
             TxnIndex::open(path.clone(), 0, 1000).unwrap();
         }
+    }
+
+    /// A replay may give back an entry the cleaner dropped (its marker stayed, its
+    /// batches went) below a later one: it goes in its place, in memory and in the file.
+    #[test]
+    fn an_entry_below_the_last_goes_in_its_place() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("z.txnindex");
+        let mut ix = TxnIndex::create(path.clone()).unwrap();
+        ix.push(txn(1, 0, 5)).unwrap();
+        ix.push(txn(3, 20, 30)).unwrap();
+        ix.push(txn(2, 12, 12)).unwrap();
+        let want = [txn(1, 0, 5), txn(2, 12, 12), txn(3, 20, 30)];
+        assert_eq!(ix.entries(), &want);
+        assert_eq!(TxnIndex::open(path, 0, 100).unwrap().entries(), &want);
     }
 
     #[test]
