@@ -10,6 +10,8 @@
 - `__consumer_offsets` is compacted: a group committing 100,000 times leaves a few
   segments' worth of bytes (small offsets.topic.segment.bytes so segments roll), and the
   last commit is what a restarted broker (kill -9) serves.
+- Transactions: a transactional producer's aborted records are removed by the cleaner
+  (a read_uncommitted consumer then sees exactly the newest committed value per key).
 - kill -9 while the cleaner works, four times: every key's newest acknowledged value
   survives each restart (every step of the swap itself is stopped deterministically in
   tests/log_compaction.rs).
@@ -266,3 +268,60 @@ def test_kill9_while_the_cleaner_works_loses_nothing_acknowledged(broker_factory
             assert by_key.get(k) == (off, v), (rnd, k, by_key.get(k), (off, v))
         offsets = [off for off, _, _ in got]
         assert offsets == sorted(set(offsets)), "offsets repeat or go back"
+
+
+def test_aborted_transactions_are_removed_by_the_cleaner(broker_factory):
+    """A compacted topic written by confluent-kafka's transactional producer (its
+    defaults): transactions over overlapping keys, every third one aborted. Once the
+    cleaner has passed, a read_uncommitted consumer sees what a read_committed one sees:
+    exactly each key's newest committed value, at the offset it was acknowledged at. So
+    the aborted records are gone from the log, not just hidden from read_committed
+    readers (they would show to read_uncommitted ones)."""
+    mport = free_port()
+    b = broker_factory("--metrics-listen", f"127.0.0.1:{mport}")
+    topic = "compacted-txn"
+    create_topic(b.bootstrap, topic, 1, config={**COMPACTED, "segment.bytes": str(64 * 1024)})
+    p = Producer(cf_conf(b.bootstrap, **{"transactional.id": "compacted-txn-app", "linger.ms": 20}))
+    p.init_transactions(30)
+    committed = {}
+    aborted_values = set()
+    keys = 50
+    for txn in range(30):
+        acked = {}
+
+        def on_delivery(err, msg, acked=acked):
+            assert err is None, err
+            acked[msg.key()] = (msg.offset(), msg.value())
+
+        p.begin_transaction()
+        for i in range(200):
+            k = key((txn * 7 + i) % keys)
+            p.produce(topic, key=k, value=f"{txn}:{i}".encode(), partition=0, on_delivery=on_delivery)
+        p.flush(30)
+        if txn % 3 == 2:
+            p.abort_transaction(30)
+            aborted_values.update(v for _, v in acked.values())
+        else:
+            p.commit_transaction(30)
+            committed.update(acked)
+    want = sorted((off, k, v) for k, (off, v) in committed.items())
+    assert len(want) == keys
+
+    def read(isolation):
+        got = cf_consume(b.bootstrap, topic, 1, timeout=60, **{"isolation.level": isolation})[0]
+        return [(r.offset, r.key, r.value) for r in got]
+
+    def cleaned():
+        uncommitted = read("read_uncommitted")
+        return uncommitted == want, (len(uncommitted), uncommitted[:2])
+
+    wait_until("aborted records removed, one committed record per key", cleaned)
+    assert read("read_committed") == want
+    assert not aborted_values & {v for _, _, v in read("read_uncommitted")}
+    m = metrics(mport)
+    assert m["spate_log_cleaner_errors_total"] == 0
+    assert m["spate_log_cleaner_records_removed_total"] >= 30 * 200 - keys
+    # A restart after kill -9 serves the cleaned log as it was.
+    b.kill()
+    b.restart()
+    assert read("read_uncommitted") == want
