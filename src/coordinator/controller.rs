@@ -379,7 +379,7 @@ pub struct ControllerSnapshot {
     pub brokers: Vec<BrokerInfo>,
     pub topics: Vec<TopicInfo>,
     /// Dynamic broker configs by entity (a broker id, or `<default>`).
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub broker_configs: BTreeMap<String, BTreeMap<String, String>>,
 }
 
