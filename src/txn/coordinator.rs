@@ -20,9 +20,11 @@
 //!   transaction is answered with success.
 //! - An ongoing transaction past its timeout is aborted with a bumped epoch, fencing its
 //!   producer (`expire`).
+//! - KIP-890 part 1's verification: `verify_partitions` (partition leaders ask before a
+//!   producer's first transactional batch in a partition).
 //! - Not here yet: expiring idle transactional ids (`transactional.id.expiration.ms`, the
-//!   Dead state and its tombstone), KIP-890's verification and epoch bump per
-//!   transaction (transaction version 2).
+//!   Dead state and its tombstone), KIP-890 part 2's epoch bump per transaction
+//!   (transaction version 2).
 //!
 //! States and the states they may be entered from (Kafka's `TransactionState`):
 //!

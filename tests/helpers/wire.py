@@ -125,17 +125,22 @@ def produce_v3(topic, partition, batch, correlation_id=1, acks=-1, timeout_ms=10
     return frame(request_header_v1(0, 3, correlation_id) + body)
 
 
-def parse_produce_v3(resp):
-    """-> (error_code, base_offset) of the single partition answered."""
-    off = 4  # correlation id
+def _single_topic_partitions(resp, off):
+    """At `off`, a non-flexible response's topic array holding one topic: -> (the offset
+    of its first partition entry, the partition count)."""
     (n,) = struct.unpack(">i", resp[off:off + 4])
     assert n == 1
     off += 4
     (tlen,) = struct.unpack(">h", resp[off:off + 2])
     off += 2 + tlen
     (pn,) = struct.unpack(">i", resp[off:off + 4])
+    return off + 4, pn
+
+
+def parse_produce_v3(resp):
+    """-> (error_code, base_offset) of the single partition answered."""
+    off, pn = _single_topic_partitions(resp, 4)  # after the correlation id
     assert pn == 1
-    off += 4
     _index, error, base_offset, _append_time = struct.unpack(">ihqq", resp[off:off + 22])
     return error, base_offset
 
@@ -292,14 +297,7 @@ def add_partitions_to_txn_v1(transactional_id, producer_id, producer_epoch, topi
 
 def parse_add_partitions_to_txn_v1(resp):
     """-> {partition: error_code} of the single topic answered."""
-    off = 4 + 4  # correlation id, throttle
-    (n,) = struct.unpack(">i", resp[off:off + 4])
-    assert n == 1
-    off += 4
-    (tlen,) = struct.unpack(">h", resp[off:off + 2])
-    off += 2 + tlen
-    (pn,) = struct.unpack(">i", resp[off:off + 4])
-    off += 4
+    off, pn = _single_topic_partitions(resp, 4 + 4)  # after correlation id, throttle
     out = {}
     for _ in range(pn):
         p, e = struct.unpack(">ih", resp[off:off + 6])
