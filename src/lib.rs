@@ -13,6 +13,7 @@ pub mod log;
 pub mod model;
 pub mod protocol;
 pub mod replication;
+pub mod security;
 pub mod server;
 pub mod shard;
 pub mod txn;

@@ -110,6 +110,11 @@ pub fn check_frame_len(len: i32) -> Result<usize, ProtocolError> {
     Ok(len as usize)
 }
 
+/// The listener name of a frame made outside a connection.
+pub fn default_listener_name() -> std::sync::Arc<str> {
+    std::sync::Arc::from("PLAINTEXT")
+}
+
 /// A request frame with its header decoded; the body is still raw.
 pub struct RequestFrame {
     pub api_key: i16,
@@ -120,6 +125,10 @@ pub struct RequestFrame {
     pub body: Bytes,
     /// The client's address as Kafka shows it in group descriptions ("/127.0.0.1").
     pub client_host: String,
+    /// The connection's principal (`User:ANONYMOUS` until it authenticates).
+    pub principal: std::sync::Arc<crate::security::Principal>,
+    /// The name of the listener the request arrived on (`PLAINTEXT` by default).
+    pub listener: std::sync::Arc<str>,
 }
 
 /// Decode the header of a request frame. Unknown API keys and versions still yield the
@@ -139,6 +148,8 @@ pub fn decode_frame(mut frame: Bytes) -> Result<RequestFrame, ProtocolError> {
             header: None,
             body: Bytes::new(),
             client_host: String::new(),
+            principal: crate::security::Principal::anonymous_arc(),
+            listener: default_listener_name(),
         });
     };
     if !(key.valid_versions().min..=key.valid_versions().max).contains(&api_version) {
@@ -149,6 +160,8 @@ pub fn decode_frame(mut frame: Bytes) -> Result<RequestFrame, ProtocolError> {
             header: None,
             body: Bytes::new(),
             client_host: String::new(),
+            principal: crate::security::Principal::anonymous_arc(),
+            listener: default_listener_name(),
         });
     }
     let header_version = key.request_header_version(api_version);
@@ -161,6 +174,8 @@ pub fn decode_frame(mut frame: Bytes) -> Result<RequestFrame, ProtocolError> {
         header: Some(header),
         body: frame,
         client_host: String::new(),
+        principal: crate::security::Principal::anonymous_arc(),
+        listener: default_listener_name(),
     })
 }
 
