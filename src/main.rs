@@ -56,6 +56,18 @@ struct ServeArgs {
     /// Address given to clients in Metadata [default: the listen address]
     #[arg(long)]
     advertise: Option<String>,
+    /// listeners: NAME://host:port,... (replaces --listen; e.g. PLAINTEXT://127.0.0.1:9092,SASL_SSL://127.0.0.1:9093)
+    #[arg(long)]
+    listeners: Option<String>,
+    /// advertised.listeners: NAME://host:port,...
+    #[arg(long)]
+    advertised_listeners: Option<String>,
+    /// listener.security.protocol.map: NAME:PROTOCOL,... over Kafka's default
+    #[arg(long)]
+    listener_security_protocol_map: Option<String>,
+    /// inter.broker.listener.name [default: PLAINTEXT, else the first listener]
+    #[arg(long)]
+    inter_broker_listener_name: Option<String>,
     /// Number of cores (one pinned shard each) [default: all]
     #[arg(long)]
     cores: Option<usize>,
@@ -188,6 +200,18 @@ fn load_config(args: ServeArgs) -> Result<BrokerConfig, String> {
     if let Some(v) = args.advertise {
         config.advertise = Some(v);
     }
+    if let Some(v) = args.listeners {
+        config.listeners = Some(v);
+    }
+    if let Some(v) = args.advertised_listeners {
+        config.advertised_listeners = Some(v);
+    }
+    if let Some(v) = args.listener_security_protocol_map {
+        config.listener_security_protocol_map = Some(v);
+    }
+    if let Some(v) = args.inter_broker_listener_name {
+        config.inter_broker_listener_name = Some(v);
+    }
     if let Some(v) = args.cores {
         if v == 0 {
             return Err("--cores must be at least 1".into());
@@ -314,6 +338,7 @@ fn load_config(args: ServeArgs) -> Result<BrokerConfig, String> {
     if let Some(v) = args.queued_max_request_bytes {
         config.queued_max_request_bytes = v;
     }
+    config.resolve_listeners()?;
     config.validate()?;
     Ok(config)
 }

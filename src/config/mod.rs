@@ -138,6 +138,112 @@ pub struct BrokerConfig {
     pub disk_free_min_bytes: u64,
     /// disk.free.min.percent: see `disk_free_min_bytes`.
     pub disk_free_min_percent: u32,
+    /// listeners, as Kafka writes them: `NAME://host:port,...` (`PLAINTEXT://:9092,
+    /// SASL_SSL://0.0.0.0:9093`). None: one PLAINTEXT listener on `listen`. Given, it
+    /// replaces `listen` / `advertise`, which then hold the inter-broker listener's.
+    pub listeners: Option<String>,
+    /// advertised.listeners: `NAME://host:port,...`; a listener not named here is
+    /// advertised at its bind address.
+    pub advertised_listeners: Option<String>,
+    /// listener.security.protocol.map: `NAME:PROTOCOL,...` over Kafka's default, where
+    /// each of PLAINTEXT, SSL, SASL_PLAINTEXT and SASL_SSL maps to itself.
+    pub listener_security_protocol_map: Option<String>,
+    /// inter.broker.listener.name: the listener other brokers reach this one on [default:
+    /// PLAINTEXT if there is one, else the first listener].
+    pub inter_broker_listener_name: Option<String>,
+    /// ssl.keystore.location: a PEM file with the private key and the certificate chain
+    /// (Kafka's `ssl.keystore.type=PEM`), for SSL and SASL_SSL listeners.
+    pub ssl_keystore_location: Option<PathBuf>,
+    /// ssl.truststore.location: a PEM file of the CA certificates client certificates are
+    /// checked against.
+    pub ssl_truststore_location: Option<PathBuf>,
+    /// ssl.client.auth: `none`, `requested` or `required`.
+    pub ssl_client_auth: String,
+    /// sasl.enabled.mechanisms: of PLAIN, SCRAM-SHA-256 and SCRAM-SHA-512.
+    pub sasl_enabled_mechanisms: String,
+    /// SASL/PLAIN's users and passwords (Kafka's `user_<name>="<password>"` entries of
+    /// the PLAIN JAAS config).
+    pub sasl_plain_users: BTreeMap<String, String>,
+    /// connection.failed.authentication.delay.ms: a failed login is answered (and its
+    /// connection closed) only after this long, so passwords cannot be tried at line rate.
+    pub connection_failed_authentication_delay_ms: u64,
+    /// connections.max.reauth.ms (KIP-368): a SASL session lives this long; the client
+    /// re-authenticates on the same connection before it ends, or the connection is
+    /// closed. 0: sessions do not expire.
+    pub connections_max_reauth_ms: u64,
+    /// The listeners, resolved by `resolve_listeners` (not read from the file).
+    #[serde(skip)]
+    pub resolved_listeners: Vec<ListenerSpec>,
+}
+
+/// A listener's security protocol (Kafka's `SecurityProtocol`, with its wire ids).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SecurityProtocol {
+    Plaintext = 0,
+    Ssl = 1,
+    SaslPlaintext = 2,
+    SaslSsl = 3,
+}
+
+impl SecurityProtocol {
+    pub fn parse(s: &str) -> Option<Self> {
+        match s {
+            "PLAINTEXT" => Some(Self::Plaintext),
+            "SSL" => Some(Self::Ssl),
+            "SASL_PLAINTEXT" => Some(Self::SaslPlaintext),
+            "SASL_SSL" => Some(Self::SaslSsl),
+            _ => None,
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Plaintext => "PLAINTEXT",
+            Self::Ssl => "SSL",
+            Self::SaslPlaintext => "SASL_PLAINTEXT",
+            Self::SaslSsl => "SASL_SSL",
+        }
+    }
+
+    pub fn uses_tls(self) -> bool {
+        matches!(self, Self::Ssl | Self::SaslSsl)
+    }
+
+    pub fn uses_sasl(self) -> bool {
+        matches!(self, Self::SaslPlaintext | Self::SaslSsl)
+    }
+}
+
+/// One listener, resolved from `listeners`, `advertised.listeners` and the protocol map.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ListenerSpec {
+    /// Upper case, as Kafka normalises listener names.
+    pub name: String,
+    pub protocol: SecurityProtocol,
+    /// Where it accepts connections (`host:port`; an empty host is every address).
+    pub bind: String,
+    /// What clients are told (`host:port`).
+    pub advertised: String,
+}
+
+/// Parse `NAME://host:port,...` into (NAME, host:port) pairs.
+fn parse_listener_list(s: &str) -> Result<Vec<(String, String)>, String> {
+    let mut out: Vec<(String, String)> = Vec::new();
+    for item in s.split(',').map(str::trim).filter(|i| !i.is_empty()) {
+        let (name, addr) =
+            item.split_once("://").ok_or_else(|| format!("listener {item:?} is not NAME://host:port"))?;
+        let name = name.to_ascii_uppercase();
+        if name.is_empty() || !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-') {
+            return Err(format!("bad listener name in {item:?}"));
+        }
+        let addr = if addr.starts_with(':') { format!("0.0.0.0{addr}") } else { addr.to_string() };
+        split_host_port(&addr).ok_or_else(|| format!("bad address in listener {item:?}"))?;
+        if out.iter().any(|(n, _)| *n == name) {
+            return Err(format!("listener {name} is named twice"));
+        }
+        out.push((name, addr));
+    }
+    Ok(out)
 }
 
 impl Default for BrokerConfig {
@@ -184,6 +290,18 @@ impl Default for BrokerConfig {
             queued_max_request_bytes: limits::queued_request_bytes_max_default,
             disk_free_min_bytes: limits::disk_free_min_bytes_default,
             disk_free_min_percent: limits::disk_free_min_percent_default,
+            listeners: None,
+            advertised_listeners: None,
+            listener_security_protocol_map: None,
+            inter_broker_listener_name: None,
+            ssl_keystore_location: None,
+            ssl_truststore_location: None,
+            ssl_client_auth: "none".to_string(),
+            sasl_enabled_mechanisms: "PLAIN,SCRAM-SHA-256,SCRAM-SHA-512".to_string(),
+            sasl_plain_users: BTreeMap::new(),
+            connection_failed_authentication_delay_ms: 100,
+            connections_max_reauth_ms: 0,
+            resolved_listeners: Vec::new(),
         }
     }
 }
@@ -207,6 +325,143 @@ impl BrokerConfig {
 
     pub fn advertised(&self) -> &str {
         self.advertise.as_deref().unwrap_or(&self.listen)
+    }
+
+    /// Every listener, resolved. Without `listeners`: one PLAINTEXT listener on `listen`
+    /// advertised at `advertise`.
+    pub fn listener_specs(&self) -> Result<Vec<ListenerSpec>, String> {
+        let Some(listeners) = &self.listeners else {
+            return Ok(vec![ListenerSpec {
+                name: "PLAINTEXT".into(),
+                protocol: SecurityProtocol::Plaintext,
+                bind: self.listen.clone(),
+                advertised: self.advertised().to_string(),
+            }]);
+        };
+        let mut map: Vec<(String, SecurityProtocol)> = ["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"]
+            .iter()
+            .map(|p| (p.to_string(), SecurityProtocol::parse(p).expect("Kafka's protocol names")))
+            .collect();
+        for item in self.listener_security_protocol_map.iter().flat_map(|m| m.split(',')).map(str::trim) {
+            if item.is_empty() {
+                continue;
+            }
+            let (name, protocol) = item
+                .split_once(':')
+                .ok_or_else(|| format!("listener.security.protocol.map entry {item:?} is not NAME:PROTOCOL"))?;
+            let protocol = SecurityProtocol::parse(&protocol.to_ascii_uppercase())
+                .ok_or_else(|| format!("unknown security protocol in {item:?}"))?;
+            map.retain(|(n, _)| !n.eq_ignore_ascii_case(name));
+            map.push((name.to_ascii_uppercase(), protocol));
+        }
+        let advertised = match &self.advertised_listeners {
+            Some(a) => parse_listener_list(a)?,
+            None => Vec::new(),
+        };
+        let bound = parse_listener_list(listeners)?;
+        if bound.is_empty() {
+            return Err("listeners names no listener".into());
+        }
+        for (name, _) in &advertised {
+            if !bound.iter().any(|(n, _)| n == name) {
+                return Err(format!("advertised.listeners names {name}, which listeners does not"));
+            }
+        }
+        bound
+            .into_iter()
+            .map(|(name, bind)| {
+                let protocol = map.iter().find(|(n, _)| *n == name).map(|(_, p)| *p).ok_or_else(|| {
+                    format!("listener {name} has no security protocol (listener.security.protocol.map)")
+                })?;
+                let advertised = match advertised.iter().find(|(n, _)| *n == name) {
+                    Some((_, a)) => a.clone(),
+                    None if bind.starts_with("0.0.0.0:") => {
+                        return Err(format!("listener {name} binds every address: give advertised.listeners"))
+                    }
+                    None => bind.clone(),
+                };
+                Ok(ListenerSpec { name, protocol, bind, advertised })
+            })
+            .collect()
+    }
+
+    /// The listener other brokers reach this one on.
+    pub fn inter_broker_listener(&self) -> Result<ListenerSpec, String> {
+        let specs = self.listener_specs()?;
+        match &self.inter_broker_listener_name {
+            Some(name) => specs
+                .into_iter()
+                .find(|l| l.name.eq_ignore_ascii_case(name))
+                .ok_or_else(|| format!("inter.broker.listener.name {name} is not among the listeners")),
+            None => Ok(specs.iter().find(|l| l.name == "PLAINTEXT").unwrap_or(&specs[0]).clone()),
+        }
+    }
+
+    /// Resolve `listeners` into `listen` / `advertise` (the inter-broker listener's, which
+    /// the broker registers) and check the security settings. Run once after the config
+    /// file and the flags are merged.
+    pub fn resolve_listeners(&mut self) -> Result<(), String> {
+        let specs = self.listener_specs()?;
+        if self.listeners.is_some() {
+            let inter = self.inter_broker_listener()?;
+            self.listen = inter.bind.clone();
+            self.advertise = Some(inter.advertised.clone());
+            // Brokers reach one another in plain text until the broker's own clients
+            // speak TLS and SASL (issue 17).
+            let clustered = self.coordinator.is_some() || self.metadata != "local";
+            if clustered && inter.protocol != SecurityProtocol::Plaintext {
+                return Err(format!(
+                    "the inter-broker listener {} is {}: brokers reach one another over PLAINTEXT only so far",
+                    inter.name,
+                    inter.protocol.name()
+                ));
+            }
+        }
+        if specs.iter().any(|l| l.protocol.uses_tls()) && self.ssl_keystore_location.is_none() {
+            return Err("an SSL or SASL_SSL listener needs ssl.keystore.location".into());
+        }
+        crate::security::tls::ClientAuth::parse(&self.ssl_client_auth).ok_or_else(|| {
+            format!("ssl.client.auth must be none, requested or required, not {:?}", self.ssl_client_auth)
+        })?;
+        self.sasl_mechanisms()?;
+        self.resolved_listeners = self.listener_specs()?;
+        Ok(())
+    }
+
+    /// Where clients of listener `name` reach this broker (`host`, `port`): the
+    /// listener's advertised address; the inter-broker one (`advertise`) for a listener
+    /// this broker does not have.
+    pub fn advertised_for(&self, name: &str) -> (String, i32) {
+        let addr = self
+            .resolved_listeners
+            .iter()
+            .find(|l| l.name == name)
+            .map(|l| l.advertised.as_str())
+            .unwrap_or_else(|| self.advertised());
+        split_host_port(addr).expect("validated at startup")
+    }
+
+    /// sasl.enabled.mechanisms, parsed.
+    pub fn sasl_mechanisms(&self) -> Result<Vec<crate::security::sasl::Mechanism>, String> {
+        self.sasl_enabled_mechanisms
+            .split(',')
+            .map(str::trim)
+            .filter(|m| !m.is_empty())
+            .map(|m| {
+                crate::security::sasl::Mechanism::from_name(m).ok_or_else(|| {
+                    format!("sasl.enabled.mechanisms: {m} is not supported (PLAIN, SCRAM-SHA-256, SCRAM-SHA-512)")
+                })
+            })
+            .collect()
+    }
+
+    /// The TLS settings of SSL and SASL_SSL listeners, when a keystore is configured.
+    pub fn tls_settings(&self) -> Option<crate::security::tls::TlsSettings> {
+        Some(crate::security::tls::TlsSettings {
+            keystore: self.ssl_keystore_location.clone()?,
+            truststore: self.ssl_truststore_location.clone(),
+            client_auth: crate::security::tls::ClientAuth::parse(&self.ssl_client_auth)?,
+        })
     }
 
     /// Check what cannot be checked by types alone.

@@ -257,6 +257,12 @@ pub mod limits {
     /// its bytes arrive, so a frame declared long but sent slowly (or never) holds
     /// only about what arrived.
     pub const frame_read_initial_bytes_max: usize = 1024 * 1024;
+    /// The largest PEM file (keystore, truststore) a TLS listener reads.
+    pub const tls_pem_file_bytes_max: usize = 4 * 1024 * 1024;
+    /// The buffer a TLS connection copies a fetched file range through.
+    pub const tls_file_copy_chunk_bytes: usize = 256 * 1024;
+    /// How often the TLS watcher looks at the keystore and truststore files for changes.
+    pub const tls_reload_check_interval_ms: u64 = 5_000;
     /// Partitions named in one summary log line (the rest are counted).
     pub const log_line_partitions_max: usize = 8;
     /// How long startup waits for a listener no process owns (a killed broker's socket,

@@ -74,6 +74,10 @@ pub const SUPPORTED_APIS: &[(ApiKey, i16, i16)] = &[
     // kafka-log-dirs (v0 is gone from Kafka 4).
     (ApiKey::DescribeLogDirs, 1, 4),
     (ApiKey::DescribeCluster, 0, 1),
+    // SASL listeners (src/server/sasl_gate.rs); v0 of the handshake (unframed tokens)
+    // is not spoken. Elsewhere both answer ILLEGAL_SASL_STATE, as Kafka's.
+    (ApiKey::SaslHandshake, 1, 1),
+    (ApiKey::SaslAuthenticate, 0, 2),
 ];
 
 /// Versions handled beyond the advertised ranges, for Spate's own brokers, which talk to
@@ -266,6 +270,9 @@ pub fn plain_record(
 /// carries the same numbers; named here so handlers read as Kafka's docs do).
 pub mod error_code {
     pub const NONE: i16 = 0;
+    pub const UNSUPPORTED_SASL_MECHANISM: i16 = 33;
+    pub const ILLEGAL_SASL_STATE: i16 = 34;
+    pub const SASL_AUTHENTICATION_FAILED: i16 = 58;
     pub const UNKNOWN_SERVER_ERROR: i16 = -1;
     pub const OFFSET_OUT_OF_RANGE: i16 = 1;
     pub const CORRUPT_MESSAGE: i16 = 2;

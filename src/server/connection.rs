@@ -23,7 +23,9 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use futures_lite::{AsyncRead, AsyncReadExt, AsyncWriteExt};
+use std::sync::Arc;
+
+use futures_lite::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use glommio::net::TcpStream;
 use glommio::task::JoinHandle;
 
@@ -34,6 +36,9 @@ use crate::protocol::{check_frame_len, decode_frame, ProtocolError};
 use super::admission::{ByteReservation, ConnectionPermit};
 use super::context::ShardContext;
 use super::handlers;
+use super::listener::ListenerRuntime;
+use super::sasl_gate::{Gate, SaslGate};
+use crate::security::Principal;
 
 /// How often a connection waiting for request byte budget tries again.
 const queued_bytes_retry_interval_ms: u64 = 2;
@@ -128,7 +133,7 @@ async fn read_frame<R: AsyncRead + Unpin>(
     Ok((Bytes::from(buf), reservation))
 }
 
-pub async fn serve(ctx: Rc<ShardContext>, stream: TcpStream, permit: ConnectionPermit) {
+pub async fn serve(ctx: Rc<ShardContext>, stream: TcpStream, permit: ConnectionPermit, listener: Arc<ListenerRuntime>) {
     let _permit = permit; // this connection's place under max.connections, until it ends
     let peer = stream.peer_addr().map(|a| a.to_string()).unwrap_or_else(|_| "?".into());
     let _ = stream.set_nodelay(true);
@@ -143,12 +148,78 @@ pub async fn serve(ctx: Rc<ShardContext>, stream: TcpStream, permit: ConnectionP
         libc::fcntl(fd, libc::F_SETFL, flags | libc::O_NONBLOCK);
     }
     let client_host = stream.peer_addr().map(|a| format!("/{}", a.ip())).unwrap_or_default();
+    tracing::debug!(shard = ctx.id.0, %peer, listener = %listener.name, "connection opened");
+    let info = ConnectionInfo { peer: peer.clone(), client_host, fd };
+    match listener.tls.clone() {
+        None => run(ctx.clone(), stream, info, Transport::Plain, Principal::anonymous_arc(), listener).await,
+        Some(tls) => {
+            // The handshake reads under the socket's idle timeout like any request.
+            let acceptor = futures_rustls::TlsAcceptor::from(tls.config());
+            match acceptor.accept(stream).await {
+                Ok(tls_stream) => {
+                    // SSL: the client certificate's subject, or ANONYMOUS without one.
+                    // SASL_SSL: SASL decides (Kafka's rule).
+                    let principal = tls_stream
+                        .get_ref()
+                        .1
+                        .peer_certificates()
+                        .and_then(|chain| chain.first())
+                        .and_then(|leaf| crate::security::tls::certificate_principal(leaf))
+                        .filter(|_| listener.sasl.is_none())
+                        .map(Arc::new)
+                        .unwrap_or_else(Principal::anonymous_arc);
+                    run(ctx.clone(), tls_stream, info, Transport::Tls, principal, listener.clone()).await
+                }
+                Err(e) => {
+                    ctx.metrics.shard(ctx.id).tls_handshake_failures.fetch_add(1, Ordering::Relaxed);
+                    if ctx.client_error_log_allowed() {
+                        tracing::warn!(%peer, listener = %listener.name, error = %e, "TLS handshake failed");
+                    }
+                }
+            }
+        }
+    }
+    tracing::debug!(shard = ctx.id.0, %peer, "connection closed");
+}
+
+/// What a connection knows of its socket.
+struct ConnectionInfo {
+    peer: String,
+    /// The client's address as Kafka shows it in group descriptions ("/127.0.0.1").
+    client_host: String,
+    /// The socket, for sendfile and for waking a blocked reader.
+    fd: std::os::fd::RawFd,
+}
+
+/// How response bytes reach the socket.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Transport {
+    /// Plain TCP: file ranges go out with sendfile (zero-copy).
+    Plain,
+    /// TLS: everything goes through the TLS stream; file ranges are read into memory and
+    /// encrypted (tuning.md says what that costs).
+    Tls,
+}
+
+/// Serve requests on an established stream (plain or TLS) until it ends.
+async fn run<S>(
+    ctx: Rc<ShardContext>,
+    stream: S,
+    info: ConnectionInfo,
+    transport: Transport,
+    principal: Arc<Principal>,
+    listener: Arc<ListenerRuntime>,
+) where
+    S: AsyncRead + AsyncWrite + Unpin + 'static,
+{
+    let ConnectionInfo { peer, client_host, fd } = info;
     let counters = ctx.metrics.shard(ctx.id);
-    tracing::debug!(shard = ctx.id.0, %peer, "connection opened");
     let (mut reader, mut writer) = futures_lite::io::split(stream);
     let (tx, rx) = glommio::channels::local_channel::new_bounded::<Pending>(limits::connection_in_flight_max);
     // Requests of this connection read and not yet answered.
     let pending = Rc::new(Cell::new(0usize));
+    let mut sasl = listener.sasl.clone().map(|settings| SaslGate::new(settings, principal.clone()));
+    let mut principal = principal;
 
     let writer_task = {
         let ctx = ctx.clone();
@@ -162,7 +233,7 @@ pub async fn serve(ctx: Rc<ShardContext>, stream: TcpStream, permit: ConnectionP
                 match answer {
                     Some(Ok(Some(response))) => {
                         counters.bytes_out.fetch_add(response.len_bytes(), Ordering::Relaxed);
-                        if let Err(e) = write_response(&mut writer, fd, response).await {
+                        if let Err(e) = write_response(&mut writer, fd, transport, response).await {
                             tracing::debug!(%peer, error = %e, "write failed");
                             break;
                         }
@@ -179,6 +250,7 @@ pub async fn serve(ctx: Rc<ShardContext>, stream: TcpStream, permit: ConnectionP
                 }
             }
             let _ = writer.flush().await;
+            let _ = writer.close().await;
             // Wake the reader if it is still blocked on the socket.
             // SAFETY: fd is the connection's socket, still owned by the reader half.
             unsafe { libc::shutdown(fd, libc::SHUT_RDWR) };
@@ -200,12 +272,19 @@ pub async fn serve(ctx: Rc<ShardContext>, stream: TcpStream, permit: ConnectionP
             }
         }
         let declared = i32::from_be_bytes(len);
+        // Before authentication a frame is at most a SASL token's worth (Kafka's
+        // sasl.server.max.receive.size): an unauthenticated client cannot make the
+        // broker reserve the request budget.
+        let frame_max = match &sasl {
+            Some(gate) if !gate.authenticated() => crate::security::sasl::sasl_token_bytes_max + 1024,
+            _ => ctx.admission.queued_bytes_max(),
+        };
         let len = match check_frame_len(declared) {
-            Ok(len) if len <= ctx.admission.queued_bytes_max() => len,
+            Ok(len) if len <= frame_max => len,
             Ok(len) => {
                 counters.bad_frames.fetch_add(1, Ordering::Relaxed);
                 if ctx.client_error_log_allowed() {
-                    tracing::warn!(%peer, frame_bytes = len, "closing connection: frame longer than queued.max.request.bytes");
+                    tracing::warn!(%peer, frame_bytes = len, frame_bytes_max = frame_max, "closing connection: frame too long");
                 }
                 break;
             }
@@ -241,6 +320,35 @@ pub async fn serve(ctx: Rc<ShardContext>, stream: TcpStream, permit: ConnectionP
             }
         };
         frame.client_host.clone_from(&client_host);
+        frame.listener = listener.name.clone();
+        if let Some(gate) = &mut sasl {
+            match gate.admit(&ctx, &frame, &peer) {
+                Gate::Pass => {}
+                Gate::Answer { response, then_close, delay_ms } => {
+                    principal = gate.principal();
+                    pending.set(pending.get() + 1);
+                    let task = glommio::spawn_local(async move {
+                        if delay_ms > 0 {
+                            glommio::timer::sleep(Duration::from_millis(delay_ms)).await;
+                        }
+                        Ok(Some(Response::from(response)))
+                    })
+                    .detach();
+                    if tx.send(Pending::Answer(task)).await.is_err() || then_close {
+                        break;
+                    }
+                    continue;
+                }
+                Gate::Close(why) => {
+                    counters.sasl_authentication_failures.fetch_add(1, Ordering::Relaxed);
+                    if ctx.client_error_log_allowed() {
+                        tracing::warn!(%peer, listener = %listener.name, "closing connection: {why}");
+                    }
+                    break;
+                }
+            }
+        }
+        frame.principal = principal.clone();
         ctx.in_flight.set(ctx.in_flight.get() + 1);
         pending.set(pending.get() + 1);
         let task = {
@@ -261,7 +369,6 @@ pub async fn serve(ctx: Rc<ShardContext>, stream: TcpStream, permit: ConnectionP
     }
     drop(tx);
     let _ = writer_task.await;
-    tracing::debug!(shard = ctx.id.0, %peer, "connection closed");
 }
 
 /// How long to wait before retrying a send the socket buffer had no room for, at first
@@ -274,11 +381,15 @@ const sendfile_backoff_us_max: u64 = 2_000;
 async fn write_response<W: futures_lite::AsyncWrite + Unpin>(
     writer: &mut W,
     fd: std::os::fd::RawFd,
+    transport: Transport,
     response: Response,
 ) -> std::io::Result<()> {
     for part in response.parts {
         match part {
             ResponsePart::Bytes(b) => writer.write_all(&b).await?,
+            ResponsePart::File { file, position, length } if transport == Transport::Tls => {
+                copy_file_range_to(writer, &file, position, length).await?
+            }
             ResponsePart::File { file, position, length } => {
                 writer.flush().await?;
                 let mut offset = position as libc::off_t;
@@ -313,6 +424,32 @@ async fn write_response<W: futures_lite::AsyncWrite + Unpin>(
                 }
             }
         }
+    }
+    Ok(())
+}
+
+/// A TLS connection's file range: read from the page cache in chunks and written through
+/// the TLS stream (sendfile cannot encrypt). The reads are plain `pread`s of pages a
+/// recent append or the fetch's own read-ahead brought in.
+async fn copy_file_range_to<W: futures_lite::AsyncWrite + Unpin>(
+    writer: &mut W,
+    file: &std::fs::File,
+    position: u64,
+    length: u64,
+) -> std::io::Result<()> {
+    use std::os::unix::fs::FileExt;
+    let mut buf = vec![0u8; (length as usize).min(limits::tls_file_copy_chunk_bytes)];
+    let (mut at, end) = (position, position + length);
+    while at < end {
+        let want = ((end - at) as usize).min(buf.len());
+        let n = file.read_at(&mut buf[..want], at)?;
+        if n == 0 {
+            // The file is shorter than planned (truncated under us): the frame can no
+            // longer be completed, so the connection must close.
+            return Err(std::io::Error::new(std::io::ErrorKind::UnexpectedEof, "segment shrank during send"));
+        }
+        writer.write_all(&buf[..n]).await?;
+        at += n as u64;
     }
     Ok(())
 }

@@ -72,6 +72,13 @@ pub struct ShardCounters {
     /// connections closed for silence (connections.max.idle.ms).
     pub connections_refused: AtomicU64,
     pub connections_idle_closed: AtomicU64,
+    /// TLS handshakes that failed (no common version, a bad or missing client
+    /// certificate, a client that speaks plain text to a TLS listener).
+    pub tls_handshake_failures: AtomicU64,
+    /// SASL logins that succeeded, and those refused (wrong password, unknown user,
+    /// malformed exchange, a request out of the SASL order).
+    pub sasl_authentications: AtomicU64,
+    pub sasl_authentication_failures: AtomicU64,
     /// Idempotent batches refused by the producer state (stale epoch, sequence gap,
     /// negative sequence), and retries answered with their original offsets.
     pub producer_batches_refused: AtomicU64,
@@ -157,6 +164,18 @@ impl Metrics {
             "spate_connections_idle_closed_total",
             "Connections closed after connections.max.idle.ms.",
             &|s| s.connections_idle_closed.load(Ordering::Relaxed),
+        );
+        counter(&mut out, "spate_tls_handshake_failures_total", "TLS handshakes that failed.", &|s| {
+            s.tls_handshake_failures.load(Ordering::Relaxed)
+        });
+        counter(&mut out, "spate_sasl_authentications_total", "SASL logins that succeeded.", &|s| {
+            s.sasl_authentications.load(Ordering::Relaxed)
+        });
+        counter(
+            &mut out,
+            "spate_sasl_authentication_failures_total",
+            "SASL logins refused (wrong password, unknown user, malformed or out-of-order exchange).",
+            &|s| s.sasl_authentication_failures.load(Ordering::Relaxed),
         );
         counter(
             &mut out,

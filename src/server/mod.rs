@@ -17,9 +17,11 @@ mod forward;
 pub(crate) mod fuzz_harness;
 mod handlers;
 mod link;
+mod listener;
 pub mod metrics;
 mod peer;
 mod replication;
+mod sasl_gate;
 mod txn;
 
 use std::rc::Rc;
@@ -65,7 +67,10 @@ pub fn run(config: BrokerConfig) -> anyhow::Result<()> {
         _ => (0..std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1)).collect(),
     };
     let nr_shards = config.cores.unwrap_or(cores.len()).max(1);
-    check_listen_address(&config.listen)?;
+    let listeners = listener::build(&config)?;
+    for l in &listeners {
+        check_listen_address(&l.spec.bind)?;
+    }
     // Before anything writes: on a full disk this releases the metadata reserve.
     let disk = disk::DiskSpace::new(&config);
     if let Err(e) = disk.refresh() {
@@ -77,6 +82,7 @@ pub fn run(config: BrokerConfig) -> anyhow::Result<()> {
     let metadata = Metadata::start(registry)?;
     let shutdown = Arc::new(AtomicBool::new(false));
     install_signal_handlers(shutdown.clone())?;
+    listener::spawn_tls_watcher(&listeners, shutdown.clone())?;
     disk::spawn_monitor(disk.clone(), shutdown.clone())?;
     if metadata.view().is_active() {
         ensure_offsets_topic(&metadata, config.offsets_topic(), false)?;
@@ -106,6 +112,7 @@ pub fn run(config: BrokerConfig) -> anyhow::Result<()> {
     let mut handles = Vec::new();
     for shard in 0..nr_shards {
         let placement = if nr_shards <= cores.len() { Placement::Fixed(cores[shard]) } else { Placement::Unbound };
+        let listeners = listeners.clone();
         let (config, metadata, shutdown, mesh, metrics, cluster_id, admission, disk) = (
             config.clone(),
             metadata.clone(),
@@ -138,6 +145,7 @@ pub fn run(config: BrokerConfig) -> anyhow::Result<()> {
                     cluster_id,
                     admission,
                     disk,
+                    listeners,
                 )
                 .await
                 {
@@ -541,6 +549,7 @@ async fn run_shard(
     cluster_id: String,
     admission: Arc<admission::Admission>,
     disk: Arc<disk::DiskSpace>,
+    listeners: Vec<Arc<listener::ListenerRuntime>>,
 ) -> anyhow::Result<()> {
     let (senders, receivers) = mesh.join().await.map_err(|_| anyhow::anyhow!("channel mesh join failed"))?;
     let mut shard = Shard::new(
@@ -747,12 +756,16 @@ async fn run_shard(
         .detach();
     }
 
-    let listener = TcpListener::bind(config.listen.as_str())
-        .map_err(|e| anyhow::anyhow!("cannot listen on {}: {e}", config.listen))?;
-    tracing::info!(shard = id.0, listen = %config.listen, "accepting connections");
-    let accept = {
+    let mut accepts = Vec::new();
+    for runtime in listeners {
+        let listener = TcpListener::bind(runtime.spec.bind.as_str())
+            .map_err(|e| anyhow::anyhow!("cannot listen on {} ({}): {e}", runtime.spec.bind, runtime.spec.name))?;
+        tracing::info!(
+            shard = id.0, listener = %runtime.spec.name, protocol = runtime.spec.protocol.name(),
+            listen = %runtime.spec.bind, "accepting connections"
+        );
         let ctx = ctx.clone();
-        glommio::spawn_local(async move {
+        accepts.push(glommio::spawn_local(async move {
             loop {
                 match listener.accept().await {
                     Ok(stream) => {
@@ -762,8 +775,11 @@ async fn run_shard(
                         match ctx.admission.admit(peer.ip()) {
                             Ok(permit) => {
                                 let ctx = ctx.clone();
-                                glommio::spawn_local(async move { connection::serve(ctx, stream, permit).await })
-                                    .detach();
+                                let runtime = runtime.clone();
+                                glommio::spawn_local(
+                                    async move { connection::serve(ctx, stream, permit, runtime).await },
+                                )
+                                .detach();
                             }
                             Err(refusal) => {
                                 ctx.metrics.shard(ctx.id).connections_refused.fetch_add(1, Ordering::Relaxed);
@@ -783,8 +799,8 @@ async fn run_shard(
                     }
                 }
             }
-        })
-    };
+        }));
+    }
 
     while !shutdown.load(Ordering::SeqCst) {
         glommio::timer::sleep(Duration::from_millis(50)).await;
@@ -796,7 +812,9 @@ async fn run_shard(
     while !ctx.view().left_cluster() && std::time::Instant::now() < deadline {
         glommio::timer::sleep(Duration::from_millis(20)).await;
     }
-    accept.cancel().await;
+    for accept in accepts {
+        accept.cancel().await;
+    }
     ctx.stopping.set(true);
     ctx.shard.borrow().cancel_cleaning();
     let deadline = std::time::Instant::now() + Duration::from_millis(shutdown_grace_ms);

@@ -33,7 +33,7 @@ pub fn handle(ctx: &ShardContext, frame: &RequestFrame) -> Result<Bytes, Protoco
         return respond(ApiKey::DescribeCluster, frame, &body);
     }
     let view = ctx.view();
-    let mut brokers: Vec<DescribeClusterBroker> = super::listed_brokers(ctx, &view)
+    let mut brokers: Vec<DescribeClusterBroker> = super::listed_brokers(ctx, &view, frame)
         .into_iter()
         .map(|b| {
             DescribeClusterBroker::default()

@@ -50,8 +50,8 @@ fn static_broker_configs(ctx: &ShardContext) -> Vec<(String, String, ConfigSourc
         ("broker.id".to_string(), c.node_id.to_string(), ConfigSource::StaticBroker),
         ("node.id".to_string(), c.node_id.to_string(), ConfigSource::StaticBroker),
         ("log.dirs".to_string(), c.data_dir.display().to_string(), ConfigSource::StaticBroker),
-        ("listeners".to_string(), format!("PLAINTEXT://{}", c.listen), ConfigSource::StaticBroker),
-        ("advertised.listeners".to_string(), format!("PLAINTEXT://{}", c.advertised()), ConfigSource::StaticBroker),
+        ("listeners".to_string(), listener_list(c, |l| &l.bind), ConfigSource::StaticBroker),
+        ("advertised.listeners".to_string(), listener_list(c, |l| &l.advertised), ConfigSource::StaticBroker),
         ("auto.create.topics.enable".to_string(), c.auto_create_topics.to_string(), ConfigSource::StaticBroker),
         ("num.partitions".to_string(), c.num_partitions.to_string(), ConfigSource::StaticBroker),
         ("default.replication.factor".to_string(), "1".to_string(), ConfigSource::Default),
@@ -169,4 +169,14 @@ pub fn handle(ctx: &ShardContext, frame: &RequestFrame) -> Result<Bytes, Protoco
         results.push(r);
     }
     respond(ApiKey::DescribeConfigs, frame, &DescribeConfigsResponse::default().with_results(results))
+}
+
+/// `NAME://host:port,...` of every listener, as Kafka describes `listeners`.
+fn listener_list(c: &crate::config::BrokerConfig, addr: impl Fn(&crate::config::ListenerSpec) -> &String) -> String {
+    c.listener_specs()
+        .unwrap_or_default()
+        .iter()
+        .map(|l| format!("{}://{}", l.name, addr(l)))
+        .collect::<Vec<_>>()
+        .join(",")
 }

@@ -13,7 +13,6 @@ use bytes::Bytes;
 use kafka_protocol::messages::find_coordinator_response::Coordinator;
 use kafka_protocol::messages::{ApiKey, BrokerId, FindCoordinatorRequest, FindCoordinatorResponse};
 
-use crate::config::split_host_port;
 use crate::protocol::{decode_body, error_code, ProtocolError, RequestFrame};
 use crate::shard::{group_partition, txn_partition};
 
@@ -66,11 +65,12 @@ pub async fn handle(ctx: &ShardContext, frame: &RequestFrame) -> Result<Bytes, P
         };
         let leader = reg.leader_of(&tp.topic, tp.partition);
         match leader.and_then(|id| reg.broker_info(id).filter(|b| b.is_live())) {
-            Some(b) => Ok((BrokerId(b.id.0), b.endpoint.host.clone(), b.endpoint.port as i32)),
-            None if leader.map(|id| id.0) == Some(ctx.config.node_id) => {
-                let (host, port) = split_host_port(ctx.config.advertised()).expect("validated at startup");
+            // This broker: the address of the listener the request came through.
+            Some(_) | None if leader.map(|id| id.0) == Some(ctx.config.node_id) => {
+                let (host, port) = ctx.config.advertised_for(&frame.listener);
                 Ok((BrokerId(ctx.config.node_id), host, port))
             }
+            Some(b) => Ok((BrokerId(b.id.0), b.endpoint.host.clone(), b.endpoint.port as i32)),
             None => Err((error_code::COORDINATOR_NOT_AVAILABLE, Some(format!("{tp} has no live leader")))),
         }
     };

@@ -121,9 +121,32 @@ pub async fn handle(ctx: &ShardContext, frame: RequestFrame) -> Result<Option<Re
         ApiKey::DescribeTransactions => describe_transactions::handle(ctx, &frame).await.map(Some),
         ApiKey::ListTransactions => list_transactions::handle(ctx, &frame).await.map(Some),
         ApiKey::WriteTxnMarkers => write_txn_markers::handle(ctx, &frame).await.map(Some),
+        ApiKey::SaslHandshake | ApiKey::SaslAuthenticate => illegal_sasl_state(key, &frame).map(Some),
         other => Err(ProtocolError::BadHeader(format!("no handler for {other:?}"))),
     };
     bytes.map(|b| b.map(Response::from))
+}
+
+/// SaslHandshake or SaslAuthenticate where no SASL exchange is due: on a listener
+/// without SASL, or after authentication (a SASL listener's connection answers the
+/// exchange itself, src/server/sasl_gate.rs). Kafka answers ILLEGAL_SASL_STATE.
+fn illegal_sasl_state(key: ApiKey, frame: &RequestFrame) -> Result<Bytes, ProtocolError> {
+    use kafka_protocol::messages::{SaslAuthenticateResponse, SaslHandshakeResponse};
+    let message = "SASL is not enabled on this listener, or this connection is authenticated already";
+    match key {
+        ApiKey::SaslHandshake => respond(
+            key,
+            frame,
+            &SaslHandshakeResponse::default().with_error_code(crate::protocol::error_code::ILLEGAL_SASL_STATE),
+        ),
+        _ => respond(
+            key,
+            frame,
+            &SaslAuthenticateResponse::default()
+                .with_error_code(crate::protocol::error_code::ILLEGAL_SASL_STATE)
+                .with_error_message(Some(str_bytes(message))),
+        ),
+    }
 }
 
 /// Encode an answer to `frame`.
@@ -256,21 +279,29 @@ struct ListedBroker {
 }
 
 /// The brokers clients are told about: the live ones, and this broker even when
-/// it is not registered yet (clients must still be able to reach it).
-fn listed_brokers(ctx: &ShardContext, view: &crate::coordinator::view::ClusterView) -> Vec<ListedBroker> {
+/// it is not registered yet (clients must still be able to reach it). This broker is
+/// listed at the address of the listener `frame` came through; other brokers at the
+/// address they registered (their inter-broker listener's: registrations do not carry
+/// other listeners yet, so a cluster's clients use that listener).
+fn listed_brokers(
+    ctx: &ShardContext,
+    view: &crate::coordinator::view::ClusterView,
+    frame: &RequestFrame,
+) -> Vec<ListedBroker> {
+    let me = ctx.config.node_id;
+    let (my_host, my_port) = ctx.config.advertised_for(&frame.listener);
     let mut brokers: Vec<ListedBroker> = view
         .live_brokers()
         .into_iter()
         .map(|b| ListedBroker {
             id: b.id.0,
-            host: b.endpoint.host.clone(),
-            port: b.endpoint.port as i32,
+            host: if b.id.0 == me { my_host.clone() } else { b.endpoint.host.clone() },
+            port: if b.id.0 == me { my_port } else { b.endpoint.port as i32 },
             rack: b.rack.clone(),
         })
         .collect();
-    if !brokers.iter().any(|b| b.id == ctx.config.node_id) {
-        let (host, port) = crate::config::split_host_port(ctx.config.advertised()).expect("validated at startup");
-        brokers.push(ListedBroker { id: ctx.config.node_id, host, port, rack: None });
+    if !brokers.iter().any(|b| b.id == me) {
+        brokers.push(ListedBroker { id: me, host: my_host, port: my_port, rack: None });
     }
     brokers
 }
