@@ -74,9 +74,11 @@ pub const SUPPORTED_APIS: &[(ApiKey, i16, i16)] = &[
     // kafka-log-dirs (v0 is gone from Kafka 4).
     (ApiKey::DescribeLogDirs, 1, 4),
     (ApiKey::DescribeCluster, 0, 1),
-    // SASL listeners (src/server/sasl_gate.rs); v0 of the handshake (unframed tokens)
-    // is not spoken. Elsewhere both answer ILLEGAL_SASL_STATE, as Kafka's.
-    (ApiKey::SaslHandshake, 1, 1),
+    // SASL listeners (src/server/sasl_gate.rs). v0 of the handshake is advertised because
+    // librdkafka only sees SASL support in a range that starts at 0, but a v0 handshake
+    // (unframed tokens after it) closes the connection: every current client sends v1.
+    // Elsewhere both answer ILLEGAL_SASL_STATE, as Kafka's.
+    (ApiKey::SaslHandshake, 0, 1),
     (ApiKey::SaslAuthenticate, 0, 2),
 ];
 

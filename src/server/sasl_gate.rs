@@ -211,7 +211,8 @@ fn failure(message: String) -> SaslAuthenticateResponse {
         .with_error_message(Some(StrBytes::from_string(message)))
 }
 
-/// SaslHandshake v1 (v0's unframed tokens are not spoken) and SaslAuthenticate v0-2.
+/// SaslHandshake v1 (v0 is advertised for librdkafka's sake, but its unframed tokens
+/// are not spoken) and SaslAuthenticate v0-2.
 fn handled_sasl(key: ApiKey, version: i16) -> bool {
     match key {
         ApiKey::SaslHandshake => version == 1,
