@@ -234,3 +234,36 @@ fn scratch_dir(kind: &str) -> std::io::Result<Scratch> {
     std::fs::create_dir_all(&dir)?;
     Ok(Scratch(dir))
 }
+
+/// SASL tokens from an unauthenticated client (SaslAuthenticate's auth_bytes): the input
+/// is split at 0xFF bytes into successive tokens, played against each mechanism with a
+/// known user (PLAIN alice/alice-secret; SCRAM "user"/"pencil", 4096 iterations).
+pub fn sasl(data: &[u8]) {
+    use crate::security::sasl::{
+        credential_from_salted, salted_password, Credentials, Mechanism, SaslServer, ScramCredential, Step,
+    };
+    struct Known;
+    impl Credentials for Known {
+        fn plain_password(&self, user: &str) -> Option<String> {
+            (user == "alice").then(|| "alice-secret".to_string())
+        }
+        fn scram(&self, user: &str, m: Mechanism) -> Option<ScramCredential> {
+            thread_local! {
+                static CREDS: Vec<(Mechanism, ScramCredential)> = [Mechanism::ScramSha256, Mechanism::ScramSha512]
+                    .into_iter()
+                    .map(|m| (m, credential_from_salted(m, &salted_password(m, b"pencil", b"salt", 4096), b"salt", 4096)))
+                    .collect();
+            }
+            (user == "user").then(|| CREDS.with(|c| c.iter().find(|(x, _)| *x == m).map(|(_, c)| c.clone())))?
+        }
+    }
+    for m in Mechanism::ALL {
+        let mut server = SaslServer::new(m);
+        for token in data.split(|b| *b == 0xFF) {
+            match server.step(token, &Known, "servernonce") {
+                Step::Continue(_) => {}
+                Step::Done { .. } | Step::Failed(_) => break,
+            }
+        }
+    }
+}

@@ -61,3 +61,8 @@ fn checkpoints_corpus() {
 fn coordinator_json_corpus() {
     assert!(replay("coordinator_json", spate::fuzzing::coordinator_json) >= 4);
 }
+
+#[test]
+fn sasl_corpus() {
+    assert!(replay("sasl", spate::fuzzing::sasl) >= 4);
+}
