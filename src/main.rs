@@ -44,7 +44,8 @@ enum Command {
 
 #[derive(clap::Args)]
 struct ServeArgs {
-    /// TOML config file; flags given on the command line win over it.
+    /// TOML config file, or a Kafka server.properties (a `.properties` name); flags given
+    /// on the command line win over it.
     #[arg(long)]
     config: Option<PathBuf>,
     /// Where partition logs and metadata live [default: ./data]
@@ -187,7 +188,17 @@ fn load_config(args: ServeArgs) -> Result<BrokerConfig, String> {
     let mut config = match &args.config {
         Some(path) => {
             let text = std::fs::read_to_string(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
-            toml::from_str::<BrokerConfig>(&text).map_err(|e| format!("{}: {e}", path.display()))?
+            if path.extension().is_some_and(|e| e == "properties") {
+                // A Kafka server.properties: Kafka's names for what Spate shares with it.
+                let (config, ignored) = spate::config::properties::from_properties(&text)
+                    .map_err(|e| format!("{}: {e}", path.display()))?;
+                if !ignored.is_empty() {
+                    eprintln!("{}: ignoring settings Spate does not have: {}", path.display(), ignored.join(", "));
+                }
+                config
+            } else {
+                toml::from_str::<BrokerConfig>(&text).map_err(|e| format!("{}: {e}", path.display()))?
+            }
         }
         None => BrokerConfig::default(),
     };

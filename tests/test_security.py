@@ -317,3 +317,28 @@ def test_certificates_are_reloaded_without_a_restart(broker_factory, tmp_path, c
     time.sleep(6)  # past one reload check (5 s), on purpose: nothing may change
     assert peer_certificate_serial(ports["SSL"], own) == seen
     assert b.alive()
+
+
+def test_a_kafka_server_properties_file_configures_listeners_and_sasl(broker_factory, tmp_path, certs):
+    """`spate serve --config server.properties`: Kafka's names for listeners, TLS and
+    SASL (PLAIN users from the listener's JAAS config)."""
+    plain, sasl_ssl = free_port(), free_port()
+    props = tmp_path / "server.properties"
+    props.write_text(
+        "# as an operator would bring it from Kafka\n"
+        "node.id=1\n"
+        "process.roles=broker,controller\n"
+        f"listeners=PLAINTEXT://127.0.0.1:{plain},SASL_SSL://127.0.0.1:{sasl_ssl}\n"
+        "num.network.threads=3\n"
+        "ssl.keystore.type=PEM\n"
+        f"ssl.keystore.location={certs / 'keystore.pem'}\n"
+        "sasl.enabled.mechanisms=PLAIN\n"
+        "listener.name.sasl_ssl.plain.sasl.jaas.config="
+        "org.apache.kafka.common.security.plain.PlainLoginModule required \\\n"
+        '    username="admin" password="admin-secret" user_admin="admin-secret" user_carol="carol-pw";\n')
+    b = broker_factory("--config", str(props), port=plain)
+    produce_and_read_back(sasl_conf(sasl_ssl, certs, user=("carol", "carol-pw")), "from-properties", n=20)
+    with pytest.raises(KafkaException):
+        AdminClient(sasl_conf(sasl_ssl, certs, user=("carol", "wrong"))).list_topics(timeout=4)
+    log = b.log_path.read_text()
+    assert "ignoring settings Spate does not have: process.roles, num.network.threads" in log

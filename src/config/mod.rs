@@ -5,6 +5,8 @@
 //! DescribeConfigs can answer every key with its value and source, and converted to a
 //! typed `LogConfig` for the partition log.
 
+pub mod properties;
+
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 

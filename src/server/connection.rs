@@ -237,6 +237,12 @@ async fn run<S>(
                             tracing::debug!(%peer, error = %e, "write failed");
                             break;
                         }
+                        // rustls keeps the records a busy socket did not take until the
+                        // next write or flush: without a flush a response's tail would
+                        // wait for the next response.
+                        if transport == Transport::Tls && writer.flush().await.is_err() {
+                            break;
+                        }
                     }
                     Some(Ok(None)) => {} // acks=0: no answer
                     Some(Err(e)) => {
