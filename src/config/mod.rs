@@ -138,6 +138,14 @@ pub struct BrokerConfig {
     pub disk_free_min_bytes: u64,
     /// disk.free.min.percent: see `disk_free_min_bytes`.
     pub disk_free_min_percent: u32,
+    /// authorizer.class.name: ACLs are enforced when set to Kafka's
+    /// `org.apache.kafka.metadata.authorizer.StandardAuthorizer` or
+    /// `kafka.security.authorizer.AclAuthorizer` (or `acl`); unset, everything is allowed.
+    pub authorizer_class_name: Option<String>,
+    /// super.users: principals allowed everything, `;`-separated (`User:admin;User:ops`).
+    pub super_users: String,
+    /// allow.everyone.if.no.acl.found: a resource with no ACL at all is open to everyone.
+    pub allow_everyone_if_no_acl_found: bool,
 }
 
 impl Default for BrokerConfig {
@@ -184,6 +192,9 @@ impl Default for BrokerConfig {
             queued_max_request_bytes: limits::queued_request_bytes_max_default,
             disk_free_min_bytes: limits::disk_free_min_bytes_default,
             disk_free_min_percent: limits::disk_free_min_percent_default,
+            authorizer_class_name: None,
+            super_users: String::new(),
+            allow_everyone_if_no_acl_found: false,
         }
     }
 }
@@ -203,6 +214,16 @@ impl BrokerConfig {
             replication_factor: self.offsets_topic_replication_factor,
             segment_bytes: self.offsets_topic_segment_bytes,
         }
+    }
+
+    /// The authorizer settings (`authorizer.class.name`, `super.users`,
+    /// `allow.everyone.if.no.acl.found`); checked by `validate`.
+    pub fn authorizer(&self) -> Result<crate::security::acl::AuthorizerConfig, String> {
+        crate::security::acl::AuthorizerConfig::parse(
+            self.authorizer_class_name.as_deref(),
+            &self.super_users,
+            self.allow_everyone_if_no_acl_found,
+        )
     }
 
     pub fn advertised(&self) -> &str {
@@ -242,6 +263,7 @@ impl BrokerConfig {
             return Err("queued-max-request-bytes must be at least 1024".into());
         }
         split_host_port(self.advertised()).ok_or_else(|| format!("bad advertise address {:?}", self.advertised()))?;
+        self.authorizer()?;
         TopicConfig::from_pairs(
             self.topic_defaults.iter().map(|(k, v)| (k.as_str(), Some(v.as_str()))),
             &TopicConfig::kafka_defaults(),

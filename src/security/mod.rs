@@ -6,6 +6,8 @@
 //! carries its connection's principal (`RequestFrame::principal`) so handlers, the
 //! authorizer and quotas see it.
 
+pub mod acl;
+
 use std::fmt;
 use std::sync::Arc;
 

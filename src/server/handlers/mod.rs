@@ -2,10 +2,12 @@
 //! partition operations out to their owner shards), and encodes the answer. Kafka error
 //! codes are chosen here and nowhere else.
 
+mod acls;
 mod add_offsets_to_txn;
 mod add_partitions_to_txn;
 mod alter_configs;
 mod alter_partition;
+mod authz;
 mod api_versions;
 mod broker_heartbeat;
 mod broker_registration;
@@ -121,6 +123,9 @@ pub async fn handle(ctx: &ShardContext, frame: RequestFrame) -> Result<Option<Re
         ApiKey::DescribeTransactions => describe_transactions::handle(ctx, &frame).await.map(Some),
         ApiKey::ListTransactions => list_transactions::handle(ctx, &frame).await.map(Some),
         ApiKey::WriteTxnMarkers => write_txn_markers::handle(ctx, &frame).await.map(Some),
+        ApiKey::CreateAcls => acls::handle_create(ctx, &frame).await.map(Some),
+        ApiKey::DescribeAcls => acls::handle_describe(ctx, &frame).map(Some),
+        ApiKey::DeleteAcls => acls::handle_delete(ctx, &frame).await.map(Some),
         other => Err(ProtocolError::BadHeader(format!("no handler for {other:?}"))),
     };
     bytes.map(|b| b.map(Response::from))
