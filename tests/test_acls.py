@@ -13,7 +13,7 @@ import re
 import time
 
 import pytest
-from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
+from confluent_kafka import Consumer, ElectionType, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import (AclBinding, AclBindingFilter, AclOperation, AclPermissionType,
                                    AlterConfigOpType, ConfigEntry, ConfigResource, NewTopic,
                                    ResourcePatternType, ResourceType)
@@ -161,6 +161,17 @@ def test_kafka_acls_tool_and_enforcement_write_one_topic_read_one_group(broker_f
         ConfigEntry("retention.ms", "1000", incremental_operation=AlterConfigOpType.SET)])
     fs = a.incremental_alter_configs([res], request_timeout=15)
     assert admin_error(fs[res]) == KafkaError.TOPIC_AUTHORIZATION_FAILED
+    # Nor elect leaders (ALTER on the cluster).
+    fs = a.elect_leaders(ElectionType.PREFERRED, [TopicPartition("a", 0)])
+    try:
+        per_partition = fs.result(15)
+        codes = [e.code() if e is not None else None for e in per_partition.values()]
+    except KafkaException as e:
+        codes = [e.args[0].code()]
+    assert codes == [KafkaError.CLUSTER_AUTHORIZATION_FAILED]
+    # The group's authorized operations are the principal's: READ, and DESCRIBE it implies.
+    g = a.describe_consumer_groups(["g"], include_authorized_operations=True, request_timeout=15)["g"].result(15)
+    assert set(g.authorized_operations) == {AclOperation.READ, AclOperation.DESCRIBE}
     # Without ALTER on the cluster, ACLs cannot be changed either.
     code, out = acl_tool(tools_classpath, b.bootstrap, "--add", "--allow-principal", ANON,
                          "--operation", "All", "--topic", "b")

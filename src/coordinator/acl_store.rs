@@ -243,11 +243,7 @@ pub fn write(store: &dyn MetaStore, pattern: &ResourcePattern, entries: &BTreeSe
     let (parent, data) = encode_change(pattern);
     let existing: Vec<String> =
         children_or_empty(store, parent)?.into_iter().filter(|c| c.starts_with(CHANGE_PREFIX)).collect();
-    let next = existing
-        .iter()
-        .filter_map(|c| c[CHANGE_PREFIX.len()..].parse::<u64>().ok())
-        .max()
-        .map_or(0, |n| n + 1);
+    let next = existing.iter().filter_map(|c| c[CHANGE_PREFIX.len()..].parse::<u64>().ok()).max().map_or(0, |n| n + 1);
     store.put(&format!("{parent}/{CHANGE_PREFIX}{next:010}"), &data)?;
     let mut numbered: Vec<(u64, &String)> =
         existing.iter().filter_map(|c| Some((c[CHANGE_PREFIX.len()..].parse::<u64>().ok()?, c))).collect();
@@ -279,9 +275,18 @@ mod tests {
         // Kafka's own writer, several entries and operations.
         let two = r#"{"version":1,"acls":[{"principal":"User:*","permissionType":"Deny","operation":"IdempotentWrite","host":"10.0.0.1"},{"principal":"User:bob","permissionType":"Allow","operation":"DescribeConfigs","host":"*"}]}"#;
         assert_eq!(decode_acls(two.as_bytes()).unwrap().len(), 2);
-        assert!(decode_acls(br#"{"version":1,"acls":[{"principal":"User:a","permissionType":"Maybe","operation":"Read","host":"*"}]}"#).is_err());
-        assert!(decode_acls(br#"{"version":1,"acls":[{"principal":"alice","permissionType":"Allow","operation":"Read","host":"*"}]}"#).is_err());
-        assert!(decode_acls(br#"{"version":1,"acls":[{"principal":"User:a","permissionType":"Allow","operation":"Any","host":"*"}]}"#).is_err());
+        assert!(decode_acls(
+            br#"{"version":1,"acls":[{"principal":"User:a","permissionType":"Maybe","operation":"Read","host":"*"}]}"#
+        )
+        .is_err());
+        assert!(decode_acls(
+            br#"{"version":1,"acls":[{"principal":"alice","permissionType":"Allow","operation":"Read","host":"*"}]}"#
+        )
+        .is_err());
+        assert!(decode_acls(
+            br#"{"version":1,"acls":[{"principal":"User:a","permissionType":"Allow","operation":"Any","host":"*"}]}"#
+        )
+        .is_err());
         assert!(decode_acls(b"[1,2").is_err());
         assert!(decode_acls(b"").unwrap().is_empty());
     }

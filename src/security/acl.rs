@@ -433,7 +433,11 @@ impl Acls {
 
     /// The entry sets that apply to resource `name` of `resource_type`: its literal
     /// name, the literal wildcard, and every prefix of it that is a prefixed pattern.
-    fn applying<'a>(&'a self, resource_type: ResourceType, name: &'a str) -> impl Iterator<Item = &'a BTreeSet<AclEntry>> + 'a {
+    fn applying<'a>(
+        &'a self,
+        resource_type: ResourceType,
+        name: &'a str,
+    ) -> impl Iterator<Item = &'a BTreeSet<AclEntry>> + 'a {
         let literal = self.by_pattern.get(&ResourcePattern::literal(resource_type, name));
         let wildcard = (name != WILDCARD)
             .then(|| self.by_pattern.get(&ResourcePattern::literal(resource_type, WILDCARD)))
@@ -500,8 +504,10 @@ mod acls_serde {
         let list = Vec::<Binding>::deserialize(d)?;
         let mut map = BTreeMap::new();
         for b in list {
-            let resource_type = ResourceType::from_code(b.resource_type).ok_or_else(|| D::Error::custom("resource type"))?;
-            let pattern_type = PatternType::from_code(b.pattern_type).ok_or_else(|| D::Error::custom("pattern type"))?;
+            let resource_type =
+                ResourceType::from_code(b.resource_type).ok_or_else(|| D::Error::custom("resource type"))?;
+            let pattern_type =
+                PatternType::from_code(b.pattern_type).ok_or_else(|| D::Error::custom("pattern type"))?;
             let mut entries = BTreeSet::new();
             for e in b.entries {
                 entries.insert(AclEntry {
@@ -518,11 +524,8 @@ mod acls_serde {
 }
 
 /// The Kafka class names `authorizer.class.name` accepts; `acl` is Spate's short form.
-pub const AUTHORIZER_CLASS_NAMES: &[&str] = &[
-    "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
-    "kafka.security.authorizer.AclAuthorizer",
-    "acl",
-];
+pub const AUTHORIZER_CLASS_NAMES: &[&str] =
+    &["org.apache.kafka.metadata.authorizer.StandardAuthorizer", "kafka.security.authorizer.AclAuthorizer", "acl"];
 
 /// The broker's authorizer settings (Kafka's `authorizer.class.name`, `super.users`,
 /// `allow.everyone.if.no.acl.found`).
@@ -619,7 +622,9 @@ impl AuthorizerConfig {
         }
         let denied: Vec<&ResourcePattern> = of_type
             .iter()
-            .filter(|(_, es)| es.iter().any(|e| matches(e) && e.permission == Permission::Deny && e.operation.denies(op)))
+            .filter(|(_, es)| {
+                es.iter().any(|e| matches(e) && e.permission == Permission::Deny && e.operation.denies(op))
+            })
             .map(|(p, _)| *p)
             .collect();
         if denied.iter().any(|d| d.pattern_type == PatternType::Literal && d.name == WILDCARD) {
@@ -700,11 +705,19 @@ mod tests {
 
     #[test]
     fn super_users_are_allowed_everything_even_when_denied() {
-        let config = AuthorizerConfig::parse(Some("kafka.security.authorizer.AclAuthorizer"), "User:admin; User:ops", false)
-            .unwrap();
+        let config =
+            AuthorizerConfig::parse(Some("kafka.security.authorizer.AclAuthorizer"), "User:admin; User:ops", false)
+                .unwrap();
         let deny = acls(&[(ResourcePattern::literal(Topic, "t"), entry(WILDCARD_PRINCIPAL, All, Deny))]);
         assert!(config.authorize(&deny, &Principal::user("admin"), "h", Write, Topic, "t"));
-        assert!(config.authorize(&Acls::default(), &Principal::user("ops"), "h", Alter, Cluster, CLUSTER_RESOURCE_NAME));
+        assert!(config.authorize(
+            &Acls::default(),
+            &Principal::user("ops"),
+            "h",
+            Alter,
+            Cluster,
+            CLUSTER_RESOURCE_NAME
+        ));
         assert!(!config.authorize(&deny, &alice(), "h", Write, Topic, "t"));
         assert!(AuthorizerConfig::parse(Some("com.example.Other"), "", false).is_err());
         assert!(AuthorizerConfig::parse(None, "admin", false).is_err());
@@ -739,7 +752,12 @@ mod tests {
             (ResourcePattern::literal(Topic, WILDCARD), entry(WILDCARD_PRINCIPAL, Describe, Allow)),
             (
                 ResourcePattern::literal(Group, "g"),
-                AclEntry { principal: "User:alice".into(), host: "10.0.0.1".into(), operation: Read, permission: Allow },
+                AclEntry {
+                    principal: "User:alice".into(),
+                    host: "10.0.0.1".into(),
+                    operation: Read,
+                    permission: Allow,
+                },
             ),
         ]);
         assert!(on().authorize(&a, &alice(), "h", Describe, Topic, "anything"));
@@ -860,7 +878,8 @@ mod tests {
         assert!(validate_binding(&ResourcePattern::literal(Cluster, "c"), &ok).is_err());
         assert!(validate_binding(&ResourcePattern::new(Topic, PatternType::Match, "t"), &ok).is_err());
         assert!(validate_binding(&ResourcePattern::literal(Topic, "t"), &entry("alice", Read, Allow)).is_err());
-        assert!(validate_binding(&ResourcePattern::literal(Topic, "t"), &entry("User:a", AclOperation::Any, Allow)).is_err());
+        assert!(validate_binding(&ResourcePattern::literal(Topic, "t"), &entry("User:a", AclOperation::Any, Allow))
+            .is_err());
     }
 
     #[test]

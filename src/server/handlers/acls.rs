@@ -59,9 +59,7 @@ pub async fn handle_create(ctx: &ShardContext, frame: &RequestFrame) -> Result<B
         let results = req
             .creations
             .iter()
-            .map(|_| {
-                AclCreationResult::default().with_error_code(code).with_error_message(Some(str_bytes(message)))
-            })
+            .map(|_| AclCreationResult::default().with_error_code(code).with_error_message(Some(str_bytes(message))))
             .collect();
         respond(ApiKey::CreateAcls, frame, &CreateAclsResponse::default().with_results(results))
     };
@@ -100,7 +98,9 @@ pub async fn handle_create(ctx: &ShardContext, frame: &RequestFrame) -> Result<B
             };
             match outcome {
                 Ok(()) => AclCreationResult::default(),
-                Err((code, m)) => AclCreationResult::default().with_error_code(code).with_error_message(Some(str_bytes(m))),
+                Err((code, m)) => {
+                    AclCreationResult::default().with_error_code(code).with_error_message(Some(str_bytes(m)))
+                }
             }
         })
         .collect();

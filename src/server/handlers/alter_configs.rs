@@ -46,10 +46,26 @@ async fn alter(
     // the cluster for a broker.
     let view = ctx.view();
     match resource_type {
-        RESOURCE_TOPIC if !super::authz::authorize(ctx, frame, &view, crate::security::acl::AclOperation::AlterConfigs, crate::security::acl::ResourceType::Topic, name) => {
+        RESOURCE_TOPIC
+            if !super::authz::authorize(
+                ctx,
+                frame,
+                &view,
+                crate::security::acl::AclOperation::AlterConfigs,
+                crate::security::acl::ResourceType::Topic,
+                name,
+            ) =>
+        {
             (error_code::TOPIC_AUTHORIZATION_FAILED, Some("Authorization failed.".into()))
         }
-        RESOURCE_BROKER if !super::authz::authorize_cluster(ctx, frame, &view, crate::security::acl::AclOperation::AlterConfigs) => {
+        RESOURCE_BROKER
+            if !super::authz::authorize_cluster(
+                ctx,
+                frame,
+                &view,
+                crate::security::acl::AclOperation::AlterConfigs,
+            ) =>
+        {
             (error_code::CLUSTER_AUTHORIZATION_FAILED, Some("Authorization failed.".into()))
         }
         RESOURCE_TOPIC => alter_topic(ctx, name, change, validate_only).await,

@@ -53,7 +53,12 @@ pub(super) fn authorize_quietly(
 }
 
 /// `op` on the cluster resource.
-pub(super) fn authorize_cluster(ctx: &ShardContext, frame: &RequestFrame, view: &ClusterView, op: AclOperation) -> bool {
+pub(super) fn authorize_cluster(
+    ctx: &ShardContext,
+    frame: &RequestFrame,
+    view: &ClusterView,
+    op: AclOperation,
+) -> bool {
     authorize(ctx, frame, view, op, ResourceType::Cluster, CLUSTER_RESOURCE_NAME)
 }
 
@@ -118,7 +123,8 @@ fn log_denied(ctx: &ShardContext, frame: &RequestFrame, op: AclOperation, resour
         return;
     }
     ctx.authorizer_log.set((since, lines + 1, 0));
-    let request = ApiKey::try_from(frame.api_key).map(|k| format!("{k:?}")).unwrap_or_else(|_| frame.api_key.to_string());
+    let request =
+        ApiKey::try_from(frame.api_key).map(|k| format!("{k:?}")).unwrap_or_else(|_| frame.api_key.to_string());
     tracing::info!(
         target: "kafka.authorizer.logger",
         "Principal = {} is Denied Operation = {} from host = {} on resource = {}:LITERAL:{} for request = {} with resourceRefCount = 1{}",

@@ -174,8 +174,21 @@ pub async fn handle(ctx: &ShardContext, frame: &RequestFrame) -> Result<Bytes, P
         // Kafka's handleCreateTopicsRequest: CREATE on the cluster, or on the topic.
         let authorized = {
             let view = ctx.view();
-            super::authz::authorize_quietly(ctx, frame, &view, crate::security::acl::AclOperation::Create, crate::security::acl::ResourceType::Cluster, crate::security::acl::CLUSTER_RESOURCE_NAME)
-                || super::authz::authorize(ctx, frame, &view, crate::security::acl::AclOperation::Create, crate::security::acl::ResourceType::Topic, &name)
+            super::authz::authorize_quietly(
+                ctx,
+                frame,
+                &view,
+                crate::security::acl::AclOperation::Create,
+                crate::security::acl::ResourceType::Cluster,
+                crate::security::acl::CLUSTER_RESOURCE_NAME,
+            ) || super::authz::authorize(
+                ctx,
+                frame,
+                &view,
+                crate::security::acl::AclOperation::Create,
+                crate::security::acl::ResourceType::Topic,
+                &name,
+            )
         };
         let checked = (|| {
             if !authorized {

@@ -25,8 +25,7 @@ pub async fn handle(ctx: &ShardContext, frame: &RequestFrame) -> Result<Bytes, P
         }
         if frame.api_version >= 3 && req.include_authorized_operations {
             // The principal's: READ 3, DELETE 6, DESCRIBE 8 where allowed.
-            g.authorized_operations =
-                authz::authorized_operations(ctx, frame, &view, ResourceType::Group, id.as_str());
+            g.authorized_operations = authz::authorized_operations(ctx, frame, &view, ResourceType::Group, id.as_str());
         }
         match ctx.call_group(GroupOp::Describe { group_id: id.to_string() }, None).await {
             Some(GroupReply::Describe(Some(d))) => {

@@ -132,7 +132,14 @@ fn unauthorized(ctx: &ShardContext, frame: &RequestFrame, req: &mut FetchRequest
     req.topics.retain(|t| {
         let allowed = follower_allowed
             && (req.replica_id.0 >= 0
-                || super::authz::authorize(ctx, frame, &view, AclOperation::Read, ResourceType::Topic, t.topic.as_str()));
+                || super::authz::authorize(
+                    ctx,
+                    frame,
+                    &view,
+                    AclOperation::Read,
+                    ResourceType::Topic,
+                    t.topic.as_str(),
+                ));
         if !allowed {
             let partitions = t
                 .partitions

@@ -14,8 +14,8 @@ use kafka_protocol::messages::find_coordinator_response::Coordinator;
 use kafka_protocol::messages::{ApiKey, BrokerId, FindCoordinatorRequest, FindCoordinatorResponse};
 
 use crate::config::split_host_port;
-use crate::security::acl::{AclOperation, ResourceType};
 use crate::protocol::{decode_body, error_code, ProtocolError, RequestFrame};
+use crate::security::acl::{AclOperation, ResourceType};
 use crate::shard::{group_partition, txn_partition};
 
 use super::super::context::ShardContext;
@@ -70,7 +70,14 @@ pub async fn handle(ctx: &ShardContext, frame: &RequestFrame) -> Result<Bytes, P
                 return Err((error_code::INVALID_REQUEST, Some("empty transactional id".into())));
             }
             KEY_TYPE_TRANSACTION
-                if !super::authz::authorize(ctx, frame, &reg, AclOperation::Describe, ResourceType::TransactionalId, key) =>
+                if !super::authz::authorize(
+                    ctx,
+                    frame,
+                    &reg,
+                    AclOperation::Describe,
+                    ResourceType::TransactionalId,
+                    key,
+                ) =>
             {
                 return Err((error_code::TRANSACTIONAL_ID_AUTHORIZATION_FAILED, None));
             }

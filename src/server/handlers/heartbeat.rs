@@ -22,7 +22,8 @@ pub async fn handle(ctx: &ShardContext, frame: &RequestFrame) -> Result<Bytes, P
         crate::security::acl::ResourceType::Group,
         req.group_id.as_str(),
     ) {
-        let body = HeartbeatResponse::default().with_error_code(crate::protocol::error_code::GROUP_AUTHORIZATION_FAILED);
+        let body =
+            HeartbeatResponse::default().with_error_code(crate::protocol::error_code::GROUP_AUTHORIZATION_FAILED);
         return respond(ApiKey::Heartbeat, frame, &body);
     }
     let op = GroupOp::Heartbeat {

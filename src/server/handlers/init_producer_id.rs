@@ -103,7 +103,14 @@ pub async fn handle(ctx: &ShardContext, frame: &RequestFrame) -> Result<Bytes, P
         let view = ctx.view();
         match req.transactional_id.as_deref().map(|s| &**s) {
             Some(id)
-                if !super::authz::authorize(ctx, frame, &view, AclOperation::Write, ResourceType::TransactionalId, id) =>
+                if !super::authz::authorize(
+                    ctx,
+                    frame,
+                    &view,
+                    AclOperation::Write,
+                    ResourceType::TransactionalId,
+                    id,
+                ) =>
             {
                 Decision::Refuse(error_code::TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
             }

@@ -25,7 +25,10 @@ pub async fn handle(ctx: &ShardContext, frame: &RequestFrame) -> Result<Bytes, P
         crate::security::acl::ResourceType::Group,
         req.group_id.as_str(),
     ) {
-        let body = JoinGroupResponse::default().with_generation_id(-1).with_member_id(req.member_id.clone()).with_error_code(crate::protocol::error_code::GROUP_AUTHORIZATION_FAILED);
+        let body = JoinGroupResponse::default()
+            .with_generation_id(-1)
+            .with_member_id(req.member_id.clone())
+            .with_error_code(crate::protocol::error_code::GROUP_AUTHORIZATION_FAILED);
         return respond(ApiKey::JoinGroup, frame, &body);
     }
     let v = frame.api_version;

@@ -33,7 +33,14 @@ pub async fn handle(ctx: &ShardContext, frame: &RequestFrame) -> Result<Bytes, P
         if let Some(GroupReply::List(list)) = reply {
             for (id, protocol_type, state) in list {
                 if !all
-                    && !super::authz::authorize_quietly(ctx, frame, &view, AclOperation::Describe, ResourceType::Group, &id)
+                    && !super::authz::authorize_quietly(
+                        ctx,
+                        frame,
+                        &view,
+                        AclOperation::Describe,
+                        ResourceType::Group,
+                        &id,
+                    )
                 {
                     continue;
                 }

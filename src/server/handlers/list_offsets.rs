@@ -20,7 +20,14 @@ pub async fn handle(ctx: &ShardContext, frame: &RequestFrame) -> Result<Bytes, P
     let mut topics = Vec::with_capacity(req.topics.len());
     for t in &req.topics {
         // Kafka's handleListOffsetRequest: DESCRIBE on the topic.
-        if !super::authz::authorize(ctx, frame, &ctx.view(), crate::security::acl::AclOperation::Describe, crate::security::acl::ResourceType::Topic, t.name.as_str()) {
+        if !super::authz::authorize(
+            ctx,
+            frame,
+            &ctx.view(),
+            crate::security::acl::AclOperation::Describe,
+            crate::security::acl::ResourceType::Topic,
+            t.name.as_str(),
+        ) {
             let partitions = t
                 .partitions
                 .iter()

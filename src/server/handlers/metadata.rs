@@ -64,7 +64,9 @@ pub async fn handle(ctx: &ShardContext, frame: &RequestFrame) -> Result<Bytes, P
         None => {
             let reg = ctx.view();
             reg.topics()
-                .filter(|(n, _)| authz::authorize_quietly(ctx, frame, &reg, AclOperation::Describe, ResourceType::Topic, n))
+                .filter(|(n, _)| {
+                    authz::authorize_quietly(ctx, frame, &reg, AclOperation::Describe, ResourceType::Topic, n)
+                })
                 .map(|(n, m)| (n.clone(), Ok(m.clone())))
                 .collect()
         }
@@ -93,8 +95,14 @@ pub async fn handle(ctx: &ShardContext, frame: &RequestFrame) -> Result<Bytes, P
                 }
                 let existing = view.get(&name).cloned();
                 let may_create = || {
-                    authz::authorize_quietly(ctx, frame, &view, AclOperation::Create, ResourceType::Cluster, CLUSTER_RESOURCE_NAME)
-                        || authz::authorize(ctx, frame, &view, AclOperation::Create, ResourceType::Topic, &name)
+                    authz::authorize_quietly(
+                        ctx,
+                        frame,
+                        &view,
+                        AclOperation::Create,
+                        ResourceType::Cluster,
+                        CLUSTER_RESOURCE_NAME,
+                    ) || authz::authorize(ctx, frame, &view, AclOperation::Create, ResourceType::Topic, &name)
                 };
                 let result = match existing {
                     Some(m) => Ok(m),
@@ -133,13 +141,8 @@ pub async fn handle(ctx: &ShardContext, frame: &RequestFrame) -> Result<Bytes, P
             let mut t =
                 MetadataResponseTopic::default().with_name(Some(TopicName(str_bytes(name)))).with_is_internal(internal);
             if version >= 8 && req.include_topic_authorized_operations {
-                t.topic_authorized_operations = authz::authorized_operations(
-                    ctx,
-                    frame,
-                    &ctx.view(),
-                    ResourceType::Topic,
-                    &name_of(&t),
-                );
+                t.topic_authorized_operations =
+                    authz::authorized_operations(ctx, frame, &ctx.view(), ResourceType::Topic, &name_of(&t));
             }
             match meta {
                 Err(code) => t.with_error_code(code),
@@ -192,8 +195,7 @@ pub async fn handle(ctx: &ShardContext, frame: &RequestFrame) -> Result<Bytes, P
 #[cfg(test)]
 const TOPIC_OPERATIONS: i32 = (1 << 3) | (1 << 4) | (1 << 5) | (1 << 6) | (1 << 7) | (1 << 8) | (1 << 10) | (1 << 11);
 #[cfg(test)]
-const CLUSTER_OPERATIONS: i32 =
-    (1 << 5) | (1 << 7) | (1 << 8) | (1 << 9) | (1 << 10) | (1 << 11) | (1 << 12);
+const CLUSTER_OPERATIONS: i32 = (1 << 5) | (1 << 7) | (1 << 8) | (1 << 9) | (1 << 10) | (1 << 11) | (1 << 12);
 
 /// How one requested topic is looked up.
 #[derive(Debug, PartialEq, Eq)]

@@ -14,7 +14,6 @@ use kafka_protocol::messages::{ApiKey, GroupId, OffsetFetchRequest, OffsetFetchR
 use crate::protocol::{decode_body, error_code, ProtocolError, RequestFrame};
 use crate::shard::{GroupOp, GroupReply, OffsetList};
 
-
 use super::super::context::ShardContext;
 use super::{authz, group_error_code, respond, str_bytes};
 

@@ -25,7 +25,14 @@ pub async fn handle(ctx: &ShardContext, frame: &RequestFrame) -> Result<Bytes, P
         let allowed = if req.replica_id.0 >= 0 {
             super::authz::authorize_cluster(ctx, frame, &view, crate::security::acl::AclOperation::ClusterAction)
         } else {
-            super::authz::authorize(ctx, frame, &view, crate::security::acl::AclOperation::Describe, crate::security::acl::ResourceType::Topic, t.topic.as_str())
+            super::authz::authorize(
+                ctx,
+                frame,
+                &view,
+                crate::security::acl::AclOperation::Describe,
+                crate::security::acl::ResourceType::Topic,
+                t.topic.as_str(),
+            )
         };
         if !allowed {
             let partitions = t

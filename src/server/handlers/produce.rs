@@ -46,8 +46,8 @@ pub async fn handle(ctx: &ShardContext, frame: &RequestFrame) -> Result<Option<B
     // Authorization (Kafka's handleProduceRequest): WRITE on the transactional id for
     // the whole request, then WRITE on each topic.
     let view = ctx.view();
-    let txn_denied =
-        txn_id.is_some_and(|id| !authz::authorize(ctx, frame, &view, AclOperation::Write, ResourceType::TransactionalId, id));
+    let txn_denied = txn_id
+        .is_some_and(|id| !authz::authorize(ctx, frame, &view, AclOperation::Write, ResourceType::TransactionalId, id));
     for t in &req.topic_data {
         let topic = t.name.as_str();
         let denied = if txn_denied {

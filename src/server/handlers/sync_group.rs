@@ -23,7 +23,8 @@ pub async fn handle(ctx: &ShardContext, frame: &RequestFrame) -> Result<Bytes, P
         crate::security::acl::ResourceType::Group,
         req.group_id.as_str(),
     ) {
-        let body = SyncGroupResponse::default().with_error_code(crate::protocol::error_code::GROUP_AUTHORIZATION_FAILED);
+        let body =
+            SyncGroupResponse::default().with_error_code(crate::protocol::error_code::GROUP_AUTHORIZATION_FAILED);
         return respond(ApiKey::SyncGroup, frame, &body);
     }
     let sync = SyncRequest {
