@@ -201,6 +201,9 @@ pub fn coordinator_json(data: &[u8]) {
     let _ = layout::decode_cluster_id(data);
     let _ = layout::decode_controller_epoch(data);
     let _ = crate::txn::producer_id::ProducerIdBlock::decode(data);
+    let _ = crate::coordinator::acl_store::decode_acls(data);
+    let _ = crate::coordinator::acl_store::decode_change(data, false);
+    let _ = crate::coordinator::acl_store::decode_change(data, true);
     let Ok(dir) = scratch_dir("store") else { return };
     let meta = dir.path().join("spate-meta");
     if std::fs::create_dir_all(&meta).and_then(|()| std::fs::write(meta.join("znodes.json"), data)).is_ok() {

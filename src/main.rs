@@ -182,6 +182,15 @@ struct ServeArgs {
     /// disk.free.min.percent: ... or below this percentage of its size, whichever is more; 0 and 0 disable [default: 1]
     #[arg(long)]
     disk_free_min_percent: Option<u32>,
+    /// authorizer.class.name: enforce ACLs (org.apache.kafka.metadata.authorizer.StandardAuthorizer, kafka.security.authorizer.AclAuthorizer or acl) [default: none, everything allowed]
+    #[arg(long)]
+    authorizer_class_name: Option<String>,
+    /// super.users: principals allowed everything, ';'-separated (User:admin;User:ops)
+    #[arg(long)]
+    super_users: Option<String>,
+    /// allow.everyone.if.no.acl.found: a resource without any ACL is open to everyone [default: false]
+    #[arg(long)]
+    allow_everyone_if_no_acl_found: Option<bool>,
 }
 
 fn load_config(args: ServeArgs) -> Result<BrokerConfig, String> {
@@ -342,6 +351,15 @@ fn load_config(args: ServeArgs) -> Result<BrokerConfig, String> {
     }
     if let Some(v) = args.disk_free_min_bytes {
         config.disk_free_min_bytes = v;
+    }
+    if let Some(v) = args.authorizer_class_name {
+        config.authorizer_class_name = Some(v);
+    }
+    if let Some(v) = args.super_users {
+        config.super_users = v;
+    }
+    if let Some(v) = args.allow_everyone_if_no_acl_found {
+        config.allow_everyone_if_no_acl_found = v;
     }
     if let Some(v) = args.disk_free_min_percent {
         config.disk_free_min_percent = v;

@@ -173,6 +173,14 @@ pub struct BrokerConfig {
     /// re-authenticates on the same connection before it ends, or the connection is
     /// closed. 0: sessions do not expire.
     pub connections_max_reauth_ms: u64,
+    /// authorizer.class.name: ACLs are enforced when set to Kafka's
+    /// `org.apache.kafka.metadata.authorizer.StandardAuthorizer` or
+    /// `kafka.security.authorizer.AclAuthorizer` (or `acl`); unset, everything is allowed.
+    pub authorizer_class_name: Option<String>,
+    /// super.users: principals allowed everything, `;`-separated (`User:admin;User:ops`).
+    pub super_users: String,
+    /// allow.everyone.if.no.acl.found: a resource with no ACL at all is open to everyone.
+    pub allow_everyone_if_no_acl_found: bool,
     /// The listeners, resolved by `resolve_listeners` (not read from the file).
     #[serde(skip)]
     pub resolved_listeners: Vec<ListenerSpec>,
@@ -304,6 +312,9 @@ impl Default for BrokerConfig {
             connection_failed_authentication_delay_ms: 100,
             connections_max_reauth_ms: 0,
             resolved_listeners: Vec::new(),
+            authorizer_class_name: None,
+            super_users: String::new(),
+            allow_everyone_if_no_acl_found: false,
         }
     }
 }
@@ -323,6 +334,16 @@ impl BrokerConfig {
             replication_factor: self.offsets_topic_replication_factor,
             segment_bytes: self.offsets_topic_segment_bytes,
         }
+    }
+
+    /// The authorizer settings (`authorizer.class.name`, `super.users`,
+    /// `allow.everyone.if.no.acl.found`); checked by `validate`.
+    pub fn authorizer(&self) -> Result<crate::security::acl::AuthorizerConfig, String> {
+        crate::security::acl::AuthorizerConfig::parse(
+            self.authorizer_class_name.as_deref(),
+            &self.super_users,
+            self.allow_everyone_if_no_acl_found,
+        )
     }
 
     pub fn advertised(&self) -> &str {
@@ -499,6 +520,7 @@ impl BrokerConfig {
             return Err("queued-max-request-bytes must be at least 1024".into());
         }
         split_host_port(self.advertised()).ok_or_else(|| format!("bad advertise address {:?}", self.advertised()))?;
+        self.authorizer()?;
         TopicConfig::from_pairs(
             self.topic_defaults.iter().map(|(k, v)| (k.as_str(), Some(v.as_str()))),
             &TopicConfig::kafka_defaults(),

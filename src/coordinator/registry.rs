@@ -117,6 +117,19 @@ pub struct ClusterSnapshot {
     /// Producer ids at or above this were never issued (see `producer_id_bound`).
     #[serde(default)]
     pub producer_id_bound: Option<i64>,
+    /// Every ACL binding (left out when there is none).
+    #[serde(default, skip_serializing_if = "crate::security::acl::Acls::is_empty")]
+    pub acls: crate::security::acl::Acls,
+}
+
+/// Why an ACL was not created or deleted.
+#[derive(Debug, thiserror::Error)]
+pub enum AclWriteError {
+    /// The binding is not valid (Kafka INVALID_REQUEST).
+    #[error("{0}")]
+    Invalid(String),
+    #[error("{0}")]
+    Registry(RegistryError),
 }
 
 /// How this broker holds a partition.
@@ -187,6 +200,8 @@ pub struct Registry {
     /// reserved one, so that a broker whose snapshot lags by a block still accepts
     /// every id handed out. None until known (a mirror without a snapshot).
     producer_id_bound: Option<i64>,
+    /// Every ACL binding (`/kafka-acl...`, see `acl_store`); shared with the views.
+    acls: std::sync::Arc<crate::security::acl::Acls>,
 }
 
 /// Kafka's topic name rule: 1..=249 chars of [a-zA-Z0-9._-], not "." or "..".
@@ -355,6 +370,7 @@ impl Registry {
             let topic_id = doc.topic_id.unwrap_or_else(uuid::Uuid::new_v4);
             controller.restore_topic(TopicInfo { name, topic_id, assignment: doc.assignment, configs, partitions })?;
         }
+        let acls = super::acl_store::load(store.as_ref()).map_err(|(path, e)| corrupt(&path, e))?;
         for entity in children_or_empty(store.as_ref(), paths::BROKER_CONFIGS)? {
             let path = paths::broker_config(&entity);
             let Some(node) = store.get(&path)? else { continue };
@@ -385,6 +401,7 @@ impl Registry {
             placement_seed: now_ms ^ 0x9e37_79b9_7f4a_7c15,
             producer_ids: Default::default(),
             producer_id_bound: None,
+            acls: std::sync::Arc::new(acls),
         };
         registry.persist(&changes)?;
         if let Err(e) = registry.load_producer_id_bound() {
@@ -428,6 +445,7 @@ impl Registry {
             placement_seed: 0,
             producer_ids: Default::default(),
             producer_id_bound: None,
+            acls: Default::default(),
         };
         if let Some(path) = cache.as_ref().filter(|p| p.exists()) {
             match std::fs::read(path).map_err(|e| e.to_string()).and_then(|b| registry.install(&b, false)) {
@@ -533,6 +551,7 @@ impl Registry {
             cluster_id: self.cluster_id.clone(),
             incarnations: self.incarnations.clone(),
             producer_id_bound: self.producer_id_bound,
+            acls: self.acls.clone(),
             controller: self.controller.clone(),
             topics: self.topics.clone(),
             topic_names: self.topics.iter().map(|(name, meta)| (meta.id, name.clone())).collect(),
@@ -578,6 +597,7 @@ impl Registry {
         self.cluster_id = snapshot.cluster_id;
         self.incarnations = snapshot.incarnations;
         self.producer_id_bound = snapshot.producer_id_bound;
+        self.acls = std::sync::Arc::new(snapshot.acls);
         self.controller = Controller::from_snapshot(ControllerConfig::default(), snapshot.controller);
         self.role = Role::Mirror { cache, version, controller_id: Some(snapshot.controller_id) };
         self.refresh_cache();
@@ -992,6 +1012,103 @@ impl Registry {
         }
         self.refresh_cache();
         Ok(())
+    }
+
+    /// Every ACL binding.
+    pub fn acls(&self) -> &crate::security::acl::Acls {
+        &self.acls
+    }
+
+    /// CreateAcls, on the active coordinator: each binding is validated, added to its
+    /// pattern's document and stored (with its change notification) before the next
+    /// view shows it. One result per binding, in order; a binding already present is
+    /// a success that changes nothing, as in Kafka.
+    pub fn create_acls(
+        &mut self,
+        bindings: Vec<(crate::security::acl::ResourcePattern, crate::security::acl::AclEntry)>,
+    ) -> Vec<Result<(), AclWriteError>> {
+        let mut results = Vec::with_capacity(bindings.len());
+        let mut acls = (*self.acls).clone();
+        for (pattern, entry) in bindings {
+            results.push(self.create_acl(&mut acls, pattern, entry));
+        }
+        self.install_acls(acls);
+        results
+    }
+
+    fn create_acl(
+        &self,
+        acls: &mut crate::security::acl::Acls,
+        pattern: crate::security::acl::ResourcePattern,
+        entry: crate::security::acl::AclEntry,
+    ) -> Result<(), AclWriteError> {
+        crate::security::acl::validate_binding(&pattern, &entry).map_err(|e| AclWriteError::Invalid(e.to_string()))?;
+        let mut entries = acls.entries(&pattern).cloned().unwrap_or_default();
+        if entries.contains(&entry) {
+            return Ok(());
+        }
+        if entries.len() >= limits::acl_entries_per_resource_max || acls.len() >= limits::acl_bindings_max {
+            return Err(AclWriteError::Invalid(format!(
+                "at most {} ACLs per resource pattern and {} in all",
+                limits::acl_entries_per_resource_max,
+                limits::acl_bindings_max
+            )));
+        }
+        super::store::check_path(&super::acl_store::path(&pattern))
+            .map_err(|_| AclWriteError::Invalid(format!("resource name {:?} cannot be stored", pattern.name)))?;
+        entries.insert(entry);
+        super::acl_store::write(self.store().map_err(AclWriteError::Registry)?, &pattern, &entries)
+            .map_err(|e| AclWriteError::Registry(e.into()))?;
+        acls.set(pattern, entries);
+        Ok(())
+    }
+
+    /// DeleteAcls, on the active coordinator: for each filter, the bindings it matched
+    /// and removed (each pattern's document rewritten, or removed when emptied).
+    #[allow(clippy::type_complexity)]
+    pub fn delete_acls(
+        &mut self,
+        filters: &[crate::security::acl::AclFilter],
+    ) -> Vec<Result<Vec<(crate::security::acl::ResourcePattern, crate::security::acl::AclEntry)>, AclWriteError>> {
+        let mut acls = (*self.acls).clone();
+        let mut results = Vec::with_capacity(filters.len());
+        for filter in filters {
+            let matched = acls.matching(filter);
+            let mut by_pattern: BTreeMap<_, Vec<_>> = BTreeMap::new();
+            for (p, e) in &matched {
+                by_pattern.entry(p.clone()).or_default().push(e.clone());
+            }
+            let mut outcome = Ok(matched);
+            for (pattern, gone) in by_pattern {
+                let mut entries = acls.entries(&pattern).cloned().unwrap_or_default();
+                for e in &gone {
+                    entries.remove(e);
+                }
+                let written = self.store().map_err(AclWriteError::Registry).and_then(|s| {
+                    super::acl_store::write(s, &pattern, &entries).map_err(|e| AclWriteError::Registry(e.into()))
+                });
+                match written {
+                    Ok(()) => acls.set(pattern, entries),
+                    Err(e) => {
+                        outcome = Err(e);
+                        break;
+                    }
+                }
+            }
+            results.push(outcome);
+        }
+        self.install_acls(acls);
+        results
+    }
+
+    fn install_acls(&mut self, acls: crate::security::acl::Acls) {
+        if acls != *self.acls {
+            self.acls = std::sync::Arc::new(acls);
+            if let Role::Active { changes, .. } = &mut self.role {
+                *changes += 1;
+            }
+            self.generation += 1;
+        }
     }
 
     /// The dynamic configs of broker config entity `entity`.

@@ -25,6 +25,8 @@ pub struct ClusterView {
     pub(super) cluster_id: String,
     pub(super) incarnations: BTreeMap<NodeId, uuid::Uuid>,
     pub(super) producer_id_bound: Option<i64>,
+    /// Every ACL binding, shared by the views that did not change them.
+    pub(super) acls: std::sync::Arc<crate::security::acl::Acls>,
     pub(super) controller: Controller,
     pub(super) topics: BTreeMap<String, TopicMeta>,
     pub(super) topic_names: HashMap<uuid::Uuid, String>,
@@ -34,6 +36,11 @@ impl ClusterView {
     /// The dynamic broker configs of `entity` (a broker id, or `<default>`), if any.
     pub fn broker_configs(&self, entity: &str) -> Option<&BTreeMap<String, String>> {
         self.controller.broker_configs(entity)
+    }
+
+    /// Every ACL binding (what the authorizer checks against).
+    pub fn acls(&self) -> &crate::security::acl::Acls {
+        &self.acls
     }
 
     /// The registry's change counter this view was built at.
@@ -165,6 +172,7 @@ impl ClusterView {
             incarnations: self.incarnations.clone(),
             controller: self.controller.snapshot(),
             producer_id_bound: self.producer_id_bound,
+            acls: (*self.acls).clone(),
         };
         let json = serde_json::to_vec(&snapshot)
             .map_err(|e| RegistryError::Corrupt { path: "snapshot".into(), error: e.to_string() })?;

@@ -293,6 +293,17 @@ pub mod limits {
     /// removal. More than one, so that a slow job (a load's read from a cold disk, a
     /// burst of opens) never holds back the fsync round that acks wait for.
     pub const shard_blocking_threads: usize = 4;
+    /// ACL entries one resource pattern's document (`/kafka-acl/<type>/<name>`) may hold;
+    /// a longer stored document is refused as corrupt, a CreateAcls past it is refused.
+    pub const acl_entries_per_resource_max: usize = 10_000;
+    /// ACL bindings in the whole cluster (every pattern's entries together).
+    pub const acl_bindings_max: usize = 100_000;
+    /// ACL change notifications kept (`/kafka-acl-changes`, `/kafka-acl-extended-changes`):
+    /// the oldest are removed past this (Kafka removes them after 15 minutes).
+    pub const acl_change_notifications_max: usize = 100;
+    /// Authorizer log lines (denials) per shard per second; more are counted, and the
+    /// count is logged with the next line that gets through.
+    pub const authorizer_log_lines_per_second_max: u32 = 20;
     /// `disk.free.min.bytes` default: below this much free space produce is refused
     /// (Redpanda's `storage_min_free_bytes` is 5 GiB; Kafka has no such setting).
     pub const disk_free_min_bytes_default: u64 = 1024 * 1024 * 1024;

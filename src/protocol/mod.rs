@@ -80,6 +80,10 @@ pub const SUPPORTED_APIS: &[(ApiKey, i16, i16)] = &[
     // Elsewhere both answer ILLEGAL_SASL_STATE, as Kafka's.
     (ApiKey::SaslHandshake, 0, 1),
     (ApiKey::SaslAuthenticate, 0, 2),
+    // ACLs (kafka-acls, AdminClient.createAcls/describeAcls/deleteAcls); v0 is gone from Kafka 4.
+    (ApiKey::DescribeAcls, 1, 3),
+    (ApiKey::CreateAcls, 1, 3),
+    (ApiKey::DeleteAcls, 1, 3),
 ];
 
 /// Versions handled beyond the advertised ranges, for Spate's own brokers, which talk to
@@ -337,6 +341,11 @@ pub mod error_code {
     pub const INVALID_TXN_STATE: i16 = 48;
     pub const TRANSACTION_COORDINATOR_FENCED: i16 = 52;
     pub const MISMATCHED_ENDPOINT_TYPE: i16 = 114;
+    pub const TOPIC_AUTHORIZATION_FAILED: i16 = 29;
+    pub const GROUP_AUTHORIZATION_FAILED: i16 = 30;
+    pub const CLUSTER_AUTHORIZATION_FAILED: i16 = 31;
+    pub const TRANSACTIONAL_ID_AUTHORIZATION_FAILED: i16 = 53;
+    pub const SECURITY_DISABLED: i16 = 54;
     // Transactions (the coordinator's side).
     pub const UNSUPPORTED_FOR_MESSAGE_FORMAT: i16 = 43;
     pub const INVALID_PRODUCER_ID_MAPPING: i16 = 49;

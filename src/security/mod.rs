@@ -6,6 +6,7 @@
 //! carries its connection's principal (`RequestFrame::principal`) so handlers, the
 //! authorizer and quotas see it.
 
+pub mod acl;
 pub mod sasl;
 pub mod tls;
 

@@ -70,6 +70,10 @@ pub struct ShardContext {
     pub disk: Arc<super::disk::DiskSpace>,
     /// The replica fetchers of this shard, by source broker (`replication::start_fetchers`).
     pub fetchers: RefCell<HashMap<crate::model::NodeId, super::replication::FetcherPartitions>>,
+    /// The authorizer's settings (the ACLs themselves are in the view).
+    pub authorizer: Arc<crate::security::acl::AuthorizerConfig>,
+    /// Authorizer log lines in the current second, and how many were suppressed.
+    pub authorizer_log: Cell<(std::time::Instant, u32, u64)>,
     /// This context, for tasks it starts (it lives in an `Rc` built with `new_cyclic`).
     me: std::rc::Weak<ShardContext>,
 }
@@ -89,9 +93,12 @@ impl ShardContext {
         disk: Arc<super::disk::DiskSpace>,
         me: std::rc::Weak<ShardContext>,
     ) -> Self {
+        let authorizer = Arc::new(config.authorizer().expect("validated at startup"));
         Self {
             id,
             nr_shards,
+            authorizer,
+            authorizer_log: Cell::new((std::time::Instant::now(), 0, 0)),
             config,
             view: RefCell::new(Rc::new(metadata.view())),
             metadata,

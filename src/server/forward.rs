@@ -1,5 +1,6 @@
 //! Admin requests on a broker that is not the active coordinator: CreateTopics,
-//! DeleteTopics, CreatePartitions, ElectLeaders, AlterConfigs, IncrementalAlterConfigs and
+//! DeleteTopics, CreatePartitions, ElectLeaders, AlterConfigs, IncrementalAlterConfigs,
+//! CreateAcls, DeleteAcls and
 //! InitProducerId without a transactional id (producer ids come from the coordinator's
 //! blocks) go to the active
 //! coordinator as the client sent them (same header, same correlation id, same
@@ -40,6 +41,8 @@ pub fn is_forwarded(key: ApiKey) -> bool {
             | ApiKey::AlterConfigs
             | ApiKey::IncrementalAlterConfigs
             | ApiKey::InitProducerId
+            | ApiKey::CreateAcls
+            | ApiKey::DeleteAcls
     )
 }
 

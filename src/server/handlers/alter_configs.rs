@@ -36,12 +36,38 @@ enum Change<'a> {
 
 async fn alter(
     ctx: &ShardContext,
+    frame: &RequestFrame,
     resource_type: i8,
     name: &str,
     change: Change<'_>,
     validate_only: bool,
 ) -> (i16, Option<String>) {
+    // Kafka's handle(Incremental)AlterConfigsRequest: ALTER_CONFIGS on the topic, or on
+    // the cluster for a broker.
+    let view = ctx.view();
     match resource_type {
+        RESOURCE_TOPIC
+            if !super::authz::authorize(
+                ctx,
+                frame,
+                &view,
+                crate::security::acl::AclOperation::AlterConfigs,
+                crate::security::acl::ResourceType::Topic,
+                name,
+            ) =>
+        {
+            (error_code::TOPIC_AUTHORIZATION_FAILED, Some("Authorization failed.".into()))
+        }
+        RESOURCE_BROKER
+            if !super::authz::authorize_cluster(
+                ctx,
+                frame,
+                &view,
+                crate::security::acl::AclOperation::AlterConfigs,
+            ) =>
+        {
+            (error_code::CLUSTER_AUTHORIZATION_FAILED, Some("Authorization failed.".into()))
+        }
         RESOURCE_TOPIC => alter_topic(ctx, name, change, validate_only).await,
         RESOURCE_BROKER => alter_broker(ctx, name, change, validate_only).await,
         other => (error_code::INVALID_REQUEST, Some(format!("resource type {other} cannot be altered"))),
@@ -208,7 +234,7 @@ pub async fn handle_alter(ctx: &ShardContext, frame: &RequestFrame) -> Result<By
         let change = Change::Replace(
             r.configs.iter().map(|c| (c.name.as_str(), c.value.as_ref().map(|v| v.as_str()))).collect(),
         );
-        let (code, msg) = alter(ctx, r.resource_type, r.resource_name.as_str(), change, req.validate_only).await;
+        let (code, msg) = alter(ctx, frame, r.resource_type, r.resource_name.as_str(), change, req.validate_only).await;
         responses.push(
             alter_configs_response::AlterConfigsResourceResponse::default()
                 .with_error_code(code)
@@ -230,7 +256,7 @@ pub async fn handle_incremental(ctx: &ShardContext, frame: &RequestFrame) -> Res
                 .map(|c| (c.name.as_str(), c.config_operation, c.value.as_ref().map(|v| v.as_str())))
                 .collect(),
         );
-        let (code, msg) = alter(ctx, r.resource_type, r.resource_name.as_str(), change, req.validate_only).await;
+        let (code, msg) = alter(ctx, frame, r.resource_type, r.resource_name.as_str(), change, req.validate_only).await;
         responses.push(
             incremental_alter_configs_response::AlterConfigsResourceResponse::default()
                 .with_error_code(code)

@@ -22,7 +22,17 @@ pub async fn handle(ctx: &ShardContext, frame: &RequestFrame) -> Result<Bytes, P
     let mut results = Vec::with_capacity(req.topics.len());
     for t in &req.topics {
         let name = t.name.as_str();
-        let outcome: Result<(), (i16, String)> = if name == crate::group::OFFSETS_TOPIC {
+        // Kafka's handleCreatePartitionsRequest: ALTER on the topic.
+        let outcome: Result<(), (i16, String)> = if !super::authz::authorize(
+            ctx,
+            frame,
+            &ctx.view(),
+            crate::security::acl::AclOperation::Alter,
+            crate::security::acl::ResourceType::Topic,
+            name,
+        ) {
+            Err((error_code::TOPIC_AUTHORIZATION_FAILED, "Authorization failed.".into()))
+        } else if name == crate::group::OFFSETS_TOPIC {
             Err((error_code::INVALID_REQUEST, "the partition count of an internal topic is fixed".into()))
         } else {
             match manual_assignment(t.assignments.as_deref()) {

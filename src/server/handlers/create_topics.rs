@@ -171,7 +171,29 @@ pub async fn handle(ctx: &ShardContext, frame: &RequestFrame) -> Result<Bytes, P
     for t in &req.topics {
         let name = t.name.0.to_string();
         let partitions = if t.num_partitions == -1 { ctx.config.num_partitions } else { t.num_partitions };
+        // Kafka's handleCreateTopicsRequest: CREATE on the cluster, or on the topic.
+        let authorized = {
+            let view = ctx.view();
+            super::authz::authorize_quietly(
+                ctx,
+                frame,
+                &view,
+                crate::security::acl::AclOperation::Create,
+                crate::security::acl::ResourceType::Cluster,
+                crate::security::acl::CLUSTER_RESOURCE_NAME,
+            ) || super::authz::authorize(
+                ctx,
+                frame,
+                &view,
+                crate::security::acl::AclOperation::Create,
+                crate::security::acl::ResourceType::Topic,
+                &name,
+            )
+        };
         let checked = (|| {
+            if !authorized {
+                return Err((error_code::TOPIC_AUTHORIZATION_FAILED, "Authorization failed.".to_string()));
+            }
             if name == crate::group::OFFSETS_TOPIC {
                 // As Kafka: the internal topic is the coordinator's to create.
                 return Err((error_code::INVALID_REQUEST, format!("creation of internal topic {name} is prohibited")));

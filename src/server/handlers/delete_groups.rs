@@ -15,6 +15,21 @@ pub async fn handle(ctx: &ShardContext, frame: &RequestFrame) -> Result<Bytes, P
     let req: DeleteGroupsRequest = decode_body(frame)?;
     let mut results = Vec::with_capacity(req.groups_names.len());
     for id in &req.groups_names {
+        if !super::authz::authorize(
+            ctx,
+            frame,
+            &ctx.view(),
+            crate::security::acl::AclOperation::Delete,
+            crate::security::acl::ResourceType::Group,
+            id.as_str(),
+        ) {
+            results.push(
+                DeletableGroupResult::default()
+                    .with_group_id(id.clone())
+                    .with_error_code(error_code::GROUP_AUTHORIZATION_FAILED),
+            );
+            continue;
+        }
         let code = match ctx.call_group(GroupOp::Delete { group_id: id.to_string(), now_ms: now_ms() }, None).await {
             Some(GroupReply::Delete(Ok(()))) => error_code::NONE,
             Some(GroupReply::Delete(Err(e))) => group_error_code(&e),

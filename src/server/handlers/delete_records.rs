@@ -22,7 +22,19 @@ pub async fn handle(ctx: &ShardContext, frame: &RequestFrame) -> Result<Bytes, P
     let req: DeleteRecordsRequest = decode_body(frame)?;
     let mut topics = Vec::with_capacity(req.topics.len());
     for t in &req.topics {
+        // Kafka's handleDeleteRecordsRequest: DELETE on the topic.
+        let denied = !super::authz::authorize(
+            ctx,
+            frame,
+            &ctx.view(),
+            crate::security::acl::AclOperation::Delete,
+            crate::security::acl::ResourceType::Topic,
+            t.name.as_str(),
+        );
         let calls = t.partitions.iter().map(|p| async move {
+            if denied {
+                return (-1, error_code::TOPIC_AUTHORIZATION_FAILED);
+            }
             let tp = TopicPartition::new(t.name.as_str(), p.partition_index);
             match ctx.call(PartitionOp::DeleteRecords { tp: tp.clone(), offset: p.offset }).await {
                 Ok(PartitionReply::LogStartMoving(moved)) => match moved.await {

@@ -22,6 +22,22 @@ pub async fn handle(ctx: &ShardContext, frame: &RequestFrame) -> Result<Bytes, P
     };
     let mut responses = Vec::with_capacity(names.len());
     for name in names {
+        // Kafka's handleDeleteTopicsRequest: DELETE on the topic.
+        if !super::authz::authorize(
+            ctx,
+            frame,
+            &ctx.view(),
+            crate::security::acl::AclOperation::Delete,
+            crate::security::acl::ResourceType::Topic,
+            name.as_str(),
+        ) {
+            responses.push(
+                DeletableTopicResult::default()
+                    .with_name(Some(name.clone()))
+                    .with_error_code(error_code::TOPIC_AUTHORIZATION_FAILED),
+            );
+            continue;
+        }
         if name.as_str() == crate::group::OFFSETS_TOPIC {
             responses.push(
                 DeletableTopicResult::default()

@@ -12,7 +12,6 @@ use kafka_protocol::messages::{ApiKey, BrokerId, DescribeClusterRequest, Describ
 use crate::protocol::{decode_body, error_code, ProtocolError, RequestFrame};
 
 use super::super::context::ShardContext;
-use super::metadata::CLUSTER_OPERATIONS;
 use super::{respond, str_bytes};
 
 /// DescribeCluster's endpoint type for brokers (1; controllers are 2).
@@ -49,7 +48,13 @@ pub fn handle(ctx: &ShardContext, frame: &RequestFrame) -> Result<Bytes, Protoco
         .with_controller_id(BrokerId(view.controller_id_for_clients().0))
         .with_brokers(brokers);
     if req.include_cluster_authorized_operations {
-        body = body.with_cluster_authorized_operations(CLUSTER_OPERATIONS);
+        use crate::security::acl::{AclOperation, ResourceType, CLUSTER_RESOURCE_NAME};
+        let operations = if super::authz::authorize_cluster(ctx, frame, &view, AclOperation::Describe) {
+            super::authz::authorized_operations(ctx, frame, &view, ResourceType::Cluster, CLUSTER_RESOURCE_NAME)
+        } else {
+            0
+        };
+        body = body.with_cluster_authorized_operations(operations);
     }
     respond(ApiKey::DescribeCluster, frame, &body)
 }

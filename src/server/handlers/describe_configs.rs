@@ -116,7 +116,31 @@ pub fn handle(ctx: &ShardContext, frame: &RequestFrame) -> Result<Bytes, Protoco
             .with_resource_type(res.resource_type)
             .with_resource_name(res.resource_name.clone());
         let view = ctx.view();
+        // Kafka's handleDescribeConfigsRequest: DESCRIBE_CONFIGS on the topic, or on the
+        // cluster for a broker.
         let configs = match res.resource_type {
+            RESOURCE_TOPIC
+                if !super::authz::authorize(
+                    ctx,
+                    frame,
+                    &view,
+                    crate::security::acl::AclOperation::DescribeConfigs,
+                    crate::security::acl::ResourceType::Topic,
+                    &name,
+                ) =>
+            {
+                Err((error_code::TOPIC_AUTHORIZATION_FAILED, "Authorization failed.".to_string()))
+            }
+            RESOURCE_BROKER
+                if !super::authz::authorize_cluster(
+                    ctx,
+                    frame,
+                    &view,
+                    crate::security::acl::AclOperation::DescribeConfigs,
+                ) =>
+            {
+                Err((error_code::CLUSTER_AUTHORIZATION_FAILED, "Authorization failed.".to_string()))
+            }
             RESOURCE_TOPIC => match view.get(&name) {
                 Some(meta) => Ok(meta
                     .configs

@@ -1,23 +1,31 @@
-//! DescribeGroups: state, protocol and members (with metadata and assignment).
+//! DescribeGroups: state, protocol and members (with metadata and assignment). Each
+//! group needs DESCRIBE (GROUP_AUTHORIZATION_FAILED otherwise); its authorized
+//! operations are the principal's.
 
 use bytes::Bytes;
 use kafka_protocol::messages::describe_groups_response::{DescribedGroup, DescribedGroupMember};
 use kafka_protocol::messages::{ApiKey, DescribeGroupsRequest, DescribeGroupsResponse};
 
-use crate::protocol::{decode_body, ProtocolError, RequestFrame};
+use crate::protocol::{decode_body, error_code, ProtocolError, RequestFrame};
+use crate::security::acl::{AclOperation, ResourceType};
 use crate::shard::{GroupOp, GroupReply};
 
 use super::super::context::ShardContext;
-use super::{respond, str_bytes};
+use super::{authz, respond, str_bytes};
 
 pub async fn handle(ctx: &ShardContext, frame: &RequestFrame) -> Result<Bytes, ProtocolError> {
     let req: DescribeGroupsRequest = decode_body(frame)?;
     let mut groups = Vec::with_capacity(req.groups.len());
     for id in &req.groups {
         let mut g = DescribedGroup::default().with_group_id(id.clone());
+        let view = ctx.view();
+        if !authz::authorize(ctx, frame, &view, AclOperation::Describe, ResourceType::Group, id.as_str()) {
+            groups.push(g.with_error_code(error_code::GROUP_AUTHORIZATION_FAILED));
+            continue;
+        }
         if frame.api_version >= 3 && req.include_authorized_operations {
-            // READ 3, DELETE 6, DESCRIBE 8 (see metadata.rs).
-            g.authorized_operations = (1 << 3) | (1 << 6) | (1 << 8);
+            // The principal's: READ 3, DELETE 6, DESCRIBE 8 where allowed.
+            g.authorized_operations = authz::authorized_operations(ctx, frame, &view, ResourceType::Group, id.as_str());
         }
         match ctx.call_group(GroupOp::Describe { group_id: id.to_string() }, None).await {
             Some(GroupReply::Describe(Some(d))) => {

@@ -23,6 +23,11 @@ use super::{respond, str_bytes};
 
 pub async fn handle(ctx: &ShardContext, frame: &RequestFrame) -> Result<Bytes, ProtocolError> {
     let req: DescribeLogDirsRequest = decode_body(frame)?;
+    // Kafka's handleDescribeLogDirsRequest: DESCRIBE on the cluster.
+    if !super::authz::authorize_cluster(ctx, frame, &ctx.view(), crate::security::acl::AclOperation::Describe) {
+        let body = DescribeLogDirsResponse::default().with_error_code(error_code::CLUSTER_AUTHORIZATION_FAILED);
+        return respond(ApiKey::DescribeLogDirs, frame, &body);
+    }
     // The replicas hosted here, among those asked for (null: all of them).
     let hosted: Vec<TopicPartition> = {
         let view = ctx.view();

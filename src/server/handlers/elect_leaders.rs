@@ -53,6 +53,10 @@ pub async fn handle(ctx: &ShardContext, frame: &RequestFrame) -> Result<Bytes, P
         }
         respond(ApiKey::ElectLeaders, frame, &body)
     };
+    // Kafka's handleElectLeaders: ALTER on the cluster.
+    if !super::authz::authorize_cluster(ctx, frame, &ctx.view(), crate::security::acl::AclOperation::Alter) {
+        return refuse(error_code::CLUSTER_AUTHORIZATION_FAILED, "Cluster authorization failed.".into());
+    }
     if frame.api_version >= 1 && req.election_type != PREFERRED {
         return refuse(
             error_code::INVALID_REQUEST,

@@ -42,13 +42,14 @@ pub async fn handle(ctx: &ShardContext, frame: &RequestFrame) -> Result<Response
     if frame.api_version >= 15 {
         req.replica_id = req.replica_state.replica_id;
     }
-    let (req, mode) = match ctx.fetch_sessions.borrow_mut().prepare(&req, frame.api_version) {
+    let (mut req, mode) = match ctx.fetch_sessions.borrow_mut().prepare(&req, frame.api_version) {
         Ok(prepared) => prepared,
         Err(code) => {
             let body = FetchResponse::default().with_error_code(code).with_session_id(0);
             return respond(ApiKey::Fetch, frame, &body).map(Response::from);
         }
     };
+    let denied = unauthorized(ctx, frame, &mut req);
     let started = Instant::now();
     let deadline = started + Duration::from_millis(req.max_wait_ms.clamp(0, fetch_wait_ms_max) as u64);
     let response_bytes_max = if req.max_bytes <= 0 {
@@ -60,7 +61,7 @@ pub async fn handle(ctx: &ShardContext, frame: &RequestFrame) -> Result<Response
         let (topics, topic_bytes, ranges, total_bytes, any_error, readable_ends) =
             fetch_once(ctx, &req, frame.api_version, response_bytes_max).await;
         let now = Instant::now();
-        let any_error = any_error || !unknown_ids.is_empty();
+        let any_error = any_error || !unknown_ids.is_empty() || !denied.is_empty();
         if total_bytes >= req.min_bytes.max(1) as usize || any_error || now >= deadline || ctx.stopping.get() {
             for (t, bytes) in topics.iter().zip(topic_bytes) {
                 if bytes > 0 {
@@ -69,6 +70,7 @@ pub async fn handle(ctx: &ShardContext, frame: &RequestFrame) -> Result<Response
             }
             let mut topics = topics;
             ctx.fetch_sessions.borrow_mut().finish(mode, &mut topics);
+            topics.extend(denied.iter().cloned());
             if frame.api_version >= 13 {
                 let view = ctx.view();
                 for t in &mut topics {
@@ -113,6 +115,53 @@ pub async fn handle(ctx: &ShardContext, frame: &RequestFrame) -> Result<Response
             // Deadline reached; the loop answers with whatever is there.
         }
     }
+}
+
+/// Authorization (Kafka's handleFetchRequest): a follower needs CLUSTER_ACTION on the
+/// cluster, a consumer READ on each topic. The partitions refused leave the request;
+/// their answers (TOPIC_AUTHORIZATION_FAILED) are returned.
+fn unauthorized(ctx: &ShardContext, frame: &RequestFrame, req: &mut FetchRequest) -> Vec<FetchableTopicResponse> {
+    use crate::security::acl::{AclOperation, ResourceType};
+    if !super::authz::enabled(ctx) {
+        return Vec::new();
+    }
+    let view = ctx.view();
+    let follower_allowed =
+        req.replica_id.0 < 0 || super::authz::authorize_cluster(ctx, frame, &view, AclOperation::ClusterAction);
+    let mut denied = Vec::new();
+    req.topics.retain(|t| {
+        let allowed = follower_allowed
+            && (req.replica_id.0 >= 0
+                || super::authz::authorize(
+                    ctx,
+                    frame,
+                    &view,
+                    AclOperation::Read,
+                    ResourceType::Topic,
+                    t.topic.as_str(),
+                ));
+        if !allowed {
+            let partitions = t
+                .partitions
+                .iter()
+                .map(|p| {
+                    PartitionData::default()
+                        .with_partition_index(p.partition)
+                        .with_error_code(error_code::TOPIC_AUTHORIZATION_FAILED)
+                        .with_high_watermark(-1)
+                        .with_records(Some(Bytes::new()))
+                })
+                .collect();
+            denied.push(
+                FetchableTopicResponse::default()
+                    .with_topic(t.topic.clone())
+                    .with_topic_id(view.get(t.topic.as_str()).map(|m| m.id).unwrap_or_default())
+                    .with_partitions(partitions),
+            );
+        }
+        allowed
+    });
+    denied
 }
 
 /// Fetch v13+ names topics by id (KIP-516): name each from the cluster view, so that the

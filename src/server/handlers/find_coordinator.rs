@@ -14,6 +14,7 @@ use kafka_protocol::messages::find_coordinator_response::Coordinator;
 use kafka_protocol::messages::{ApiKey, BrokerId, FindCoordinatorRequest, FindCoordinatorResponse};
 
 use crate::protocol::{decode_body, error_code, ProtocolError, RequestFrame};
+use crate::security::acl::{AclOperation, ResourceType};
 use crate::shard::{group_partition, txn_partition};
 
 use super::super::context::ShardContext;
@@ -56,9 +57,28 @@ pub async fn handle(ctx: &ShardContext, frame: &RequestFrame) -> Result<Bytes, P
             KEY_TYPE_GROUP if key.is_empty() => {
                 return Err((error_code::INVALID_GROUP_ID, Some("empty group id".into())));
             }
+            // Kafka's handleFindCoordinatorRequest: DESCRIBE on the group or
+            // transactional id.
+            KEY_TYPE_GROUP
+                if !super::authz::authorize(ctx, frame, &reg, AclOperation::Describe, ResourceType::Group, key) =>
+            {
+                return Err((error_code::GROUP_AUTHORIZATION_FAILED, None));
+            }
             KEY_TYPE_GROUP => group_partition(key),
             KEY_TYPE_TRANSACTION if key.is_empty() => {
                 return Err((error_code::INVALID_REQUEST, Some("empty transactional id".into())));
+            }
+            KEY_TYPE_TRANSACTION
+                if !super::authz::authorize(
+                    ctx,
+                    frame,
+                    &reg,
+                    AclOperation::Describe,
+                    ResourceType::TransactionalId,
+                    key,
+                ) =>
+            {
+                return Err((error_code::TRANSACTIONAL_ID_AUTHORIZATION_FAILED, None));
             }
             KEY_TYPE_TRANSACTION => txn_partition(key),
             other => return Err((error_code::INVALID_REQUEST, Some(format!("unknown key type {other}")))),

@@ -1,4 +1,6 @@
 //! Heartbeat: keeps a member's session alive; tells it when to rejoin.
+//!
+//! Needs READ on the group (GROUP_AUTHORIZATION_FAILED otherwise).
 
 use bytes::Bytes;
 use kafka_protocol::messages::{ApiKey, HeartbeatRequest, HeartbeatResponse};
@@ -12,6 +14,18 @@ use super::{group_error_code, respond};
 
 pub async fn handle(ctx: &ShardContext, frame: &RequestFrame) -> Result<Bytes, ProtocolError> {
     let req: HeartbeatRequest = decode_body(frame)?;
+    if !super::authz::authorize(
+        ctx,
+        frame,
+        &ctx.view(),
+        crate::security::acl::AclOperation::Read,
+        crate::security::acl::ResourceType::Group,
+        req.group_id.as_str(),
+    ) {
+        let body =
+            HeartbeatResponse::default().with_error_code(crate::protocol::error_code::GROUP_AUTHORIZATION_FAILED);
+        return respond(ApiKey::Heartbeat, frame, &body);
+    }
     let op = GroupOp::Heartbeat {
         group_id: req.group_id.to_string(),
         member_id: req.member_id.to_string(),

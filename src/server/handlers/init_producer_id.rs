@@ -96,6 +96,32 @@ async fn transactional(ctx: &ShardContext, req: &InitProducerIdRequest, txn_id: 
 pub async fn handle(ctx: &ShardContext, frame: &RequestFrame) -> Result<Bytes, ProtocolError> {
     let req: InitProducerIdRequest = decode_body(frame)?;
     let decision = decide(req.transactional_id.as_deref().map(|s| &**s), req.producer_id.0, req.producer_epoch);
+    // Kafka's handleInitProducerIdRequest: WRITE on the transactional id; without one,
+    // IDEMPOTENT_WRITE on the cluster or WRITE on some topic (KIP-679).
+    let decision = {
+        use crate::security::acl::{AclOperation, ResourceType};
+        let view = ctx.view();
+        match req.transactional_id.as_deref().map(|s| &**s) {
+            Some(id)
+                if !super::authz::authorize(
+                    ctx,
+                    frame,
+                    &view,
+                    AclOperation::Write,
+                    ResourceType::TransactionalId,
+                    id,
+                ) =>
+            {
+                Decision::Refuse(error_code::TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
+            }
+            None if !super::authz::authorize_any(ctx, frame, &view, AclOperation::Write, ResourceType::Topic)
+                && !super::authz::authorize_cluster(ctx, frame, &view, AclOperation::IdempotentWrite) =>
+            {
+                Decision::Refuse(error_code::CLUSTER_AUTHORIZATION_FAILED)
+            }
+            _ => decision,
+        }
+    };
     let outcome: Result<(ProducerId, ProducerEpoch), i16> = match decision {
         Decision::Transactional => {
             let txn_id = req.transactional_id.as_deref().map(|s| &**s).unwrap_or_default();

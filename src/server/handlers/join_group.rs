@@ -1,5 +1,7 @@
 //! JoinGroup: handed to the group's coordinator shard; the answer waits until the
 //! rebalance's join phase completes (or comes at once: MEMBER_ID_REQUIRED, errors).
+//!
+//! Needs READ on the group (GROUP_AUTHORIZATION_FAILED otherwise).
 
 use bytes::Bytes;
 use kafka_protocol::messages::join_group_response::JoinGroupResponseMember;
@@ -15,6 +17,20 @@ use super::{group_error_code, respond, str_bytes};
 
 pub async fn handle(ctx: &ShardContext, frame: &RequestFrame) -> Result<Bytes, ProtocolError> {
     let req: JoinGroupRequest = decode_body(frame)?;
+    if !super::authz::authorize(
+        ctx,
+        frame,
+        &ctx.view(),
+        crate::security::acl::AclOperation::Read,
+        crate::security::acl::ResourceType::Group,
+        req.group_id.as_str(),
+    ) {
+        let body = JoinGroupResponse::default()
+            .with_generation_id(-1)
+            .with_member_id(req.member_id.clone())
+            .with_error_code(crate::protocol::error_code::GROUP_AUTHORIZATION_FAILED);
+        return respond(ApiKey::JoinGroup, frame, &body);
+    }
     let v = frame.api_version;
     let client_id = frame.header.as_ref().and_then(|h| h.client_id.as_ref()).map(|c| c.to_string()).unwrap_or_default();
     let join = JoinRequest {

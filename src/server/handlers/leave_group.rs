@@ -1,4 +1,6 @@
 //! LeaveGroup: one member (v0-2) or a batch of them by member or instance id (v3+).
+//!
+//! Needs READ on the group (GROUP_AUTHORIZATION_FAILED otherwise).
 
 use bytes::Bytes;
 use kafka_protocol::messages::leave_group_response::MemberResponse;
@@ -13,6 +15,18 @@ use super::{group_error_code, respond};
 
 pub async fn handle(ctx: &ShardContext, frame: &RequestFrame) -> Result<Bytes, ProtocolError> {
     let req: LeaveGroupRequest = decode_body(frame)?;
+    if !super::authz::authorize(
+        ctx,
+        frame,
+        &ctx.view(),
+        crate::security::acl::AclOperation::Read,
+        crate::security::acl::ResourceType::Group,
+        req.group_id.as_str(),
+    ) {
+        let body =
+            LeaveGroupResponse::default().with_error_code(crate::protocol::error_code::GROUP_AUTHORIZATION_FAILED);
+        return respond(ApiKey::LeaveGroup, frame, &body);
+    }
     let batched = frame.api_version >= 3;
     let members: Vec<(String, Option<String>)> = if batched {
         req.members

@@ -14,12 +14,36 @@ use super::{respond, str_bytes};
 pub async fn handle(ctx: &ShardContext, frame: &RequestFrame) -> Result<Bytes, ProtocolError> {
     let req: ListGroupsRequest = decode_body(frame)?;
     let calls = (0..ctx.nr_shards).map(|s| ctx.call_group(GroupOp::List, Some(ShardId(s))));
+    // Kafka's handleListGroupsRequest: DESCRIBE on the cluster lists every group, else
+    // only those the principal may DESCRIBE.
+    use crate::security::acl::{AclOperation, ResourceType, CLUSTER_RESOURCE_NAME};
+    let view = ctx.view();
+    let all = super::authz::authorize_quietly(
+        ctx,
+        frame,
+        &view,
+        AclOperation::Describe,
+        ResourceType::Cluster,
+        CLUSTER_RESOURCE_NAME,
+    );
     let mut groups = Vec::new();
     let mut loading = false;
     for reply in futures::future::join_all(calls).await {
         loading |= matches!(reply, Some(GroupReply::Loading));
         if let Some(GroupReply::List(list)) = reply {
             for (id, protocol_type, state) in list {
+                if !all
+                    && !super::authz::authorize_quietly(
+                        ctx,
+                        frame,
+                        &view,
+                        AclOperation::Describe,
+                        ResourceType::Group,
+                        &id,
+                    )
+                {
+                    continue;
+                }
                 if !req.states_filter.is_empty() && !req.states_filter.iter().any(|s| s.as_str() == state.name()) {
                     continue;
                 }

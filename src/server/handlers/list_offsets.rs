@@ -19,6 +19,29 @@ pub async fn handle(ctx: &ShardContext, frame: &RequestFrame) -> Result<Bytes, P
     let req: ListOffsetsRequest = decode_body(frame)?;
     let mut topics = Vec::with_capacity(req.topics.len());
     for t in &req.topics {
+        // Kafka's handleListOffsetRequest: DESCRIBE on the topic.
+        if !super::authz::authorize(
+            ctx,
+            frame,
+            &ctx.view(),
+            crate::security::acl::AclOperation::Describe,
+            crate::security::acl::ResourceType::Topic,
+            t.name.as_str(),
+        ) {
+            let partitions = t
+                .partitions
+                .iter()
+                .map(|p| {
+                    ListOffsetsPartitionResponse::default()
+                        .with_partition_index(p.partition_index)
+                        .with_error_code(crate::protocol::error_code::TOPIC_AUTHORIZATION_FAILED)
+                        .with_offset(-1)
+                        .with_timestamp(-1)
+                })
+                .collect();
+            topics.push(ListOffsetsTopicResponse::default().with_name(t.name.clone()).with_partitions(partitions));
+            continue;
+        }
         let calls = t.partitions.iter().map(|p| {
             ctx.call(PartitionOp::ListOffset {
                 tp: TopicPartition::new(t.name.as_str(), p.partition_index),

@@ -3,6 +3,11 @@
 //! broker's registry (the active coordinator's own, or its mirror). Unknown topics are
 //! created when both the request and the broker (`auto.create.topics.enable`) allow it,
 //! as Kafka does.
+//!
+//! Authorization (Kafka's `handleTopicMetadataRequest`): an all-topics request lists only
+//! the topics the principal may DESCRIBE; a named topic it may not is answered
+//! TOPIC_AUTHORIZATION_FAILED (whether it exists or not), and auto-creation needs CREATE
+//! on the cluster or the topic. Authorized-operations bitmasks are the principal's.
 
 use bytes::Bytes;
 use kafka_protocol::messages::metadata_response::{
@@ -12,10 +17,11 @@ use kafka_protocol::messages::{ApiKey, BrokerId, MetadataRequest, MetadataRespon
 
 use crate::coordinator::registry::{validate_topic_name, TopicMeta};
 use crate::protocol::{decode_body, error_code, ProtocolError, RequestFrame};
+use crate::security::acl::{AclOperation, ResourceType, CLUSTER_RESOURCE_NAME};
 
 use super::super::context::ShardContext;
 use super::create_topics::auto_create;
-use super::{respond, str_bytes};
+use super::{authz, respond, str_bytes};
 
 pub async fn handle(ctx: &ShardContext, frame: &RequestFrame) -> Result<Bytes, ProtocolError> {
     let req: MetadataRequest = decode_body(frame)?;
@@ -57,7 +63,12 @@ pub async fn handle(ctx: &ShardContext, frame: &RequestFrame) -> Result<Bytes, P
     let topics: Vec<(String, Result<TopicMeta, i16>)> = match wanted {
         None => {
             let reg = ctx.view();
-            reg.topics().map(|(n, m)| (n.clone(), Ok(m.clone()))).collect()
+            reg.topics()
+                .filter(|(n, _)| {
+                    authz::authorize_quietly(ctx, frame, &reg, AclOperation::Describe, ResourceType::Topic, n)
+                })
+                .map(|(n, m)| (n.clone(), Ok(m.clone())))
+                .collect()
         }
         Some(list) => {
             let mut out = Vec::with_capacity(list.len());
@@ -77,9 +88,25 @@ pub async fn handle(ctx: &ShardContext, frame: &RequestFrame) -> Result<Bytes, P
                     out.push((name, Err(error_code::INVALID_TOPIC_EXCEPTION)));
                     continue;
                 }
-                let existing = ctx.view().get(&name).cloned();
+                let view = ctx.view();
+                if !authz::authorize(ctx, frame, &view, AclOperation::Describe, ResourceType::Topic, &name) {
+                    out.push((name, Err(error_code::TOPIC_AUTHORIZATION_FAILED)));
+                    continue;
+                }
+                let existing = view.get(&name).cloned();
+                let may_create = || {
+                    authz::authorize_quietly(
+                        ctx,
+                        frame,
+                        &view,
+                        AclOperation::Create,
+                        ResourceType::Cluster,
+                        CLUSTER_RESOURCE_NAME,
+                    ) || authz::authorize(ctx, frame, &view, AclOperation::Create, ResourceType::Topic, &name)
+                };
                 let result = match existing {
                     Some(m) => Ok(m),
+                    None if allow_create && !may_create() => Err(error_code::TOPIC_AUTHORIZATION_FAILED),
                     None if allow_create => {
                         match auto_create(ctx, &name, ctx.config.num_partitions).await {
                             Ok(m) => {
@@ -114,7 +141,8 @@ pub async fn handle(ctx: &ShardContext, frame: &RequestFrame) -> Result<Bytes, P
             let mut t =
                 MetadataResponseTopic::default().with_name(Some(TopicName(str_bytes(name)))).with_is_internal(internal);
             if version >= 8 && req.include_topic_authorized_operations {
-                t.topic_authorized_operations = TOPIC_OPERATIONS;
+                t.topic_authorized_operations =
+                    authz::authorized_operations(ctx, frame, &ctx.view(), ResourceType::Topic, &name_of(&t));
             }
             match meta {
                 Err(code) => t.with_error_code(code),
@@ -149,7 +177,12 @@ pub async fn handle(ctx: &ShardContext, frame: &RequestFrame) -> Result<Bytes, P
         .chain(unknown)
         .collect();
     if (8..=10).contains(&version) && req.include_cluster_authorized_operations {
-        body.cluster_authorized_operations = CLUSTER_OPERATIONS;
+        let view = ctx.view();
+        body.cluster_authorized_operations = if authz::authorize_cluster(ctx, frame, &view, AclOperation::Describe) {
+            authz::authorized_operations(ctx, frame, &view, ResourceType::Cluster, CLUSTER_RESOURCE_NAME)
+        } else {
+            0
+        };
     }
     respond(ApiKey::Metadata, frame, &body)
 }
@@ -158,9 +191,11 @@ pub async fn handle(ctx: &ShardContext, frame: &RequestFrame) -> Result<Bytes, P
 /// operations that apply (AclOperation bit numbers: READ 3, WRITE 4, CREATE 5, DELETE 6,
 /// ALTER 7, DESCRIBE 8, CLUSTER_ACTION 9, DESCRIBE_CONFIGS 10, ALTER_CONFIGS 11,
 /// IDEMPOTENT_WRITE 12). Clients decode every set bit, so no unknown bit may be set.
+/// (`authz::authorized_operations` answers these sets with the authorizer off.)
+#[cfg(test)]
 const TOPIC_OPERATIONS: i32 = (1 << 3) | (1 << 4) | (1 << 5) | (1 << 6) | (1 << 7) | (1 << 8) | (1 << 10) | (1 << 11);
-pub(super) const CLUSTER_OPERATIONS: i32 =
-    (1 << 5) | (1 << 7) | (1 << 8) | (1 << 9) | (1 << 10) | (1 << 11) | (1 << 12);
+#[cfg(test)]
+const CLUSTER_OPERATIONS: i32 = (1 << 5) | (1 << 7) | (1 << 8) | (1 << 9) | (1 << 10) | (1 << 11) | (1 << 12);
 
 /// How one requested topic is looked up.
 #[derive(Debug, PartialEq, Eq)]
@@ -190,6 +225,13 @@ fn name_of(t: &MetadataResponseTopic) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn with_the_authorizer_off_the_bitmasks_are_every_supported_operation() {
+        let fold = |t: ResourceType| t.supported_operations().iter().fold(0, |b, op| b | (1 << op.code()));
+        assert_eq!(fold(ResourceType::Topic), TOPIC_OPERATIONS);
+        assert_eq!(fold(ResourceType::Cluster), CLUSTER_OPERATIONS);
+    }
 
     #[test]
     fn a_topic_id_wins_over_the_name_from_v12() {

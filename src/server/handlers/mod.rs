@@ -2,11 +2,13 @@
 //! partition operations out to their owner shards), and encodes the answer. Kafka error
 //! codes are chosen here and nowhere else.
 
+mod acls;
 mod add_offsets_to_txn;
 mod add_partitions_to_txn;
 mod alter_configs;
 mod alter_partition;
 mod api_versions;
+mod authz;
 mod broker_heartbeat;
 mod broker_registration;
 mod cluster_metadata;
@@ -122,6 +124,9 @@ pub async fn handle(ctx: &ShardContext, frame: RequestFrame) -> Result<Option<Re
         ApiKey::ListTransactions => list_transactions::handle(ctx, &frame).await.map(Some),
         ApiKey::WriteTxnMarkers => write_txn_markers::handle(ctx, &frame).await.map(Some),
         ApiKey::SaslHandshake | ApiKey::SaslAuthenticate => illegal_sasl_state(key, &frame).map(Some),
+        ApiKey::CreateAcls => acls::handle_create(ctx, &frame).await.map(Some),
+        ApiKey::DescribeAcls => acls::handle_describe(ctx, &frame).map(Some),
+        ApiKey::DeleteAcls => acls::handle_delete(ctx, &frame).await.map(Some),
         other => Err(ProtocolError::BadHeader(format!("no handler for {other:?}"))),
     };
     bytes.map(|b| b.map(Response::from))

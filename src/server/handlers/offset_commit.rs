@@ -32,6 +32,40 @@ pub async fn handle(ctx: &ShardContext, frame: &RequestFrame) -> Result<Bytes, P
             })
             .collect()
     };
+    // Authorization (Kafka's handleOffsetCommitRequest): READ on the group for the
+    // whole request, READ on each topic for its partitions.
+    let view = ctx.view();
+    let group_denied = !super::authz::authorize(
+        ctx,
+        frame,
+        &view,
+        crate::security::acl::AclOperation::Read,
+        crate::security::acl::ResourceType::Group,
+        req.group_id.as_str(),
+    );
+    let refused: Vec<Option<i16>> = req
+        .topics
+        .iter()
+        .flat_map(|t| {
+            let code = if group_denied {
+                Some(error_code::GROUP_AUTHORIZATION_FAILED)
+            } else if !super::authz::authorize(
+                ctx,
+                frame,
+                &view,
+                crate::security::acl::AclOperation::Read,
+                crate::security::acl::ResourceType::Topic,
+                t.name.as_str(),
+            ) {
+                Some(error_code::TOPIC_AUTHORIZATION_FAILED)
+            } else {
+                None
+            };
+            t.partitions.iter().map(move |_| code)
+        })
+        .collect();
+    let known: Vec<bool> = known.iter().zip(&refused).map(|(k, r)| *k && r.is_none()).collect();
+    let mut refused = refused.into_iter();
     let nr_known = known.iter().filter(|k| **k).count();
     let mut is_known = known.iter().copied();
     let offsets: Vec<OffsetCommit> = req
@@ -100,8 +134,9 @@ pub async fn handle(ctx: &ShardContext, frame: &RequestFrame) -> Result<Bytes, P
                     .map(|p| {
                         OffsetCommitResponsePartition::default()
                             .with_partition_index(p.partition_index)
-                            .with_error_code(match known.next() {
-                                Some(true) => codes.next().unwrap_or(error_code::UNKNOWN_SERVER_ERROR),
+                            .with_error_code(match (known.next(), refused.next().flatten()) {
+                                (_, Some(code)) => code,
+                                (Some(true), None) => codes.next().unwrap_or(error_code::UNKNOWN_SERVER_ERROR),
                                 _ => error_code::UNKNOWN_TOPIC_OR_PARTITION,
                             })
                     })

@@ -13,6 +13,19 @@ use super::{group_error_code, respond};
 
 pub async fn handle(ctx: &ShardContext, frame: &RequestFrame) -> Result<Bytes, ProtocolError> {
     let req: OffsetDeleteRequest = decode_body(frame)?;
+    // Kafka's handleOffsetDeleteRequest: DELETE on the group (topic READ is not checked
+    // here yet).
+    if !super::authz::authorize(
+        ctx,
+        frame,
+        &ctx.view(),
+        crate::security::acl::AclOperation::Delete,
+        crate::security::acl::ResourceType::Group,
+        req.group_id.as_str(),
+    ) {
+        let body = OffsetDeleteResponse::default().with_error_code(error_code::GROUP_AUTHORIZATION_FAILED);
+        return respond(ApiKey::OffsetDelete, frame, &body);
+    }
     let partitions: Vec<(String, i32)> = req
         .topics
         .iter()

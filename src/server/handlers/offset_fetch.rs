@@ -15,19 +15,47 @@ use crate::protocol::{decode_body, error_code, ProtocolError, RequestFrame};
 use crate::shard::{GroupOp, GroupReply, OffsetList};
 
 use super::super::context::ShardContext;
-use super::{group_error_code, respond, str_bytes};
+use super::{authz, group_error_code, respond, str_bytes};
 
+/// Authorization (Kafka's handleOffsetFetchRequest): DESCRIBE on the group, else
+/// GROUP_AUTHORIZATION_FAILED; a named partition of a topic the principal may not
+/// DESCRIBE is answered TOPIC_AUTHORIZATION_FAILED, and such topics are left out of an
+/// all-partitions answer.
 async fn fetch(
     ctx: &ShardContext,
+    frame: &RequestFrame,
     group: &str,
     partitions: Option<Vec<(String, i32)>>,
     require_stable: bool,
-) -> Result<OffsetList, i16> {
-    let op = GroupOp::FetchOffsets { group_id: group.to_string(), partitions, require_stable };
-    match ctx.call_group(op, None).await {
-        Some(GroupReply::Offsets(list)) => Ok(list),
-        other => Err(ctx.group_unavailable_code(group, &other)),
+) -> Result<Vec<(String, Vec<PartitionAnswer>)>, i16> {
+    use crate::security::acl::{AclOperation, ResourceType};
+    let view = ctx.view();
+    if !authz::authorize(ctx, frame, &view, AclOperation::Describe, ResourceType::Group, group) {
+        return Err(error_code::GROUP_AUTHORIZATION_FAILED);
     }
+    let named = partitions.is_some();
+    let op = GroupOp::FetchOffsets { group_id: group.to_string(), partitions, require_stable };
+    let list = match ctx.call_group(op, None).await {
+        Some(GroupReply::Offsets(list)) => list,
+        other => return Err(ctx.group_unavailable_code(group, &other)),
+    };
+    let mut topics = by_topic(list);
+    if authz::enabled(ctx) {
+        topics.retain_mut(|(topic, partitions)| {
+            let allowed = if named {
+                authz::authorize(ctx, frame, &view, AclOperation::Describe, ResourceType::Topic, topic)
+            } else {
+                authz::authorize_quietly(ctx, frame, &view, AclOperation::Describe, ResourceType::Topic, topic)
+            };
+            if !allowed {
+                for p in partitions.iter_mut() {
+                    *p = (p.0, -1, -1, String::new(), error_code::TOPIC_AUTHORIZATION_FAILED);
+                }
+            }
+            allowed || named
+        });
+    }
+    Ok(topics)
 }
 
 /// One partition's answer: (partition, offset, leader epoch, metadata, error code).
@@ -60,9 +88,9 @@ pub async fn handle(ctx: &ShardContext, frame: &RequestFrame) -> Result<Bytes, P
                 ts.iter().flat_map(|t| t.partition_indexes.iter().map(move |p| (t.name.to_string(), *p))).collect()
             });
             let mut group = OffsetFetchResponseGroup::default().with_group_id(g.group_id.clone());
-            match fetch(ctx, g.group_id.as_str(), wanted, req.require_stable).await {
+            match fetch(ctx, frame, g.group_id.as_str(), wanted, req.require_stable).await {
                 Ok(list) => {
-                    group.topics = by_topic(list)
+                    group.topics = list
                         .into_iter()
                         .map(|(t, ps)| {
                             OffsetFetchResponseTopics::default().with_name(TopicName(str_bytes(t))).with_partitions(
@@ -90,9 +118,9 @@ pub async fn handle(ctx: &ShardContext, frame: &RequestFrame) -> Result<Bytes, P
             ts.iter().flat_map(|t| t.partition_indexes.iter().map(move |p| (t.name.to_string(), *p))).collect()
         });
         // require_stable is a v7 field (false when decoded at older versions).
-        match fetch(ctx, group.as_str(), wanted, v >= 7 && req.require_stable).await {
+        match fetch(ctx, frame, group.as_str(), wanted, v >= 7 && req.require_stable).await {
             Ok(list) => {
-                body.topics = by_topic(list)
+                body.topics = list
                     .into_iter()
                     .map(|(t, ps)| {
                         OffsetFetchResponseTopic::default().with_name(TopicName(str_bytes(t))).with_partitions(

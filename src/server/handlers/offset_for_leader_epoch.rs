@@ -19,6 +19,36 @@ pub async fn handle(ctx: &ShardContext, frame: &RequestFrame) -> Result<Bytes, P
     let req: OffsetForLeaderEpochRequest = decode_body(frame)?;
     let mut topics = Vec::with_capacity(req.topics.len());
     for t in &req.topics {
+        // Kafka's handleOffsetForLeaderEpochRequest: a follower (replica id 0 or more)
+        // needs CLUSTER_ACTION on the cluster, a consumer DESCRIBE on the topic.
+        let view = ctx.view();
+        let allowed = if req.replica_id.0 >= 0 {
+            super::authz::authorize_cluster(ctx, frame, &view, crate::security::acl::AclOperation::ClusterAction)
+        } else {
+            super::authz::authorize(
+                ctx,
+                frame,
+                &view,
+                crate::security::acl::AclOperation::Describe,
+                crate::security::acl::ResourceType::Topic,
+                t.topic.as_str(),
+            )
+        };
+        if !allowed {
+            let partitions = t
+                .partitions
+                .iter()
+                .map(|p| {
+                    EpochEndOffset::default()
+                        .with_partition(p.partition)
+                        .with_error_code(crate::protocol::error_code::TOPIC_AUTHORIZATION_FAILED)
+                        .with_leader_epoch(-1)
+                        .with_end_offset(-1)
+                })
+                .collect();
+            topics.push(OffsetForLeaderTopicResult::default().with_topic(t.topic.clone()).with_partitions(partitions));
+            continue;
+        }
         let calls = t.partitions.iter().map(|p| {
             ctx.call(PartitionOp::EpochEndOffset {
                 tp: TopicPartition::new(t.topic.as_str(), p.partition),

@@ -30,7 +30,8 @@ use super::super::context::ShardContext;
 use super::super::now_ms;
 use super::super::peer::Peer;
 use super::super::txn::{self, TxnOutcome};
-use super::{partition_error_code, respond, str_bytes, txn_outcome_code};
+use super::{authz, partition_error_code, respond, str_bytes, txn_outcome_code};
+use crate::security::acl::{AclOperation, ResourceType};
 
 /// The longest acks=all wait we honour (Kafka's request.timeout.ms default is 30 s).
 const produce_timeout_ms_max: i32 = 300_000;
@@ -42,9 +43,24 @@ pub async fn handle(ctx: &ShardContext, frame: &RequestFrame) -> Result<Option<B
     let version = frame.api_version;
     let txn_id = req.transactional_id.as_ref().map(|t| t.as_str()).filter(|t| !t.is_empty());
     let mut responses = Vec::with_capacity(req.topic_data.len());
+    // Authorization (Kafka's handleProduceRequest): WRITE on the transactional id for
+    // the whole request, then WRITE on each topic.
+    let view = ctx.view();
+    let txn_denied = txn_id
+        .is_some_and(|id| !authz::authorize(ctx, frame, &view, AclOperation::Write, ResourceType::TransactionalId, id));
     for t in &req.topic_data {
         let topic = t.name.as_str();
+        let denied = if txn_denied {
+            Some(error_code::TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
+        } else if !authz::authorize(ctx, frame, &view, AclOperation::Write, ResourceType::Topic, topic) {
+            Some(error_code::TOPIC_AUTHORIZATION_FAILED)
+        } else {
+            None
+        };
         let calls = t.partition_data.iter().map(|p| async move {
+            if let Some(code) = denied {
+                return Err((code, None));
+            }
             if !acks_valid {
                 return Err((error_code::INVALID_REQUIRED_ACKS, None));
             }

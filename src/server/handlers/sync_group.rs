@@ -1,4 +1,6 @@
 //! SyncGroup: the leader brings the assignment; every member waits for its share.
+//!
+//! Needs READ on the group (GROUP_AUTHORIZATION_FAILED otherwise).
 
 use bytes::Bytes;
 use kafka_protocol::messages::{ApiKey, SyncGroupRequest, SyncGroupResponse};
@@ -13,6 +15,18 @@ use super::{group_error_code, respond, str_bytes};
 
 pub async fn handle(ctx: &ShardContext, frame: &RequestFrame) -> Result<Bytes, ProtocolError> {
     let req: SyncGroupRequest = decode_body(frame)?;
+    if !super::authz::authorize(
+        ctx,
+        frame,
+        &ctx.view(),
+        crate::security::acl::AclOperation::Read,
+        crate::security::acl::ResourceType::Group,
+        req.group_id.as_str(),
+    ) {
+        let body =
+            SyncGroupResponse::default().with_error_code(crate::protocol::error_code::GROUP_AUTHORIZATION_FAILED);
+        return respond(ApiKey::SyncGroup, frame, &body);
+    }
     let sync = SyncRequest {
         group_id: req.group_id.to_string(),
         member_id: req.member_id.to_string(),
