@@ -3,9 +3,10 @@ tool (AclCommand) and confluent-kafka's AdminClient, stored in Kafka's ZooKeeper
 (`/kafka-acl/...`, `/kafka-acl-extended/...`, change notifications) on the embedded
 store and on a real ZooKeeper, and enforced on every API with real clients.
 
-Until SASL lands every connection is User:ANONYMOUS, so ACLs are bootstrapped by
-starting the broker with `--super-users User:ANONYMOUS`, adding them, and restarting
-without it (kill -9, which also shows they are durable)."""
+These tests use plain-text connections, whose principal is User:ANONYMOUS: ACLs are
+bootstrapped by starting the broker with `--super-users User:ANONYMOUS`, adding them, and
+restarting without it (kill -9, which also shows they are durable). ACLs for SASL users
+and certificate subjects: tests/test_security.py."""
 
 import base64
 import json
