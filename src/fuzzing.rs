@@ -201,6 +201,21 @@ pub fn coordinator_json(data: &[u8]) {
     let _ = layout::decode_cluster_id(data);
     let _ = layout::decode_controller_epoch(data);
     let _ = crate::txn::producer_id::ProducerIdBlock::decode(data);
+    let _ = layout::config_change_sequence(&String::from_utf8_lossy(data));
+    // A user's or client's entity config: quotas and SCRAM credentials, as a registry
+    // parses them for shards (under a user path, so credentials are read too).
+    if let Ok(configs) = layout::decode_topic_config(data) {
+        for path in ["users/alice", "users/<default>/clients/c%20d"] {
+            let raw = std::collections::BTreeMap::from([(path.to_string(), configs.clone())]);
+            let _ = crate::security::entity::EntityConfigs::parse(&raw);
+        }
+    }
+    if let Ok(s) = std::str::from_utf8(data) {
+        let _ = crate::security::entity::QuotaEntity::from_path(s);
+        for m in crate::security::scram::ScramMechanism::ALL {
+            let _ = crate::security::scram::ScramCredential::from_kafka_string(m, s);
+        }
+    }
     let Ok(dir) = scratch_dir("store") else { return };
     let meta = dir.path().join("spate-meta");
     if std::fs::create_dir_all(&meta).and_then(|()| std::fs::write(meta.join("znodes.json"), data)).is_ok() {

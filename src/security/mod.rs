@@ -6,6 +6,9 @@
 //! carries its connection's principal (`RequestFrame::principal`) so handlers, the
 //! authorizer and quotas see it.
 
+pub mod entity;
+pub mod scram;
+
 use std::fmt;
 use std::sync::Arc;
 
