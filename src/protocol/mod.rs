@@ -74,6 +74,12 @@ pub const SUPPORTED_APIS: &[(ApiKey, i16, i16)] = &[
     // kafka-log-dirs (v0 is gone from Kafka 4).
     (ApiKey::DescribeLogDirs, 1, 4),
     (ApiKey::DescribeCluster, 0, 1),
+    // Client quotas and SCRAM credentials (kafka-configs, Admin.alterClientQuotas,
+    // Admin.alterUserScramCredentials).
+    (ApiKey::DescribeClientQuotas, 0, 1),
+    (ApiKey::AlterClientQuotas, 0, 1),
+    (ApiKey::DescribeUserScramCredentials, 0, 0),
+    (ApiKey::AlterUserScramCredentials, 0, 0),
 ];
 
 /// Versions handled beyond the advertised ranges, for Spate's own brokers, which talk to
@@ -338,6 +344,11 @@ pub mod error_code {
     /// KIP-890: a partition not in the producer's transaction (AddPartitionsToTxn v4+
     /// verify_only, between brokers).
     pub const TRANSACTION_ABORTABLE: i16 = 120;
+    // SCRAM credentials (AlterUserScramCredentials, DescribeUserScramCredentials).
+    pub const UNSUPPORTED_SASL_MECHANISM: i16 = 33;
+    pub const RESOURCE_NOT_FOUND: i16 = 91;
+    pub const DUPLICATE_RESOURCE: i16 = 92;
+    pub const UNACCEPTABLE_CREDENTIAL: i16 = 93;
     pub const NETWORK_EXCEPTION: i16 = 13;
 }
 

@@ -7,6 +7,7 @@
 //! authorizer and quotas see it.
 
 pub mod entity;
+pub mod quota;
 pub mod scram;
 
 use std::fmt;

@@ -1,6 +1,6 @@
 //! Admin requests on a broker that is not the active coordinator: CreateTopics,
-//! DeleteTopics, CreatePartitions, ElectLeaders, AlterConfigs, IncrementalAlterConfigs and
-//! InitProducerId without a transactional id (producer ids come from the coordinator's
+//! DeleteTopics, CreatePartitions, ElectLeaders, AlterConfigs, IncrementalAlterConfigs,
+//! AlterClientQuotas, AlterUserScramCredentials and InitProducerId without a transactional id (producer ids come from the coordinator's
 //! blocks) go to the active
 //! coordinator as the client sent them (same header, same correlation id, same
 //! version: every broker speaks the same versions), and its answer goes back to the
@@ -40,6 +40,8 @@ pub fn is_forwarded(key: ApiKey) -> bool {
             | ApiKey::AlterConfigs
             | ApiKey::IncrementalAlterConfigs
             | ApiKey::InitProducerId
+            | ApiKey::AlterClientQuotas
+            | ApiKey::AlterUserScramCredentials
     )
 }
 

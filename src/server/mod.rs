@@ -19,6 +19,7 @@ mod handlers;
 mod link;
 pub mod metrics;
 mod peer;
+mod quotas;
 mod replication;
 mod txn;
 
