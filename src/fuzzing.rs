@@ -204,6 +204,21 @@ pub fn coordinator_json(data: &[u8]) {
     let _ = crate::coordinator::acl_store::decode_acls(data);
     let _ = crate::coordinator::acl_store::decode_change(data, false);
     let _ = crate::coordinator::acl_store::decode_change(data, true);
+    let _ = layout::config_change_sequence(&String::from_utf8_lossy(data));
+    // A user's or client's entity config: quotas and SCRAM credentials, as a registry
+    // parses them for shards (under a user path, so credentials are read too).
+    if let Ok(configs) = layout::decode_topic_config(data) {
+        for path in ["users/alice", "users/<default>/clients/c%20d"] {
+            let raw = std::collections::BTreeMap::from([(path.to_string(), configs.clone())]);
+            let _ = crate::security::entity::EntityConfigs::parse(&raw);
+        }
+    }
+    if let Ok(s) = std::str::from_utf8(data) {
+        let _ = crate::security::entity::QuotaEntity::from_path(s);
+        for m in crate::security::scram::ScramMechanism::ALL {
+            let _ = crate::security::scram::ScramCredential::from_kafka_string(m, s);
+        }
+    }
     let Ok(dir) = scratch_dir("store") else { return };
     let meta = dir.path().join("spate-meta");
     if std::fs::create_dir_all(&meta).and_then(|()| std::fs::write(meta.join("znodes.json"), data)).is_ok() {
@@ -242,19 +257,18 @@ fn scratch_dir(kind: &str) -> std::io::Result<Scratch> {
 /// is split at 0xFF bytes into successive tokens, played against each mechanism with a
 /// known user (PLAIN alice/alice-secret; SCRAM "user"/"pencil", 4096 iterations).
 pub fn sasl(data: &[u8]) {
-    use crate::security::sasl::{
-        credential_from_salted, salted_password, Credentials, Mechanism, SaslServer, ScramCredential, Step,
-    };
+    use crate::security::sasl::{Credentials, Mechanism, SaslServer, Step};
+    use crate::security::scram::{ScramCredential, ScramMechanism};
     struct Known;
     impl Credentials for Known {
         fn plain_password(&self, user: &str) -> Option<String> {
             (user == "alice").then(|| "alice-secret".to_string())
         }
-        fn scram(&self, user: &str, m: Mechanism) -> Option<ScramCredential> {
+        fn scram(&self, user: &str, m: ScramMechanism) -> Option<ScramCredential> {
             thread_local! {
-                static CREDS: Vec<(Mechanism, ScramCredential)> = [Mechanism::ScramSha256, Mechanism::ScramSha512]
+                static CREDS: Vec<(ScramMechanism, ScramCredential)> = ScramMechanism::ALL
                     .into_iter()
-                    .map(|m| (m, credential_from_salted(m, &salted_password(m, b"pencil", b"salt", 4096), b"salt", 4096)))
+                    .map(|m| (m, ScramCredential::from_password(m, b"pencil", b"salt", 4096)))
                     .collect();
             }
             (user == "user").then(|| CREDS.with(|c| c.iter().find(|(x, _)| *x == m).map(|(_, c)| c.clone())))?

@@ -412,3 +412,36 @@ def test_acls_apply_to_sasl_users_and_certificate_subjects(broker_factory, tmp_p
     log = b.log_path.read_text()
     assert "Principal = User:CN=client,OU=test,O=spate is Denied Operation = Write" in log
     assert "Principal = User:alice is Denied Operation = Write" in log
+
+
+def test_scram_logins_use_credentials_set_through_the_admin_api(broker_factory, tmp_path, certs):
+    """SCRAM-SHA-256 and SCRAM-SHA-512 (RFC 5802/7677): credentials set with
+    AlterUserScramCredentials (confluent-kafka's admin) are what logins check against."""
+    from confluent_kafka.admin import ScramCredentialInfo, ScramMechanism, UserScramCredentialUpsertion
+    b, ports, mport = start_secure(broker_factory, tmp_path, certs, ["SASL_SSL"])
+    admin = AdminClient({"bootstrap.servers": b.bootstrap})
+    upserts = [
+        UserScramCredentialUpsertion("carol", ScramCredentialInfo(ScramMechanism.SCRAM_SHA_512, 8192), b"carol-pw"),
+        UserScramCredentialUpsertion("dave", ScramCredentialInfo(ScramMechanism.SCRAM_SHA_256, 4096), b"dave-pw"),
+    ]
+    for f in admin.alter_user_scram_credentials(upserts).values():
+        f.result(30)
+    port = ports["SASL_SSL"]
+    produce_and_read_back(sasl_conf(port, certs, mechanism="SCRAM-SHA-512", user=("carol", "carol-pw")), "scram512")
+    produce_and_read_back(sasl_conf(port, certs, mechanism="SCRAM-SHA-256", user=("dave", "dave-pw")), "scram256",
+                          n=50)
+    # kafka-python's SCRAM client against the same credential.
+    from kafka import KafkaProducer
+    producer = KafkaProducer(bootstrap_servers=f"127.0.0.1:{port}", security_protocol="SASL_SSL",
+                             sasl_mechanism="SCRAM-SHA-512", sasl_plain_username="carol",
+                             sasl_plain_password="carol-pw", ssl_cafile=str(certs / "ca.pem"))
+    producer.send("scram-kp", b"x").get(timeout=30)
+    producer.close()
+    before = metric_sum(scrape(mport), "spate_sasl_authentication_failures_total")
+    for mech, user in [("SCRAM-SHA-512", ("carol", "wrong")), ("SCRAM-SHA-256", ("carol", "carol-pw")),
+                       ("SCRAM-SHA-512", ("nobody", "x")), ("SCRAM-SHA-512", ALICE)]:
+        # A wrong password, a mechanism the user has no credential for, an unknown user,
+        # and a PLAIN user (PLAIN's passwords are not SCRAM credentials).
+        with pytest.raises(KafkaException):
+            AdminClient(sasl_conf(port, certs, mechanism=mech, user=user)).list_topics(timeout=4)
+    assert metric_sum(scrape(mport), "spate_sasl_authentication_failures_total") >= before + 4

@@ -381,6 +381,10 @@ pub struct ControllerSnapshot {
     /// Dynamic broker configs by entity (a broker id, or `<default>`).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub broker_configs: BTreeMap<String, BTreeMap<String, String>>,
+    /// Client entity configs (quotas, SCRAM credentials) by Kafka's entity path
+    /// (`users/alice`, `clients/c`, `users/alice/clients/c`); see `security::entity`.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub entity_configs: BTreeMap<String, BTreeMap<String, String>>,
 }
 
 /// The controller state machine. See the module comment.
@@ -393,6 +397,9 @@ pub struct Controller {
     /// Dynamic broker configs (`/config/brokers/<entity>`) by entity: a broker id, or
     /// `config::BROKER_DEFAULT_ENTITY` for the cluster-wide default. Empty maps are dropped.
     broker_configs: BTreeMap<String, BTreeMap<String, String>>,
+    /// Client entity configs (`/config/users/...`, `/config/clients/...`) by entity path
+    /// (`users/alice`); empty maps are dropped.
+    entity_configs: BTreeMap<String, BTreeMap<String, String>>,
     /// The last registration epoch handed out.
     registration_epoch_last: BrokerEpoch,
     /// When `tick` last ran the preferred leader election.
@@ -411,6 +418,7 @@ impl Controller {
             brokers: BTreeMap::new(),
             topics: BTreeMap::new(),
             broker_configs: BTreeMap::new(),
+            entity_configs: BTreeMap::new(),
             registration_epoch_last: BrokerEpoch(0),
             preferred_checked_ms: 0,
             ticked_ms: 0,
@@ -430,6 +438,7 @@ impl Controller {
             brokers: self.brokers.values().cloned().collect(),
             topics: self.topics.values().cloned().collect(),
             broker_configs: self.broker_configs.clone(),
+            entity_configs: self.entity_configs.clone(),
         }
     }
 
@@ -444,6 +453,7 @@ impl Controller {
             brokers: snapshot.brokers.into_iter().map(|b| (b.id, b)).collect(),
             topics: snapshot.topics.into_iter().map(|t| (t.name.clone(), t)).collect(),
             broker_configs: snapshot.broker_configs,
+            entity_configs: snapshot.entity_configs,
             registration_epoch_last,
             preferred_checked_ms: 0,
             ticked_ms: 0,
@@ -755,6 +765,21 @@ impl Controller {
             self.broker_configs.remove(entity);
         } else {
             self.broker_configs.insert(entity.to_string(), configs);
+        }
+    }
+
+    /// Every client entity's configs, by entity path (`users/alice`).
+    pub fn entity_configs(&self) -> &BTreeMap<String, BTreeMap<String, String>> {
+        &self.entity_configs
+    }
+
+    /// Replace the configs of client entity `path` (the caller stores
+    /// `/config/<path>` first; nothing here checks names or values).
+    pub fn set_entity_configs(&mut self, path: &str, configs: BTreeMap<String, String>) {
+        if configs.is_empty() {
+            self.entity_configs.remove(path);
+        } else {
+            self.entity_configs.insert(path.to_string(), configs);
         }
     }
 

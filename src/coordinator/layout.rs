@@ -21,6 +21,18 @@
 //! - `/config/brokers/<id>` and `/config/brokers/<default>` (dynamic broker configs, per
 //!   broker and cluster-wide): the same document, e.g.
 //!   `{"version":1,"config":{"log.retention.ms":"1000"}}`.
+//! - `/config/users/<user>`, `/config/clients/<client-id>`,
+//!   `/config/users/<user>/clients/<client-id>` (client quotas and SCRAM credentials;
+//!   names sanitized as `security::entity::sanitize`, `<default>` for the default
+//!   entity): the same document, e.g. `{"version":1,"config":{"producer_byte_rate":"1048576"}}`
+//!   or `{"version":1,"config":{"SCRAM-SHA-512":"salt=..,stored_key=..,server_key=..,iterations=8192"}}`.
+//!   Kafka keeps a node once written, with an empty config when its last key goes.
+//! - `/config/changes/config_change_<10 digits>`: Kafka's change notification (a
+//!   sequential node), written after an entity's config changes, version 2:
+//!   `{"version":2,"entity_path":"users/alice"}`. Spate's brokers learn of changes from
+//!   the coordinator's snapshots and do not read these; they are for Kafka's tools and
+//!   brokers watching the same ZooKeeper. Kafka's brokers delete them after 15 minutes;
+//!   Spate leaves them.
 //! - `/controller` (ephemeral): `{"version":1,"brokerid":1,"timestamp":"<ms>"}`; version 2
 //!   (Kafka 3.4+, with `"kraftControllerEpoch"`) is read too.
 //! - `/controller_epoch`: the epoch as decimal text, e.g. `3`.
@@ -46,6 +58,11 @@ pub mod paths {
     pub const CONFIG: &str = "/config";
     pub const TOPIC_CONFIGS: &str = "/config/topics";
     pub const BROKER_CONFIGS: &str = "/config/brokers";
+    pub const USER_CONFIGS: &str = "/config/users";
+    pub const CLIENT_CONFIGS: &str = "/config/clients";
+    pub const CONFIG_CHANGES: &str = "/config/changes";
+    /// Kafka's prefix of the sequential change-notification nodes.
+    pub const CONFIG_CHANGE_PREFIX: &str = "config_change_";
     pub const CONTROLLER: &str = "/controller";
     pub const CONTROLLER_EPOCH: &str = "/controller_epoch";
     pub const ADMIN: &str = "/admin";
@@ -73,6 +90,15 @@ pub mod paths {
     /// `entity`: a broker id, or `<default>`.
     pub fn broker_config(entity: &str) -> String {
         format!("{BROKER_CONFIGS}/{entity}")
+    }
+    /// `entity_path`: Kafka's entity path (`users/alice`, `clients/c`,
+    /// `users/alice/clients/c`), names already sanitized.
+    pub fn entity_config(entity_path: &str) -> String {
+        format!("{CONFIG}/{entity_path}")
+    }
+    /// The change notification numbered `sequence` (ZooKeeper's 10-digit sequence).
+    pub fn config_change(sequence: u64) -> String {
+        format!("{CONFIG_CHANGES}/{CONFIG_CHANGE_PREFIX}{sequence:010}")
     }
     pub fn delete_topic(topic: &str) -> String {
         format!("{DELETE_TOPICS}/{topic}")
@@ -329,6 +355,29 @@ pub fn decode_topic_config(bytes: &[u8]) -> Result<BTreeMap<String, String>, Lay
     Ok(d.config)
 }
 
+/// Kafka's version of the config change notification.
+pub const CONFIG_CHANGE_DOC_VERSION: i32 = 2;
+
+#[derive(Serialize)]
+struct ConfigChangeDocOut<'a> {
+    version: i32,
+    entity_path: &'a str,
+}
+
+/// `/config/changes/config_change_<n>`: `{"version":2,"entity_path":"users/alice"}`.
+pub fn encode_config_change(entity_path: &str) -> Vec<u8> {
+    to_bytes(&ConfigChangeDocOut { version: CONFIG_CHANGE_DOC_VERSION, entity_path })
+}
+
+/// The sequence number of a change notification's node name (`config_change_0000000003`).
+pub fn config_change_sequence(name: &str) -> Option<u64> {
+    let digits = name.strip_prefix(paths::CONFIG_CHANGE_PREFIX)?;
+    if digits.is_empty() || digits.len() > 10 || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    digits.parse().ok()
+}
+
 // ---- /controller and /controller_epoch ----
 
 #[derive(Serialize)]
@@ -503,6 +552,21 @@ mod tests {
         assert_eq!(encode_controller_epoch(12), b"12".to_vec());
         assert_eq!(decode_controller_epoch(b"12").unwrap(), 12);
         assert!(decode_controller_epoch(b"x").is_err());
+    }
+
+    #[test]
+    fn client_entity_documents_are_kafkas() {
+        // As Kafka 3.9's kafka-configs.sh --zookeeper wrote them.
+        let kafka = br#"{"version":1,"config":{"producer_byte_rate":"1048576"}}"#;
+        let configs = decode_topic_config(kafka).unwrap();
+        assert_eq!(encode_topic_config(&configs), kafka.to_vec());
+        assert_eq!(paths::entity_config("users/alice/clients/<default>"), "/config/users/alice/clients/<default>");
+        assert_eq!(encode_config_change("users/alice"), br#"{"version":2,"entity_path":"users/alice"}"#.to_vec());
+        assert_eq!(paths::config_change(7), "/config/changes/config_change_0000000007");
+        assert_eq!(config_change_sequence("config_change_0000000007"), Some(7));
+        assert_eq!(config_change_sequence("config_change_"), None);
+        assert_eq!(config_change_sequence("config_change_99999999999"), None);
+        assert_eq!(config_change_sequence("other_0000000001"), None);
     }
 
     #[test]

@@ -23,9 +23,11 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use crate::config::TopicConfig;
 use crate::model::{limits, BrokerEpoch, LeaderEpoch, NodeId, PartitionEpoch};
+use crate::security::entity::EntityConfigs;
 
 use super::controller::{
     BrokerInfo, Change, Controller, ControllerConfig, ControllerError, ControllerSnapshot, Election, Endpoint,
@@ -202,6 +204,9 @@ pub struct Registry {
     producer_id_bound: Option<i64>,
     /// Every ACL binding (`/kafka-acl...`, see `acl_store`); shared with the views.
     acls: std::sync::Arc<crate::security::acl::Acls>,
+    /// The controller's client entity configs, parsed (quotas, SCRAM credentials);
+    /// rebuilt by `refresh_cache`, shared with every view.
+    entity_configs: Arc<EntityConfigs>,
 }
 
 /// Kafka's topic name rule: 1..=249 chars of [a-zA-Z0-9._-], not "." or "..".
@@ -377,6 +382,9 @@ impl Registry {
             let configs = layout::decode_topic_config(&node.data).map_err(|e| corrupt(&path, e))?;
             controller.set_broker_configs(&entity, configs);
         }
+        for (entity_path, configs) in load_entity_configs(store.as_ref())? {
+            controller.set_entity_configs(&entity_path, configs);
+        }
         changes.extend(controller.register_broker(
             broker.id,
             broker.endpoint.clone(),
@@ -402,6 +410,7 @@ impl Registry {
             producer_ids: Default::default(),
             producer_id_bound: None,
             acls: std::sync::Arc::new(acls),
+            entity_configs: Default::default(),
         };
         registry.persist(&changes)?;
         if let Err(e) = registry.load_producer_id_bound() {
@@ -446,6 +455,7 @@ impl Registry {
             producer_ids: Default::default(),
             producer_id_bound: None,
             acls: Default::default(),
+            entity_configs: Default::default(),
         };
         if let Some(path) = cache.as_ref().filter(|p| p.exists()) {
             match std::fs::read(path).map_err(|e| e.to_string()).and_then(|b| registry.install(&b, false)) {
@@ -555,6 +565,7 @@ impl Registry {
             controller: self.controller.clone(),
             topics: self.topics.clone(),
             topic_names: self.topics.iter().map(|(name, meta)| (meta.id, name.clone())).collect(),
+            entity_configs: Arc::clone(&self.entity_configs),
         }
     }
 
@@ -699,6 +710,7 @@ impl Registry {
 
     fn refresh_cache(&mut self) {
         self.generation += 1;
+        self.entity_configs = Arc::new(EntityConfigs::parse(self.controller.entity_configs()));
         let dynamic_defaults = crate::config::dynamic_topic_defaults(
             self.controller.broker_configs(crate::config::BROKER_DEFAULT_ENTITY),
             self.controller.broker_configs(&self.broker.id.to_string()),
@@ -1116,6 +1128,31 @@ impl Registry {
         self.controller.broker_configs(entity).cloned().unwrap_or_default()
     }
 
+    /// Replace the configs of client entity `entity_path` (`users/alice`, `clients/c`,
+    /// `users/alice/clients/c`, names sanitized), durably in `/config/<entity_path>`, then
+    /// write Kafka's change notification. As Kafka, the node stays with an empty config
+    /// when the last key goes (it may have children).
+    pub fn set_entity_configs(
+        &mut self,
+        entity_path: &str,
+        configs: BTreeMap<String, String>,
+    ) -> Result<(), RegistryError> {
+        let store = self.store()?;
+        store.put(&paths::entity_config(entity_path), &layout::encode_topic_config(&configs))?;
+        write_config_change(store, entity_path)?;
+        self.controller.set_entity_configs(entity_path, configs);
+        if let Role::Active { changes, .. } = &mut self.role {
+            *changes += 1;
+        }
+        self.refresh_cache();
+        Ok(())
+    }
+
+    /// The configs of client entity `entity_path` (empty when none).
+    pub fn entity_configs(&self, entity_path: &str) -> BTreeMap<String, String> {
+        self.controller.entity_configs().get(entity_path).cloned().unwrap_or_default()
+    }
+
     /// Once a second: this broker heartbeats its own registration; the controller fences
     /// brokers that stopped (none yet: a single broker) and writes what changed.
     pub fn tick(&mut self, now_ms: u64) -> Result<(), RegistryError> {
@@ -1155,6 +1192,54 @@ impl Registry {
             let _ = store.delete(paths::CONTROLLER, None);
         }
     }
+}
+
+/// Every client entity config in the store: `/config/users/<u>`,
+/// `/config/users/<u>/clients/<c>`, `/config/clients/<c>`, by entity path.
+fn load_entity_configs(store: &dyn MetaStore) -> Result<BTreeMap<String, BTreeMap<String, String>>, RegistryError> {
+    let mut out = BTreeMap::new();
+    let mut read = |entity_path: String| -> Result<(), RegistryError> {
+        let path = paths::entity_config(&entity_path);
+        if let Some(node) = store.get(&path)? {
+            let configs = layout::decode_topic_config(&node.data).map_err(|e| corrupt(&path, e))?;
+            if !configs.is_empty() {
+                out.insert(entity_path, configs);
+            }
+        }
+        Ok(())
+    };
+    for user in children_or_empty(store, paths::USER_CONFIGS)? {
+        read(format!("users/{user}"))?;
+        for client in children_or_empty(store, &format!("{}/{user}/clients", paths::USER_CONFIGS))? {
+            read(format!("users/{user}/clients/{client}"))?;
+        }
+    }
+    for client in children_or_empty(store, paths::CLIENT_CONFIGS)? {
+        read(format!("clients/{client}"))?;
+    }
+    Ok(out)
+}
+
+/// Kafka's change notification for `entity_path`: the next sequential
+/// `/config/changes/config_change_<n>` (the store has no sequential nodes, so the number
+/// is one past the highest present; a node another writer took first means a retry).
+fn write_config_change(store: &dyn MetaStore, entity_path: &str) -> Result<(), StoreError> {
+    const attempts_max: usize = 10;
+    let data = layout::encode_config_change(entity_path);
+    let mut last = None;
+    for _ in 0..attempts_max {
+        let next = children_or_empty(store, paths::CONFIG_CHANGES)?
+            .iter()
+            .filter_map(|name| layout::config_change_sequence(name))
+            .max()
+            .map_or(0, |n| n + 1);
+        match store.create_all(&paths::config_change(next), &data, CreateMode::Persistent) {
+            Ok(()) => return Ok(()),
+            Err(e @ StoreError::NodeExists(_)) => last = Some(e),
+            Err(e) => return Err(e),
+        }
+    }
+    Err(last.expect("at least one attempt"))
 }
 
 /// The store writes for `changes`, in the order Kafka's controller makes them.
@@ -1586,6 +1671,50 @@ mod tests {
             (NodeId::NONE, LeaderEpoch(4), &[NodeId(2)][..], PartitionEpoch(9))
         );
         assert_eq!(serde_json::to_string(&snapshot).unwrap(), json);
+    }
+
+    /// Quotas and SCRAM credentials live in `/config/users/...` and `/config/clients/...`
+    /// with a change notification each, survive a reopen, and reach mirrors.
+    #[test]
+    fn client_entity_configs_live_in_kafka_layout_and_reach_mirrors() {
+        use crate::security::scram::{ScramCredential, ScramMechanism};
+        let dir = tempfile::tempdir().unwrap();
+        let credential = ScramCredential::from_password(ScramMechanism::Sha512, b"alice-secret", b"saltsalt", 8192);
+        {
+            let mut r = Registry::open(Box::new(LocalStore::open(dir.path()).unwrap()), broker(), 1_000).unwrap();
+            let quota = BTreeMap::from([("producer_byte_rate".to_string(), "1048576".to_string())]);
+            r.set_entity_configs("clients/app%201", quota).unwrap();
+            let user = BTreeMap::from([("SCRAM-SHA-512".to_string(), credential.to_kafka_string())]);
+            r.set_entity_configs("users/alice", user).unwrap();
+            r.set_entity_configs("users/<default>/clients/<default>", BTreeMap::new()).unwrap();
+            let store = r.store().unwrap();
+            assert_eq!(
+                store.get("/config/clients/app%201").unwrap().unwrap().data,
+                br#"{"version":1,"config":{"producer_byte_rate":"1048576"}}"#.to_vec()
+            );
+            assert_eq!(
+                store.get("/config/users/<default>/clients/<default>").unwrap().unwrap().data,
+                br#"{"version":1,"config":{}}"#.to_vec()
+            );
+            assert_eq!(
+                store.children("/config/changes").unwrap(),
+                ["config_change_0000000000", "config_change_0000000001", "config_change_0000000002"]
+            );
+            assert_eq!(
+                store.get("/config/changes/config_change_0000000001").unwrap().unwrap().data,
+                br#"{"version":2,"entity_path":"users/alice"}"#.to_vec()
+            );
+            r.close();
+        }
+        let r = Registry::open(Box::new(LocalStore::open(dir.path()).unwrap()), broker(), 2_000).unwrap();
+        let view = r.view();
+        assert_eq!(view.scram_credential("alice", ScramMechanism::Sha512), Some(&credential));
+        assert_eq!(view.scram_credential("alice", ScramMechanism::Sha256), None);
+        let quota = view.entity_configs().quota_for(crate::security::entity::QuotaKind::Produce, "ANONYMOUS", "app 1");
+        assert_eq!(quota.map(|(_, v)| v), Some(1048576.0));
+        let mut mirror = Registry::mirror(remote(2), None);
+        mirror.apply_snapshot(&view.snapshot_json().unwrap().1).unwrap();
+        assert_eq!(mirror.view().scram_credential("alice", ScramMechanism::Sha512), Some(&credential));
     }
 
     #[test]

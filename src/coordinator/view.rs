@@ -5,10 +5,13 @@
 //! and take the next one when the generation moves. Nothing here locks or does I/O.
 
 use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
 
 use super::controller::{BrokerInfo, Controller, PartitionState};
 use super::registry::{ClusterSnapshot, Hosting, RegistryError, TopicMeta};
 use crate::model::NodeId;
+use crate::security::entity::EntityConfigs;
+use crate::security::scram::{ScramCredential, ScramMechanism};
 
 /// The cluster as the registry saw it at one generation.
 #[derive(Debug, Clone)]
@@ -30,6 +33,8 @@ pub struct ClusterView {
     pub(super) controller: Controller,
     pub(super) topics: BTreeMap<String, TopicMeta>,
     pub(super) topic_names: HashMap<uuid::Uuid, String>,
+    /// Client quotas and SCRAM credentials (`/config/users/...`, `/config/clients/...`).
+    pub(super) entity_configs: Arc<EntityConfigs>,
 }
 
 impl ClusterView {
@@ -41,6 +46,20 @@ impl ClusterView {
     /// Every ACL binding (what the authorizer checks against).
     pub fn acls(&self) -> &crate::security::acl::Acls {
         &self.acls
+    }
+
+    /// The SCRAM credential stored for `user` (the SASL user name, not sanitized) and
+    /// `mechanism` (`/config/users/<user>`, key `SCRAM-SHA-256` / `SCRAM-SHA-512`), for
+    /// the SASL SCRAM exchange: salt and iterations go in server-first, `stored_key`
+    /// checks the client's proof (`ScramCredential::verify_client_proof`), `server_key`
+    /// signs server-final (`ScramCredential::server_signature`).
+    pub fn scram_credential(&self, user: &str, mechanism: ScramMechanism) -> Option<&ScramCredential> {
+        self.entity_configs.scram_credential(user, mechanism)
+    }
+
+    /// Client quotas and SCRAM credentials, parsed.
+    pub fn entity_configs(&self) -> &EntityConfigs {
+        &self.entity_configs
     }
 
     /// The registry's change counter this view was built at.

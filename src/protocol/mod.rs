@@ -84,6 +84,12 @@ pub const SUPPORTED_APIS: &[(ApiKey, i16, i16)] = &[
     (ApiKey::DescribeAcls, 1, 3),
     (ApiKey::CreateAcls, 1, 3),
     (ApiKey::DeleteAcls, 1, 3),
+    // Client quotas and SCRAM credentials (kafka-configs, Admin.alterClientQuotas,
+    // Admin.alterUserScramCredentials).
+    (ApiKey::DescribeClientQuotas, 0, 1),
+    (ApiKey::AlterClientQuotas, 0, 1),
+    (ApiKey::DescribeUserScramCredentials, 0, 0),
+    (ApiKey::AlterUserScramCredentials, 0, 0),
 ];
 
 /// Versions handled beyond the advertised ranges, for Spate's own brokers, which talk to
@@ -356,6 +362,10 @@ pub mod error_code {
     /// KIP-890: a partition not in the producer's transaction (AddPartitionsToTxn v4+
     /// verify_only, between brokers).
     pub const TRANSACTION_ABORTABLE: i16 = 120;
+    // SCRAM credentials (AlterUserScramCredentials, DescribeUserScramCredentials).
+    pub const RESOURCE_NOT_FOUND: i16 = 91;
+    pub const DUPLICATE_RESOURCE: i16 = 92;
+    pub const UNACCEPTABLE_CREDENTIAL: i16 = 93;
     pub const NETWORK_EXCEPTION: i16 = 13;
 }
 

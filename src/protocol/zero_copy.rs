@@ -28,6 +28,9 @@ pub enum ResponsePart {
 #[derive(Debug, Clone)]
 pub struct Response {
     pub parts: Vec<ResponsePart>,
+    /// Client quotas (KIP-219): after this response is sent, the connection reads no
+    /// further request for this long (0: not throttled).
+    pub throttle_ms: u64,
 }
 
 impl Response {
@@ -44,7 +47,7 @@ impl Response {
 
 impl From<Bytes> for Response {
     fn from(b: Bytes) -> Self {
-        Self { parts: vec![ResponsePart::Bytes(b)] }
+        Self { parts: vec![ResponsePart::Bytes(b)], throttle_ms: 0 }
     }
 }
 
@@ -112,7 +115,7 @@ pub fn splice_file_ranges(frame: Bytes, flexible: bool, ranges: Vec<FileRange>) 
         b.extend_from_slice(first);
         parts[0] = ResponsePart::Bytes(b.freeze());
     }
-    Ok(Response { parts })
+    Ok(Response { parts, throttle_ms: 0 })
 }
 
 #[cfg(test)]

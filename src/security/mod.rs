@@ -7,7 +7,10 @@
 //! authorizer and quotas see it.
 
 pub mod acl;
+pub mod entity;
+pub mod quota;
 pub mod sasl;
+pub mod scram;
 pub mod tls;
 
 use std::fmt;

@@ -13,19 +13,14 @@
 
 use base64::engine::general_purpose::STANDARD as BASE64;
 use base64::Engine as _;
-use hmac::{Hmac, Mac};
-use sha2::{Digest, Sha256, Sha512};
 use subtle::ConstantTimeEq;
 
+use super::scram::{ScramCredential, ScramMechanism};
 use super::Principal;
 
 /// The longest SASL token a client may send (Kafka bounds SaslAuthenticate by
 /// `sasl.server.max.receive.size`, 512 KiB by default; real tokens are under 1 KiB).
 pub const sasl_token_bytes_max: usize = 512 * 1024;
-
-/// SCRAM iteration counts accepted, as Kafka's `ScramMechanism` bounds them.
-pub const scram_iterations_min: u32 = 4096;
-pub const scram_iterations_max: u32 = 16384;
 
 /// A SASL mechanism Spate serves.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -50,22 +45,14 @@ impl Mechanism {
     pub fn from_name(name: &str) -> Option<Self> {
         Self::ALL.into_iter().find(|m| m.name() == name)
     }
-}
 
-/// A stored SCRAM credential (RFC 5802 section 3): what the server keeps instead of the
-/// password.
-#[derive(Clone, PartialEq, Eq)]
-pub struct ScramCredential {
-    pub salt: Vec<u8>,
-    pub stored_key: Vec<u8>,
-    pub server_key: Vec<u8>,
-    pub iterations: u32,
-}
-
-impl std::fmt::Debug for ScramCredential {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        // Keys are secrets: never printed.
-        write!(f, "ScramCredential {{ iterations: {} }}", self.iterations)
+    /// The SCRAM variant, for the SCRAM mechanisms.
+    pub fn scram(self) -> Option<ScramMechanism> {
+        match self {
+            Mechanism::Plain => None,
+            Mechanism::ScramSha256 => Some(ScramMechanism::Sha256),
+            Mechanism::ScramSha512 => Some(ScramMechanism::Sha512),
+        }
     }
 }
 
@@ -73,8 +60,8 @@ impl std::fmt::Debug for ScramCredential {
 pub trait Credentials {
     /// The PLAIN password of `user`, if PLAIN knows the user.
     fn plain_password(&self, user: &str) -> Option<String>;
-    /// The SCRAM credential of `user` for a SCRAM mechanism.
-    fn scram(&self, user: &str, mechanism: Mechanism) -> Option<ScramCredential>;
+    /// The SCRAM credential of `user` for a SCRAM mechanism (`/config/users/<user>`).
+    fn scram(&self, user: &str, mechanism: ScramMechanism) -> Option<ScramCredential>;
 }
 
 /// What one step of the exchange answers.
@@ -231,7 +218,8 @@ fn scram_first(
     if let Some((k, _)) = attrs.next() {
         return Err(format!("Invalid SCRAM client first message: unsupported extension {k:?}"));
     }
-    let credential = credentials.scram(&user, m).ok_or_else(|| invalid_credentials(m))?;
+    let scram = m.scram().expect("a SCRAM mechanism");
+    let credential = credentials.scram(&user, scram).ok_or_else(|| invalid_credentials(m))?;
     let nonce = format!("{client_nonce}{server_nonce}");
     let server_first = format!("r={nonce},s={},i={}", BASE64.encode(&credential.salt), credential.iterations);
     Ok((
@@ -271,65 +259,11 @@ fn scram_final(
     }
     let proof = BASE64.decode(proof).map_err(|_| "Invalid SCRAM client final message: bad proof".to_string())?;
     let auth_message = format!("{client_first_bare},{server_first},{without_proof}");
-    let client_signature = hmac(m, &credential.stored_key, auth_message.as_bytes());
-    if proof.len() != client_signature.len() {
+    let scram = m.scram().expect("a SCRAM mechanism");
+    if !credential.verify_client_proof(scram, auth_message.as_bytes(), &proof) {
         return Err(invalid_credentials(m));
     }
-    let client_key: Vec<u8> = proof.iter().zip(&client_signature).map(|(a, b)| a ^ b).collect();
-    if !bool::from(hash(m, &client_key).ct_eq(&credential.stored_key)) {
-        return Err(invalid_credentials(m));
-    }
-    let server_signature = hmac(m, &credential.server_key, auth_message.as_bytes());
-    Ok(format!("v={}", BASE64.encode(server_signature)))
-}
-
-/// HMAC with the mechanism's hash.
-pub fn hmac(m: Mechanism, key: &[u8], data: &[u8]) -> Vec<u8> {
-    match m {
-        Mechanism::ScramSha512 => {
-            let mut mac = Hmac::<Sha512>::new_from_slice(key).expect("HMAC takes any key length");
-            mac.update(data);
-            mac.finalize().into_bytes().to_vec()
-        }
-        _ => {
-            let mut mac = Hmac::<Sha256>::new_from_slice(key).expect("HMAC takes any key length");
-            mac.update(data);
-            mac.finalize().into_bytes().to_vec()
-        }
-    }
-}
-
-/// The mechanism's hash.
-pub fn hash(m: Mechanism, data: &[u8]) -> Vec<u8> {
-    match m {
-        Mechanism::ScramSha512 => Sha512::digest(data).to_vec(),
-        _ => Sha256::digest(data).to_vec(),
-    }
-}
-
-/// Hi(password, salt, i) of RFC 5802 (PBKDF2 with the mechanism's HMAC, one block).
-pub fn salted_password(m: Mechanism, password: &[u8], salt: &[u8], iterations: u32) -> Vec<u8> {
-    let mut block = salt.to_vec();
-    block.extend_from_slice(&1u32.to_be_bytes());
-    let mut u = hmac(m, password, &block);
-    let mut out = u.clone();
-    for _ in 1..iterations {
-        u = hmac(m, password, &u);
-        out.iter_mut().zip(&u).for_each(|(o, x)| *o ^= x);
-    }
-    out
-}
-
-/// The stored credential for a salted password (RFC 5802: StoredKey = H(HMAC(salted,
-/// "Client Key")), ServerKey = HMAC(salted, "Server Key")).
-pub fn credential_from_salted(m: Mechanism, salted: &[u8], salt: &[u8], iterations: u32) -> ScramCredential {
-    let client_key = hmac(m, salted, b"Client Key");
-    ScramCredential {
-        salt: salt.to_vec(),
-        stored_key: hash(m, &client_key),
-        server_key: hmac(m, salted, b"Server Key"),
-        iterations,
-    }
+    Ok(format!("v={}", BASE64.encode(credential.server_signature(scram, auth_message.as_bytes()))))
 }
 
 #[cfg(test)]
@@ -346,8 +280,8 @@ mod tests {
         fn plain_password(&self, user: &str) -> Option<String> {
             self.plain.iter().find(|(u, _)| *u == user).map(|(_, p)| p.to_string())
         }
-        fn scram(&self, user: &str, mechanism: Mechanism) -> Option<ScramCredential> {
-            self.scram.iter().find(|(u, m, _)| *u == user && *m == mechanism).map(|(_, _, c)| c.clone())
+        fn scram(&self, user: &str, mechanism: ScramMechanism) -> Option<ScramCredential> {
+            self.scram.iter().find(|(u, m, _)| *u == user && m.scram() == Some(mechanism)).map(|(_, _, c)| c.clone())
         }
     }
 
@@ -390,8 +324,7 @@ mod tests {
     #[test]
     fn scram_sha_256_matches_rfc_7677() {
         let salt = BASE64.decode("W22ZaJ0SNY7soEsUEjb6gQ==").unwrap();
-        let salted = salted_password(Mechanism::ScramSha256, b"pencil", &salt, 4096);
-        let credential = credential_from_salted(Mechanism::ScramSha256, &salted, &salt, 4096);
+        let credential = ScramCredential::from_password(ScramMechanism::Sha256, b"pencil", &salt, 4096);
         let users = Users { scram: vec![("user", Mechanism::ScramSha256, credential)], ..Default::default() };
         let mut server = SaslServer::new(Mechanism::ScramSha256);
         let first = server.step(b"n,,n=user,r=rOprNGfwEbeRWgbNEkqO", &users, "%hvYDpWUa2RaTCAfuxFIlj)hNlF$k0");
@@ -421,19 +354,18 @@ mod tests {
         let nonce = attrs[0].1;
         let salt = BASE64.decode(attrs[1].1).unwrap();
         let iterations: u32 = attrs[2].1.parse().unwrap();
-        let salted = salted_password(m, password.as_bytes(), &salt, iterations);
-        let client_key = hmac(m, &salted, b"Client Key");
+        let m = m.scram().unwrap();
+        let client_key = m.client_key(&m.salted_password(password.as_bytes(), &salt, iterations));
         let without_proof = format!("c=biws,r={nonce}");
         let auth = format!("{client_first_bare},{server_first},{without_proof}");
-        let signature = hmac(m, &hash(m, &client_key), auth.as_bytes());
+        let signature = m.hmac(&m.stored_key(&client_key), auth.as_bytes());
         let proof: Vec<u8> = client_key.iter().zip(&signature).map(|(a, b)| a ^ b).collect();
         format!("{without_proof},p={}", BASE64.encode(proof))
     }
 
     fn scram_exchange(m: Mechanism, stored_password: &str, password: &str) -> Step {
         let salt = b"0123456789abcdef".to_vec();
-        let credential =
-            credential_from_salted(m, &salted_password(m, stored_password.as_bytes(), &salt, 4096), &salt, 4096);
+        let credential = ScramCredential::from_password(m.scram().unwrap(), stored_password.as_bytes(), &salt, 4096);
         let users = Users { scram: vec![("al,ice", m, credential)], ..Default::default() };
         let mut server = SaslServer::new(m);
         let bare = "n=al=2Cice,r=clientnonce";
@@ -465,7 +397,7 @@ mod tests {
         }
         let salt = b"salt".to_vec();
         let m = Mechanism::ScramSha256;
-        let credential = credential_from_salted(m, &salted_password(m, b"pw", &salt, 4096), &salt, 4096);
+        let credential = ScramCredential::from_password(ScramMechanism::Sha256, b"pw", &salt, 4096);
         let users = Users { scram: vec![("u", m, credential)], ..Default::default() };
         for last in [
             &b"c=biws,r=cs,p=AAAA"[..],

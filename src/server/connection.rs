@@ -220,19 +220,42 @@ async fn run<S>(
     let pending = Rc::new(Cell::new(0usize));
     let mut sasl = listener.sasl.clone().map(|settings| SaslGate::new(settings, principal.clone()));
     let mut principal = principal;
+    // Client quotas (KIP-219): the writer sets `muted_until` after sending a throttled
+    // response; the reader reads no further request before then. A connection once
+    // throttled is served as Kafka serves every connection: the next request is read
+    // only when every answer is sent (else a pipelining client would have many requests
+    // read, and measured, before the mute begins). `unsent` counts requests read and
+    // not yet answered on the socket; `sent_notify` wakes a reader waiting for it to be 0.
+    let muted_until: Rc<Cell<Option<Instant>>> = Rc::new(Cell::new(None));
+    let throttled = Rc::new(Cell::new(false));
+    let unsent = Rc::new(Cell::new(0usize));
+    let sent_notify: Rc<Cell<Option<futures::channel::oneshot::Sender<()>>>> = Rc::new(Cell::new(None));
+    let writer_done = Rc::new(Cell::new(false));
 
     let writer_task = {
         let ctx = ctx.clone();
         let peer = peer.clone();
         let pending = pending.clone();
+        let muted_until = muted_until.clone();
+        let (throttled, unsent, sent_notify) = (throttled.clone(), unsent.clone(), sent_notify.clone());
+        let writer_done = writer_done.clone();
         glommio::spawn_local(async move {
             let counters = ctx.metrics.shard(ctx.id);
+            let answered = || {
+                unsent.set(unsent.get().saturating_sub(1));
+                if unsent.get() == 0 {
+                    if let Some(tx) = sent_notify.take() {
+                        let _ = tx.send(());
+                    }
+                }
+            };
             while let Some(Pending::Answer(task)) = rx.recv().await {
                 let answer = task.await;
                 pending.set(pending.get().saturating_sub(1));
                 match answer {
                     Some(Ok(Some(response))) => {
                         counters.bytes_out.fetch_add(response.len_bytes(), Ordering::Relaxed);
+                        let throttle_ms = response.throttle_ms;
                         if let Err(e) = write_response(&mut writer, fd, transport, response).await {
                             tracing::debug!(%peer, error = %e, "write failed");
                             break;
@@ -243,8 +266,14 @@ async fn run<S>(
                         if transport == Transport::Tls && writer.flush().await.is_err() {
                             break;
                         }
+                        if throttle_ms > 0 {
+                            let until = Instant::now() + Duration::from_millis(throttle_ms);
+                            muted_until.set(Some(muted_until.get().map_or(until, |u| u.max(until))));
+                            throttled.set(true);
+                        }
+                        answered();
                     }
-                    Some(Ok(None)) => {} // acks=0: no answer
+                    Some(Ok(None)) => answered(), // acks=0: no answer
                     Some(Err(e)) => {
                         counters.bad_requests.fetch_add(1, Ordering::Relaxed);
                         if ctx.client_error_log_allowed() {
@@ -257,8 +286,10 @@ async fn run<S>(
             }
             let _ = writer.flush().await;
             let _ = writer.close().await;
-            // Wake the reader if it is still blocked on the socket.
-            // SAFETY: fd is the connection's socket, still owned by the reader half.
+            writer_done.set(true);
+            drop(sent_notify.take()); // a reader waiting for answers sees the writer gone
+                                      // Wake the reader if it is still blocked on the socket.
+                                      // SAFETY: fd is the connection's socket, still owned by the reader half.
             unsafe { libc::shutdown(fd, libc::SHUT_RDWR) };
         })
     };
@@ -266,6 +297,22 @@ async fn run<S>(
     loop {
         if ctx.stopping.get() {
             break;
+        }
+        if throttled.get() {
+            // Throttled (client quotas): one request at a time, and none while muted.
+            while unsent.get() > 0 && !writer_done.get() {
+                let (tx, rx) = futures::channel::oneshot::channel();
+                sent_notify.set(Some(tx));
+                if rx.await.is_err() {
+                    break; // the writer is gone
+                }
+            }
+            if let Some(until) = muted_until.take() {
+                let now = Instant::now();
+                if until > now {
+                    glommio::timer::sleep(until - now).await;
+                }
+            }
         }
         let mut len = [0u8; 4];
         match read_full(&mut reader, &mut len, &pending).await {
@@ -357,6 +404,7 @@ async fn run<S>(
         frame.principal = principal.clone();
         ctx.in_flight.set(ctx.in_flight.get() + 1);
         pending.set(pending.get() + 1);
+        unsent.set(unsent.get() + 1);
         let task = {
             let ctx = ctx.clone();
             glommio::spawn_local(async move {

@@ -1,6 +1,6 @@
 //! Admin requests on a broker that is not the active coordinator: CreateTopics,
 //! DeleteTopics, CreatePartitions, ElectLeaders, AlterConfigs, IncrementalAlterConfigs,
-//! CreateAcls, DeleteAcls and
+//! CreateAcls, DeleteAcls, AlterClientQuotas, AlterUserScramCredentials and
 //! InitProducerId without a transactional id (producer ids come from the coordinator's
 //! blocks) go to the active
 //! coordinator as the client sent them (same header, same correlation id, same
@@ -43,6 +43,8 @@ pub fn is_forwarded(key: ApiKey) -> bool {
             | ApiKey::InitProducerId
             | ApiKey::CreateAcls
             | ApiKey::DeleteAcls
+            | ApiKey::AlterClientQuotas
+            | ApiKey::AlterUserScramCredentials
     )
 }
 

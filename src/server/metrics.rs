@@ -21,6 +21,8 @@ use hdrhistogram::Histogram;
 use crate::coordinator::owner::Metadata;
 use crate::coordinator::view::ClusterView;
 use crate::model::{ShardId, TopicPartition};
+use crate::security::entity::{QuotaEntity, QuotaKind};
+use crate::security::quota::{metric_labels, quota_entities_max, QuotaManager};
 
 /// Latencies are recorded in microseconds, 1 µs ..= 60 s, 2 significant digits.
 const latency_micros_max: u64 = 60_000_000;
@@ -97,15 +99,47 @@ pub struct ShardCounters {
     /// Per Kafka API key: handler latency (and count, from the histogram).
     pub api_latency: Mutex<BTreeMap<i16, Latency>>,
     pub fsync_latency: Mutex<Latency>,
+    /// Client quotas by (quota, user, client id) as accounted (`server::quotas`).
+    pub quota_stats: Mutex<BTreeMap<QuotaStatKey, QuotaStat>>,
+}
+
+/// (quota kind, user, client id): the labels of a quota entity's metrics.
+pub type QuotaStatKey = (QuotaKind, String, String);
+
+/// What one shard saw of one quota entity.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct QuotaStat {
+    /// Bytes (produce, fetch) or handler time in `handler_time_value` units (request).
+    pub measured: u64,
+    pub throttle_ms: u64,
+    pub throttled_responses: u64,
 }
 
 pub struct Metrics {
     pub shards: Vec<ShardCounters>,
+    /// Kafka's quota sensors: every quota entity's measured rate, per broker (shared by
+    /// the shards, lock-free; `security::quota`).
+    pub quotas: QuotaManager,
 }
 
 impl Metrics {
     pub fn new(nr_shards: usize) -> Self {
-        Self { shards: (0..nr_shards).map(|_| ShardCounters::default()).collect() }
+        Self { shards: (0..nr_shards).map(|_| ShardCounters::default()).collect(), quotas: QuotaManager::new() }
+    }
+
+    /// A request of a quota entity measured `value` and was throttled `throttle_ms`.
+    pub fn record_quota(&self, id: ShardId, kind: QuotaKind, entity: &QuotaEntity, value: u64, throttle_ms: u64) {
+        let (user, client_id) = metric_labels(entity);
+        if let Ok(mut m) = self.shard(id).quota_stats.lock() {
+            let key = (kind, user.to_string(), client_id.to_string());
+            if m.len() >= quota_entities_max && !m.contains_key(&key) {
+                return;
+            }
+            let s = m.entry(key).or_default();
+            s.measured = s.measured.saturating_add(value);
+            s.throttle_ms = s.throttle_ms.saturating_add(throttle_ms);
+            s.throttled_responses += u64::from(throttle_ms > 0);
+        }
     }
 
     pub fn shard(&self, id: ShardId) -> &ShardCounters {
@@ -263,8 +297,57 @@ impl Metrics {
             let _ =
                 writeln!(out, "spate_log_size_bytes{{topic=\"{}\",partition=\"{}\"}} {bytes}", tp.topic, tp.partition);
         }
+        self.render_quotas(&mut out);
         out
     }
+
+    /// Client quotas per entity (labels as Kafka's quota metrics: quota type, user,
+    /// client id; "" where the entity has no such part).
+    fn render_quotas(&self, out: &mut String) {
+        let mut all: BTreeMap<QuotaStatKey, QuotaStat> = BTreeMap::new();
+        for s in &self.shards {
+            if let Ok(m) = s.quota_stats.lock() {
+                for (k, v) in m.iter() {
+                    let e = all.entry(k.clone()).or_default();
+                    e.measured += v.measured;
+                    e.throttle_ms += v.throttle_ms;
+                    e.throttled_responses += v.throttled_responses;
+                }
+            }
+        }
+        let labels = |(kind, user, client): &QuotaStatKey| {
+            format!("quota=\"{}\",user=\"{}\",client_id=\"{}\"", kind.name(), label_value(user), label_value(client))
+        };
+        let families: [(&str, &str, &dyn Fn(&QuotaStatKey, &QuotaStat) -> Option<String>); 4] = [
+            (
+                "spate_quota_throttle_time_ms_total",
+                "Milliseconds of throttling answered to a quota entity.",
+                &|_, s| Some(s.throttle_ms.to_string()),
+            ),
+            ("spate_quota_throttled_responses_total", "Responses that throttled a quota entity.", &|_, s| {
+                Some(s.throttled_responses.to_string())
+            }),
+            ("spate_quota_bytes_total", "Bytes measured against a byte-rate quota (produce, fetch).", &|k, s| {
+                (k.0 != QuotaKind::Request).then(|| s.measured.to_string())
+            }),
+            ("spate_quota_request_time_ms_total", "Handler time measured against request_percentage.", &|k, s| {
+                (k.0 == QuotaKind::Request).then(|| format!("{:.3}", s.measured as f64 * 10.0 / 1e6))
+            }),
+        ];
+        for (name, help, value) in families {
+            let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} counter");
+            for (k, s) in &all {
+                if let Some(v) = value(k, s) {
+                    let _ = writeln!(out, "{name}{{{}}} {v}", labels(k));
+                }
+            }
+        }
+    }
+}
+
+/// A Prometheus label value: backslash, double quote and newline escaped.
+fn label_value(s: &str) -> String {
+    s.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n")
 }
 
 impl Metrics {

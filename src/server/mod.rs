@@ -20,6 +20,7 @@ mod link;
 mod listener;
 pub mod metrics;
 mod peer;
+mod quotas;
 mod replication;
 mod sasl_gate;
 mod txn;

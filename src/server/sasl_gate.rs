@@ -27,7 +27,8 @@ use kafka_protocol::messages::{
 use kafka_protocol::protocol::StrBytes;
 
 use crate::protocol::{decode_body, encode_response, error_code, handled_version, RequestFrame};
-use crate::security::sasl::{Credentials, Mechanism, SaslServer, ScramCredential, Step};
+use crate::security::sasl::{Credentials, Mechanism, SaslServer, Step};
+use crate::security::scram::{ScramCredential, ScramMechanism};
 use crate::security::Principal;
 
 use super::context::ShardContext;
@@ -74,12 +75,8 @@ impl Credentials for BrokerCredentials<'_> {
         self.settings.plain_users.get(user).cloned()
     }
 
-    fn scram(&self, _user: &str, _mechanism: Mechanism) -> Option<ScramCredential> {
-        // SCRAM credentials live in the user entity configs (/config/users/<user>),
-        // which reach the view with AlterUserScramCredentials (being built alongside);
-        // until then no SCRAM user exists.
-        let _ = self.view;
-        None
+    fn scram(&self, user: &str, mechanism: ScramMechanism) -> Option<ScramCredential> {
+        self.view.scram_credential(user, mechanism).cloned()
     }
 }
 

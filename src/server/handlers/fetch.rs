@@ -28,6 +28,7 @@ use super::super::context::ShardContext;
 use super::super::fetch_sessions;
 use super::super::now_ms;
 use super::{partition_error_code, respond};
+use crate::security::entity::QuotaKind;
 
 /// The longest long-poll we honour (Kafka clients use 500 ms by default).
 const fetch_wait_ms_max: i32 = 60_000;
@@ -63,6 +64,28 @@ pub async fn handle(ctx: &ShardContext, frame: &RequestFrame) -> Result<Response
         let now = Instant::now();
         let any_error = any_error || !unknown_ids.is_empty() || !denied.is_empty();
         if total_bytes >= req.min_bytes.max(1) as usize || any_error || now >= deadline || ctx.stopping.get() {
+            let session_id = match mode {
+                fetch_sessions::Mode::Session { id, .. } => id,
+                fetch_sessions::Mode::Sessionless => 0,
+            };
+            // Client quotas: a consumer's response bytes against consumer_byte_rate. Over
+            // it, Kafka's answer: no data (the bytes are taken back), the throttle time,
+            // and the session left as it was (a new session is not kept).
+            if req.replica_id.0 < 0 {
+                let throttle_ms = super::super::quotas::record(ctx, frame, QuotaKind::Fetch, total_bytes as u64);
+                if throttle_ms > 0 {
+                    super::super::quotas::unrecord(ctx, frame, QuotaKind::Fetch, total_bytes as u64);
+                    let session_id = match mode {
+                        fetch_sessions::Mode::Session { incremental: true, .. } => session_id,
+                        _ => 0,
+                    };
+                    let body =
+                        FetchResponse::default().with_throttle_time_ms(throttle_ms as i32).with_session_id(session_id);
+                    let mut response = Response::from(respond(ApiKey::Fetch, frame, &body)?);
+                    response.throttle_ms = throttle_ms;
+                    return Ok(response);
+                }
+            }
             for (t, bytes) in topics.iter().zip(topic_bytes) {
                 if bytes > 0 {
                     ctx.metrics.add_topic_bytes(ctx.id, t.topic.as_str(), 0, bytes);
@@ -78,10 +101,6 @@ pub async fn handle(ctx: &ShardContext, frame: &RequestFrame) -> Result<Response
                 }
                 topics.extend(unknown_ids.iter().cloned());
             }
-            let session_id = match mode {
-                fetch_sessions::Mode::Session { id, .. } => id,
-                fetch_sessions::Mode::Sessionless => 0,
-            };
             let body = FetchResponse::default().with_responses(topics).with_session_id(session_id);
             let encoded = respond(ApiKey::Fetch, frame, &body)?;
             let flexible = frame.api_version >= 12;

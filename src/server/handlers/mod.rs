@@ -11,6 +11,7 @@ mod api_versions;
 mod authz;
 mod broker_heartbeat;
 mod broker_registration;
+mod client_quotas;
 mod cluster_metadata;
 mod create_partitions;
 mod create_topics;
@@ -42,6 +43,7 @@ mod offset_for_leader_epoch;
 mod produce;
 mod sync_group;
 mod txn_offset_commit;
+mod user_scram_credentials;
 mod write_txn_markers;
 
 use bytes::Bytes;
@@ -60,8 +62,26 @@ use crate::txn::producer_state::ProducerStateError;
 use super::context::ShardContext;
 
 /// Handle one request. `Ok(None)`: no answer is due (Produce with acks=0).
-/// `Err`: the connection must be closed.
+/// `Err`: the connection must be closed. With a request quota configured, the handler's
+/// time on this core is measured and may throttle the connection (`server::quotas`).
 pub async fn handle(ctx: &ShardContext, frame: RequestFrame) -> Result<Option<Response>, ProtocolError> {
+    let quota_exempt = ApiKey::try_from(frame.api_key).map_or(true, super::quotas::request_quota_exempt);
+    if quota_exempt || !super::quotas::request_quota_configured(ctx) {
+        return dispatch(ctx, frame).await;
+    }
+    // The frame goes to the handler; what the quota needs of it is kept.
+    let client = super::quotas::QuotaClient::of(&frame);
+    let (answer, busy) = super::quotas::Busy::new(dispatch(ctx, frame)).await;
+    let throttle_ms = super::quotas::record_handler_time(ctx, &client, busy);
+    answer.map(|r| {
+        r.map(|mut r| {
+            r.throttle_ms = r.throttle_ms.max(throttle_ms);
+            r
+        })
+    })
+}
+
+async fn dispatch(ctx: &ShardContext, frame: RequestFrame) -> Result<Option<Response>, ProtocolError> {
     let key = ApiKey::try_from(frame.api_key).ok();
     if key == Some(ApiKey::ApiVersions) {
         return api_versions::handle(ctx, &frame).map(|b| Some(b.into()));
@@ -86,7 +106,7 @@ pub async fn handle(ctx: &ShardContext, frame: RequestFrame) -> Result<Option<Re
     }
     let bytes = match key {
         ApiKey::Metadata => metadata::handle(ctx, &frame).await.map(Some),
-        ApiKey::Produce => produce::handle(ctx, &frame).await,
+        ApiKey::Produce => return produce::handle(ctx, &frame).await,
         ApiKey::Fetch => return fetch::handle(ctx, &frame).await.map(Some),
         ApiKey::ListOffsets => list_offsets::handle(ctx, &frame).await.map(Some),
         ApiKey::CreateTopics => create_topics::handle(ctx, &frame).await.map(Some),
@@ -127,6 +147,10 @@ pub async fn handle(ctx: &ShardContext, frame: RequestFrame) -> Result<Option<Re
         ApiKey::CreateAcls => acls::handle_create(ctx, &frame).await.map(Some),
         ApiKey::DescribeAcls => acls::handle_describe(ctx, &frame).map(Some),
         ApiKey::DeleteAcls => acls::handle_delete(ctx, &frame).await.map(Some),
+        ApiKey::DescribeClientQuotas => client_quotas::handle_describe(ctx, &frame).map(Some),
+        ApiKey::AlterClientQuotas => client_quotas::handle_alter(ctx, &frame).await.map(Some),
+        ApiKey::DescribeUserScramCredentials => user_scram_credentials::handle_describe(ctx, &frame).map(Some),
+        ApiKey::AlterUserScramCredentials => user_scram_credentials::handle_alter(ctx, &frame).await.map(Some),
         other => Err(ProtocolError::BadHeader(format!("no handler for {other:?}"))),
     };
     bytes.map(|b| b.map(Response::from))

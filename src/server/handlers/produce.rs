@@ -13,7 +13,6 @@
 
 use std::time::Duration;
 
-use bytes::Bytes;
 use futures::future::{select, Either};
 use kafka_protocol::messages::produce_response::{PartitionProduceResponse, TopicProduceResponse};
 use kafka_protocol::messages::{ApiKey, ProduceRequest, ProduceResponse};
@@ -31,12 +30,14 @@ use super::super::now_ms;
 use super::super::peer::Peer;
 use super::super::txn::{self, TxnOutcome};
 use super::{authz, partition_error_code, respond, str_bytes, txn_outcome_code};
+use crate::protocol::zero_copy::Response;
 use crate::security::acl::{AclOperation, ResourceType};
+use crate::security::entity::QuotaKind;
 
 /// The longest acks=all wait we honour (Kafka's request.timeout.ms default is 30 s).
 const produce_timeout_ms_max: i32 = 300_000;
 
-pub async fn handle(ctx: &ShardContext, frame: &RequestFrame) -> Result<Option<Bytes>, ProtocolError> {
+pub async fn handle(ctx: &ShardContext, frame: &RequestFrame) -> Result<Option<Response>, ProtocolError> {
     let req: ProduceRequest = decode_body(frame)?;
     let durable = ctx.config.fsync == FsyncMode::Always;
     let acks_valid = matches!(req.acks, -1..=1);
@@ -173,10 +174,16 @@ pub async fn handle(ctx: &ShardContext, frame: &RequestFrame) -> Result<Option<B
             TopicProduceResponse::default().with_name(t.name.clone()).with_partition_responses(partition_responses),
         );
     }
+    // Client quotas: the request's bytes against producer_byte_rate, recorded after the
+    // append as Kafka does (the data is kept; the client is slowed down).
+    let throttle_ms = super::super::quotas::record(ctx, frame, QuotaKind::Produce, frame.body.len() as u64);
     if req.acks == 0 {
         return Ok(None);
     }
-    respond(ApiKey::Produce, frame, &ProduceResponse::default().with_responses(responses)).map(Some)
+    let body = ProduceResponse::default().with_responses(responses).with_throttle_time_ms(throttle_ms as i32);
+    let mut response = Response::from(respond(ApiKey::Produce, frame, &body)?);
+    response.throttle_ms = throttle_ms;
+    Ok(Some(response))
 }
 
 /// How long a verification may wait for a coordinator on another broker.
