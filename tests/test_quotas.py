@@ -282,10 +282,15 @@ def test_consumer_quota_limits_fetch_rate(broker_factory, tools_classpath):
                 got.append((time.monotonic(), len(m.value())))
     finally:
         c.close()
-    r = rate(got, started + 15, started + seconds)
-    print(f"consumer at {r / MIB:.3f} MiB/s")
-    # Throttled fetches are answered empty (Kafka's way), so the consumer ends up below
-    # its quota rather than at it; it must never be above.
-    assert 0.3 * MIB <= r <= 1.1 * MIB, f"limited consumer at {r / MIB:.3f} MiB/s"
+    # Over the whole run: librdkafka prefetches into a local queue, so the times the
+    # application polls records say little about when they were fetched, and a rate over
+    # part of the run swings with the prefetch (1.23 MiB/s over the second half in one
+    # run, 0.71 in the next). As Kafka's, the quota lets a fresh client take a whole
+    # window's worth (11 samples of 1 s) before throttling starts, so over the run the
+    # consumer may read at most (seconds + 11) s of quota.
+    total = sum(n for _, n in got)
+    r = total / seconds
+    print(f"consumer read {total / MIB:.1f} MiB in {seconds} s: {r / MIB:.3f} MiB/s")
+    assert 0.3 * MIB <= r <= MIB * (seconds + 11) / seconds, f"limited consumer at {r / MIB:.3f} MiB/s"
     text = scrape(mport)
     assert metric_sum(text, 'spate_quota_throttle_time_ms_total{quota="fetch",user="",client_id="slow-reader"}') > 0
