@@ -27,7 +27,7 @@ def timed_topic(broker):
     for lo, hi in ((0, 5), (5, 10)):
         cf_produce(broker.bootstrap, "timed",
                    [{"value": b"t%d" % i, "partition": 0, "timestamp": TS0 + 1000 * i}
-                    for i in range(lo, hi)], **{"linger.ms": 50})
+                    for i in range(lo, hi)], **{"linger.ms": 10000})
     cf_produce(broker.bootstrap, "timed",
                [{"value": b"p1-%d" % i, "partition": 1, "timestamp": TS0 + i} for i in range(3)])
     return "timed"
@@ -163,9 +163,12 @@ def test_offsets_for_times_inside_compressed_batches(broker, codec):
     for lo, hi in ((0, 5), (5, 10)):
         cf_produce(broker.bootstrap, topic,
                    [{"value": b"t%d " % i + b"x" * 200, "partition": 0, "timestamp": TS0 + 1000 * i}
-                    for i in range(lo, hi)], **{"linger.ms": 50, "compression.type": codec})
+                    for i in range(lo, hi)], **{"linger.ms": 10000, "compression.type": codec})
     # Both batches are stored compressed with this codec (attributes, bytes 21-22 of each
     # batch; old timestamps roll a segment per batch, as in Kafka, so every .log file).
+    # The long linger makes each call one batch: flush() sends at once, whatever the
+    # linger, and by then all five records are queued (with 50 ms, a loaded machine in CI
+    # split one call into two batches).
     raw = b"".join(f.read_bytes() for f in sorted((broker.data_dir / f"{topic}-0").glob("*.log")))
     pos, codecs = 0, []
     while pos + 23 <= len(raw):
@@ -252,7 +255,7 @@ def max_timestamp_topic(bootstrap, broker, topic):
         # uncompressed when compression does not make it smaller).
         cf_produce(bootstrap, topic, [{"value": b"v%d " % i + b"x" * 200, "partition": 0, "timestamp": ts}
                                       for i, ts in enumerate(stamps)],
-                   **{"linger.ms": 50, "compression.type": codec})
+                   **{"linger.ms": 10000, "compression.type": codec})
     want = [(first, len(stamps), CODECS[codec], max(stamps)) for first, stamps, codec in MAX_TS_BATCHES]
     assert stored_batches(broker, topic) == want
 
