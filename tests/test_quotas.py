@@ -13,7 +13,7 @@ import json
 import threading
 import time
 
-from confluent_kafka import Consumer, Producer
+from confluent_kafka import Consumer, KafkaError, Producer
 from confluent_kafka.admin import (ScramCredentialInfo, ScramMechanism, UserScramCredentialDeletion,
                                    UserScramCredentialUpsertion)
 from kazoo.client import KazooClient
@@ -189,6 +189,8 @@ def produce_for(bootstrap, topic, client_id, seconds, delivered, stats, pace_byt
     value = b"v" * VALUE_BYTES
 
     def cb(err, msg):
+        if err is not None and err.code() == KafkaError._PURGE_QUEUE:
+            return  # queued when the time was up, never sent (see below)
         assert err is None, err
         delivered.append((time.monotonic(), len(msg.value())))
 
@@ -206,6 +208,10 @@ def produce_for(bootstrap, topic, client_id, seconds, delivered, stats, pace_byt
         except BufferError:
             p.poll(0.05)  # the client's queue is full (throttled): let it drain
         p.poll(0)
+    # A throttled producer has a long queue when the time is up; sending it at the
+    # quota would take minutes, so what was never sent is dropped and what is in flight
+    # is waited for.
+    p.purge(in_queue=True, in_flight=False)
     p.flush(30)
 
 
@@ -222,7 +228,7 @@ def test_producer_quota_throttles_one_client_and_not_the_other(broker_factory, t
                            "limited", "--add-config", f"producer_byte_rate={MIB}")
     assert rc == 0, out
     limited, free, limited_stats, free_stats = [], [], [], []
-    seconds = 50
+    seconds = 70
     started = time.monotonic()
     # The unlimited producer is paced at 8 MiB/s (what it keeps on a loaded 2-core
     # machine, and not gigabytes of disk); the limited one sends as fast as it can.
@@ -237,18 +243,23 @@ def test_producer_quota_throttles_one_client_and_not_the_other(broker_factory, t
     assert limited and free, "a producer thread failed (see its exception above)"
     # Kafka's quota allows a burst of a whole window's quota (10 s of it) whenever the
     # samples of the last window are spent, so the rate is measured over whole throttle
-    # cycles: from the second burst (a second with more than 3x the quota) to the last.
+    # cycles (a burst is a second with more than 3x the quota), from the third burst to
+    # the last: the first cycles settle from the first burst (pipelined requests take
+    # more than the window's allowance before the first throttled answer), as a model of
+    # Kafka's formula with a greedy client shows (1.08x from the second burst of a 50 s
+    # run, 1.00-1.02x from the third).
     per_second = [rate(limited, started + i, started + i + 1) for i in range(seconds)]
     print("limited per second (MiB):", [round(r / MIB, 2) for r in per_second])
     bursts = [i for i, r in enumerate(per_second) if r > 3 * MIB]
-    assert len(bursts) >= 3, f"not enough throttle cycles to measure: bursts at {bursts}"
-    limited_rate = rate(limited, started + bursts[1], started + bursts[-1])
+    assert len(bursts) >= 4, f"not enough throttle cycles to measure: bursts at {bursts}"
+    limited_rate = rate(limited, started + bursts[2], started + bursts[-1])
     free_rate = rate(free, started + 15, started + seconds)
     print(f"limited {limited_rate / MIB:.3f} MiB/s, unlimited {free_rate / MIB:.3f} MiB/s")
     # Kafka's windowed rate lets a greedy client settle from above: each burst spends what
     # the expired samples left, and the bursts shrink cycle by cycle (10.4, 8.5, 7.6,
-    # 6.6 MiB in one CI run, 1.13x the quota over its last three cycles). The band holds
-    # that and still fails a broker that throttles by half or not at all (8x, unlimited).
+    # 6.6 MiB in one loaded CI run, 1.13x the quota from its second burst; 1.02x from the
+    # third burst in a quiet run). The band holds that and still fails a broker that
+    # throttles by half or not at all (8x, unlimited).
     assert 0.85 * MIB <= limited_rate <= 1.2 * MIB, f"limited producer at {limited_rate / MIB:.3f} MiB/s"
     assert free_rate >= 0.9 * UNLIMITED_PACE, f"unlimited producer slowed to {free_rate / MIB:.3f} MiB/s"
     # The client was told: librdkafka's throttle statistics, and the broker's metrics.
