@@ -611,9 +611,15 @@ fn txn_batch(records: &[(Option<&[u8]>, Option<&[u8]>)], ts: i64, pid: i64, seq:
 }
 
 fn end_txn(log: &mut PartitionLog, pid: i64, commit: bool, now: i64) {
+    end_txn_at_epoch(log, pid, 0, commit, now)
+}
+
+/// A marker written at producer epoch `epoch` (a coordinator that aborts a timed-out
+/// transaction bumps the epoch in its marker).
+fn end_txn_at_epoch(log: &mut PartitionLog, pid: i64, epoch: i16, commit: bool, now: i64) {
     use spate::log::batch::{encode_marker, ControlMarker};
     use std::os::unix::fs::FileExt;
-    let mut b = encode_marker(pid, 0, ControlMarker { commit, coordinator_epoch: 0 }, now);
+    let mut b = encode_marker(pid, epoch, ControlMarker { commit, coordinator_epoch: 0 }, now);
     let (_, write, patches) = log.append_marker_shared(&b, 0, now).unwrap();
     for p in patches {
         b[p.position..p.position + p.header.len()].copy_from_slice(&p.header);
@@ -858,6 +864,42 @@ fn a_producers_last_batch_if_aborted_stays_empty() {
     let mut log = PartitionLog::open(dir.path(), config(), now).unwrap();
     let retry = log.append(&mut txn_batch(&[(Some(b"a"), Some(b"bad")), (Some(b"b"), Some(b"bad"))], now, 7, 0), now);
     assert!(matches!(&retry, Err(spate::log::LogError::DuplicateBatch(i)) if i.base_offset == Offset(1)), "{retry:?}");
+}
+
+/// A producer whose last entry is a marker: the coordinator aborted its transaction with
+/// a bumped epoch, so the producer has no batch of its current epoch. Its aborted batch
+/// goes, and the marker is kept past its horizon (as Kafka keeps it): without it, a
+/// rebuild from the log would forget the producer's epoch and let its old epoch write.
+#[test]
+fn a_marker_that_bumped_a_producers_epoch_stays() {
+    let dir = tempfile::tempdir().unwrap();
+    let now = 5_000_000;
+    let mut log = PartitionLog::open(dir.path(), LogConfig { segment_bytes: 250, ..config() }, now).unwrap();
+    log.append(&mut batch(&[(Some(b"a"), Some(b"v0"))], now), now).unwrap();
+    log.append(&mut txn_batch(&[(Some(b"a"), Some(b"bad"))], now, 7, 0), now).unwrap(); // 1, epoch 0
+    end_txn_at_epoch(&mut log, 7, 1, false, now); // 2: ABORT at epoch 1
+    log.append(&mut batch(&[(Some(b"b"), Some(b"v1"))], now), now).unwrap();
+    roll_all(&mut log, now);
+    for t in [now, now + 5_000] {
+        clean(&mut log, t, 1 << 20);
+    }
+    assert!(read_batches(&log, log.log_end_offset()).iter().all(|b| b.base != 1), "the aborted batch goes");
+    let m = marker_at(&log, 2).expect("the marker of the producer's current epoch stays past its horizon");
+    assert_eq!(m.attributes & 0x40, 0, "never given a delete horizon: {m:?}");
+    let want: BTreeMap<Key, Vec<u8>> = [kv("a", "v0"), kv("b", "v1")].into_iter().collect();
+    assert_eq!((view(&mut log, true), view(&mut log, false)), (want.clone(), want));
+    // kill -9 (no close), then a rebuild from the log alone (no producer snapshot): the
+    // producer is at epoch 1.
+    drop(log);
+    for f in std::fs::read_dir(dir.path()).unwrap() {
+        let path = f.unwrap().path();
+        if path.extension().is_some_and(|e| e == "snapshot") {
+            std::fs::remove_file(path).unwrap();
+        }
+    }
+    let mut log = PartitionLog::open(dir.path(), config(), now + 6_000).unwrap();
+    let zombie = log.append(&mut txn_batch(&[(Some(b"z"), Some(b"zombie"))], now, 7, 1), now + 6_000);
+    assert!(matches!(&zombie, Err(spate::log::LogError::Producer(_))), "epoch 0 after epoch 1: {zombie:?}");
 }
 
 /// The cleaned `.txnindex` lacks what the old segments still hold, so it takes its

@@ -119,8 +119,13 @@ pub struct CleanJob {
     pub index_interval_bytes: u32,
     pub segment_index_bytes: u32,
     pub batch_bytes_max: usize,
-    /// The last offset of each live producer's last batch: kept even when emptied.
-    pub producer_last_offsets: HashSet<i64>,
+    /// Live producers by id: (epoch, last offset of the last batch, -1 with none). A
+    /// live producer's last batch is kept even when emptied (Kafka's RETAIN_EMPTY), and
+    /// so is a marker of its current epoch above that batch: a coordinator that bumped
+    /// the epoch with an ABORT leaves the producer no batch of that epoch, and without
+    /// the marker a rebuild from the log would find the producer at its old epoch, or
+    /// not at all (`keeps_producer`).
+    pub live_producers: HashMap<i64, (i16, i64)>,
     /// Every aborted transaction of the log: their batches never enter the key map (an
     /// aborted record must not make a committed one of its key look superseded).
     pub aborted: Vec<AbortedTxn>,
@@ -504,11 +509,23 @@ pub fn clean_aborted_batch(h: &BatchHeader, keep_empty: bool) -> std::io::Result
     Ok(Verdict::Rewrite { batch, records_removed: records, tombstones_removed: 0 })
 }
 
+/// Whether `h` carries what a rebuild needs of a live producer: its last batch, or a
+/// marker of its current epoch above its last batch (see `CleanJob::live_producers`).
+pub fn keeps_producer(live: &HashMap<i64, (i16, i64)>, h: &BatchHeader) -> bool {
+    let Some(&(epoch, last_offset)) = live.get(&h.producer_id) else { return false };
+    if h.attributes & batch::ATTR_CONTROL != 0 {
+        h.producer_epoch == epoch && h.last_offset() > last_offset
+    } else {
+        h.last_offset() == last_offset
+    }
+}
+
 /// Decide one control batch (a transaction marker, whole and CRC checked) that the
 /// transaction walk found `discardable` (`TxnWalk::on_marker`). As a tombstone: the first
 /// pass that finds it discardable gives it a delete horizon (`now + delete.retention.ms`
 /// in its base timestamp, KIP-534's attribute bit), a pass at or after the horizon drops
-/// it. A live producer's last batch, or one whose record does not parse, is kept.
+/// it. One that keeps a live producer (`keeps_producer`), or whose record does not parse, is
+/// kept.
 pub fn clean_marker(batch: &[u8], h: &BatchHeader, discardable: bool, rules: &BatchRules) -> std::io::Result<Verdict> {
     if !discardable || rules.keep_empty {
         return Ok(Verdict::Keep);
@@ -782,7 +799,7 @@ fn run_pass(job: &CleanJob) -> std::io::Result<CleanOutcome> {
                 cancelled(job)?;
                 stats.bytes_read += whole.len() as u64;
                 throttle.account(whole.len() as u64);
-                let rules = rules_base(job.producer_last_offsets.contains(&h.last_offset()));
+                let rules = rules_base(keeps_producer(&job.live_producers, h));
                 let mut aborted = false;
                 let verdict = if h.attributes & batch::ATTR_CONTROL != 0 {
                     let fate = walk.on_marker(h, batch::control_marker(whole, h).map(|m| m.commit));

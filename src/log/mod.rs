@@ -1632,7 +1632,7 @@ impl PartitionLog {
             index_interval_bytes: self.config.index_interval_bytes,
             segment_index_bytes: self.config.segment_index_bytes,
             batch_bytes_max: limits::message_bytes_max as usize,
-            producer_last_offsets: self.producers.last_offsets(),
+            live_producers: self.producers.live(),
             map_bytes_max: settings.map_bytes_max,
             io_bytes_per_second: settings.io_bytes_per_second,
             cancel: Arc::new(std::sync::atomic::AtomicBool::new(false)),

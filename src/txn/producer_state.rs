@@ -497,17 +497,24 @@ impl ProducerStates {
         before - self.producers.len()
     }
 
-    /// The last offset of each producer's last batch: the batches the cleaner keeps
-    /// (empty if need be) so that a rebuild from the log finds every live producer.
-    pub fn last_offsets(&self) -> std::collections::HashSet<i64> {
-        self.producers.values().map(ProducerEntry::last_offset).filter(|o| *o >= 0).collect()
+    /// Each live producer's epoch and the last offset of its last batch (-1 with none),
+    /// by producer id: what the cleaner keeps so that a rebuild from the log finds every
+    /// live producer at its epoch (`log::cleaner::LiveProducer`).
+    pub fn live(&self) -> std::collections::HashMap<i64, (i16, i64)> {
+        self.producers.iter().map(|(id, e)| (id.0, (e.epoch.0, e.last_offset()))).collect()
     }
 
     /// Forget producers whose last batch lies below `log_start_offset` (retention
-    /// removed it; Kafka's `evictUnretainedProducers`).
+    /// removed it; Kafka's `evictUnretainedProducers`). Unlike Kafka, a producer with no
+    /// batch (its last entry a marker that bumped its epoch) stays until it expires
+    /// (`expire`): forgetting it would let its old epoch write again.
     pub fn remove_before(&mut self, log_start_offset: i64) -> usize {
-        let gone: Vec<_> =
-            self.producers.iter().filter(|(_, e)| e.last_offset() < log_start_offset).map(|(id, _)| *id).collect();
+        let gone: Vec<_> = self
+            .producers
+            .iter()
+            .filter(|(_, e)| !e.batches.is_empty() && e.last_offset() < log_start_offset)
+            .map(|(id, _)| *id)
+            .collect();
         for id in &gone {
             self.remove(*id);
         }
