@@ -309,3 +309,8 @@ def test_consumer_quota_limits_fetch_rate(broker_factory, tools_classpath):
     assert 0.3 * MIB <= r <= MIB * (seconds + 11) / seconds, f"limited consumer at {r / MIB:.3f} MiB/s"
     text = scrape(mport)
     assert metric_sum(text, 'spate_quota_throttle_time_ms_total{quota="fetch",user="",client_id="slow-reader"}') > 0
+    # The bytes the broker counts are those it sent: at least what the consumer read,
+    # at most what the quota allowed (throttled fetches answered empty count nothing).
+    sent = metric_sum(text, 'spate_quota_bytes_total{quota="fetch",user="",client_id="slow-reader"}')
+    print(f"broker counted {sent / MIB:.1f} MiB sent")
+    assert total <= sent <= 1.1 * MIB * (seconds + 11), f"counted {sent / MIB:.1f} MiB, read {total / MIB:.1f} MiB"

@@ -8,7 +8,8 @@
 //! What is measured, as Kafka's quota managers do:
 //! - produce: the request's body bytes, against `producer_byte_rate` (`handlers/produce.rs`);
 //! - fetch by a consumer: the response's bytes, against `consumer_byte_rate`
-//!   (`handlers/fetch.rs`); a throttled fetch is answered empty and its bytes taken back;
+//!   (`handlers/fetch.rs`, `record_fetch`); a throttled fetch is answered empty and its
+//!   bytes taken back;
 //! - every request but those exempt (`request_quota_exempt`): the time the handler's
 //!   future spent in `poll` on this core, against `request_percentage` (the connection is
 //!   muted; the body's `throttle_time_ms` carries only the byte quotas').
@@ -67,13 +68,30 @@ fn record_for(ctx: &ShardContext, client: &QuotaClient, kind: QuotaKind, value: 
     r.throttle_ms
 }
 
-/// Take back a recorded fetch (answered empty because it was throttled).
-pub fn unrecord(ctx: &ShardContext, frame: &RequestFrame, kind: QuotaKind, value: u64) {
+/// Record a consumer fetch response of `value` bytes; the throttle time its quota asks
+/// for (0 without a quota). A throttled fetch is answered empty (Kafka's answer), so its
+/// bytes are taken back from the rate (Kafka's `unrecordQuotaSensor`) and not counted
+/// in `spate_quota_bytes_total`, which counts the bytes sent.
+pub fn record_fetch(ctx: &ShardContext, frame: &RequestFrame, value: u64) -> u64 {
     let view = ctx.view();
-    let client = QuotaClient::of(frame);
-    if let Some((entity, _)) = view.entity_configs().quota_for(kind, &client.user.name, &client.client_id) {
-        ctx.metrics.quotas.unrecord(kind, &entity, value, now_ms());
+    let configs = view.entity_configs();
+    if configs.quotas.is_empty() {
+        return 0;
     }
+    let client = QuotaClient::of(frame);
+    let quotas = &ctx.metrics.quotas;
+    let Some(r) = quotas.record(configs, QuotaKind::Fetch, &client.user.name, &client.client_id, value, now_ms())
+    else {
+        return 0;
+    };
+    let sent = if r.throttle_ms > 0 {
+        quotas.unrecord(QuotaKind::Fetch, &r.entity, value, now_ms());
+        0
+    } else {
+        value
+    };
+    ctx.metrics.record_quota(ctx.id, QuotaKind::Fetch, &r.entity, sent, r.throttle_ms);
+    r.throttle_ms
 }
 
 /// Requests the request quota leaves alone: ApiVersions (Kafka exempts it too) and the

@@ -28,7 +28,6 @@ use super::super::context::ShardContext;
 use super::super::fetch_sessions;
 use super::super::now_ms;
 use super::{partition_error_code, respond};
-use crate::security::entity::QuotaKind;
 
 /// The longest long-poll we honour (Kafka clients use 500 ms by default).
 const fetch_wait_ms_max: i32 = 60_000;
@@ -72,9 +71,8 @@ pub async fn handle(ctx: &ShardContext, frame: &RequestFrame) -> Result<Response
             // it, Kafka's answer: no data (the bytes are taken back), the throttle time,
             // and the session left as it was (a new session is not kept).
             if req.replica_id.0 < 0 {
-                let throttle_ms = super::super::quotas::record(ctx, frame, QuotaKind::Fetch, total_bytes as u64);
+                let throttle_ms = super::super::quotas::record_fetch(ctx, frame, total_bytes as u64);
                 if throttle_ms > 0 {
-                    super::super::quotas::unrecord(ctx, frame, QuotaKind::Fetch, total_bytes as u64);
                     let session_id = match mode {
                         fetch_sessions::Mode::Session { incremental: true, .. } => session_id,
                         _ => 0,
