@@ -22,6 +22,7 @@ from helpers.broker import free_port
 from helpers.clients import admin, cf_conf, create_topic
 from helpers.metrics import metric_sum, scrape
 from test_kafka_tools import configs_tool, tools_classpath  # noqa: F401 (fixture)
+from test_security import ALICE, certs, sasl_conf, start_secure  # noqa: F401 (fixture)
 
 MIB = 1024 * 1024
 VALUE_BYTES = 10_000
@@ -314,3 +315,51 @@ def test_consumer_quota_limits_fetch_rate(broker_factory, tools_classpath):
     sent = metric_sum(text, 'spate_quota_bytes_total{quota="fetch",user="",client_id="slow-reader"}')
     print(f"broker counted {sent / MIB:.1f} MiB sent")
     assert total <= sent <= 1.1 * MIB * (seconds + 11), f"counted {sent / MIB:.1f} MiB, read {total / MIB:.1f} MiB"
+
+
+def test_a_user_quota_throttles_that_sasl_user_only(broker_factory, tmp_path, certs, tools_classpath):
+    """A quota on `users/alice` applies to the SASL principal alice, whatever her client
+    id, and not to bob on the same listener."""
+    b, ports, mport = start_secure(broker_factory, tmp_path, certs, ["SASL_SSL"])
+    create_topic(b.bootstrap, "quota-u", 1)
+    rc, out = configs_tool(tools_classpath, b.bootstrap, "--alter", "--entity-type", "users", "--entity-name",
+                           "alice", "--add-config", "producer_byte_rate=102400")
+    assert rc == 0, out
+    port = ports["SASL_SSL"]
+    results = {}
+
+    def produce(user, seconds=12):
+        stats, sent = [], [0]
+        conf = sasl_conf(port, certs, user=user, **{"statistics.interval.ms": 1000})
+        conf["stats_cb"] = lambda s: stats.append(json.loads(s))
+        p = Producer(conf)
+
+        def cb(err, msg):
+            if err is None:
+                sent[0] += len(msg.value())
+        end = time.monotonic() + seconds
+        while time.monotonic() < end:
+            try:
+                p.produce("quota-u", b"u" * VALUE_BYTES, callback=cb)
+            except BufferError:
+                p.poll(0.05)
+            p.poll(0)
+        p.purge(in_queue=True, in_flight=False)
+        p.flush(30)
+        throttled = max((br["throttle"]["max"] for s in stats for br in s["brokers"].values()), default=0)
+        results[user[0]] = (sent[0], throttled)
+
+    threads = [threading.Thread(target=produce, args=(u,)) for u in (ALICE, ("bob", "bob-secret"))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    print("bytes delivered, max throttle ms:", results)
+    (alice_bytes, alice_throttle), (bob_bytes, bob_throttle) = results["alice"], results["bob"]
+    assert alice_throttle > 0 and bob_throttle == 0, results
+    # alice got the window's allowance and is then held back (about 3 MB in 12 s at
+    # 100 KiB/s: two batches at once, one after her first throttle); bob is not.
+    assert bob_bytes > 5 * alice_bytes, results
+    text = scrape(mport)
+    assert metric_sum(text, 'spate_quota_throttle_time_ms_total{quota="produce",user="alice",client_id=""}') > 0
+    assert 'user="bob"' not in text

@@ -221,13 +221,14 @@ async fn run<S>(
     let mut sasl = listener.sasl.clone().map(|settings| SaslGate::new(settings, principal.clone()));
     let mut principal = principal;
     // Client quotas (KIP-219): the writer sets `muted_until` after sending a throttled
-    // response; the reader reads no further request before then. A connection once
-    // throttled is served as Kafka serves every connection: the next request is read
-    // only when every answer is sent (else a pipelining client would have many requests
-    // read, and measured, before the mute begins). `unsent` counts requests read and
-    // not yet answered on the socket; `sent_notify` wakes a reader waiting for it to be 0.
+    // response; the reader reads no further request before then. A connection whose
+    // client has a quota (`quotas::applies`), or that was once throttled, is served as
+    // Kafka serves every connection: the next request is read only when every answer is
+    // sent (else a pipelining client would have several requests read, and measured,
+    // before the mute begins). `unsent` counts requests read and not yet answered on the
+    // socket; `sent_notify` wakes a reader waiting for it to be 0.
     let muted_until: Rc<Cell<Option<Instant>>> = Rc::new(Cell::new(None));
-    let throttled = Rc::new(Cell::new(false));
+    let one_at_a_time = Rc::new(Cell::new(false));
     let unsent = Rc::new(Cell::new(0usize));
     let sent_notify: Rc<Cell<Option<futures::channel::oneshot::Sender<()>>>> = Rc::new(Cell::new(None));
     let writer_done = Rc::new(Cell::new(false));
@@ -237,7 +238,7 @@ async fn run<S>(
         let peer = peer.clone();
         let pending = pending.clone();
         let muted_until = muted_until.clone();
-        let (throttled, unsent, sent_notify) = (throttled.clone(), unsent.clone(), sent_notify.clone());
+        let (one_at_a_time, unsent, sent_notify) = (one_at_a_time.clone(), unsent.clone(), sent_notify.clone());
         let writer_done = writer_done.clone();
         glommio::spawn_local(async move {
             let counters = ctx.metrics.shard(ctx.id);
@@ -269,7 +270,7 @@ async fn run<S>(
                         if throttle_ms > 0 {
                             let until = Instant::now() + Duration::from_millis(throttle_ms);
                             muted_until.set(Some(muted_until.get().map_or(until, |u| u.max(until))));
-                            throttled.set(true);
+                            one_at_a_time.set(true);
                         }
                         answered();
                     }
@@ -298,8 +299,8 @@ async fn run<S>(
         if ctx.stopping.get() {
             break;
         }
-        if throttled.get() {
-            // Throttled (client quotas): one request at a time, and none while muted.
+        if one_at_a_time.get() {
+            // A client with a quota: one request at a time, and none while muted.
             while unsent.get() > 0 && !writer_done.get() {
                 let (tx, rx) = futures::channel::oneshot::channel();
                 sent_notify.set(Some(tx));
@@ -402,6 +403,9 @@ async fn run<S>(
             }
         }
         frame.principal = principal.clone();
+        if !one_at_a_time.get() && super::quotas::applies(&ctx, &frame) {
+            one_at_a_time.set(true);
+        }
         ctx.in_flight.set(ctx.in_flight.get() + 1);
         pending.set(pending.get() + 1);
         unsent.set(unsent.get() + 1);

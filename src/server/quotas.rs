@@ -47,6 +47,21 @@ impl QuotaClient {
     }
 }
 
+/// Whether a quota applies to this request's client: its connection is then served one
+/// request at a time (`connection.rs`), as Kafka serves every connection, so that a
+/// pipelining client cannot have several requests measured before its first throttle.
+pub fn applies(ctx: &ShardContext, frame: &RequestFrame) -> bool {
+    let view = ctx.view();
+    let configs = view.entity_configs();
+    if configs.quotas.is_empty() {
+        return false;
+    }
+    let client = QuotaClient::of(frame);
+    [QuotaKind::Produce, QuotaKind::Fetch, QuotaKind::Request]
+        .into_iter()
+        .any(|kind| configs.quota_for(kind, &client.user.name, &client.client_id).is_some())
+}
+
 /// Record `value` of `kind` for this request; the throttle time its quota asks for (0
 /// without a quota).
 pub fn record(ctx: &ShardContext, frame: &RequestFrame, kind: QuotaKind, value: u64) -> u64 {
