@@ -38,6 +38,15 @@ enum Command {
     /// List and describe consumer groups, reset their offsets.
     #[command(subcommand)]
     Group(cli::GroupCommand),
+    /// Create, list and delete ACLs.
+    #[command(subcommand)]
+    Acl(cli::AclCommand),
+    /// Users' SCRAM credentials.
+    #[command(subcommand)]
+    User(cli::UserCommand),
+    /// Client quotas of users and client ids.
+    #[command(subcommand)]
+    Quota(cli::QuotaCommand),
     /// Check this host against tuning.md and say what to change.
     Doctor(cli::DoctorArgs),
 }
@@ -431,6 +440,9 @@ fn main() -> ExitCode {
         Command::Produce(args) => client_exit(cli::run_produce(args)),
         Command::Consume(args) => client_exit(cli::run_consume(args)),
         Command::Group(cmd) => client_exit(cli::run_group(cmd)),
+        Command::Acl(cmd) => client_exit(cli::run_acl(cmd)),
+        Command::User(cmd) => client_exit(cli::run_user(cmd)),
+        Command::Quota(cmd) => client_exit(cli::run_quota(cmd)),
         Command::Doctor(args) => ExitCode::from(cli::doctor::run(args)),
         Command::Serve(args) => {
             let config = match load_config(args) {

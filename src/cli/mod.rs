@@ -1,15 +1,18 @@
 //! The operator's subcommands of the `spate` binary (`topic`, `produce`, `consume`,
-//! `group`, `doctor`). Each talks to any Kafka-compatible broker through
+//! `group`, `acl`, `user`, `quota`, `doctor`). Each talks to any Kafka-compatible broker through
 //! `spate::client`, prints a human table (or JSON with `--json`), and maps failures to
 //! exit codes: 0 ok, 1 error from the broker, 2 bad usage, 3 broker unreachable.
 //! Errors are one line on stderr; nothing here panics on user input.
 
+mod acl;
 mod consume;
 pub mod doctor;
 mod group;
 mod output;
 mod produce;
+mod quota;
 mod topic;
+mod user;
 
 use std::time::Duration;
 
@@ -17,11 +20,14 @@ use clap::Args;
 
 use spate::client::{Client, ClientConfig, Error};
 
+pub use acl::AclCommand;
 pub use consume::ConsumeArgs;
 pub use doctor::DoctorArgs;
 pub use group::GroupCommand;
 pub use produce::ProduceArgs;
+pub use quota::QuotaCommand;
 pub use topic::TopicCommand;
+pub use user::UserCommand;
 
 /// Flags every client subcommand takes.
 #[derive(Args, Clone, Debug)]
@@ -73,4 +79,16 @@ pub fn run_produce(args: ProduceArgs) -> Result<(), Error> {
 
 pub fn run_consume(args: ConsumeArgs) -> Result<(), Error> {
     consume::run(args)
+}
+
+pub fn run_acl(cmd: AclCommand) -> Result<(), Error> {
+    acl::run(cmd)
+}
+
+pub fn run_user(cmd: UserCommand) -> Result<(), Error> {
+    user::run(cmd)
+}
+
+pub fn run_quota(cmd: QuotaCommand) -> Result<(), Error> {
+    quota::run(cmd)
 }

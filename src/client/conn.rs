@@ -44,6 +44,13 @@ const version_caps: &[(ApiKey, i16)] = &[
     (ApiKey::AddOffsetsToTxn, 3),
     (ApiKey::EndTxn, 3),
     (ApiKey::ListTransactions, 1),
+    (ApiKey::CreateAcls, 3),
+    (ApiKey::DescribeAcls, 3),
+    (ApiKey::DeleteAcls, 3),
+    (ApiKey::DescribeUserScramCredentials, 0),
+    (ApiKey::AlterUserScramCredentials, 0),
+    (ApiKey::DescribeClientQuotas, 1),
+    (ApiKey::AlterClientQuotas, 1),
 ];
 
 /// The oldest version this client can fill in correctly, per API (fields it relies on
@@ -67,6 +74,10 @@ const version_floors: &[(ApiKey, i16)] = &[
     (ApiKey::ListGroups, 0),
     (ApiKey::DescribeGroups, 0),
     (ApiKey::DeleteGroups, 0),
+    // v1 adds the resource pattern type (KIP-290: prefixed ACLs).
+    (ApiKey::CreateAcls, 1),
+    (ApiKey::DescribeAcls, 1),
+    (ApiKey::DeleteAcls, 1),
 ];
 
 pub struct Connection {

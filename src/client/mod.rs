@@ -1,10 +1,11 @@
 //! A small blocking Kafka client for the operator tools (`spate topic`, `produce`,
-//! `consume`, `group`). It speaks to any Kafka-compatible broker: versions are
+//! `consume`, `group`, `acl`, `user`, `quota`). It speaks to any Kafka-compatible broker: versions are
 //! negotiated with ApiVersions, requests are routed by Metadata to the partition leader
 //! or the group coordinator, and retriable errors (leader moved, coordinator loading,
 //! broken connection, timeout) are retried a bounded number of times after a metadata
 //! refresh. One thread, one request in flight per connection; no runtime.
 
+mod admin;
 mod conn;
 mod data;
 mod group;
@@ -20,6 +21,7 @@ use kafka_protocol::messages::{
 };
 use kafka_protocol::protocol::{Request, StrBytes};
 
+pub use admin::{entity_name, AclBinding, QuotaEntity, QuotaMatch};
 pub use conn::Connection;
 pub use data::{timestamp_earliest, timestamp_latest, ProduceRecord};
 

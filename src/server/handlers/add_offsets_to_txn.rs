@@ -1,6 +1,9 @@
 //! AddOffsetsToTxn (v0-3): the group's `__consumer_offsets` partition joins the id's
 //! transaction (as Kafka's coordinator does), so its TxnOffsetCommits are committed or
 //! aborted by the transaction's markers.
+//!
+//! Needs WRITE on the transactional id (TRANSACTIONAL_ID_AUTHORIZATION_FAILED), then
+//! READ on the group (GROUP_AUTHORIZATION_FAILED), as Kafka's KafkaApis checks them.
 
 use bytes::Bytes;
 use kafka_protocol::messages::{AddOffsetsToTxnRequest, AddOffsetsToTxnResponse, ApiKey};
@@ -12,13 +15,17 @@ use crate::txn::coordinator::ProducerIdAndEpoch;
 use super::super::context::ShardContext;
 use super::super::now_ms;
 use super::super::txn;
-use super::{fenced_for_version, respond, txn_outcome_code};
+use super::{authz, fenced_for_version, respond, txn_outcome_code};
 
 pub async fn handle(ctx: &ShardContext, frame: &RequestFrame) -> Result<Bytes, ProtocolError> {
     let req: AddOffsetsToTxnRequest = decode_body(frame)?;
     let txn_id = req.transactional_id.to_string();
     let code = if txn_id.is_empty() {
         error_code::INVALID_REQUEST
+    } else if !authz::may_write_transactional_id(ctx, frame, &txn_id) {
+        error_code::TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+    } else if !authz::may_read_group(ctx, frame, req.group_id.as_str()) {
+        error_code::GROUP_AUTHORIZATION_FAILED
     } else {
         let producer = ProducerIdAndEpoch { producer_id: req.producer_id.0, epoch: req.producer_epoch };
         let partitions = vec![group_partition(req.group_id.as_str())];

@@ -26,6 +26,16 @@ pub(super) fn enabled(ctx: &ShardContext) -> bool {
     ctx.authorizer.enabled
 }
 
+/// Whether a denial is written to the authorizer log.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Audit {
+    /// Logged (Kafka's `logIfDenied = true`: the request tried the resource).
+    Logged,
+    /// Not logged (Kafka's `logIfDenied = false`: what is left out of a listing is not
+    /// an attempt).
+    Quiet,
+}
+
 /// Whether the request's principal may do `op` on `name` of `resource_type`; a
 /// denial is logged.
 pub(super) fn authorize(
@@ -36,11 +46,10 @@ pub(super) fn authorize(
     resource_type: ResourceType,
     name: &str,
 ) -> bool {
-    check(ctx, frame, view, op, resource_type, name, true)
+    check(ctx, frame, view, (op, resource_type, name), Audit::Logged)
 }
 
-/// As `authorize`, without logging a denial (Kafka's `logIfDenied = false`: what is
-/// left out of a listing is not an attempt).
+/// As `authorize`, without logging a denial.
 pub(super) fn authorize_quietly(
     ctx: &ShardContext,
     frame: &RequestFrame,
@@ -49,7 +58,19 @@ pub(super) fn authorize_quietly(
     resource_type: ResourceType,
     name: &str,
 ) -> bool {
-    check(ctx, frame, view, op, resource_type, name, false)
+    check(ctx, frame, view, (op, resource_type, name), Audit::Quiet)
+}
+
+/// READ on the group: what JoinGroup, SyncGroup, Heartbeat, LeaveGroup, OffsetCommit
+/// and AddOffsetsToTxn need (GROUP_AUTHORIZATION_FAILED otherwise).
+pub(super) fn may_read_group(ctx: &ShardContext, frame: &RequestFrame, group: &str) -> bool {
+    authorize(ctx, frame, &ctx.view(), AclOperation::Read, ResourceType::Group, group)
+}
+
+/// WRITE on the transactional id: what every transactional request of a producer
+/// needs (TRANSACTIONAL_ID_AUTHORIZATION_FAILED otherwise).
+pub(super) fn may_write_transactional_id(ctx: &ShardContext, frame: &RequestFrame, txn_id: &str) -> bool {
+    authorize(ctx, frame, &ctx.view(), AclOperation::Write, ResourceType::TransactionalId, txn_id)
 }
 
 /// `op` on the cluster resource.
@@ -66,16 +87,14 @@ fn check(
     ctx: &ShardContext,
     frame: &RequestFrame,
     view: &ClusterView,
-    op: AclOperation,
-    resource_type: ResourceType,
-    name: &str,
-    log_denial: bool,
+    (op, resource_type, name): (AclOperation, ResourceType, &str),
+    audit: Audit,
 ) -> bool {
     if !ctx.authorizer.enabled {
         return true;
     }
     let allowed = ctx.authorizer.authorize(view.acls(), &frame.principal, host(frame), op, resource_type, name);
-    if !allowed && log_denial {
+    if !allowed && audit == Audit::Logged {
         log_denied(ctx, frame, op, resource_type, name);
     }
     allowed

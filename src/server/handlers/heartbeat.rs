@@ -14,16 +14,8 @@ use super::{group_error_code, respond};
 
 pub async fn handle(ctx: &ShardContext, frame: &RequestFrame) -> Result<Bytes, ProtocolError> {
     let req: HeartbeatRequest = decode_body(frame)?;
-    if !super::authz::authorize(
-        ctx,
-        frame,
-        &ctx.view(),
-        crate::security::acl::AclOperation::Read,
-        crate::security::acl::ResourceType::Group,
-        req.group_id.as_str(),
-    ) {
-        let body =
-            HeartbeatResponse::default().with_error_code(crate::protocol::error_code::GROUP_AUTHORIZATION_FAILED);
+    if !super::authz::may_read_group(ctx, frame, req.group_id.as_str()) {
+        let body = HeartbeatResponse::default().with_error_code(error_code::GROUP_AUTHORIZATION_FAILED);
         return respond(ApiKey::Heartbeat, frame, &body);
     }
     let op = GroupOp::Heartbeat {

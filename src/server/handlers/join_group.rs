@@ -17,18 +17,11 @@ use super::{group_error_code, respond, str_bytes};
 
 pub async fn handle(ctx: &ShardContext, frame: &RequestFrame) -> Result<Bytes, ProtocolError> {
     let req: JoinGroupRequest = decode_body(frame)?;
-    if !super::authz::authorize(
-        ctx,
-        frame,
-        &ctx.view(),
-        crate::security::acl::AclOperation::Read,
-        crate::security::acl::ResourceType::Group,
-        req.group_id.as_str(),
-    ) {
+    if !super::authz::may_read_group(ctx, frame, req.group_id.as_str()) {
         let body = JoinGroupResponse::default()
             .with_generation_id(-1)
             .with_member_id(req.member_id.clone())
-            .with_error_code(crate::protocol::error_code::GROUP_AUTHORIZATION_FAILED);
+            .with_error_code(error_code::GROUP_AUTHORIZATION_FAILED);
         return respond(ApiKey::JoinGroup, frame, &body);
     }
     let v = frame.api_version;

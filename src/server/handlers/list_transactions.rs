@@ -2,7 +2,8 @@
 //! by state name (unknown names are listed back in `unknown_state_filters`, as Kafka),
 //! by producer id, and (v1) by duration: open transactions running longer than it.
 //! While a shard loads a `__transaction_state` partition the answer is
-//! COORDINATOR_LOAD_IN_PROGRESS with no transactions, as Kafka's.
+//! COORDINATOR_LOAD_IN_PROGRESS with no transactions, as Kafka's. Only the ids the
+//! principal may DESCRIBE are listed (the others are left out, not refused).
 
 use bytes::Bytes;
 use kafka_protocol::messages::list_transactions_response::TransactionState;
@@ -12,12 +13,13 @@ use kafka_protocol::messages::{
 
 use crate::model::ShardId;
 use crate::protocol::{decode_body, error_code, ProtocolError, RequestFrame};
+use crate::security::acl::{AclOperation, ResourceType};
 use crate::shard::TxnOp;
 
 use super::super::context::ShardContext;
 use super::super::now_ms;
 use super::super::txn::{self, TxnOutcome};
-use super::{respond, str_bytes};
+use super::{authz, respond, str_bytes};
 
 pub async fn handle(ctx: &ShardContext, frame: &RequestFrame) -> Result<Bytes, ProtocolError> {
     let req: ListTransactionsRequest = decode_body(frame)?;
@@ -25,12 +27,19 @@ pub async fn handle(ctx: &ShardContext, frame: &RequestFrame) -> Result<Bytes, P
         req.state_filters.iter().filter(|s| txn::state_from_name(s.as_str()).is_none()).cloned().collect();
     let calls = (0..ctx.nr_shards).map(|s| txn::call(ctx, TxnOp::List, Some(ShardId(s))));
     let now = now_ms();
+    let view = ctx.view();
+    let describable = |id: &str| {
+        authz::authorize_quietly(ctx, frame, &view, AclOperation::Describe, ResourceType::TransactionalId, id)
+    };
     let mut listed = Vec::new();
     let mut loading = false;
     for outcome in futures::future::join_all(calls).await {
         match outcome {
             TxnOutcome::List(list) => {
                 for (id, r) in list {
+                    if !describable(&id) {
+                        continue;
+                    }
                     let name = txn::state_name(r.state);
                     if !req.state_filters.is_empty() && !req.state_filters.iter().any(|s| s.as_str() == name) {
                         continue;
