@@ -185,7 +185,9 @@ impl Connection {
     /// machine is satisfied (for SCRAM: the server's signature checked).
     fn sasl_login(&mut self, mut client: SaslClient) -> Result<(), Error> {
         let mechanism = client.mechanism().name();
-        let refused = |addr: &str, what: String| Error::Authentication(format!("{addr}: SASL {mechanism}: {what}"));
+        let refused = |addr: &str, what: String| {
+            Error::Authentication(format!("{addr}: SASL {mechanism} authentication failed: {what}"))
+        };
         let (_, handshake) =
             self.call(&SaslHandshakeRequest::default().with_mechanism(StrBytes::from_static_str(mechanism)))?;
         if handshake.error_code != 0 {
