@@ -215,6 +215,9 @@ def test_the_inter_broker_listener_refuses_strangers_and_wrong_passwords(broker_
     wait_for(lambda: log_since_last_start(b3.b).lower(), lambda t: "authentication failed" in t, 30,
              "broker 3 logging the failed login")
     wait_for(lambda: partition_state(conf, topic), lambda s: 3 not in s[2], 30, "broker 3 out of the ISR")
+    # Fenced (no heartbeat reaches the coordinator) before the producer looks for brokers:
+    # broker 3 still serves its CLIENT listener, but cannot forward InitProducerId.
+    wait_for(lambda: broker_ids(conf), lambda ids: ids == {1, 2}, 30, "broker 3 fenced")
     produce(conf, topic, [f"v{i}".encode() for i in range(50)])
     time.sleep(LAG_MS / 1000 * 2)
     assert 3 not in partition_state(conf, topic)[2]
