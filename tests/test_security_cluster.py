@@ -11,11 +11,14 @@ acknowledged record when the partition leader is killed with SIGKILL, the ISR co
 back to three after its restart (the follower fetches again over TLS and SASL); the
 inter-broker listener answers an unauthenticated connection nothing but ApiVersions
 and SASL; a broker with a wrong inter-broker password joins nothing (its log says
-authentication failed) and no ISR includes it."""
+authentication failed) and no ISR includes it. The `spate` CLI reaches a SASL_SSL
+listener with Kafka's `--command-config` client properties."""
 
+import os
 import socket
 import ssl
 import struct
+import subprocess
 import time
 
 import pytest
@@ -25,7 +28,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from helpers.broker import free_port
 from helpers.wire import api_versions_request, outcome_after, recv_frame
 from test_cluster import cluster_args
-from test_security import ALICE, certs, metadata_v0, sasl_authenticate, sasl_handshake  # noqa: F401 (fixture)
+from test_security import ALICE, certs, metadata_v0, sasl_authenticate, sasl_handshake, start_secure  # noqa: F401
 
 BROKER_USER = ("broker", "broker-secret")
 LAG_MS = 3000
@@ -228,3 +231,38 @@ def test_the_inter_broker_listener_refuses_strangers_and_wrong_passwords(broker_
         'inter_broker_sasl_password = "not-the-password"', f'inter_broker_sasl_password = "{BROKER_USER[1]}"'))
     b3.b.restart()
     wait_for(lambda: partition_state(conf, topic), lambda s: s[2] == [1, 2, 3], 60, "broker 3 back in the ISR")
+
+
+SPATE = os.environ.get("SPATE_BIN", os.path.join(os.path.dirname(__file__), "..", "target", "release", "spate"))
+
+
+def spate(*args, stdin=None):
+    return subprocess.run([SPATE, *args], input=stdin, capture_output=True, timeout=60)
+
+
+def test_the_cli_speaks_sasl_ssl_with_a_command_config(broker_factory, tmp_path, certs):
+    b, ports, _ = start_secure(broker_factory, tmp_path, certs, ["SASL_SSL"])
+    port = ports["SASL_SSL"]
+    props = tmp_path / "client.properties"
+    props.write_text("security.protocol=SASL_SSL\nsasl.mechanism=PLAIN\n"
+                     "sasl.jaas.config=org.apache.kafka.common.security.plain.PlainLoginModule required "
+                     f'username="{ALICE[0]}" password="{ALICE[1]}";\n'
+                     f"ssl.truststore.type=PEM\nssl.truststore.location={certs / 'ca.pem'}\n")
+    conn = ["--bootstrap", f"127.0.0.1:{port}", "--command-config", str(props)]
+    r = spate("topic", "create", "cli-secure", *conn)
+    assert r.returncode == 0, r.stderr
+    r = spate("topic", "list", *conn)
+    assert r.returncode == 0 and b"cli-secure" in r.stdout, r
+    lines = [f"line-{i}" for i in range(20)]
+    r = spate("produce", "cli-secure", *conn, stdin="\n".join(lines).encode() + b"\n")
+    assert r.returncode == 0, r.stderr
+    r = spate("consume", "cli-secure", "--from-beginning", "--max-messages", "20", "--idle-timeout-ms", "10000", *conn)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.decode().split() == lines
+    # Without the properties the SASL_SSL listener gives the CLI nothing; with a wrong
+    # password it is refused.
+    r = spate("topic", "list", "--bootstrap", f"127.0.0.1:{port}", "--request-timeout-ms", "3000")
+    assert r.returncode != 0
+    props.write_text(props.read_text().replace(ALICE[1], "wrong"))
+    r = spate("topic", "list", *conn)
+    assert r.returncode != 0 and b"authentication failed" in r.stderr.lower(), r

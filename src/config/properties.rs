@@ -23,7 +23,7 @@ use std::collections::BTreeMap;
 use super::BrokerConfig;
 
 /// The key/value pairs of a properties text, in order.
-fn parse_pairs(text: &str) -> Vec<(String, String)> {
+pub(crate) fn parse_pairs(text: &str) -> Vec<(String, String)> {
     let mut out = Vec::new();
     let mut pending = String::new();
     for raw in text.lines() {
@@ -66,7 +66,7 @@ fn jaas_plain_users(jaas: &str) -> BTreeMap<String, String> {
 }
 
 /// The quoted value of `key="..."` in a JAAS config (`username`, `password`).
-fn jaas_value(jaas: &str, key: &str) -> Option<String> {
+pub(crate) fn jaas_value(jaas: &str, key: &str) -> Option<String> {
     let mut rest = jaas;
     while let Some(i) = rest.find(key) {
         let boundary = i == 0 || rest[..i].ends_with(|c: char| c.is_whitespace() || c == ';');

@@ -109,6 +109,56 @@ impl ClientSecurity {
         Ok(ClientSecurity { protocol, tls, sasl })
     }
 
+    /// From Kafka client properties (the `--command-config` file of Kafka's tools):
+    /// `security.protocol`, `sasl.mechanism` (PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512),
+    /// `sasl.jaas.config` (its `username="..."` and `password="..."`),
+    /// `ssl.truststore.location` and `ssl.keystore.location` (PEM files;
+    /// `ssl.*.type` must be PEM when given). Other keys are returned, so the caller can
+    /// say it ignores them.
+    pub fn from_properties(text: &str) -> Result<(Self, Vec<String>), String> {
+        let mut protocol = SecurityProtocol::Plaintext;
+        let mut mechanism = None;
+        let (mut username, mut password) = (None, None);
+        let (mut truststore, mut keystore) = (None, None);
+        let mut ignored = Vec::new();
+        for (key, value) in crate::config::properties::parse_pairs(text) {
+            match key.as_str() {
+                "security.protocol" => {
+                    protocol = SecurityProtocol::parse(&value.to_ascii_uppercase()).ok_or_else(|| {
+                        format!("security.protocol={value}: not PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL")
+                    })?
+                }
+                "sasl.mechanism" => {
+                    mechanism = Some(Mechanism::from_name(&value).ok_or_else(|| {
+                        format!("sasl.mechanism={value}: not supported (PLAIN, SCRAM-SHA-256, SCRAM-SHA-512)")
+                    })?)
+                }
+                "sasl.jaas.config" => {
+                    username = crate::config::properties::jaas_value(&value, "username");
+                    password = crate::config::properties::jaas_value(&value, "password");
+                }
+                "ssl.truststore.location" => truststore = Some(PathBuf::from(value)),
+                "ssl.keystore.location" => keystore = Some(PathBuf::from(value)),
+                "ssl.truststore.type" | "ssl.keystore.type" if !value.eq_ignore_ascii_case("PEM") => {
+                    return Err(format!("{key}={value}: only PEM key and trust stores are read"))
+                }
+                "ssl.truststore.type" | "ssl.keystore.type" => {}
+                _ => ignored.push(key),
+            }
+        }
+        let sasl = match (username, password) {
+            (Some(username), Some(password)) if protocol.uses_sasl() => {
+                // Kafka's default mechanism is GSSAPI, which Spate does not speak.
+                let mechanism =
+                    mechanism.ok_or("sasl.mechanism is not set (GSSAPI, Kafka's default, is not supported)")?;
+                Some(SaslLogin { mechanism, username, password })
+            }
+            _ => None,
+        };
+        let tls = truststore.map(|truststore| ClientTlsFiles { truststore, keystore });
+        Ok((Self::new(protocol, tls.as_ref(), sasl)?, ignored))
+    }
+
     /// The name TLS checks the server's certificate against: the host of `addr`
     /// (`host:port` or `[v6]:port`); an IP address is checked against the certificate's
     /// IP SANs.
@@ -413,6 +463,28 @@ mod tests {
         assert_eq!(ClientSecurity::server_name("[::1]:9093").unwrap(), ServerName::try_from("::1").unwrap());
         assert_eq!(ClientSecurity::server_name("kafka1:9093").unwrap(), ServerName::try_from("kafka1").unwrap());
         assert!(ClientSecurity::server_name("bad host:1").is_err());
+    }
+
+    #[test]
+    fn kafka_client_properties_are_read() {
+        let text = "security.protocol=SASL_PLAINTEXT\nsasl.mechanism=SCRAM-SHA-512\n\
+                    sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required \
+                    username=\"alice\" password=\"alice-secret\";\nclient.id=x\n";
+        let (s, ignored) = ClientSecurity::from_properties(text).unwrap();
+        assert_eq!(s.protocol, SecurityProtocol::SaslPlaintext);
+        assert_eq!(s.sasl, Some(login(Mechanism::ScramSha512, "alice", "alice-secret")));
+        assert_eq!(ignored, ["client.id"]);
+        assert_eq!(ClientSecurity::from_properties("").unwrap().0.protocol, SecurityProtocol::Plaintext);
+        for bad in [
+            "security.protocol=KERBEROS",
+            "security.protocol=SASL_PLAINTEXT\nsasl.jaas.config=x username=\"a\" password=\"b\";",
+            "security.protocol=SASL_PLAINTEXT",
+            "security.protocol=SSL",
+            "ssl.truststore.type=JKS",
+            "sasl.mechanism=GSSAPI",
+        ] {
+            assert!(ClientSecurity::from_properties(bad).is_err(), "{bad}");
+        }
     }
 
     #[test]
