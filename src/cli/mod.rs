@@ -41,12 +41,23 @@ pub struct ConnArgs {
     /// Connect, read and write timeout per request, in milliseconds.
     #[arg(long, default_value_t = spate::client::request_timeout_ms_default)]
     pub request_timeout_ms: u64,
+    /// Kafka client properties for TLS and SASL (security.protocol, sasl.mechanism,
+    /// sasl.jaas.config, ssl.truststore.location, ssl.keystore.location; PEM files).
+    #[arg(long)]
+    pub command_config: Option<std::path::PathBuf>,
 }
 
 impl ConnArgs {
     pub fn connect(&self) -> Result<Client, Error> {
         let mut config = ClientConfig::new(&self.bootstrap);
         config.request_timeout = Duration::from_millis(self.request_timeout_ms.max(1));
+        if let Some(path) = &self.command_config {
+            let text = std::fs::read_to_string(path)
+                .map_err(|e| Error::Usage(format!("--command-config {}: {e}", path.display())))?;
+            let (security, _ignored) = spate::security::client::ClientSecurity::from_properties(&text)
+                .map_err(|e| Error::Usage(format!("--command-config {}: {e}", path.display())))?;
+            config.security = security;
+        }
         Client::connect(config)
     }
 }

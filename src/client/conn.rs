@@ -1,5 +1,8 @@
-//! One blocking connection to one broker: framing, correlation ids, timeouts and
-//! ApiVersions negotiation. One request in flight at a time; no threads.
+//! One blocking connection to one broker: framing, correlation ids, timeouts,
+//! ApiVersions negotiation, and the listener's security: TLS (rustls over the socket)
+//! and a SASL login (SaslHandshake v1, then SaslAuthenticate rounds driven by
+//! `security::client::SaslClient`) right after ApiVersions. One request in flight at a
+//! time; no threads.
 
 use std::collections::HashMap;
 use std::io::{Read, Write};
@@ -7,10 +10,16 @@ use std::net::{TcpStream, ToSocketAddrs};
 use std::time::Duration;
 
 use bytes::{BufMut, Bytes, BytesMut};
-use kafka_protocol::messages::{ApiKey, ApiVersionsRequest, ApiVersionsResponse, ResponseHeader};
-use kafka_protocol::protocol::{Decodable, HeaderVersion, Request};
+use kafka_protocol::messages::{
+    ApiKey, ApiVersionsRequest, ApiVersionsResponse, ResponseHeader, SaslAuthenticateRequest, SaslHandshakeRequest,
+};
+use kafka_protocol::protocol::{Decodable, HeaderVersion, Request, StrBytes};
 
 use super::Error;
+use crate::security::client::{ClientSecurity, SaslClient};
+
+/// A SASL login takes at most this many SaslAuthenticate rounds (SCRAM takes two).
+const sasl_rounds_max: usize = 4;
 
 /// Largest response frame accepted; a bigger length prefix means a broken stream.
 pub const response_bytes_max: usize = 256 * 1024 * 1024;
@@ -51,6 +60,8 @@ const version_caps: &[(ApiKey, i16)] = &[
     (ApiKey::AlterUserScramCredentials, 0),
     (ApiKey::DescribeClientQuotas, 1),
     (ApiKey::AlterClientQuotas, 1),
+    (ApiKey::SaslHandshake, 1),
+    (ApiKey::SaslAuthenticate, 2),
 ];
 
 /// The oldest version this client can fill in correctly, per API (fields it relies on
@@ -78,11 +89,44 @@ const version_floors: &[(ApiKey, i16)] = &[
     (ApiKey::CreateAcls, 1),
     (ApiKey::DescribeAcls, 1),
     (ApiKey::DeleteAcls, 1),
+    // v0 sends the tokens unframed; only the SaslAuthenticate framing is spoken here.
+    (ApiKey::SaslHandshake, 1),
 ];
+
+/// The socket, plain or inside TLS.
+enum Stream {
+    Plain(TcpStream),
+    Tls(Box<rustls::StreamOwned<rustls::ClientConnection, TcpStream>>),
+}
+
+impl Read for Stream {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        match self {
+            Stream::Plain(s) => s.read(buf),
+            Stream::Tls(s) => s.read(buf),
+        }
+    }
+}
+
+impl Write for Stream {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        match self {
+            Stream::Plain(s) => s.write(buf),
+            Stream::Tls(s) => s.write(buf),
+        }
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        match self {
+            Stream::Plain(s) => s.flush(),
+            Stream::Tls(s) => s.flush(),
+        }
+    }
+}
 
 pub struct Connection {
     pub addr: String,
-    stream: TcpStream,
+    stream: Stream,
     next_correlation_id: i32,
     /// api key -> (min, max) version the broker speaks.
     broker_versions: HashMap<i16, (i16, i16)>,
@@ -90,9 +134,21 @@ pub struct Connection {
 }
 
 impl Connection {
-    /// Connect, with `timeout` for the TCP handshake and for each later read and write,
-    /// then negotiate versions with ApiVersions v0 (understood by every broker).
+    /// Connect to a PLAINTEXT listener (see `open_secure`).
     pub fn open(addr: &str, timeout: Duration, client_id: &str) -> Result<Connection, Error> {
+        Self::open_secure(addr, timeout, client_id, &ClientSecurity::plaintext())
+    }
+
+    /// Connect, with `timeout` for the TCP handshake and for each later read and write;
+    /// run the TLS handshake when `security` says so; negotiate versions with ApiVersions
+    /// v0 (understood by every broker); then log in with SASL when `security` says so.
+    /// A certificate or a login refused is `Error::Authentication`.
+    pub fn open_secure(
+        addr: &str,
+        timeout: Duration,
+        client_id: &str,
+        security: &ClientSecurity,
+    ) -> Result<Connection, Error> {
         let addrs: Vec<_> =
             addr.to_socket_addrs().map_err(|e| Error::Unreachable(format!("cannot resolve {addr}: {e}")))?.collect();
         let mut last = format!("cannot resolve {addr}: no address");
@@ -102,6 +158,10 @@ impl Connection {
                     let _ = stream.set_nodelay(true);
                     stream.set_read_timeout(Some(timeout)).map_err(|e| Error::Unreachable(e.to_string()))?;
                     stream.set_write_timeout(Some(timeout)).map_err(|e| Error::Unreachable(e.to_string()))?;
+                    let stream = match &security.tls {
+                        None => Stream::Plain(stream),
+                        Some(tls) => Stream::Tls(Box::new(tls_handshake(addr, tls.clone(), stream)?)),
+                    };
                     let mut conn = Connection {
                         addr: addr.to_string(),
                         stream,
@@ -110,6 +170,9 @@ impl Connection {
                         client_id: client_id.to_string(),
                     };
                     conn.negotiate()?;
+                    if let Some(login) = &security.sasl {
+                        conn.sasl_login(SaslClient::new(login.clone(), crate::security::client::client_nonce()))?;
+                    }
                     return Ok(conn);
                 }
                 Err(e) => last = format!("cannot connect to {addr}: {e}"),
@@ -127,6 +190,37 @@ impl Connection {
             self.broker_versions.insert(v.api_key, (v.min_version, v.max_version));
         }
         Ok(())
+    }
+
+    /// SaslHandshake for the login's mechanism, then SaslAuthenticate until the client
+    /// machine is satisfied (for SCRAM: the server's signature checked).
+    fn sasl_login(&mut self, mut client: SaslClient) -> Result<(), Error> {
+        let mechanism = client.mechanism().name();
+        let refused = |addr: &str, what: String| {
+            Error::Authentication(format!("{addr}: SASL {mechanism} authentication failed: {what}"))
+        };
+        let (_, handshake) =
+            self.call(&SaslHandshakeRequest::default().with_mechanism(StrBytes::from_static_str(mechanism)))?;
+        if handshake.error_code != 0 {
+            let enabled: Vec<&str> = handshake.mechanisms.iter().map(|m| m.as_str()).collect();
+            return Err(refused(
+                &self.addr,
+                format!("{} (the broker enables {enabled:?})", super::error_name(handshake.error_code)),
+            ));
+        }
+        let mut token = client.first();
+        for _ in 0..sasl_rounds_max {
+            let (_, resp) = self.call(&SaslAuthenticateRequest::default().with_auth_bytes(Bytes::from(token)))?;
+            if resp.error_code != 0 {
+                let message = resp.error_message.as_ref().map(|m| m.to_string()).unwrap_or_default();
+                return Err(refused(&self.addr, format!("{} {message}", super::error_name(resp.error_code))));
+            }
+            match client.step(&resp.auth_bytes).map_err(|e| refused(&self.addr, e))? {
+                None => return Ok(()),
+                Some(next) => token = next,
+            }
+        }
+        Err(refused(&self.addr, format!("no outcome after {sasl_rounds_max} rounds")))
     }
 
     /// The version to use for `key`: the newest both sides speak.
@@ -215,6 +309,9 @@ impl Connection {
     }
 
     fn io_error(&self, e: std::io::Error) -> Error {
+        if let Some(tls) = e.get_ref().and_then(|inner| inner.downcast_ref::<rustls::Error>()) {
+            return Error::Authentication(format!("{}: TLS: {tls}", self.addr));
+        }
         match e.kind() {
             std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut => {
                 Error::Timeout(format!("{}: no answer within the request timeout", self.addr))
@@ -222,4 +319,24 @@ impl Connection {
             _ => Error::Disconnected(format!("{}: {e}", self.addr)),
         }
     }
+}
+
+/// Run the TLS handshake to its end, so that a certificate problem is reported as one.
+fn tls_handshake(
+    addr: &str,
+    config: std::sync::Arc<rustls::ClientConfig>,
+    mut sock: TcpStream,
+) -> Result<rustls::StreamOwned<rustls::ClientConnection, TcpStream>, Error> {
+    let name = ClientSecurity::server_name(addr).map_err(|e| Error::Usage(format!("{addr}: {e}")))?;
+    let mut tls =
+        rustls::ClientConnection::new(config, name).map_err(|e| Error::Authentication(format!("{addr}: TLS: {e}")))?;
+    while tls.is_handshaking() {
+        if let Err(e) = tls.complete_io(&mut sock) {
+            return Err(match e.get_ref().and_then(|inner| inner.downcast_ref::<rustls::Error>()) {
+                Some(tls) => Error::Authentication(format!("{addr}: TLS handshake failed: {tls}")),
+                None => Error::Disconnected(format!("{addr}: TLS handshake: {e}")),
+            });
+        }
+    }
+    Ok(rustls::StreamOwned::new(tls, sock))
 }

@@ -64,6 +64,9 @@ pub enum Error {
     /// The caller asked for something that cannot be (bad argument).
     #[error("{0}")]
     Usage(String),
+    /// TLS or SASL failed: a certificate not trusted, a login refused.
+    #[error("{0}")]
+    Authentication(String),
 }
 
 impl Error {
@@ -80,7 +83,11 @@ impl Error {
         match self {
             Error::Unreachable(_) | Error::Disconnected(_) | Error::Timeout(_) => 3,
             Error::Usage(_) => 2,
-            Error::Broker { .. } | Error::Unsupported(_) | Error::Protocol(_) | Error::State(_) => 1,
+            Error::Broker { .. }
+            | Error::Unsupported(_)
+            | Error::Protocol(_)
+            | Error::State(_)
+            | Error::Authentication(_) => 1,
         }
     }
 
@@ -132,6 +139,8 @@ pub struct ClientConfig {
     pub request_timeout: Duration,
     pub retries_max: u32,
     pub client_id: String,
+    /// How every connection secures itself (`--command-config`); PLAINTEXT by default.
+    pub security: crate::security::client::ClientSecurity,
 }
 
 impl ClientConfig {
@@ -141,6 +150,7 @@ impl ClientConfig {
             request_timeout: Duration::from_millis(request_timeout_ms_default),
             retries_max: retries_max_default,
             client_id: "spate-cli".into(),
+            security: crate::security::client::ClientSecurity::plaintext(),
         }
     }
 }
@@ -216,7 +226,12 @@ impl Client {
 
     fn conn_to_addr(&mut self, addr: &str) -> Result<&mut Connection, Error> {
         if !self.conns.contains_key(addr) {
-            let c = Connection::open(addr, self.config.request_timeout, &self.config.client_id)?;
+            let c = Connection::open_secure(
+                addr,
+                self.config.request_timeout,
+                &self.config.client_id,
+                &self.config.security,
+            )?;
             self.conns.insert(addr.to_string(), c);
         }
         Ok(self.conns.get_mut(addr).expect("just inserted"))

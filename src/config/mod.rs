@@ -166,6 +166,16 @@ pub struct BrokerConfig {
     /// SASL/PLAIN's users and passwords (Kafka's `user_<name>="<password>"` entries of
     /// the PLAIN JAAS config).
     pub sasl_plain_users: BTreeMap<String, String>,
+    /// sasl.mechanism.inter.broker.protocol: the mechanism this broker logs in with when
+    /// the inter-broker listener is SASL_PLAINTEXT or SASL_SSL [default: PLAIN, as Kafka].
+    pub sasl_mechanism_inter_broker_protocol: String,
+    /// The user this broker logs in as on other brokers' SASL inter-broker listener (Kafka's
+    /// `username="..."` of `listener.name.<listener>.<mechanism>.sasl.jaas.config` or
+    /// `sasl.jaas.config`). With PLAIN, every broker's `sasl_plain_users` must hold it;
+    /// with SCRAM, its credential must be stored (`spate user` / AlterUserScramCredentials).
+    pub inter_broker_sasl_username: Option<String>,
+    /// Its password (Kafka's `password="..."` of the same JAAS config).
+    pub inter_broker_sasl_password: Option<String>,
     /// connection.failed.authentication.delay.ms: a failed login is answered (and its
     /// connection closed) only after this long, so passwords cannot be tried at line rate.
     pub connection_failed_authentication_delay_ms: u64,
@@ -184,6 +194,11 @@ pub struct BrokerConfig {
     /// The listeners, resolved by `resolve_listeners` (not read from the file).
     #[serde(skip)]
     pub resolved_listeners: Vec<ListenerSpec>,
+    /// How this broker secures its connections to other brokers' inter-broker listener,
+    /// built by `resolve_listeners` (not read from the file); Err says which setting is
+    /// missing, for a broker that is not (yet) part of a cluster.
+    #[serde(skip)]
+    pub inter_broker_client: Result<crate::security::client::ClientSecurity, String>,
 }
 
 /// A listener's security protocol (Kafka's `SecurityProtocol`, with its wire ids).
@@ -311,7 +326,11 @@ impl Default for BrokerConfig {
             sasl_plain_users: BTreeMap::new(),
             connection_failed_authentication_delay_ms: 100,
             connections_max_reauth_ms: 0,
+            sasl_mechanism_inter_broker_protocol: "PLAIN".to_string(),
+            inter_broker_sasl_username: None,
+            inter_broker_sasl_password: None,
             resolved_listeners: Vec::new(),
+            inter_broker_client: Ok(crate::security::client::ClientSecurity::plaintext()),
             authorizer_class_name: None,
             super_users: String::new(),
             allow_everyone_if_no_acl_found: false,
@@ -429,15 +448,13 @@ impl BrokerConfig {
             let inter = self.inter_broker_listener()?;
             self.listen = inter.bind.clone();
             self.advertise = Some(inter.advertised.clone());
-            // Brokers reach one another in plain text until the broker's own clients
-            // speak TLS and SASL (issue 17).
+            // A broker that joins a cluster must be able to reach the others; a lone
+            // broker (or the first of a cluster, which others join) learns of a missing
+            // setting when it first dials a peer, where the error is logged.
+            self.inter_broker_client = self.inter_broker_client_security(inter.protocol);
             let clustered = self.coordinator.is_some() || self.metadata != "local";
-            if clustered && inter.protocol != SecurityProtocol::Plaintext {
-                return Err(format!(
-                    "the inter-broker listener {} is {}: brokers reach one another over PLAINTEXT only so far",
-                    inter.name,
-                    inter.protocol.name()
-                ));
+            if let (true, Err(e)) = (clustered, &self.inter_broker_client) {
+                return Err(format!("the inter-broker listener {} ({}): {e}", inter.name, inter.protocol.name()));
             }
         }
         if specs.iter().any(|l| l.protocol.uses_tls()) && self.ssl_keystore_location.is_none() {
@@ -449,6 +466,45 @@ impl BrokerConfig {
         self.sasl_mechanisms()?;
         self.resolved_listeners = self.listener_specs()?;
         Ok(())
+    }
+
+    /// How this broker's connections to other brokers (replica fetchers, the
+    /// coordinator link, forwarded requests, transaction markers) secure themselves: the
+    /// inter-broker listener's protocol, TLS trusting `ssl.truststore.location` and
+    /// presenting `ssl.keystore.location`, and a SASL login with
+    /// `sasl.mechanism.inter.broker.protocol` as `inter_broker_sasl_username`.
+    pub fn inter_broker_security(&self) -> Result<&crate::security::client::ClientSecurity, String> {
+        self.inter_broker_client.as_ref().map_err(|e| format!("inter-broker security: {e}"))
+    }
+
+    fn inter_broker_client_security(
+        &self,
+        protocol: SecurityProtocol,
+    ) -> Result<crate::security::client::ClientSecurity, String> {
+        use crate::security::client::{ClientSecurity, ClientTlsFiles, SaslLogin};
+        let tls = self
+            .ssl_truststore_location
+            .clone()
+            .map(|truststore| ClientTlsFiles { truststore, keystore: self.ssl_keystore_location.clone() });
+        let mechanism = crate::security::sasl::Mechanism::from_name(&self.sasl_mechanism_inter_broker_protocol)
+            .ok_or_else(|| {
+                format!(
+                    "sasl.mechanism.inter.broker.protocol: {} is not supported (PLAIN, SCRAM-SHA-256, SCRAM-SHA-512)",
+                    self.sasl_mechanism_inter_broker_protocol
+                )
+            })?;
+        let sasl = match (&self.inter_broker_sasl_username, &self.inter_broker_sasl_password) {
+            (Some(username), Some(password)) => {
+                Some(SaslLogin { mechanism, username: username.clone(), password: password.clone() })
+            }
+            _ => None,
+        };
+        if protocol.uses_sasl() && sasl.is_none() {
+            return Err("a SASL inter-broker listener needs inter_broker_sasl_username and \
+                        inter_broker_sasl_password (Kafka: username and password in the listener's sasl.jaas.config)"
+                .into());
+        }
+        ClientSecurity::new(protocol, tls.as_ref(), sasl)
     }
 
     /// Where clients of listener `name` reach this broker (`host`, `port`): the
@@ -923,6 +979,33 @@ fn check_value(key: &TopicConfigKey, value: &str) -> Result<(), String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_clustered_broker_needs_its_inter_broker_login() {
+        let mut c = BrokerConfig {
+            listeners: Some("CLIENT://127.0.0.1:9092,BROKER://127.0.0.1:9093".into()),
+            listener_security_protocol_map: Some("CLIENT:SASL_PLAINTEXT,BROKER:SASL_PLAINTEXT".into()),
+            inter_broker_listener_name: Some("BROKER".into()),
+            coordinator: Some("127.0.0.1:9000".into()),
+            ..BrokerConfig::default()
+        };
+        let e = c.clone().resolve_listeners().unwrap_err();
+        assert!(e.contains("inter_broker_sasl_username"), "{e}");
+        // The first broker of a cluster starts, and says what is missing when it dials.
+        let mut first = BrokerConfig { coordinator: None, ..c.clone() };
+        first.resolve_listeners().unwrap();
+        assert!(first.inter_broker_security().unwrap_err().contains("inter_broker_sasl_username"));
+        c.inter_broker_sasl_username = Some("broker".into());
+        c.inter_broker_sasl_password = Some("secret".into());
+        c.sasl_mechanism_inter_broker_protocol = "SCRAM-SHA-512".into();
+        c.resolve_listeners().unwrap();
+        let s = c.inter_broker_security().unwrap();
+        assert_eq!(s.protocol, SecurityProtocol::SaslPlaintext);
+        assert_eq!(s.sasl.as_ref().unwrap().mechanism, crate::security::sasl::Mechanism::ScramSha512);
+        assert_eq!(c.listen, "127.0.0.1:9093");
+        c.sasl_mechanism_inter_broker_protocol = "GSSAPI".into();
+        assert!(c.resolve_listeners().unwrap_err().contains("sasl.mechanism.inter.broker.protocol"));
+    }
 
     #[test]
     fn unsupported_config_is_refused() {

@@ -7,8 +7,11 @@
 //!   -> `node_id`, `auto.create.topics.enable` -> `auto_create_topics`;
 //! - broker defaults of topic configs (`log.retention.ms`, `log.cleanup.policy`, ...) ->
 //!   `topic_defaults` under the topic name;
-//! - `[listener.name.<l>.]sasl.jaas.config` / `[listener.name.<l>.]plain.sasl.jaas.config`
-//!   -> the PLAIN users of its `user_<name>="<password>"` entries;
+//! - `[listener.name.<l>.]sasl.jaas.config` / `[listener.name.<l>.]<mechanism>.sasl.jaas.config`
+//!   -> the PLAIN users of its `user_<name>="<password>"` entries, and its
+//!   `username="..."` / `password="..."` -> `inter_broker_sasl_username` / `_password`
+//!   (the login of the inter-broker listener's config when `inter.broker.listener.name`
+//!   names one, else of the first that has one);
 //! - `ssl.keystore.type` / `ssl.truststore.type` must be PEM (the only kind read);
 //! - anything else whose name with `_` for `.` is a broker setting (`listeners`,
 //!   `ssl.client.auth`, `sasl.enabled.mechanisms`, ...) -> that setting.
@@ -20,7 +23,7 @@ use std::collections::BTreeMap;
 use super::BrokerConfig;
 
 /// The key/value pairs of a properties text, in order.
-fn parse_pairs(text: &str) -> Vec<(String, String)> {
+pub(crate) fn parse_pairs(text: &str) -> Vec<(String, String)> {
     let mut out = Vec::new();
     let mut pending = String::new();
     for raw in text.lines() {
@@ -62,6 +65,23 @@ fn jaas_plain_users(jaas: &str) -> BTreeMap<String, String> {
     users
 }
 
+/// The quoted value of `key="..."` in a JAAS config (`username`, `password`).
+pub(crate) fn jaas_value(jaas: &str, key: &str) -> Option<String> {
+    let mut rest = jaas;
+    while let Some(i) = rest.find(key) {
+        let boundary = i == 0 || rest[..i].ends_with(|c: char| c.is_whitespace() || c == ';');
+        rest = &rest[i + key.len()..];
+        let Some(after) = rest.trim_start().strip_prefix('=') else { continue };
+        let Some(quoted) = after.trim_start().strip_prefix('"') else { continue };
+        let end = quoted.find('"')?;
+        if boundary {
+            return Some(quoted[..end].to_string());
+        }
+        rest = &quoted[end + 1..];
+    }
+    None
+}
+
 /// A properties value as TOML: an integer, a boolean or a float where it reads as one,
 /// else a string.
 fn typed(value: &str) -> toml::Value {
@@ -92,6 +112,8 @@ pub fn from_properties(text: &str) -> Result<(BrokerConfig, Vec<String>), String
     let mut table = toml::Table::new();
     let mut topic_defaults = toml::Table::new();
     let mut plain_users = toml::Table::new();
+    // (listener name, upper case, or None for `sasl.jaas.config`; username; password)
+    let mut logins: Vec<(Option<String>, String, String)> = Vec::new();
     let mut ignored = Vec::new();
     for (key, value) in parse_pairs(text) {
         let field = match key.as_str() {
@@ -111,6 +133,13 @@ pub fn from_properties(text: &str) -> Result<(BrokerConfig, Vec<String>), String
             k if k.ends_with("sasl.jaas.config") => {
                 for (user, password) in jaas_plain_users(&value) {
                     plain_users.insert(user, toml::Value::String(password));
+                }
+                if let (Some(user), Some(password)) = (jaas_value(&value, "username"), jaas_value(&value, "password")) {
+                    let listener = k
+                        .strip_prefix("listener.name.")
+                        .and_then(|r| r.split('.').next())
+                        .map(|l| l.to_ascii_uppercase());
+                    logins.push((listener, user, password));
                 }
                 continue;
             }
@@ -137,6 +166,16 @@ pub fn from_properties(text: &str) -> Result<(BrokerConfig, Vec<String>), String
     }
     if !plain_users.is_empty() {
         table.insert("sasl_plain_users".into(), toml::Value::Table(plain_users));
+    }
+    let inter_broker = table.get("inter_broker_listener_name").and_then(|v| v.as_str()).map(str::to_ascii_uppercase);
+    let login = logins
+        .iter()
+        .find(|(l, _, _)| l.is_some() && *l == inter_broker)
+        .or_else(|| logins.iter().find(|(l, _, _)| l.is_none()))
+        .or_else(|| logins.first());
+    if let Some((_, user, password)) = login {
+        table.insert("inter_broker_sasl_username".into(), toml::Value::String(user.clone()));
+        table.insert("inter_broker_sasl_password".into(), toml::Value::String(password.clone()));
     }
     let config = toml::Value::Table(table).try_into::<BrokerConfig>().map_err(|e| e.to_string())?;
     Ok((config, ignored))
@@ -182,6 +221,23 @@ auto.create.topics.enable=false
             BTreeMap::from([("admin".into(), "admin-secret".into()), ("alice".into(), "alice secret".into())])
         );
         assert_eq!(ignored, ["process.roles", "num.network.threads", "log.retention.hours"]);
+        assert_eq!(c.inter_broker_sasl_username.as_deref(), Some("admin"));
+        assert_eq!(c.inter_broker_sasl_password.as_deref(), Some("admin-secret"));
+    }
+
+    #[test]
+    fn the_inter_broker_login_comes_from_its_listeners_jaas_config() {
+        let text = r#"
+inter.broker.listener.name=INTERNAL
+sasl.mechanism.inter.broker.protocol=SCRAM-SHA-512
+listener.name.client.plain.sasl.jaas.config=x required username="client" password="c";
+listener.name.internal.scram-sha-512.sasl.jaas.config=x required username="broker" password="b=1";
+"#;
+        let (c, _) = from_properties(text).unwrap();
+        assert_eq!(c.sasl_mechanism_inter_broker_protocol, "SCRAM-SHA-512");
+        assert_eq!(c.inter_broker_sasl_username.as_deref(), Some("broker"));
+        assert_eq!(c.inter_broker_sasl_password.as_deref(), Some("b=1"));
+        assert_eq!(jaas_value(r#"a user_x="1" xusername="no" username = "yes""#, "username").as_deref(), Some("yes"));
     }
 
     #[test]

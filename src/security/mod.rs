@@ -7,6 +7,7 @@
 //! authorizer and quotas see it.
 
 pub mod acl;
+pub mod client;
 pub mod entity;
 pub mod quota;
 pub mod sasl;

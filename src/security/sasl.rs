@@ -169,7 +169,7 @@ fn plain(token: &[u8], credentials: &dyn Credentials) -> Step {
 }
 
 /// The attributes of a SCRAM message: `k=v` pairs separated by commas.
-fn attributes(msg: &str) -> impl Iterator<Item = (&str, &str)> {
+pub(super) fn attributes(msg: &str) -> impl Iterator<Item = (&str, &str)> {
     msg.split(',').map(|a| a.split_once('=').unwrap_or((a, "")))
 }
 

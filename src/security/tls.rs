@@ -99,7 +99,7 @@ impl TlsServer {
     }
 }
 
-fn read_pem(path: &Path) -> Result<Vec<u8>, String> {
+pub(super) fn read_pem(path: &Path) -> Result<Vec<u8>, String> {
     let bytes = std::fs::read(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
     if bytes.len() > crate::model::limits::tls_pem_file_bytes_max {
         return Err(format!(
@@ -112,7 +112,7 @@ fn read_pem(path: &Path) -> Result<Vec<u8>, String> {
     Ok(bytes)
 }
 
-fn certificates(path: &Path, pem: &[u8]) -> Result<Vec<CertificateDer<'static>>, String> {
+pub(super) fn certificates(path: &Path, pem: &[u8]) -> Result<Vec<CertificateDer<'static>>, String> {
     let certs: Vec<_> = CertificateDer::pem_slice_iter(pem)
         .collect::<Result<_, _>>()
         .map_err(|e| format!("{}: bad PEM certificate: {e}", path.display()))?;

@@ -95,9 +95,11 @@ pub(super) async fn with_coordinator<T: Send + 'static>(
     loop {
         if let Some(addr) = coordinator_address(&ctx.view()) {
             let (f, metadata) = (f.clone(), ctx.metadata.clone());
+            let security = ctx.config.inter_broker_security()?.clone();
             let attempt = ctx
                 .run_blocking(move || {
-                    match Connection::open(&addr, Duration::from_millis(forward_timeout_ms), "spate-forward") {
+                    let timeout = Duration::from_millis(forward_timeout_ms);
+                    match Connection::open_secure(&addr, timeout, "spate-forward", &security) {
                         Ok(mut conn) => Attempt::Done(f(&mut conn, &metadata)),
                         Err(e) => Attempt::Unreachable(e.to_string()),
                     }

@@ -68,6 +68,9 @@ pub struct Link {
     pub heartbeat_interval: Duration,
     pub controller_config: ControllerConfig,
     pub shutdown: Arc<AtomicBool>,
+    /// How connections to the coordinator secure themselves (the inter-broker listener's
+    /// security; Err: a setting is missing, reported on each attempt).
+    pub security: Result<crate::security::client::ClientSecurity, String>,
     /// Run once this broker has become the active coordinator (ZooKeeper takeover).
     pub on_active: Box<dyn Fn(&Metadata) + Send>,
 }
@@ -195,7 +198,8 @@ impl Link {
         incarnation: uuid::Uuid,
     ) -> Result<(), LinkError> {
         let timeout = Duration::from_millis(coordinator_request_timeout_ms);
-        let mut conn = Connection::open(addr, timeout, &format!("spate-broker-{}", self.broker.id))?;
+        let security = self.security.as_ref().map_err(|e| LinkError::Other(e.clone()))?;
+        let mut conn = Connection::open_secure(addr, timeout, &format!("spate-broker-{}", self.broker.id), security)?;
         let listener = Listener::default()
             .with_name(sb(layout::LISTENER))
             .with_host(sb(&self.broker.endpoint.host))

@@ -301,6 +301,7 @@ fn start_link(
         heartbeat_interval: Duration::from_millis(config.broker_heartbeat_interval_ms),
         controller_config: controller_config(config),
         shutdown: shutdown.clone(),
+        security: config.inter_broker_security().cloned(),
         on_active: Box::new(move |metadata| {
             if let Err(e) = ensure_offsets_topic(metadata, offsets_topic, false) {
                 tracing::error!(error = %e, "cannot create the offsets topic");

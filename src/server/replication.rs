@@ -287,7 +287,9 @@ async fn fetcher(ctx: Rc<ShardContext>, leader: NodeId, parts: FetcherPartitions
                     reg.broker_info(leader).map(|b| format!("{}:{}", b.endpoint.host, b.endpoint.port))
                 };
                 let addr = addr.ok_or_else(|| format!("leader {leader} is not a known broker"))?;
-                peer = Some(Peer::connect(&addr, &format!("spate-replica-{me}")).await?);
+                peer = Some(
+                    Peer::connect(&addr, &format!("spate-replica-{me}"), ctx.config.inter_broker_security()?).await?,
+                );
             }
             let conn = peer.as_mut().expect("connected above");
             truncate(&ctx, conn, leader, &parts).await?;

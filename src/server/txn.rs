@@ -286,7 +286,7 @@ async fn write_markers(
                 .collect(),
         );
     let req = WriteTxnMarkersRequest::default().with_markers(vec![marker]);
-    let mut peer = Peer::connect(&addr, "spate-txn-markers").await?;
+    let mut peer = Peer::connect(&addr, "spate-txn-markers", ctx.config.inter_broker_security()?).await?;
     let resp = peer.call(write_txn_markers_version, &req, Duration::from_millis(marker_request_timeout_ms)).await?;
     let mut codes = Vec::new();
     for result in resp.markers.iter().filter(|r| r.producer_id.0 == m.markers.producer_id) {
@@ -367,7 +367,7 @@ pub async fn create_topic_through_active(ctx: &ShardContext, txn_id: &str) -> Re
         let b = view.broker_info(active).ok_or("the active coordinator is not registered")?;
         format!("{}:{}", b.endpoint.host, b.endpoint.port)
     };
-    let mut peer = Peer::connect(&addr, "spate-txn-coordinator").await?;
+    let mut peer = Peer::connect(&addr, "spate-txn-coordinator", ctx.config.inter_broker_security()?).await?;
     let req = FindCoordinatorRequest::default().with_key_type(1).with_key(sb(txn_id));
     peer.call(find_coordinator_version, &req, Duration::from_millis(marker_request_timeout_ms)).await.map(|_| ())
 }
@@ -384,7 +384,7 @@ pub async fn allocate_producer_id(ctx: &ShardContext) -> Result<i64, String> {
     let b = view.broker_info(active).ok_or("the active coordinator is not registered")?;
     let addr = format!("{}:{}", b.endpoint.host, b.endpoint.port);
     drop(view);
-    let mut peer = Peer::connect(&addr, "spate-txn-coordinator").await?;
+    let mut peer = Peer::connect(&addr, "spate-txn-coordinator", ctx.config.inter_broker_security()?).await?;
     let req = InitProducerIdRequest::default()
         .with_transactional_id(None) // the crate's default is Some("")
         .with_transaction_timeout_ms(-1)

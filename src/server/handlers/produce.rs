@@ -258,7 +258,7 @@ async fn verify_remote(
             .with_topics(vec![AddPartitionsToTxnTopic::default()
                 .with_name(crate::client::topic_name(&tp.topic))
                 .with_partitions(vec![tp.partition])])]);
-    let mut peer = Peer::connect(&addr, "spate-txn-verify").await?;
+    let mut peer = Peer::connect(&addr, "spate-txn-verify", ctx.config.inter_broker_security()?).await?;
     let response = peer.call(verify_version, &request, Duration::from_millis(verify_timeout_ms)).await?;
     if response.error_code != error_code::NONE {
         return Ok(response.error_code);

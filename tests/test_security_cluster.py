@@ -1,0 +1,268 @@
+"""A three-broker cluster whose brokers reach one another over SASL_SSL (issue 17).
+
+Every broker has two listeners, both SASL_SSL: CLIENT (its test port, for the clients)
+and BROKER (the inter-broker listener). Brokers log in to one another's BROKER
+listener with SASL/PLAIN as `broker`, trusting the test CA (certificates for
+127.0.0.1 made with openssl by test_security's `certs` fixture). Broker 1 runs the
+embedded coordinator; brokers 2 and 3 reach it through its BROKER listener.
+
+Checked with real clients over SASL_SSL: an idempotent acks=all producer loses no
+acknowledged record when the partition leader is killed with SIGKILL, the ISR comes
+back to three after its restart (the follower fetches again over TLS and SASL); the
+inter-broker listener answers an unauthenticated connection nothing but ApiVersions
+and SASL; a broker with a wrong inter-broker password joins nothing (its log says
+authentication failed) and no ISR includes it. The `spate` CLI reaches a SASL_SSL
+listener with Kafka's `--command-config` client properties."""
+
+import os
+import socket
+import ssl
+import struct
+import subprocess
+import time
+
+import pytest
+from confluent_kafka import Consumer, Producer
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from helpers.broker import free_port
+from helpers.wire import api_versions_request, outcome_after, recv_frame
+from test_cluster import cluster_args
+from test_security import ALICE, certs, metadata_v0, sasl_authenticate, sasl_handshake, start_secure  # noqa: F401
+
+BROKER_USER = ("broker", "broker-secret")
+LAG_MS = 3000
+
+
+def broker_config(tmp_path, certs, name, password=BROKER_USER[1]):
+    path = tmp_path / f"{name}-security.toml"
+    path.write_text(
+        f'ssl_keystore_location = "{certs / "keystore.pem"}"\n'
+        f'ssl_truststore_location = "{certs / "ca.pem"}"\n'
+        'sasl_enabled_mechanisms = "PLAIN,SCRAM-SHA-512"\n'
+        'sasl_mechanism_inter_broker_protocol = "PLAIN"\n'
+        f'inter_broker_sasl_username = "{BROKER_USER[0]}"\n'
+        f'inter_broker_sasl_password = "{password}"\n'
+        "[sasl_plain_users]\n"
+        f'{ALICE[0]} = "{ALICE[1]}"\n'
+        f'{BROKER_USER[0]} = "{BROKER_USER[1]}"\n')
+    return path
+
+
+class SecureBroker:
+    """A broker and the port of its inter-broker listener."""
+
+    def __init__(self, broker, broker_port, config):
+        self.b, self.broker_port, self.config = broker, broker_port, config
+
+
+def start_secure_broker(broker_factory, tmp_path, certs, node_id, coordinator=None, password=BROKER_USER[1]):
+    client_port, broker_port = free_port(), free_port()
+    config = broker_config(tmp_path, certs, f"b{node_id}", password)
+    args = [*cluster_args(node_id), "--replica-lag-time-max-ms", str(LAG_MS), "--config", str(config),
+            "--listeners", f"CLIENT://127.0.0.1:{client_port},BROKER://127.0.0.1:{broker_port}",
+            "--listener-security-protocol-map", "CLIENT:SASL_SSL,BROKER:SASL_SSL",
+            "--inter-broker-listener-name", "BROKER"]
+    if coordinator:
+        args += ["--coordinator", f"127.0.0.1:{coordinator}"]
+    b = broker_factory(*args, name=f"b{node_id}", cores=1, port=client_port)
+    return SecureBroker(b, broker_port, config)
+
+
+def client_conf(port, certs):
+    return {"bootstrap.servers": f"127.0.0.1:{port}", "security.protocol": "SASL_SSL", "sasl.mechanism": "PLAIN",
+            "sasl.username": ALICE[0], "sasl.password": ALICE[1], "ssl.ca.location": str(certs / "ca.pem")}
+
+
+def wait_for(fn, predicate, timeout, what):
+    deadline = time.monotonic() + timeout
+    last = None
+    while time.monotonic() < deadline:
+        try:
+            last = fn()
+            if predicate(last):
+                return last
+        except Exception as e:  # noqa: BLE001 (a broker may be restarting)
+            last = e
+        time.sleep(0.3)
+    raise AssertionError(f"{what} not reached within {timeout}s: {last}")
+
+
+def broker_ids(conf):
+    return set(AdminClient(conf).list_topics(timeout=5).brokers)
+
+
+def partition_state(conf, topic):
+    """(leader, replicas, sorted isr) of partition 0."""
+    p = AdminClient(conf).list_topics(topic, timeout=5).topics[topic].partitions[0]
+    return p.leader, list(p.replicas), sorted(p.isrs)
+
+
+def start_cluster(broker_factory, tmp_path, certs):
+    b1 = start_secure_broker(broker_factory, tmp_path, certs, 1)
+    brokers = {1: b1}
+    for i in (2, 3):
+        brokers[i] = start_secure_broker(broker_factory, tmp_path, certs, i, coordinator=b1.broker_port)
+    conf = client_conf(b1.b.port, certs)
+    wait_for(lambda: broker_ids(conf), lambda ids: ids == {1, 2, 3}, 30, "three registered brokers")
+    return brokers, conf
+
+
+def create_topic(conf, new_topic):
+    admin = AdminClient(conf)
+    admin.create_topics([new_topic])[new_topic.topic].result(30)
+
+
+def produce(conf, topic, values):
+    """Produce with confluent-kafka's acks=all default and idempotence on; returns the
+    values acknowledged, in acknowledgement order."""
+    p = Producer(dict(conf, **{"enable.idempotence": True}))
+    acked, errors = [], []
+
+    def cb(err, msg):
+        (errors if err else acked).append(err or msg.value())
+
+    for v in values:
+        p.produce(topic, value=v, partition=0, on_delivery=cb)
+        p.poll(0)
+    assert p.flush(90) == 0, "records still in flight"
+    assert errors == [], errors
+    return acked
+
+
+def consume_all(conf, topic, n, timeout=60):
+    c = Consumer(dict(conf, **{"group.id": f"{topic}-reader", "auto.offset.reset": "earliest",
+                               "enable.auto.commit": False}))
+    c.subscribe([topic])
+    got = []
+    deadline = time.monotonic() + timeout
+    while len(got) < n and time.monotonic() < deadline:
+        m = c.poll(1.0)
+        if m is not None and m.error() is None:
+            got.append(m.value())
+    c.close()
+    return got
+
+
+def log_since_last_start(b):
+    text = b.log_path.read_text(errors="replace")
+    return text[text.rfind("===== start #"):]
+
+
+@pytest.mark.timeout(300)
+def test_replication_over_sasl_ssl_survives_a_killed_leader(broker_factory, tmp_path, certs):
+    brokers, conf = start_cluster(broker_factory, tmp_path, certs)
+    topic = "secure-replicated"
+    # Broker 1 runs the coordinator: the leader killed below is another broker.
+    create_topic(conf, NewTopic(topic, 1, replica_assignment=[[2, 3, 1]], config={"min.insync.replicas": "2"}))
+    wait_for(lambda: partition_state(conf, topic), lambda s: s[0] == 2 and s[2] == [1, 2, 3], 30,
+             "leader 2 with the full ISR")
+    first = [f"before-{i}".encode() for i in range(300)]
+    acked = produce(conf, topic, first)
+    assert acked == first
+
+    leader = brokers[2].b
+    leader.kill()
+    wait_for(lambda: partition_state(conf, topic), lambda s: s[0] in (1, 3) and 2 not in s[2], 30,
+             "a new leader without broker 2")
+    second = [f"after-{i}".encode() for i in range(300)]
+    acked += produce(conf, topic, second)
+    assert acked == first + second
+
+    leader.restart()
+    # Broker 2 fetches from the new leader over SASL_SSL and rejoins the ISR.
+    wait_for(lambda: partition_state(conf, topic), lambda s: s[2] == [1, 2, 3], 60, "the ISR back to three")
+    assert "authentication failed" not in leader.log_path.read_text(errors="replace").lower()
+
+    got = consume_all(conf, topic, len(acked))
+    assert got == acked
+
+
+def tls_socket(port, certs):
+    ctx = ssl.create_default_context(cafile=str(certs / "ca.pem"))
+    raw = socket.create_connection(("127.0.0.1", port), timeout=5)
+    return ctx.wrap_socket(raw, server_hostname="127.0.0.1")
+
+
+@pytest.mark.timeout(300)
+def test_the_inter_broker_listener_refuses_strangers_and_wrong_passwords(broker_factory, tmp_path, certs):
+    brokers, conf = start_cluster(broker_factory, tmp_path, certs)
+    port = brokers[1].broker_port
+    # Plain TCP on a TLS listener: no Kafka answer, at most a TLS alert record (0x15).
+    s = socket.create_connection(("127.0.0.1", port), timeout=5)
+    s.sendall(api_versions_request(correlation_id=5))
+    out = outcome_after(s)
+    assert out == "closed" or (out[0] == "answered" and out[1][:1] == b"\x15"), out
+    # TLS without SASL: ApiVersions is answered, Metadata closes the connection.
+    s = tls_socket(port, certs)
+    s.sendall(api_versions_request(correlation_id=7))
+    assert struct.unpack(">i", recv_frame(s)[:4])[0] == 7
+    s.sendall(metadata_v0())
+    assert outcome_after(s) == "closed"
+    # A wrong password is refused.
+    s = tls_socket(port, certs)
+    assert sasl_handshake(s, "PLAIN")[0] == 0
+    err, message, _, _ = sasl_authenticate(s, f"\0{BROKER_USER[0]}\0wrong".encode())
+    assert err == 58, message
+
+    topic = "secure-isr"
+    create_topic(conf, NewTopic(topic, 1, replica_assignment=[[1, 2, 3]]))
+    wait_for(lambda: partition_state(conf, topic), lambda s: s[2] == [1, 2, 3], 30, "the full ISR")
+    # Broker 3 comes back with a wrong inter-broker password: it cannot log in to the
+    # coordinator or to the leader, so it never rejoins the ISR.
+    b3 = brokers[3]
+    b3.b.kill()
+    b3.config.write_text(b3.config.read_text().replace(
+        f'inter_broker_sasl_password = "{BROKER_USER[1]}"', 'inter_broker_sasl_password = "not-the-password"'))
+    b3.b.restart()
+    wait_for(lambda: log_since_last_start(b3.b).lower(), lambda t: "authentication failed" in t, 30,
+             "broker 3 logging the failed login")
+    wait_for(lambda: partition_state(conf, topic), lambda s: 3 not in s[2], 30, "broker 3 out of the ISR")
+    # Fenced (no heartbeat reaches the coordinator) before the producer looks for brokers:
+    # broker 3 still serves its CLIENT listener, but cannot forward InitProducerId.
+    wait_for(lambda: broker_ids(conf), lambda ids: ids == {1, 2}, 30, "broker 3 fenced")
+    produce(conf, topic, [f"v{i}".encode() for i in range(50)])
+    time.sleep(LAG_MS / 1000 * 2)
+    assert 3 not in partition_state(conf, topic)[2]
+    assert 3 not in broker_ids(conf)
+    # With the right password it rejoins: the refusal was the password's.
+    b3.b.kill()
+    b3.config.write_text(b3.config.read_text().replace(
+        'inter_broker_sasl_password = "not-the-password"', f'inter_broker_sasl_password = "{BROKER_USER[1]}"'))
+    b3.b.restart()
+    wait_for(lambda: partition_state(conf, topic), lambda s: s[2] == [1, 2, 3], 60, "broker 3 back in the ISR")
+
+
+SPATE = os.environ.get("SPATE_BIN", os.path.join(os.path.dirname(__file__), "..", "target", "release", "spate"))
+
+
+def spate(*args, stdin=None):
+    return subprocess.run([SPATE, *args], input=stdin, capture_output=True, timeout=60)
+
+
+def test_the_cli_speaks_sasl_ssl_with_a_command_config(broker_factory, tmp_path, certs):
+    b, ports, _ = start_secure(broker_factory, tmp_path, certs, ["SASL_SSL"])
+    port = ports["SASL_SSL"]
+    props = tmp_path / "client.properties"
+    props.write_text("security.protocol=SASL_SSL\nsasl.mechanism=PLAIN\n"
+                     "sasl.jaas.config=org.apache.kafka.common.security.plain.PlainLoginModule required "
+                     f'username="{ALICE[0]}" password="{ALICE[1]}";\n'
+                     f"ssl.truststore.type=PEM\nssl.truststore.location={certs / 'ca.pem'}\n")
+    conn = ["--bootstrap", f"127.0.0.1:{port}", "--command-config", str(props)]
+    r = spate("topic", "create", "cli-secure", *conn)
+    assert r.returncode == 0, r.stderr
+    r = spate("topic", "list", *conn)
+    assert r.returncode == 0 and b"cli-secure" in r.stdout, r
+    lines = [f"line-{i}" for i in range(20)]
+    r = spate("produce", "cli-secure", *conn, stdin="\n".join(lines).encode() + b"\n")
+    assert r.returncode == 0, r.stderr
+    r = spate("consume", "cli-secure", "--from-beginning", "--max-messages", "20", "--idle-timeout-ms", "10000", *conn)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.decode().split() == lines
+    # Without the properties the SASL_SSL listener gives the CLI nothing; with a wrong
+    # password it is refused.
+    r = spate("topic", "list", "--bootstrap", f"127.0.0.1:{port}", "--request-timeout-ms", "3000")
+    assert r.returncode != 0
+    props.write_text(props.read_text().replace(ALICE[1], "wrong"))
+    r = spate("topic", "list", *conn)
+    assert r.returncode != 0 and b"authentication failed" in r.stderr.lower(), r
