@@ -255,8 +255,10 @@ fn scratch_dir(kind: &str) -> std::io::Result<Scratch> {
 
 /// SASL tokens from an unauthenticated client (SaslAuthenticate's auth_bytes): the input
 /// is split at 0xFF bytes into successive tokens, played against each mechanism with a
-/// known user (PLAIN alice/alice-secret; SCRAM "user"/"pencil", 4096 iterations).
+/// known user (PLAIN alice/alice-secret; SCRAM "user"/"pencil", 4096 iterations); then
+/// the same tokens as a broker's answers to a client login (`security::client`).
 pub fn sasl(data: &[u8]) {
+    use crate::security::client::{SaslClient, SaslLogin};
     use crate::security::sasl::{Credentials, Mechanism, SaslServer, Step};
     use crate::security::scram::{ScramCredential, ScramMechanism};
     struct Known;
@@ -280,6 +282,17 @@ pub fn sasl(data: &[u8]) {
             match server.step(token, &Known, "servernonce") {
                 Step::Continue(_) => {}
                 Step::Done { .. } | Step::Failed(_) => break,
+            }
+        }
+        // The client side: a broker's answers (server-first, server-final) are untrusted
+        // bytes for an inter-broker or CLI login.
+        let login = SaslLogin { mechanism: m, username: "user".into(), password: "pencil".into() };
+        let mut client = SaslClient::new(login, "clientnonce".into());
+        let _ = client.first();
+        for token in data.split(|b| *b == 0xFF) {
+            match client.step(token) {
+                Ok(Some(_)) => {}
+                Ok(None) | Err(_) => break,
             }
         }
     }
