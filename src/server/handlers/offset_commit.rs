@@ -11,10 +11,9 @@ use kafka_protocol::messages::offset_commit_response::{OffsetCommitResponseParti
 use kafka_protocol::messages::{ApiKey, OffsetCommitRequest, OffsetCommitResponse};
 
 use crate::config::FsyncMode;
-use crate::group::{GroupError, OffsetCommit};
+use crate::group::OffsetCommit;
 use crate::protocol::{decode_body, error_code, ProtocolError, RequestFrame};
-use crate::security::acl::{AclOperation, ResourceType};
-use crate::shard::{DurableWait, GroupOp, GroupReply, ReplicatedWait};
+use crate::shard::{GroupOp, GroupReply};
 
 use super::super::context::ShardContext;
 use super::super::now_ms;
@@ -22,18 +21,66 @@ use super::{group_error_code, respond};
 
 pub async fn handle(ctx: &ShardContext, frame: &RequestFrame) -> Result<Bytes, ProtocolError> {
     let req: OffsetCommitRequest = decode_body(frame)?;
-    let offsets: Vec<OffsetCommit> = req
+    // Per request partition, in order: does the metadata know it?
+    let known: Vec<bool> = {
+        let reg = ctx.view();
+        req.topics
+            .iter()
+            .flat_map(|t| {
+                let partitions = reg.get(t.name.as_str()).map(|m| m.partitions).unwrap_or(0);
+                t.partitions.iter().map(move |p| p.partition_index >= 0 && p.partition_index < partitions)
+            })
+            .collect()
+    };
+    // Authorization (Kafka's handleOffsetCommitRequest): READ on the group for the
+    // whole request, READ on each topic for its partitions.
+    let view = ctx.view();
+    let group_denied = !super::authz::authorize(
+        ctx,
+        frame,
+        &view,
+        crate::security::acl::AclOperation::Read,
+        crate::security::acl::ResourceType::Group,
+        req.group_id.as_str(),
+    );
+    let refused: Vec<Option<i16>> = req
         .topics
         .iter()
         .flat_map(|t| {
-            t.partitions.iter().map(move |p| {
-                let metadata = p.committed_metadata.as_deref();
-                requested(&t.name, p.partition_index, p.committed_offset, p.committed_leader_epoch, metadata)
-            })
+            let code = if group_denied {
+                Some(error_code::GROUP_AUTHORIZATION_FAILED)
+            } else if !super::authz::authorize(
+                ctx,
+                frame,
+                &view,
+                crate::security::acl::AclOperation::Read,
+                crate::security::acl::ResourceType::Topic,
+                t.name.as_str(),
+            ) {
+                Some(error_code::TOPIC_AUTHORIZATION_FAILED)
+            } else {
+                None
+            };
+            t.partitions.iter().map(move |_| code)
         })
         .collect();
-    let (refused, offsets) = screen(ctx, frame, req.group_id.as_str(), None, offsets);
-    let nr_accepted = offsets.len();
+    let known: Vec<bool> = known.iter().zip(&refused).map(|(k, r)| *k && r.is_none()).collect();
+    let mut refused = refused.into_iter();
+    let nr_known = known.iter().filter(|k| **k).count();
+    let mut is_known = known.iter().copied();
+    let offsets: Vec<OffsetCommit> = req
+        .topics
+        .iter()
+        .flat_map(|t| t.partitions.iter().map(move |p| (t, p)))
+        .filter(|_| is_known.next().unwrap_or(false))
+        .map(|(t, p)| OffsetCommit {
+            topic: t.name.to_string(),
+            partition: p.partition_index,
+            offset: p.committed_offset,
+            leader_epoch: p.committed_leader_epoch,
+            metadata: p.committed_metadata.as_ref().map(|m| m.to_string()).unwrap_or_default(),
+        })
+        .collect();
     let op = GroupOp::Commit {
         group_id: req.group_id.to_string(),
         member_id: req.member_id.to_string(),
@@ -43,19 +90,40 @@ pub async fn handle(ctx: &ShardContext, frame: &RequestFrame) -> Result<Bytes, P
         now_ms: now_ms(),
         durable: ctx.config.fsync == FsyncMode::Always,
     };
-    // One code for every accepted partition, or one per accepted partition.
-    let codes: Vec<i16> = if nr_accepted == 0 {
+    // One code for every known partition, or one per known partition.
+    let codes: Vec<i16> = if nr_known == 0 {
         Vec::new() // nothing to commit: the group is not consulted (as Kafka)
     } else {
         match ctx.call_group(op, None).await {
             Some(GroupReply::Commit { results: Ok(results), waits, replicated }) => {
-                settle(&results, waits, replicated).await
+                // Written (io_uring), and fsynced under --fsync always, before the answer.
+                let mut flushed = true;
+                for wait in waits {
+                    flushed &= matches!(wait.await, Ok(Ok(())));
+                }
+                let failed = if !flushed {
+                    Some(error_code::COORDINATOR_NOT_AVAILABLE)
+                } else {
+                    match replicated {
+                        None => None,
+                        Some(wait) => replication_failure(wait).await,
+                    }
+                };
+                results
+                    .iter()
+                    .map(|r| match (r, failed) {
+                        (_, Some(code)) => code,
+                        (Ok(()), None) => error_code::NONE,
+                        (Err(e), None) => group_error_code(e),
+                    })
+                    .collect()
             }
-            Some(GroupReply::Commit { results: Err(Some(e)), .. }) => vec![group_error_code(&e); nr_accepted],
-            other => vec![ctx.group_unavailable_code(req.group_id.as_str(), &other); nr_accepted],
+            Some(GroupReply::Commit { results: Err(Some(e)), .. }) => vec![group_error_code(&e); nr_known],
+            other => vec![ctx.group_unavailable_code(req.group_id.as_str(), &other); nr_known],
         }
     };
-    let mut codes = merge(refused, codes).into_iter();
+    let mut codes = codes.into_iter();
+    let mut known = known.into_iter();
     let topics = req
         .topics
         .iter()
@@ -66,117 +134,17 @@ pub async fn handle(ctx: &ShardContext, frame: &RequestFrame) -> Result<Bytes, P
                     .map(|p| {
                         OffsetCommitResponsePartition::default()
                             .with_partition_index(p.partition_index)
-                            .with_error_code(codes.next().unwrap_or(error_code::UNKNOWN_SERVER_ERROR))
+                            .with_error_code(match (known.next(), refused.next().flatten()) {
+                                (_, Some(code)) => code,
+                                (Some(true), None) => codes.next().unwrap_or(error_code::UNKNOWN_SERVER_ERROR),
+                                _ => error_code::UNKNOWN_TOPIC_OR_PARTITION,
+                            })
                     })
                     .collect(),
             )
         })
         .collect();
     respond(ApiKey::OffsetCommit, frame, &OffsetCommitResponse::default().with_topics(topics))
-}
-
-/// One requested partition's commit, from an (Txn)OffsetCommit request's fields.
-pub(super) fn requested(
-    topic: &str,
-    partition: i32,
-    offset: i64,
-    leader_epoch: i32,
-    metadata: Option<&str>,
-) -> OffsetCommit {
-    OffsetCommit {
-        topic: topic.to_string(),
-        partition,
-        offset,
-        leader_epoch,
-        metadata: metadata.map(str::to_string).unwrap_or_default(),
-    }
-}
-
-/// Split an (Txn)OffsetCommit request's partitions, in request order, into those
-/// refused before the group is asked (their codes, `None` for the others) and those
-/// that go to the group. Kafka's order: `whole` (a code for the whole request, such as
-/// a denied transactional id), READ on the group, READ on each topic
-/// (TOPIC_AUTHORIZATION_FAILED), then a topic the metadata does not know or a
-/// partition past its count (UNKNOWN_TOPIC_OR_PARTITION).
-pub(super) fn screen(
-    ctx: &ShardContext,
-    frame: &RequestFrame,
-    group_id: &str,
-    whole: Option<i16>,
-    offsets: Vec<OffsetCommit>,
-) -> (Vec<Option<i16>>, Vec<OffsetCommit>) {
-    let whole = whole.or_else(|| {
-        (!super::authz::may_read_group(ctx, frame, group_id)).then_some(error_code::GROUP_AUTHORIZATION_FAILED)
-    });
-    let view = ctx.view();
-    // A request lists each topic's partitions together: one check (and one denial
-    // logged) per topic.
-    let mut topic_read: Option<(String, bool)> = None;
-    let mut refused = Vec::with_capacity(offsets.len());
-    let mut accepted = Vec::with_capacity(offsets.len());
-    for o in offsets {
-        let readable = match &topic_read {
-            Some((topic, readable)) if *topic == o.topic => *readable,
-            _ => {
-                let readable = whole.is_some()
-                    || super::authz::authorize(ctx, frame, &view, AclOperation::Read, ResourceType::Topic, &o.topic);
-                topic_read = Some((o.topic.clone(), readable));
-                readable
-            }
-        };
-        let partitions = view.get(&o.topic).map(|m| m.partitions).unwrap_or(0);
-        let code = if whole.is_some() {
-            whole
-        } else if !readable {
-            Some(error_code::TOPIC_AUTHORIZATION_FAILED)
-        } else if o.partition < 0 || o.partition >= partitions {
-            Some(error_code::UNKNOWN_TOPIC_OR_PARTITION)
-        } else {
-            None
-        };
-        if code.is_none() {
-            accepted.push(o);
-        }
-        refused.push(code);
-    }
-    (refused, accepted)
-}
-
-/// The per-partition codes of a commit the group accepted: its own, once the records
-/// are written (fsynced under `--fsync always`) and replicated, or the code of the
-/// write or replication that failed for all of them.
-pub(super) async fn settle(
-    results: &[Result<(), GroupError>],
-    waits: Vec<DurableWait>,
-    replicated: Option<ReplicatedWait>,
-) -> Vec<i16> {
-    let mut flushed = true;
-    for wait in waits {
-        flushed &= matches!(wait.await, Ok(Ok(())));
-    }
-    let failed = if !flushed {
-        Some(error_code::COORDINATOR_NOT_AVAILABLE)
-    } else {
-        match replicated {
-            None => None,
-            Some(wait) => replication_failure(wait).await,
-        }
-    };
-    results
-        .iter()
-        .map(|r| match (r, failed) {
-            (_, Some(code)) => code,
-            (Ok(()), None) => error_code::NONE,
-            (Err(e), None) => group_error_code(e),
-        })
-        .collect()
-}
-
-/// Every partition's code in request order: its refusal, or the next of the group's
-/// `codes` (which answer the accepted partitions, in order).
-pub(super) fn merge(refused: Vec<Option<i16>>, codes: Vec<i16>) -> Vec<i16> {
-    let mut codes = codes.into_iter();
-    refused.into_iter().map(|r| r.unwrap_or_else(|| codes.next().unwrap_or(error_code::UNKNOWN_SERVER_ERROR))).collect()
 }
 
 /// Kafka's `offsets.commit.timeout.ms` default: how long a commit waits for the in-sync

@@ -32,7 +32,7 @@ use crate::shard::{GroupOp, GroupReply, PartitionError, TxnCommitRefusal};
 
 use super::super::context::ShardContext;
 use super::super::now_ms;
-use super::offset_commit::{merge, requested, screen, settle};
+use super::offset_commit::replication_failure;
 use super::{group_error_code, partition_error_code, respond};
 
 /// The code for a transactional commit whose batch was not appended, as Kafka's
@@ -50,21 +50,76 @@ fn append_error_code(e: &PartitionError) -> i16 {
 
 pub async fn handle(ctx: &ShardContext, frame: &RequestFrame) -> Result<Bytes, ProtocolError> {
     let req: TxnOffsetCommitRequest = decode_body(frame)?;
-    let offsets: Vec<OffsetCommit> = req
+    // Per request partition, in order: does the metadata know it?
+    let known: Vec<bool> = {
+        let reg = ctx.view();
+        req.topics
+            .iter()
+            .flat_map(|t| {
+                let partitions = reg.get(t.name.as_str()).map(|m| m.partitions).unwrap_or(0);
+                t.partitions.iter().map(move |p| p.partition_index >= 0 && p.partition_index < partitions)
+            })
+            .collect()
+    };
+    // Authorization (Kafka's handleOffsetCommitRequest): READ on the group for the
+    // whole request, READ on each topic for its partitions.
+    let view = ctx.view();
+    let txn_denied = !super::authz::authorize(
+        ctx,
+        frame,
+        &view,
+        crate::security::acl::AclOperation::Write,
+        crate::security::acl::ResourceType::TransactionalId,
+        req.transactional_id.as_str(),
+    );
+    let group_denied = !super::authz::authorize(
+        ctx,
+        frame,
+        &view,
+        crate::security::acl::AclOperation::Read,
+        crate::security::acl::ResourceType::Group,
+        req.group_id.as_str(),
+    );
+    let refused: Vec<Option<i16>> = req
         .topics
         .iter()
         .flat_map(|t| {
-            t.partitions.iter().map(move |p| {
-                let metadata = p.committed_metadata.as_deref();
-                requested(&t.name, p.partition_index, p.committed_offset, p.committed_leader_epoch, metadata)
-            })
+            let code = if txn_denied {
+                Some(error_code::TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
+            } else if group_denied {
+                Some(error_code::GROUP_AUTHORIZATION_FAILED)
+            } else if !super::authz::authorize(
+                ctx,
+                frame,
+                &view,
+                crate::security::acl::AclOperation::Read,
+                crate::security::acl::ResourceType::Topic,
+                t.name.as_str(),
+            ) {
+                Some(error_code::TOPIC_AUTHORIZATION_FAILED)
+            } else {
+                None
+            };
+            t.partitions.iter().map(move |_| code)
         })
         .collect();
-    // Kafka's handleTxnOffsetCommitRequest: WRITE on the transactional id first.
-    let whole = (!super::authz::may_write_transactional_id(ctx, frame, req.transactional_id.as_str()))
-        .then_some(error_code::TRANSACTIONAL_ID_AUTHORIZATION_FAILED);
-    let (refused, offsets) = screen(ctx, frame, req.group_id.as_str(), whole, offsets);
-    let nr_accepted = offsets.len();
+    let known: Vec<bool> = known.iter().zip(&refused).map(|(k, r)| *k && r.is_none()).collect();
+    let mut refused = refused.into_iter();
+    let nr_known = known.iter().filter(|k| **k).count();
+    let mut is_known = known.iter().copied();
+    let offsets: Vec<OffsetCommit> = req
+        .topics
+        .iter()
+        .flat_map(|t| t.partitions.iter().map(move |p| (t, p)))
+        .filter(|_| is_known.next().unwrap_or(false))
+        .map(|(t, p)| OffsetCommit {
+            topic: t.name.to_string(),
+            partition: p.partition_index,
+            offset: p.committed_offset,
+            leader_epoch: p.committed_leader_epoch,
+            metadata: p.committed_metadata.as_ref().map(|m| m.to_string()).unwrap_or_default(),
+        })
+        .collect();
     // v0-v2 carry no member: the decoder leaves member id "", no instance, generation -1.
     let op = GroupOp::TxnCommit {
         group_id: req.group_id.to_string(),
@@ -77,23 +132,43 @@ pub async fn handle(ctx: &ShardContext, frame: &RequestFrame) -> Result<Bytes, P
         now_ms: now_ms(),
         durable: ctx.config.fsync == FsyncMode::Always,
     };
-    let codes: Vec<i16> = if nr_accepted == 0 {
+    let codes: Vec<i16> = if nr_known == 0 {
         Vec::new() // nothing to commit: the group is not consulted (as Kafka)
     } else {
         match ctx.call_group(op, None).await {
             Some(GroupReply::TxnCommit { results: Ok(results), waits, replicated }) => {
-                settle(&results, waits, replicated).await
+                let mut flushed = true;
+                for wait in waits {
+                    flushed &= matches!(wait.await, Ok(Ok(())));
+                }
+                let failed = if !flushed {
+                    Some(error_code::COORDINATOR_NOT_AVAILABLE)
+                } else {
+                    match replicated {
+                        None => None,
+                        Some(wait) => replication_failure(wait).await,
+                    }
+                };
+                results
+                    .iter()
+                    .map(|r| match (r, failed) {
+                        (_, Some(code)) => code,
+                        (Ok(()), None) => error_code::NONE,
+                        (Err(e), None) => group_error_code(e),
+                    })
+                    .collect()
             }
             Some(GroupReply::TxnCommit { results: Err(TxnCommitRefusal::Group(e)), .. }) => {
-                vec![group_error_code(&e); nr_accepted]
+                vec![group_error_code(&e); nr_known]
             }
             Some(GroupReply::TxnCommit { results: Err(TxnCommitRefusal::Append(e)), .. }) => {
-                vec![append_error_code(&e); nr_accepted]
+                vec![append_error_code(&e); nr_known]
             }
-            other => vec![ctx.group_unavailable_code(req.group_id.as_str(), &other); nr_accepted],
+            other => vec![ctx.group_unavailable_code(req.group_id.as_str(), &other); nr_known],
         }
     };
-    let mut codes = merge(refused, codes).into_iter();
+    let mut codes = codes.into_iter();
+    let mut known = known.into_iter();
     let topics = req
         .topics
         .iter()
@@ -104,7 +179,11 @@ pub async fn handle(ctx: &ShardContext, frame: &RequestFrame) -> Result<Bytes, P
                     .map(|p| {
                         TxnOffsetCommitResponsePartition::default()
                             .with_partition_index(p.partition_index)
-                            .with_error_code(codes.next().unwrap_or(error_code::UNKNOWN_SERVER_ERROR))
+                            .with_error_code(match (known.next(), refused.next().flatten()) {
+                                (_, Some(code)) => code,
+                                (Some(true), None) => codes.next().unwrap_or(error_code::UNKNOWN_SERVER_ERROR),
+                                _ => error_code::UNKNOWN_TOPIC_OR_PARTITION,
+                            })
                     })
                     .collect(),
             )
