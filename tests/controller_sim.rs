@@ -11,8 +11,8 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use spate::coordinator::controller::{
-    assign_replicas, Change, Controller, ControllerConfig, ControllerError, Endpoint, FenceReason, PlacementBroker,
-    TopicInfo, NO_LEADER, UNCLEAN_LEADER_ELECTION_CONFIG,
+    assign_replicas, Change, Controller, ControllerConfig, ControllerError, Election, Endpoint, FenceReason,
+    PlacementBroker, TopicInfo, NO_LEADER, UNCLEAN_LEADER_ELECTION_CONFIG,
 };
 use spate::coordinator::layout;
 use spate::model::{BrokerEpoch, LeaderEpoch, NodeId, PartitionEpoch};
@@ -183,6 +183,9 @@ struct History {
     partitions: BTreeMap<(Uuid, i32), Seen>,
     /// (topic id, partition, leader_epoch) -> leader: one leader per epoch.
     leaders: BTreeMap<(Uuid, i32, LeaderEpoch), NodeId>,
+    /// The partition an operator's unclean ElectLeaders was asked for in this step: the
+    /// one election outside the ISR allowed without the topic's config.
+    unclean_asked: Option<(Uuid, i32)>,
 }
 
 fn check(c: &Controller, h: &mut History, now_ms: u64) -> Result<(), String> {
@@ -230,7 +233,8 @@ fn check(c: &Controller, h: &mut History, now_ms: u64) -> Result<(), String> {
                 if (s.leader != *leader || s.isr != *isr) && s.partition_epoch == *pe {
                     return Err(format!("{tp}: state changed without a new partition epoch"));
                 }
-                if s.leader != *leader && s.leader != NO_LEADER && !unclean && !isr.contains(&s.leader) {
+                let asked = h.unclean_asked == Some(key);
+                if s.leader != *leader && s.leader != NO_LEADER && !unclean && !asked && !isr.contains(&s.leader) {
                     return Err(format!("{tp}: unclean election of {} outside isr {isr:?}", s.leader));
                 }
             }
@@ -243,6 +247,7 @@ fn check(c: &Controller, h: &mut History, now_ms: u64) -> Result<(), String> {
             }
         }
     }
+    h.unclean_asked = None;
     Ok(())
 }
 
@@ -521,7 +526,50 @@ fn run_seed(seed: u64) -> Result<(), String> {
                     None => action = "alter (nothing led)".to_string(),
                 }
             }
-            88..=93 => {
+            88..=89 => {
+                // An operator's unclean ElectLeaders for one partition.
+                // Mostly an offline partition, where there is one: what operators elect.
+                let all: Vec<(String, i32, bool)> = c
+                    .topics()
+                    .flat_map(|t| {
+                        let name = t.name.clone();
+                        t.partitions
+                            .iter()
+                            .enumerate()
+                            .map(move |(p, s)| (name.clone(), p as i32, s.leader == NO_LEADER))
+                    })
+                    .collect();
+                let offline: Vec<(String, i32, bool)> = all.iter().filter(|x| x.2).cloned().collect();
+                let pick = if !offline.is_empty() && rng.chance(70) { rng.pick(&offline) } else { rng.pick(&all) };
+                match pick.cloned() {
+                    Some((topic, p, _)) => {
+                        let replicas = c.replicas(&topic, p).unwrap().to_vec();
+                        let before = c.partition_state(&topic, p).unwrap().clone();
+                        let live = |r: &NodeId| c.broker(*r).is_some_and(|b| !b.fenced);
+                        let clean = replicas.iter().copied().find(|r| before.isr.contains(r) && live(r));
+                        let any = replicas.iter().copied().find(|r| live(r));
+                        let outcome = c.elect_unclean_leader(&topic, p, &mut changes);
+                        action = format!("unclean election {topic}-{p}: {outcome:?}");
+                        let s = c.partition_state(&topic, p).unwrap().clone();
+                        let want = match (before.leader != NO_LEADER, clean, any) {
+                            (true, ..) => (Election::NotNeeded, before.leader),
+                            (false, Some(l), _) => (Election::Elected, l),
+                            (false, None, Some(l)) => (Election::Elected, l),
+                            (false, None, None) => (Election::EligibleNotAvailable, NO_LEADER),
+                        };
+                        if (outcome, s.leader) != want {
+                            return Err(format!("{action}: want {want:?}, leader now {}", s.leader));
+                        }
+                        if clean.is_none() && outcome == Election::Elected && s.isr != [s.leader] {
+                            return Err(format!("{action}: out-of-sync leader with isr {:?}", s.isr));
+                        }
+                        let id = c.topics().find(|t| t.name == topic).unwrap().topic_id;
+                        h.unclean_asked = Some((id, p));
+                    }
+                    None => action = "unclean election (no partition)".to_string(),
+                }
+            }
+            90..=93 => {
                 action = "elect preferred leaders".to_string();
                 changes.extend(c.elect_preferred_leaders());
                 for t in c.topics() {

@@ -684,10 +684,54 @@ def test_kafka_leader_election_preferred(cluster, tools_classpath):
 
     rc, out = run_tool(tools_classpath, *election, "--topic", topic, "--partition", "9")
     assert rc != 0 and f"{topic}-9" in out and "UnknownTopicOrPartition" in out, out
+    # An unclean election for a partition that has a leader changes nothing.
     rc, out = run_tool(tools_classpath, "LeaderElectionCommand", "--bootstrap-server", b2.bootstrap,
                        "--election-type", "unclean", "--topic", topic, "--partition", "1")
-    assert rc != 0 and "InvalidRequest" in out and "only preferred elections" in out, out
+    assert rc == 0 and f"Valid replica already elected for partitions {topic}-1" in out, out
     assert leaders_of(b1.bootstrap, topic) == {0: 3, 1: 3, 2: 1}
+
+
+def test_kafka_leader_election_unclean(cluster, tools_classpath):
+    """A partition on brokers 2 and 3 loses broker 3 (out of the ISR), takes a write only
+    broker 2 has, then loses broker 2: offline. kafka-leader-election --election-type
+    unclean fails while no replica is live; once broker 3 is back (out of sync, so
+    nothing elects it by default) it makes broker 3 the leader. The write both had is
+    kept, the one only broker 2 had is lost (what unclean election means), new writes
+    go to broker 3, and broker 2 returns as its follower with broker 3's bytes."""
+    b1, b2, b3 = cluster
+    topic = "tools-unclean"
+    assert create_error(b1.bootstrap, topic, [[2, 3]]) == (0, "")
+    wait_view(b1.bootstrap, topic, [[2, 3]])
+    cf_produce(b1.bootstrap, topic, [{"value": b"in-sync", "partition": 0}], acks="all")
+    b3.stop()
+    wait_for(lambda: cluster_view(b1.bootstrap, topic), lambda v: v[0][2] == [2], 30,
+             f"{topic}-0's ISR shrunk to broker 2")
+    cf_produce(b1.bootstrap, topic, [{"value": b"only-on-2", "partition": 0}], acks="all")
+    b2.stop()
+    wait_for(lambda: cluster_view(b1.bootstrap, topic), lambda v: v[0][0] == -1, 30, f"{topic}-0 offline")
+
+    election = ["LeaderElectionCommand", "--bootstrap-server", b1.bootstrap, "--election-type", "unclean",
+                "--topic", topic, "--partition", "0"]
+    rc, out = run_tool(tools_classpath, *election)
+    assert rc != 0 and f"{topic}-0" in out and "EligibleLeadersNotAvailable" in out, out
+
+    b3.restart()
+    wait_brokers(b1.bootstrap, {b1.port, b3.port})
+    assert cluster_view(b1.bootstrap, topic)[0][0] == -1, "an out-of-sync replica was elected on its own"
+    rc, out = run_tool(tools_classpath, *election)
+    assert rc == 0 and f"Successfully completed leader election (UNCLEAN) for partitions {topic}-0" in out, out
+    wait_for(lambda: cluster_view(b3.bootstrap, topic), lambda v: v == {0: (3, [2, 3], [3])}, 20,
+             f"{topic}-0 led by broker 3 alone")
+    rc, out = run_tool(tools_classpath, *election)
+    assert rc == 0 and f"Valid replica already elected for partitions {topic}-0" in out, out
+
+    cf_produce(b1.bootstrap, topic, [{"value": b"after-unclean", "partition": 0}], acks="all")
+    assert cf_read_partition(b1.bootstrap, topic, 0) == [b"in-sync", b"after-unclean"]
+    # Broker 2 comes back as broker 3's follower: its divergent write is dropped.
+    b2.restart()
+    wait_for(lambda: cluster_view(b1.bootstrap, topic), lambda v: v == {0: (3, [2, 3], [2, 3])}, 60,
+             f"broker 2 back in {topic}-0's ISR")
+    assert cf_read_partition(b2.bootstrap, topic, 0) == [b"in-sync", b"after-unclean"]
 
 
 # ---------------------------------------------------------------- kafka-delete-records, kafka-log-dirs

@@ -243,15 +243,29 @@ pub enum ControllerError {
     StaleControllerEpoch { request: i32, current: i32 },
 }
 
+/// Which leader an ElectLeaders request asks for (Kafka's `ElectionType`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ElectionKind {
+    /// The partition's first replica, when it is live and in sync.
+    Preferred,
+    /// Any leader for a partition that has none: a live ISR member if there is one,
+    /// else the first live replica, out of sync or not (its ISR is then just it).
+    Unclean,
+}
+
 /// What an ElectLeaders request finds for one partition.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Election {
-    /// The preferred replica is now the leader.
+    /// A leader as asked is now the leader.
     Elected,
-    /// It already was (Kafka ELECTION_NOT_NEEDED).
+    /// Preferred: it already was; unclean: the partition has a leader (Kafka
+    /// ELECTION_NOT_NEEDED).
     NotNeeded,
-    /// It is not live or not in the ISR (Kafka PREFERRED_LEADER_NOT_AVAILABLE).
+    /// The preferred replica is not live or not in the ISR (Kafka
+    /// PREFERRED_LEADER_NOT_AVAILABLE).
     PreferredNotAvailable,
+    /// Unclean: no replica is live (Kafka ELIGIBLE_LEADERS_NOT_AVAILABLE).
+    EligibleNotAvailable,
     UnknownPartition,
 }
 
@@ -781,6 +795,56 @@ impl Controller {
         } else {
             self.entity_configs.insert(path.to_string(), configs);
         }
+    }
+
+    /// ElectLeaders for one partition, of the kind asked for.
+    pub fn elect_leader(
+        &mut self,
+        kind: ElectionKind,
+        topic: &str,
+        partition: i32,
+        changes: &mut Vec<Change>,
+    ) -> Election {
+        match kind {
+            ElectionKind::Preferred => self.elect_preferred_leader(topic, partition, changes),
+            ElectionKind::Unclean => self.elect_unclean_leader(topic, partition, changes),
+        }
+    }
+
+    /// ElectLeaders (unclean) for one partition, as Kafka's controller: a partition with
+    /// a leader needs none; an offline one gets its first live ISR member, else its first
+    /// live replica in assignment order with an ISR of just that replica (what that
+    /// replica lacks is lost, which is what the operator asked for). This is what
+    /// `unclean.leader.election.enable` does on its own, done once on request.
+    pub fn elect_unclean_leader(&mut self, topic: &str, partition: i32, changes: &mut Vec<Change>) -> Election {
+        let Some(t) = self.topics.get(topic) else { return Election::UnknownPartition };
+        let Some(p) = usize::try_from(partition).ok().filter(|p| *p < t.partitions.len()) else {
+            return Election::UnknownPartition;
+        };
+        let (replicas, state) = (&t.assignment[p], &t.partitions[p]);
+        if state.leader != NO_LEADER {
+            return Election::NotNeeded;
+        }
+        let clean = self.choose_leader(replicas, &state.isr);
+        let (leader, isr) = if clean != NO_LEADER {
+            (clean, state.isr.iter().copied().filter(|r| self.is_live(*r)).collect())
+        } else {
+            match replicas.iter().find(|r| self.is_live(**r)) {
+                Some(&u) => (u, vec![u]),
+                None => return Election::EligibleNotAvailable,
+            }
+        };
+        self.update_partition(
+            topic,
+            p,
+            |s| {
+                s.leader = leader;
+                s.isr = isr;
+            },
+            changes,
+        );
+        self.debug_check();
+        Election::Elected
     }
 
     /// ElectLeaders (preferred) for one partition: its first replica becomes its leader

@@ -30,8 +30,8 @@ use crate::model::{limits, BrokerEpoch, LeaderEpoch, NodeId, PartitionEpoch};
 use crate::security::entity::EntityConfigs;
 
 use super::controller::{
-    BrokerInfo, Change, Controller, ControllerConfig, ControllerError, ControllerSnapshot, Election, Endpoint,
-    FenceReason, PartitionState, TopicInfo,
+    BrokerInfo, Change, Controller, ControllerConfig, ControllerError, ControllerSnapshot, Election, ElectionKind,
+    Endpoint, FenceReason, PartitionState, TopicInfo,
 };
 use super::layout::{self, paths};
 use super::store::{CreateMode, MetaStore, StoreError};
@@ -958,11 +958,13 @@ impl Registry {
         Ok(self.topics[name].clone())
     }
 
-    /// ElectLeaders (preferred): each partition's first replica made its leader where it
-    /// is live and in the ISR; `None` asks for every partition of every topic. The
-    /// outcome of each partition, in order.
-    pub fn elect_preferred(
+    /// ElectLeaders: preferred (each partition's first replica made its leader where it
+    /// is live and in the ISR) or unclean (an offline partition given a live replica);
+    /// `None` asks for every partition of every topic. The outcome of each partition, in
+    /// order.
+    pub fn elect(
         &mut self,
+        kind: ElectionKind,
         partitions: Option<Vec<(String, i32)>>,
     ) -> Result<Vec<(String, i32, Election)>, RegistryError> {
         self.store()?;
@@ -973,7 +975,7 @@ impl Registry {
         let outcomes: Vec<(String, i32, Election)> = targets
             .into_iter()
             .map(|(topic, p)| {
-                let outcome = self.controller.elect_preferred_leader(&topic, p, &mut changes);
+                let outcome = self.controller.elect_leader(kind, &topic, p, &mut changes);
                 (topic, p, outcome)
             })
             .collect();
@@ -1477,12 +1479,56 @@ mod tests {
         r.alter_partition("elect", 0, NodeId(1), state.leader_epoch, state.partition_epoch, &isr_with_epochs).unwrap();
 
         let asked = vec![("elect".to_string(), 0), ("elect".to_string(), 1), ("elect".to_string(), 7)];
-        let outcomes: Vec<Election> = r.elect_preferred(Some(asked)).unwrap().into_iter().map(|o| o.2).collect();
+        let outcomes: Vec<Election> =
+            r.elect(ElectionKind::Preferred, Some(asked)).unwrap().into_iter().map(|o| o.2).collect();
         assert_eq!(outcomes, [Election::Elected, Election::NotNeeded, Election::UnknownPartition]);
         let s = r.view().partition("elect", 0).unwrap().1.clone();
         assert_eq!((s.leader, s.leader_epoch), (NodeId(2), state.leader_epoch.next()));
-        let all = r.elect_preferred(None).unwrap();
+        let all = r.elect(ElectionKind::Preferred, None).unwrap();
         assert!(all.iter().all(|o| o.2 == Election::NotNeeded), "{all:?}");
+    }
+
+    /// ElectLeaders (unclean): an offline partition whose only live replica is out of
+    /// sync gets it as leader, with an ISR of just it; a partition with a leader needs
+    /// none; one with no live replica cannot have one.
+    #[test]
+    fn unclean_elections_lead_offline_partitions_from_any_live_replica() {
+        let dir = tempfile::tempdir().unwrap();
+        let (mut r, _) = cluster(dir.path());
+        r.create_with_assignment("unclean", ids(vec![vec![2, 3], vec![1, 2], vec![3, 2]]), TopicConfig::default())
+            .unwrap();
+        // Broker 3 leaves (out of the ISR of 0, partition 2 moves to broker 2), then
+        // broker 2: partitions 0 and 2 are offline with ISR [2].
+        r.unregister_remote(NodeId(3)).unwrap();
+        r.unregister_remote(NodeId(2)).unwrap();
+        for p in [0, 2] {
+            let s = r.view().partition("unclean", p).unwrap().1.clone();
+            assert_eq!((s.leader, &s.isr[..]), (NodeId(-1), &[NodeId(2)][..]), "partition {p}");
+        }
+        // Broker 3 comes back: not in sync, so nothing elects it on its own.
+        r.register_remote(remote(3), uuid::Uuid::new_v4(), 2_000).unwrap();
+        let before = r.view().partition("unclean", 0).unwrap().1.clone();
+        assert_eq!(before.leader, NodeId(-1));
+
+        let asked: Vec<(String, i32)> = (0..4).map(|p| ("unclean".to_string(), p)).collect();
+        let outcomes: Vec<Election> =
+            r.elect(ElectionKind::Unclean, Some(asked.clone())).unwrap().into_iter().map(|o| o.2).collect();
+        assert_eq!(outcomes, [Election::Elected, Election::NotNeeded, Election::Elected, Election::UnknownPartition]);
+        for p in [0, 2] {
+            let s = r.view().partition("unclean", p).unwrap().1.clone();
+            assert_eq!((s.leader, &s.isr[..]), (NodeId(3), &[NodeId(3)][..]), "partition {p}");
+        }
+        let s = r.view().partition("unclean", 0).unwrap().1.clone();
+        assert_eq!(s.leader_epoch, before.leader_epoch.next());
+        // Preferred elections never lead from outside the ISR.
+        let preferred = r.elect(ElectionKind::Preferred, Some(vec![("unclean".to_string(), 1)])).unwrap();
+        assert_eq!(preferred[0].2, Election::NotNeeded);
+
+        // No live replica at all: nothing to elect.
+        r.unregister_remote(NodeId(3)).unwrap();
+        assert_eq!(r.view().partition("unclean", 0).unwrap().1.leader, NodeId(-1));
+        let outcome = r.elect(ElectionKind::Unclean, Some(vec![("unclean".to_string(), 0)])).unwrap();
+        assert_eq!(outcome[0].2, Election::EligibleNotAvailable);
     }
 
     #[test]

@@ -1,11 +1,16 @@
-//! ElectLeaders (kafka-leader-election, the admin's `electLeaders`): preferred leader
-//! election on the active coordinator (other brokers forward it). Each named partition,
-//! or every partition when none are named, gets its first replica as leader when that
-//! replica is live and in the ISR; already led by it is ELECTION_NOT_NEEDED (left out
-//! of the answer when every partition was asked for, as Kafka does), not live or not in
-//! sync is PREFERRED_LEADER_NOT_AVAILABLE. Unclean elections (election type 1) are
-//! refused with INVALID_REQUEST: Spate elects outside the ISR only by
-//! `unclean.leader.election.enable`.
+//! ElectLeaders (kafka-leader-election, the admin's `electLeaders`) on the active
+//! coordinator (other brokers forward it). Each named partition, or every partition when
+//! none are named, as Kafka's controller decides it:
+//! - preferred (election type 0, and every v0 request): the first replica becomes the
+//!   leader when it is live and in the ISR; already led by it is ELECTION_NOT_NEEDED, not
+//!   live or not in sync PREFERRED_LEADER_NOT_AVAILABLE;
+//! - unclean (type 1): a partition with no leader gets a live ISR member, else its first
+//!   live replica even out of sync (its ISR is then just that replica, and what it lacks
+//!   is lost); a partition with a leader is ELECTION_NOT_NEEDED, one with no live replica
+//!   ELIGIBLE_LEADERS_NOT_AVAILABLE.
+//!
+//! ELECTION_NOT_NEEDED is left out of the answer when every partition was asked for, as
+//! Kafka does. Other election types are INVALID_REQUEST.
 
 use std::collections::BTreeMap;
 
@@ -13,15 +18,16 @@ use bytes::Bytes;
 use kafka_protocol::messages::elect_leaders_response::{PartitionResult, ReplicaElectionResult};
 use kafka_protocol::messages::{ApiKey, ElectLeadersRequest, ElectLeadersResponse, TopicName};
 
-use crate::coordinator::controller::Election;
+use crate::coordinator::controller::{Election, ElectionKind};
 use crate::model::limits;
 use crate::protocol::{decode_body, error_code, ProtocolError, RequestFrame};
 
 use super::super::context::ShardContext;
 use super::{respond, str_bytes};
 
-/// Election type 0: the preferred replica.
+/// Kafka's `ElectionType`: 0, the preferred replica; 1, any live replica (unclean).
 const PREFERRED: i8 = 0;
+const UNCLEAN: i8 = 1;
 
 pub async fn handle(ctx: &ShardContext, frame: &RequestFrame) -> Result<Bytes, ProtocolError> {
     let req: ElectLeadersRequest = decode_body(frame)?;
@@ -57,12 +63,17 @@ pub async fn handle(ctx: &ShardContext, frame: &RequestFrame) -> Result<Bytes, P
     if !super::authz::authorize_cluster(ctx, frame, &ctx.view(), crate::security::acl::AclOperation::Alter) {
         return refuse(error_code::CLUSTER_AUTHORIZATION_FAILED, "Cluster authorization failed.".into());
     }
-    if frame.api_version >= 1 && req.election_type != PREFERRED {
-        return refuse(
-            error_code::INVALID_REQUEST,
-            format!("election type {} is not supported: only preferred elections (0)", req.election_type),
-        );
-    }
+    let kind = match req.election_type {
+        _ if frame.api_version == 0 => ElectionKind::Preferred,
+        PREFERRED => ElectionKind::Preferred,
+        UNCLEAN => ElectionKind::Unclean,
+        other => {
+            return refuse(
+                error_code::INVALID_REQUEST,
+                format!("election type {other} is not supported: preferred (0) or unclean (1)"),
+            )
+        }
+    };
     // The shape walk already bounds the request's array elements as a whole, to the same
     // limit (tests/test_bad_input.py shows such a request closed before it gets here);
     // checked again because this handler builds one answer per named partition.
@@ -74,7 +85,7 @@ pub async fn handle(ctx: &ShardContext, frame: &RequestFrame) -> Result<Bytes, P
         .as_ref()
         .map(|ts| ts.iter().flat_map(|t| t.partitions.iter().map(move |p| (t.topic.to_string(), *p))).collect());
     let all = targets.is_none();
-    let outcome = ctx.metadata.write(move |reg| reg.elect_preferred(targets)).await;
+    let outcome = ctx.metadata.write(move |reg| reg.elect(kind, targets)).await;
     let outcomes = match outcome {
         Ok(o) => o,
         Err(e) => return refuse(super::registry_error_code(&e), e.to_string()),
@@ -91,10 +102,18 @@ pub async fn handle(ctx: &ShardContext, frame: &RequestFrame) -> Result<Bytes, P
                 error_code::PREFERRED_LEADER_NOT_AVAILABLE,
                 Some("the preferred replica is not live or not in the ISR"),
             ),
+            Election::EligibleNotAvailable => {
+                (error_code::ELIGIBLE_LEADERS_NOT_AVAILABLE, Some("no replica of the partition is live"))
+            }
             Election::UnknownPartition => (error_code::UNKNOWN_TOPIC_OR_PARTITION, Some("no such topic partition")),
         };
         if code == error_code::NONE {
-            tracing::info!(topic = %topic, partition, "preferred leader elected");
+            match kind {
+                ElectionKind::Preferred => tracing::info!(topic = %topic, partition, "preferred leader elected"),
+                ElectionKind::Unclean => {
+                    tracing::warn!(topic = %topic, partition, "unclean leader election asked for: leader elected")
+                }
+            }
         }
         by_topic.entry(topic).or_default().push(
             PartitionResult::default()
