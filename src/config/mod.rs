@@ -230,6 +230,16 @@ impl SecurityProtocol {
         }
     }
 
+    /// The id Kafka's wire messages carry (BrokerRegistration's listeners).
+    pub fn id(self) -> i16 {
+        self as i16
+    }
+
+    /// From the wire id.
+    pub fn from_id(id: i16) -> Option<Self> {
+        [Self::Plaintext, Self::Ssl, Self::SaslPlaintext, Self::SaslSsl].into_iter().find(|p| p.id() == id)
+    }
+
     pub fn uses_tls(self) -> bool {
         matches!(self, Self::Ssl | Self::SaslSsl)
     }

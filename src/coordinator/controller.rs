@@ -68,15 +68,55 @@ impl Default for ControllerConfig {
     }
 }
 
+/// Where a broker is reached: `host:port` is its inter-broker listener's advertised
+/// address (replication, forwarding, the coordinator link); `listeners` are all its
+/// advertised listeners, the inter-broker one included, which clients are told about by
+/// the name of the listener they connected through (as Kafka's Metadata does). A broker
+/// that registered no listeners (an older registration) is known by `host:port` alone.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 pub struct Endpoint {
+    pub host: String,
+    pub port: u16,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub listeners: Vec<AdvertisedListener>,
+}
+
+/// One named listener as a broker advertises it.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+pub struct AdvertisedListener {
+    /// Upper case, as Kafka normalises listener names.
+    pub name: String,
+    /// Kafka's security protocol name (PLAINTEXT, SSL, SASL_PLAINTEXT, SASL_SSL).
+    pub protocol: String,
     pub host: String,
     pub port: u16,
 }
 
 impl Endpoint {
     pub fn new(host: impl Into<String>, port: u16) -> Self {
-        Self { host: host.into(), port }
+        Self { host: host.into(), port, listeners: Vec::new() }
+    }
+
+    /// With these listeners, in one order whatever the source (a registration, a
+    /// `/brokers/ids` document, the config): the inter-broker one (at `host:port`) first.
+    /// Kafka's default alone (one PLAINTEXT listener named PLAINTEXT, at `host:port`) is
+    /// kept as no list, as registrations before listeners were registered had it.
+    pub fn with_listeners(mut self, mut listeners: Vec<AdvertisedListener>) -> Self {
+        listeners.sort_by_key(|l| !(l.host == self.host && l.port == self.port));
+        let default_only = matches!(&listeners[..], [l] if l.name == "PLAINTEXT" && l.protocol == "PLAINTEXT"
+            && l.host == self.host && l.port == self.port);
+        self.listeners = if default_only { Vec::new() } else { listeners };
+        self
+    }
+
+    /// Where a client of listener `name` reaches this broker: that listener's address;
+    /// `host:port` when the broker registered no listeners; None when it has listeners
+    /// but not this one (Kafka leaves such a broker out of that client's Metadata).
+    pub fn for_listener(&self, name: &str) -> Option<(&str, u16)> {
+        if self.listeners.is_empty() {
+            return Some((&self.host, self.port));
+        }
+        self.listeners.iter().find(|l| l.name == name).map(|l| (l.host.as_str(), l.port))
     }
 }
 

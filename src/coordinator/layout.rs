@@ -8,7 +8,8 @@
 //!   `{"listener_security_protocol_map":{"PLAINTEXT":"PLAINTEXT"},"endpoints":["PLAINTEXT://h:9092"],`
 //!   `"jmx_port":-1,"features":{},"host":"h","timestamp":"<ms>","port":9092,"version":5}`; with a
 //!   rack, `"rack":"r"` follows `"endpoints"` (computed from the Scala map's hash order;
-//!   not yet compared with a document Kafka wrote).
+//!   not yet compared with a document Kafka wrote). Every advertised listener is in
+//!   `endpoints` and the map; `host` and `port` are the inter-broker listener's.
 //! - `/brokers/topics/<t>`, version 3:
 //!   `{"partitions":{"0":[1,2]},"topic_id":"<id>","adding_replicas":{},"removing_replicas":{},"version":3}`.
 //!   The topic id is Kafka's `Uuid.toString`: base64url without padding of the 16 bytes.
@@ -44,7 +45,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
-use super::controller::{Endpoint, PartitionState};
+use super::controller::{AdvertisedListener, Endpoint, PartitionState};
 use super::store::{base64_decode, base64_encode};
 use crate::model::{LeaderEpoch, NodeId, PartitionEpoch};
 
@@ -162,7 +163,7 @@ pub struct BrokerDoc {
 #[derive(Serialize)]
 struct BrokerDocOut<'a> {
     listener_security_protocol_map: BTreeMap<&'a str, &'a str>,
-    endpoints: [String; 1],
+    endpoints: Vec<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     rack: Option<&'a str>,
     jmx_port: i32,
@@ -190,16 +191,31 @@ struct BrokerDocIn {
     timestamp: Option<String>,
 }
 
+/// Every advertised listener goes into `endpoints` (the inter-broker one first) and the
+/// protocol map. The top-level `host` and `port` are the inter-broker listener's: Kafka
+/// writes its PLAINTEXT listener's there, the same document when that is the
+/// inter-broker one (the default).
 pub fn encode_broker(doc: &BrokerDoc) -> Vec<u8> {
+    let endpoint = |name: &str, host: &str, port: u16| {
+        if host.contains(':') {
+            format!("{name}://[{host}]:{port}")
+        } else {
+            format!("{name}://{host}:{port}")
+        }
+    };
     let host = doc.endpoint.host.as_str();
-    let endpoint = if host.contains(':') {
-        format!("{LISTENER}://[{host}]:{}", doc.endpoint.port)
+    let (endpoints, map) = if doc.endpoint.listeners.is_empty() {
+        (vec![endpoint(LISTENER, host, doc.endpoint.port)], BTreeMap::from([(LISTENER, LISTENER)]))
     } else {
-        format!("{LISTENER}://{host}:{}", doc.endpoint.port)
+        let listeners = &doc.endpoint.listeners;
+        (
+            listeners.iter().map(|l| endpoint(&l.name, &l.host, l.port)).collect(),
+            listeners.iter().map(|l| (l.name.as_str(), l.protocol.as_str())).collect(),
+        )
     };
     to_bytes(&BrokerDocOut {
-        listener_security_protocol_map: BTreeMap::from([(LISTENER, LISTENER)]),
-        endpoints: [endpoint],
+        listener_security_protocol_map: map,
+        endpoints,
         rack: doc.rack.as_deref(),
         jmx_port: JMX_PORT_NONE,
         features: BTreeMap::new(),
@@ -210,8 +226,9 @@ pub fn encode_broker(doc: &BrokerDoc) -> Vec<u8> {
     })
 }
 
-/// Reads versions 1 to 5. The endpoint is the first PLAINTEXT listener (as Kafka's
-/// top-level host and port), else the first endpoint.
+/// Reads versions 1 to 5. The endpoint is the top-level host and port where they name
+/// one of the endpoints (Kafka's PLAINTEXT listener, Spate's inter-broker one), else
+/// the first PLAINTEXT listener, else the first endpoint; every endpoint is a listener.
 pub fn decode_broker(bytes: &[u8]) -> Result<BrokerDoc, LayoutError> {
     const KIND: &str = "broker";
     let d: BrokerDocIn = serde_json::from_slice(bytes).map_err(|e| invalid(KIND, e))?;
@@ -225,10 +242,21 @@ pub fn decode_broker(bytes: &[u8]) -> Result<BrokerDoc, LayoutError> {
         let port: u16 = port.parse().map_err(|_| invalid(KIND, format!("endpoint {e:?}")))?;
         let host = host.trim_start_matches('[').trim_end_matches(']');
         let protocol = d.listener_security_protocol_map.get(listener).map(String::as_str).unwrap_or(listener);
-        endpoints.push((protocol == LISTENER, Endpoint::new(host, port)));
+        endpoints.push(AdvertisedListener {
+            name: listener.to_ascii_uppercase(),
+            protocol: protocol.to_string(),
+            host: host.to_string(),
+            port,
+        });
     }
-    let endpoint = match endpoints.iter().find(|(plain, _)| *plain).or(endpoints.first()) {
-        Some((_, e)) => e.clone(),
+    let top = match (&d.host, d.port) {
+        (Some(h), Some(p)) => endpoints.iter().find(|l| &l.host == h && i64::from(l.port) == p),
+        _ => None,
+    };
+    let chosen = top.or_else(|| endpoints.iter().find(|l| l.protocol == LISTENER)).or(endpoints.first());
+    // (Kafka's default single PLAINTEXT listener becomes no list: see `with_listeners`.)
+    let endpoint = match chosen {
+        Some(l) => Endpoint::new(l.host.clone(), l.port).with_listeners(endpoints.clone()),
         None => {
             let host = d.host.ok_or_else(|| invalid(KIND, "no endpoints and no host"))?;
             let port = d.port.and_then(|p| u16::try_from(p).ok()).ok_or_else(|| invalid(KIND, "no port"))?;
@@ -452,7 +480,38 @@ mod tests {
     fn broker_document_with_several_listeners_and_older_versions() {
         let kafka = br#"{"listener_security_protocol_map":{"INTERNAL":"PLAINTEXT","EXTERNAL":"SSL"},"endpoints":["EXTERNAL://localhost:19092","INTERNAL://kf01:9092"],"jmx_port":-1,"features":{},"host":"kf01","timestamp":"1684599876292","port":9092,"version":5}"#;
         let doc = decode_broker(kafka).unwrap();
-        assert_eq!(doc.endpoint, Endpoint::new("kf01", 9092));
+        assert_eq!((doc.endpoint.host.as_str(), doc.endpoint.port), ("kf01", 9092));
+        let listener = |name: &str, protocol: &str, host: &str, port| AdvertisedListener {
+            name: name.into(),
+            protocol: protocol.into(),
+            host: host.into(),
+            port,
+        };
+        assert_eq!(
+            doc.endpoint.listeners,
+            [listener("INTERNAL", "PLAINTEXT", "kf01", 9092), listener("EXTERNAL", "SSL", "localhost", 19092)]
+        );
+        assert_eq!(doc.endpoint.for_listener("EXTERNAL"), Some(("localhost", 19092)));
+        assert_eq!(doc.endpoint.for_listener("OTHER"), None);
+        // Spate's own: the inter-broker listener (SASL_SSL here) first, and in host/port.
+        let ours = BrokerDoc {
+            endpoint: Endpoint::new("10.0.0.1", 9093).with_listeners(vec![
+                listener("CLIENT", "SASL_SSL", "broker1.example", 9092),
+                listener("BROKER", "SASL_SSL", "10.0.0.1", 9093),
+                listener("PLAIN", "PLAINTEXT", "10.0.0.1", 9094),
+            ]),
+            rack: None,
+            timestamp_ms: 3,
+        };
+        let want = r#"{"listener_security_protocol_map":{"BROKER":"SASL_SSL","CLIENT":"SASL_SSL","PLAIN":"PLAINTEXT"},"endpoints":["BROKER://10.0.0.1:9093","CLIENT://broker1.example:9092","PLAIN://10.0.0.1:9094"],"jmx_port":-1,"features":{},"host":"10.0.0.1","timestamp":"3","port":9093,"version":5}"#;
+        assert_eq!(String::from_utf8(encode_broker(&ours)).unwrap(), want);
+        let back = decode_broker(want.as_bytes()).unwrap();
+        assert_eq!((back.endpoint.host.as_str(), back.endpoint.port), ("10.0.0.1", 9093));
+        assert_eq!(back.endpoint, ours.endpoint);
+        assert_eq!(back.endpoint.listeners[0].name, "BROKER", "the inter-broker listener first");
+        // Kafka's default alone is no list, whichever way it comes.
+        let default = Endpoint::new("h", 9092).with_listeners(vec![listener("PLAINTEXT", "PLAINTEXT", "h", 9092)]);
+        assert_eq!(default, Endpoint::new("h", 9092));
         let v1 = br#"{"version":1,"host":"192.168.1.148","port":9092,"jmx_port":9999}"#;
         assert_eq!(decode_broker(v1).unwrap().endpoint, Endpoint::new("192.168.1.148", 9092));
         let v4 = br#"{"version":4,"endpoints":["PLAINTEXT://[::1]:9092"],"jmx_port":-1,"timestamp":"5"}"#;

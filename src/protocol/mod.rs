@@ -319,6 +319,7 @@ pub mod error_code {
     pub const UNKNOWN_LEADER_EPOCH: i16 = 76;
     pub const INELIGIBLE_REPLICA: i16 = 107;
     pub const PREFERRED_LEADER_NOT_AVAILABLE: i16 = 80;
+    pub const LISTENER_NOT_FOUND: i16 = 72;
     pub const ELIGIBLE_LEADERS_NOT_AVAILABLE: i16 = 83;
     pub const ELECTION_NOT_NEEDED: i16 = 84;
     pub const FETCH_SESSION_ID_NOT_FOUND: i16 = 70;

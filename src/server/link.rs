@@ -200,16 +200,12 @@ impl Link {
         let timeout = Duration::from_millis(coordinator_request_timeout_ms);
         let security = self.security.as_ref().map_err(|e| LinkError::Other(e.clone()))?;
         let mut conn = Connection::open_secure(addr, timeout, &format!("spate-broker-{}", self.broker.id), security)?;
-        let listener = Listener::default()
-            .with_name(sb(layout::LISTENER))
-            .with_host(sb(&self.broker.endpoint.host))
-            .with_port(self.broker.endpoint.port)
-            .with_security_protocol(0);
+        let listeners = registration_listeners(&self.broker.endpoint);
         let req = BrokerRegistrationRequest::default()
             .with_broker_id(BrokerId(self.broker.id.0))
             .with_cluster_id(sb(&self.cluster_id))
             .with_incarnation_id(incarnation)
-            .with_listeners(vec![listener])
+            .with_listeners(listeners)
             .with_rack(self.broker.rack.as_deref().map(sb));
         let (_, resp) = conn.call(&req)?;
         if resp.error_code != 0 {
@@ -329,4 +325,29 @@ fn pull_snapshot(
         }
         None => Ok(false),
     }
+}
+
+/// The Listeners of this broker's BrokerRegistration: every advertised listener by its
+/// name and security protocol, the inter-broker one first (`Endpoint`'s order); with
+/// none (Kafka's default listener alone), the inter-broker address under that name.
+fn registration_listeners(endpoint: &crate::coordinator::controller::Endpoint) -> Vec<Listener> {
+    let listeners = &endpoint.listeners;
+    if listeners.is_empty() {
+        return vec![Listener::default()
+            .with_name(sb(layout::LISTENER))
+            .with_host(sb(&endpoint.host))
+            .with_port(endpoint.port)
+            .with_security_protocol(0)];
+    }
+    listeners
+        .iter()
+        .map(|l| {
+            let protocol = crate::config::SecurityProtocol::parse(&l.protocol).map_or(0, |p| p.id());
+            Listener::default()
+                .with_name(sb(&l.name))
+                .with_host(sb(&l.host))
+                .with_port(l.port)
+                .with_security_protocol(protocol)
+        })
+        .collect()
 }

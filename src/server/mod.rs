@@ -193,12 +193,25 @@ fn remove_trash(trash: crate::shard::Trash) {
     }
 }
 
-/// This broker as it registers.
+/// This broker as it registers: its inter-broker address and every advertised listener.
 fn local_broker(config: &BrokerConfig, nr_shards: usize) -> crate::coordinator::registry::LocalBroker {
     let (host, port) = crate::config::split_host_port(config.advertised()).expect("validated at startup");
+    let listeners = config
+        .resolved_listeners
+        .iter()
+        .map(|l| {
+            let (host, port) = crate::config::split_host_port(&l.advertised).expect("validated at startup");
+            crate::coordinator::controller::AdvertisedListener {
+                name: l.name.clone(),
+                protocol: l.protocol.name().to_string(),
+                host,
+                port: port as u16,
+            }
+        })
+        .collect();
     crate::coordinator::registry::LocalBroker {
         id: crate::model::NodeId(config.node_id),
-        endpoint: crate::coordinator::controller::Endpoint::new(host, port as u16),
+        endpoint: crate::coordinator::controller::Endpoint::new(host, port as u16).with_listeners(listeners),
         rack: config.rack.clone(),
         shards: nr_shards as u32,
     }

@@ -1,11 +1,13 @@
 //! BrokerRegistration (between brokers): a broker joins the cluster through the active
-//! coordinator and gets the broker epoch its heartbeats must carry. Any other broker
+//! coordinator with every listener it advertises, and gets the broker epoch its
+//! heartbeats must carry. Any other broker
 //! answers NOT_CONTROLLER, and the joining broker looks for the active one again.
 
 use bytes::Bytes;
 use kafka_protocol::messages::{ApiKey, BrokerRegistrationRequest, BrokerRegistrationResponse};
 
-use crate::coordinator::controller::Endpoint;
+use crate::config::SecurityProtocol;
+use crate::coordinator::controller::{AdvertisedListener, Endpoint};
 use crate::coordinator::registry::LocalBroker;
 use crate::model::NodeId;
 use crate::protocol::{decode_body, ProtocolError, RequestFrame};
@@ -17,13 +19,31 @@ use super::{registry_error_code, respond};
 pub async fn handle(ctx: &ShardContext, frame: &RequestFrame) -> Result<Bytes, ProtocolError> {
     let req: BrokerRegistrationRequest = decode_body(frame)?;
     let mut body = BrokerRegistrationResponse::default().with_broker_epoch(-1);
-    let listener = req.listeners.iter().find(|l| l.name.as_str() == crate::coordinator::layout::LISTENER);
+    // The inter-broker listener: the one named as this cluster's (all brokers share
+    // inter.broker.listener.name, as in Kafka), else the first (Spate brokers send theirs
+    // first).
+    let inter_broker = ctx.config.inter_broker_listener().ok().map(|l| l.name);
+    let listener = req
+        .listeners
+        .iter()
+        .find(|l| Some(l.name.as_str()) == inter_broker.as_deref())
+        .or_else(|| req.listeners.first());
+    let listeners = req
+        .listeners
+        .iter()
+        .map(|l| AdvertisedListener {
+            name: l.name.to_ascii_uppercase(),
+            protocol: SecurityProtocol::from_id(l.security_protocol).map_or("PLAINTEXT", |p| p.name()).to_string(),
+            host: l.host.to_string(),
+            port: l.port,
+        })
+        .collect();
     match listener {
         None => body.error_code = crate::protocol::error_code::INVALID_REQUEST,
         Some(l) => {
             let broker = LocalBroker {
                 id: NodeId(req.broker_id.0),
-                endpoint: Endpoint::new(l.host.to_string(), l.port),
+                endpoint: Endpoint::new(l.host.to_string(), l.port).with_listeners(listeners),
                 rack: req.rack.as_ref().map(|r| r.to_string()),
                 shards: 0,
             };

@@ -90,7 +90,14 @@ pub async fn handle(ctx: &ShardContext, frame: &RequestFrame) -> Result<Bytes, P
                 let (host, port) = ctx.config.advertised_for(&frame.listener);
                 Ok((BrokerId(ctx.config.node_id), host, port))
             }
-            Some(b) => Ok((BrokerId(b.id.0), b.endpoint.host.clone(), b.endpoint.port as i32)),
+            // Another broker: its address on the listener of the same name.
+            Some(b) => match b.endpoint.for_listener(&frame.listener) {
+                Some((host, port)) => Ok((BrokerId(b.id.0), host.to_string(), port as i32)),
+                None => Err((
+                    error_code::COORDINATOR_NOT_AVAILABLE,
+                    Some(format!("broker {} has no listener {}", b.id, frame.listener)),
+                )),
+            },
             None => Err((error_code::COORDINATOR_NOT_AVAILABLE, Some(format!("{tp} has no live leader")))),
         }
     };

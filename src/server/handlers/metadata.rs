@@ -39,6 +39,14 @@ pub async fn handle(ctx: &ShardContext, frame: &RequestFrame) -> Result<Bytes, P
             .collect();
         (brokers, reg.controller_id_for_clients())
     };
+    // Live brokers a client of this listener cannot reach: they have no listener of its name.
+    let no_listener: std::collections::BTreeSet<i32> = ctx
+        .view()
+        .live_brokers()
+        .into_iter()
+        .filter(|b| b.id.0 != ctx.config.node_id && b.endpoint.for_listener(&frame.listener).is_none())
+        .map(|b| b.id.0)
+        .collect();
     let mut body = MetadataResponse::default().with_brokers(brokers);
     let version = frame.api_version;
     if version >= 1 {
@@ -154,6 +162,19 @@ pub async fn handle(ctx: &ShardContext, frame: &RequestFrame) -> Result<Bytes, P
                             .map(|p| {
                                 let r = MetadataResponsePartition::default().with_partition_index(p);
                                 match reg.partition(&topic_name, p) {
+                                    // A leader without the client's listener: Kafka's
+                                    // LISTENER_NOT_FOUND (v6+; LEADER_NOT_AVAILABLE before),
+                                    // with no leader id the client could not reach.
+                                    Some((replicas, state)) if no_listener.contains(&state.leader.0) => r
+                                        .with_error_code(if version >= 6 {
+                                            error_code::LISTENER_NOT_FOUND
+                                        } else {
+                                            error_code::LEADER_NOT_AVAILABLE
+                                        })
+                                        .with_leader_id(BrokerId(-1))
+                                        .with_leader_epoch(if version >= 7 { state.leader_epoch.0 } else { -1 })
+                                        .with_replica_nodes(replicas.iter().map(|b| BrokerId(b.0)).collect())
+                                        .with_isr_nodes(state.isr.iter().map(|b| BrokerId(b.0)).collect()),
                                     Some((replicas, state)) => r
                                         .with_error_code(if state.leader.0 < 0 {
                                             error_code::LEADER_NOT_AVAILABLE

@@ -308,10 +308,10 @@ struct ListedBroker {
 }
 
 /// The brokers clients are told about: the live ones, and this broker even when
-/// it is not registered yet (clients must still be able to reach it). This broker is
-/// listed at the address of the listener `frame` came through; other brokers at the
-/// address they registered (their inter-broker listener's: registrations do not carry
-/// other listeners yet, so a cluster's clients use that listener).
+/// it is not registered yet (clients must still be able to reach it). Each is listed at
+/// the address of its listener with the name of the one `frame` came through, as Kafka
+/// does; a broker without such a listener is left out (a broker that registered no
+/// listeners is listed at its inter-broker address).
 fn listed_brokers(
     ctx: &ShardContext,
     view: &crate::coordinator::view::ClusterView,
@@ -322,11 +322,14 @@ fn listed_brokers(
     let mut brokers: Vec<ListedBroker> = view
         .live_brokers()
         .into_iter()
-        .map(|b| ListedBroker {
-            id: b.id.0,
-            host: if b.id.0 == me { my_host.clone() } else { b.endpoint.host.clone() },
-            port: if b.id.0 == me { my_port } else { b.endpoint.port as i32 },
-            rack: b.rack.clone(),
+        .filter_map(|b| {
+            let (host, port) = if b.id.0 == me {
+                (my_host.clone(), my_port)
+            } else {
+                let (host, port) = b.endpoint.for_listener(&frame.listener)?;
+                (host.to_string(), port as i32)
+            };
+            Some(ListedBroker { id: b.id.0, host, port, rack: b.rack.clone() })
         })
         .collect();
     if !brokers.iter().any(|b| b.id == me) {
