@@ -111,7 +111,9 @@ pub const TOPIC_DOC_VERSION: i32 = 3;
 pub const PARTITION_STATE_DOC_VERSION: i32 = 1;
 pub const CONFIG_DOC_VERSION: i32 = 1;
 pub const CONTROLLER_DOC_VERSION: i32 = 1;
-/// The listener name (and security protocol) Spate registers.
+/// Kafka's default listener name and security protocol: what a broker with that listener
+/// alone registers (as no listener list, see `Endpoint::with_listeners`), and how a
+/// `/brokers/ids` endpoint's protocol is read when the document's map lacks its name.
 pub const LISTENER: &str = "PLAINTEXT";
 /// Kafka writes -1 when JMX is off.
 pub const JMX_PORT_NONE: i32 = -1;
