@@ -27,7 +27,11 @@ on each broker's disk):
   gone, followers checkpoint the same log start, and all of it survives kill -9.
 - kafka-log-dirs: each broker's data dir and partitions, sizes equal to the segment
   files on its disk.
-- kafka-reassign-partitions: xfail while the APIs it needs are missing.
+- kafka-reassign-partitions moves a partition from brokers 1,2,3 to 2,3,4 (a fourth
+  broker joins) under acks=all load: --execute, --verify, the old leader's copy gone,
+  the new replicas byte for byte equal, every acknowledged record read back; a move
+  that cannot finish (its new broker stopped) is shown by --list and --verify and
+  taken back by --cancel.
 - raw DeleteRecords errors (not the leader, above the high watermark, unknown
   partition); raw DescribeCluster v0/v1 and confluent-kafka's describe_cluster().
 - confluent-kafka's NewTopic(replica_assignment=...) and NewPartitions(replica_assignment=
@@ -46,6 +50,7 @@ import hashlib
 import json
 import os
 import re
+import signal
 import struct
 import subprocess
 import time
@@ -1161,33 +1166,127 @@ def test_describe_cluster(broker_factory):
     assert {op.name for op in d.authorized_operations} == set(CLUSTER_OPERATIONS), d.authorized_operations
 
 
-# ---------------------------------------------------------------- tools Spate cannot serve yet
+# ---------------------------------------------------------------- kafka-reassign-partitions
 
-# tool -> (the API it needs that Spate does not answer, as the Java client names it in
-# "The node does not support <API>", why, its arguments).
-UNSERVED = {
-    "kafka-reassign-partitions": (
-        "LIST_PARTITION_REASSIGNMENTS",
-        "ListPartitionReassignments / AlterPartitionReassignments (APIs 46 / 45) are not implemented",
-        ["reassign.ReassignPartitionsCommand", "--list"]),
-}
+def reassign_tool(classpath, bootstrap, *args):
+    return run_tool(classpath, "reassign.ReassignPartitionsCommand", "--bootstrap-server", bootstrap, *args)
 
 
-@pytest.mark.parametrize("tool", sorted(UNSERVED))
-def test_kafka_tools_spate_cannot_serve_yet(cluster, tools_classpath, tmp_path, tool):
-    """Each of these tools fails against Spate today because one API it needs is not
-    implemented: an xfail when the tool says exactly that; any other outcome is checked
-    (it must then succeed), so implementing the API makes this a real test."""
-    api, reason, (main, *args) = UNSERVED[tool]
+def reassignment_file(tmp_path, name, topic, moves):
+    """A --reassignment-json-file moving each partition of `moves` to its replicas."""
+    f = tmp_path / name
+    f.write_text(json.dumps({"version": 1, "partitions": [
+        {"topic": topic, "partition": p, "replicas": r} for p, r in moves.items()]}))
+    return f
+
+
+class AcksAllLoad:
+    """A confluent-kafka producer at its defaults (acks=all) writing numbered records
+    to one partition from a thread until stopped; it keeps what was acknowledged and
+    every delivery error."""
+
+    def __init__(self, bootstrap, topic, partition):
+        import threading
+        from confluent_kafka import Producer
+        self.producer = Producer(cf_conf(bootstrap))
+        self.topic, self.partition = topic, partition
+        self.acked, self.errors, self.sent = [], [], 0
+        self.stopping = threading.Event()
+        self.thread = threading.Thread(target=self.run, daemon=True)
+        self.thread.start()
+
+    def delivered(self, err, msg):
+        if err is not None:
+            self.errors.append(err)
+        else:
+            self.acked.append(msg.value())
+
+    def run(self):
+        while not self.stopping.is_set():
+            self.producer.produce(self.topic, f"mv-{self.sent}".encode(), partition=self.partition,
+                                  on_delivery=self.delivered)
+            self.sent += 1
+            self.producer.poll(0.005)
+
+    def stop(self):
+        self.stopping.set()
+        self.thread.join(10)
+        left = self.producer.flush(60)
+        assert left == 0, f"{left} records not delivered within 60 s"
+
+
+def test_kafka_reassign_partitions_moves_a_partition_under_acks_all_load(broker_factory, cluster, tools_classpath,
+                                                                          tmp_path):
+    """kafka-reassign-partitions moves a partition from brokers 1,2,3 to 2,3,4 (a fourth
+    broker joins the cluster) while a producer at its defaults (acks=all) writes to it:
+    --execute starts it, --verify reports it completed, kafka-topics shows the new
+    replicas all in sync with broker 2 leading (broker 1, the old leader, left), broker 1
+    deleted its copy, brokers 2, 3 and 4 hold the same bytes, every acknowledged record
+    is read back in order and no write failed. Then a move to a broker that cannot catch
+    up (stopped with SIGSTOP) stays in progress: --list and --verify show it with what is
+    added and removed, --cancel takes it back, and the partition is as before."""
     b1, b2, b3 = cluster
-    assert create_error(b2.bootstrap, "tools-unserved", [[1, 2]]) == (0, "")
-    wait_view(b2.bootstrap, "tools-unserved", [[1, 2]])
-    produce_to_each(b1.bootstrap, "tools-unserved", [0], "u")
-    offsets = tmp_path / "offsets.json"
-    offsets.write_text('{"version": 1, "partitions": [{"topic": "tools-unserved", "partition": 0, "offset": 5}]}')
-    args = [str(offsets) if a == "{json}" else a for a in args]
-    rc, out = run_tool(tools_classpath, main, "--bootstrap-server", b2.bootstrap, *args)
-    if f"The node does not support {api}" in out:
-        pytest.xfail(f"{tool}: {reason}")
-    assert "UnsupportedVersion" not in out and "does not support" not in out, out
+    b4 = broker_factory(*cluster_args(4), "--coordinator", b1.bootstrap, name="b4", cores=1)
+    wait_brokers(b1.bootstrap, {b.port for b in (b1, b2, b3, b4)})
+    brokers = {1: b1, 2: b2, 3: b3, 4: b4}
+    topic = "tools-moved"
+    assert create_error(b2.bootstrap, topic, [[1, 2, 3], [1, 2, 3]]) == (0, "")
+    wait_view(b2.bootstrap, topic, [[1, 2, 3], [1, 2, 3]])
+    rc, out = reassign_tool(tools_classpath, b2.bootstrap, "--list")
+    assert rc == 0 and "No partition reassignments found." in out, out
+
+    load = AcksAllLoad(b1.bootstrap, topic, 0)
+    wait_for(lambda: len(load.acked), lambda n: n >= 200, 30, "acknowledged writes before the move")
+    move = reassignment_file(tmp_path, "move.json", topic, {0: [2, 3, 4]})
+    rc, out = reassign_tool(tools_classpath, b3.bootstrap, "--execute", "--reassignment-json-file", move)
+    assert rc == 0 and f"Successfully started partition reassignment for {topic}-0" in out, out
+    assert '"replicas":[1,2,3]' in out, out  # the current assignment, printed for a rollback
+    rc, out = wait_for(lambda: reassign_tool(tools_classpath, b2.bootstrap, "--verify", "--reassignment-json-file", move),
+                       lambda r: f"Reassignment of partition {topic}-0 is completed." in r[1], 60,
+                       "kafka-reassign-partitions --verify to report the move completed")
     assert rc == 0, out
+    acked_at_move = len(load.acked)
+    wait_for(lambda: len(load.acked), lambda n: n >= acked_at_move + 200, 30, "acknowledged writes after the move")
+    load.stop()
+    assert load.errors == [], load.errors[:5]
+
+    view = wait_for(lambda: cluster_view(b1.bootstrap, topic), lambda v: v[0] == (2, [2, 3, 4], [2, 3, 4]), 20,
+                    f"{topic}-0 on [2, 3, 4], led by 2, all in sync")
+    assert view[1] == (1, [1, 2, 3], [1, 2, 3]), view  # the other partition did not move
+    rc, out = topics_tool(tools_classpath, b4.bootstrap, "--describe", "--topic", topic)
+    assert rc == 0 and parse_describe(out)[1][(topic, 0)] == (2, [2, 3, 4], [2, 3, 4]), out
+    wait_for(lambda: partition_dirs(b1, topic), lambda d: d == {1}, 20, f"broker 1 deleting its copy of {topic}-0")
+    assert partition_dirs(b2, topic) == partition_dirs(b3, topic) == {0, 1}
+    assert partition_dirs(b4, topic) == {0}
+    got = cf_read_partition(b4.bootstrap, topic, 0)
+    acked = load.acked
+    assert set(acked) <= set(got), f"{len(set(acked) - set(got))} acknowledged records lost"
+    assert set(got) <= {f"mv-{i}".encode() for i in range(load.sent)}
+    firsts = list(dict.fromkeys(got))  # retries may write a record twice (no idempotence)
+    assert [v for v in firsts if v in set(acked)] == list(dict.fromkeys(acked)), "acknowledged records out of order"
+    data = {i: wait_for(lambda b=brokers[i]: segment_bytes(b, topic, 0),
+                        lambda d: all(v in d for v in acked), 20, f"{topic}-0 on broker {i}") for i in (2, 3, 4)}
+    wait_for(lambda: {i: segment_bytes(brokers[i], topic, 0) for i in (2, 3, 4)},
+             lambda d: d[2] == d[3] == d[4], 20, f"the replicas of {topic}-0 holding the same bytes")
+
+    # A move that cannot finish: broker 4 is stopped, so it never catches up.
+    os.kill(b4.pid, signal.SIGSTOP)
+    try:
+        stuck = reassignment_file(tmp_path, "stuck.json", topic, {1: [1, 2, 4]})
+        rc, out = reassign_tool(tools_classpath, b2.bootstrap, "--execute", "--reassignment-json-file", stuck)
+        assert rc == 0 and f"Successfully started partition reassignment for {topic}-1" in out, out
+        rc, out = reassign_tool(tools_classpath, b3.bootstrap, "--list")
+        assert rc == 0 and f"{topic}-1: replicas: 1,2,4,3. adding: 4. removing: 3." in out, out
+        rc, out = reassign_tool(tools_classpath, b3.bootstrap, "--verify", "--reassignment-json-file", stuck)
+        assert f"Reassignment of partition {topic}-1 is still in progress." in out, out
+        assert cluster_view(b1.bootstrap, topic)[1] == (1, [1, 2, 4, 3], [1, 2, 3]), "4 added, not in sync"
+        # --preserve-throttles: clearing them would wait for the stopped broker.
+        rc, out = reassign_tool(tools_classpath, b1.bootstrap, "--cancel", "--reassignment-json-file", stuck,
+                                "--preserve-throttles")
+        assert rc == 0 and f"Successfully cancelled partition reassignment for: {topic}-1" in out, out
+        rc, out = reassign_tool(tools_classpath, b3.bootstrap, "--list")
+        assert rc == 0 and "No partition reassignments found." in out, out
+        wait_for(lambda: cluster_view(b2.bootstrap, topic)[1], lambda v: v == (1, [1, 2, 3], [1, 2, 3]), 20,
+                 f"{topic}-1 back on [1, 2, 3]")
+    finally:
+        os.kill(b4.pid, signal.SIGCONT)

@@ -810,8 +810,32 @@ pub const READ_ONLY_BROKER_CONFIGS: &[&str] = &[
     "unclean.leader.election.enable",
 ];
 
+/// Dynamic broker configs of their own (not topic defaults): the replication throttle
+/// rates in bytes per second (Kafka's `QuotaConfig`), each a long >= 0, unlimited by
+/// default. `replica.alter.log.dirs.io.max.bytes.per.second` is accepted with no effect
+/// (one log dir per broker: nothing moves between dirs).
+pub const DYNAMIC_BROKER_RATE_CONFIGS: &[&str] = &[
+    "follower.replication.throttled.rate",
+    "leader.replication.throttled.rate",
+    "replica.alter.log.dirs.io.max.bytes.per.second",
+];
+
+/// Kafka's default of the throttle rates: no limit (`Long.MAX_VALUE`).
+pub const THROTTLED_RATE_UNLIMITED: i64 = i64::MAX;
+
+/// Whether `name` is a broker config that may be set at run time.
+pub fn is_dynamic_broker_config(name: &str) -> bool {
+    dynamic_broker_config_topic_name(name).is_some() || DYNAMIC_BROKER_RATE_CONFIGS.contains(&name)
+}
+
 /// Checks one dynamic broker config (`None`: deleting it, which only needs a known name).
 pub fn check_dynamic_broker_config(name: &str, value: Option<&str>) -> Result<(), BrokerConfigError> {
+    if DYNAMIC_BROKER_RATE_CONFIGS.contains(&name) {
+        return match value.map(|v| v.trim().parse::<i64>()) {
+            None | Some(Ok(0..)) => Ok(()),
+            Some(_) => Err(BrokerConfigError::InvalidValue(format!("{name} must be an integer >= 0"))),
+        };
+    }
     let Some(topic_name) = dynamic_broker_config_topic_name(name) else {
         return Err(if READ_ONLY_BROKER_CONFIGS.contains(&name) {
             BrokerConfigError::ReadOnly(name.to_string())

@@ -174,12 +174,34 @@ pub struct TopicInfo {
     pub configs: BTreeMap<String, String>,
     /// `partitions[p]` = the state of partition `p`.
     pub partitions: Vec<PartitionState>,
+    /// Reassignments in progress, by partition (`assignment[p]` then holds the target
+    /// replicas first, then the ones leaving).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub reassignments: BTreeMap<i32, Reassignment>,
 }
 
 impl TopicInfo {
     pub fn partition_count(&self) -> i32 {
         self.assignment.len() as i32
     }
+
+    /// The replicas partition `p` is to have: its replicas less those a reassignment in
+    /// progress removes (all of them when none is).
+    pub fn target_replicas(&self, p: usize) -> Vec<NodeId> {
+        let removing = self.reassignments.get(&(p as i32)).map(|r| r.removing.as_slice()).unwrap_or(&[]);
+        self.assignment[p].iter().copied().filter(|r| !removing.contains(r)).collect()
+    }
+}
+
+/// A partition reassignment in progress (KIP-455), as Kafka keeps it: the partition's
+/// replicas are the target replicas followed by the original ones not in the target;
+/// `adding` are the target replicas that were not replicas before (they copy the log and
+/// join the ISR), `removing` the original ones not in the target (they leave when every
+/// target replica is in the ISR).
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Reassignment {
+    pub adding: Vec<NodeId>,
+    pub removing: Vec<NodeId>,
 }
 
 /// Why a broker was fenced.
@@ -231,11 +253,22 @@ pub enum Change {
         topic_id: Uuid,
         first_new_partition: i32,
         assignment: Vec<Vec<NodeId>>,
+        /// The topic's reassignments in progress (the document carries them too).
+        reassignments: BTreeMap<i32, Reassignment>,
     },
     TopicDeleted {
         name: String,
         topic_id: Uuid,
         partition_count: i32,
+    },
+    /// A reassignment started, moved on, finished or was cancelled: `assignment` and
+    /// `reassignments` are the topic's full new ones (rewrite `/brokers/topics/<t>`); a
+    /// `PartitionChanged` follows.
+    AssignmentChanged {
+        topic: String,
+        topic_id: Uuid,
+        assignment: Vec<Vec<NodeId>>,
+        reassignments: BTreeMap<i32, Reassignment>,
     },
     /// A partition's leader or ISR changed (or it was created).
     PartitionChanged {
@@ -281,6 +314,9 @@ pub enum ControllerError {
     InvalidIsr(String),
     #[error("controller epoch {request} is not above the current {current}")]
     StaleControllerEpoch { request: i32, current: i32 },
+    /// A reassignment cancelled where none is in progress (Kafka NO_REASSIGNMENT_IN_PROGRESS).
+    #[error("no partition reassignment is in progress for {topic}-{partition}")]
+    NoReassignmentInProgress { topic: String, partition: i32 },
 }
 
 /// Which leader an ElectLeaders request asks for (Kafka's `ElectionType`).
@@ -924,6 +960,135 @@ impl Controller {
         }
     }
 
+    /// AlterPartitionReassignments for one partition, as Kafka's controller
+    /// (`ReplicationControlManager`):
+    /// - `Some(target)`: the target is checked as a manual assignment is (registered
+    ///   brokers, none twice, at least one live). The partition's replicas become the
+    ///   target followed by the current replicas not in it; the target replicas that are
+    ///   new are added, the others removed once every target replica is in the ISR. A
+    ///   target already in the ISR (a reorder, a shrink) completes at once. A new target
+    ///   while one is in progress is taken from the original replicas (those not being
+    ///   added), as Kafka's `ReplicaAssignment.reassignTo`: a replica being added that the
+    ///   new target leaves out is dropped.
+    /// - `None`: cancel. The replicas go back to the original ones (those not being
+    ///   added, in their current order, as Kafka's revert), the ISR and the leadership
+    ///   with them; NO_REASSIGNMENT_IN_PROGRESS when
+    ///   there is nothing to cancel. A cancel that would leave no ISR member is refused
+    ///   (Kafka would need an unclean election there).
+    pub fn alter_reassignment(
+        &mut self,
+        topic: &str,
+        partition: i32,
+        target: Option<Vec<NodeId>>,
+    ) -> Result<Vec<Change>, ControllerError> {
+        let unknown = || ControllerError::UnknownTopicOrPartition { topic: topic.to_string(), partition };
+        let t = self.topics.get(topic).ok_or_else(unknown)?;
+        let p = usize::try_from(partition).ok().filter(|&p| p < t.partitions.len()).ok_or_else(unknown)?;
+        let current = t.assignment[p].clone();
+        let ongoing = t.reassignments.get(&partition).cloned();
+        let mut changes = Vec::new();
+        match target {
+            None => {
+                let Some(r) = ongoing else {
+                    return Err(ControllerError::NoReassignmentInProgress { topic: topic.to_string(), partition });
+                };
+                let original: Vec<NodeId> = current.iter().copied().filter(|x| !r.adding.contains(x)).collect();
+                if !t.partitions[p].isr.iter().any(|x| original.contains(x)) {
+                    return Err(ControllerError::InvalidReplicaAssignment(format!(
+                        "cancelling the reassignment of {topic}-{partition} would need an unclean leader election: \
+                         no original replica is in the ISR"
+                    )));
+                }
+                self.set_replicas(topic, p, original, None, &mut changes);
+            }
+            Some(target) => {
+                self.check_assignment(std::slice::from_ref(&target), target.len(), partition)?;
+                let adding_now = ongoing.map(|r| r.adding).unwrap_or_default();
+                let origin: Vec<NodeId> = current.iter().copied().filter(|x| !adding_now.contains(x)).collect();
+                let adding: Vec<NodeId> = target.iter().copied().filter(|x| !origin.contains(x)).collect();
+                let removing: Vec<NodeId> = origin.iter().copied().filter(|x| !target.contains(x)).collect();
+                let replicas: Vec<NodeId> = target.iter().chain(&removing).copied().collect();
+                let reassignment =
+                    (!adding.is_empty() || !removing.is_empty()).then_some(Reassignment { adding, removing });
+                self.set_replicas(topic, p, replicas, reassignment, &mut changes);
+            }
+        }
+        self.try_complete_reassignment(topic, p, &mut changes);
+        // A partition left offline by the change may be led again.
+        self.elect_offline(&mut changes);
+        self.debug_check();
+        Ok(changes)
+    }
+
+    /// Every reassignment in progress: (topic, partition, replicas, reassignment).
+    pub fn reassignments(&self) -> impl Iterator<Item = (&str, i32, &[NodeId], &Reassignment)> {
+        self.topics.values().flat_map(|t| {
+            t.reassignments.iter().map(move |(p, r)| (t.name.as_str(), *p, t.assignment[*p as usize].as_slice(), r))
+        })
+    }
+
+    /// Finish `topic`-`p`'s reassignment when every target replica is in the ISR of a
+    /// led partition: the replicas become the target, the leaving ones leave the ISR,
+    /// and a leaving leader hands the leadership to the first target replica in the ISR.
+    fn try_complete_reassignment(&mut self, topic: &str, p: usize, changes: &mut Vec<Change>) {
+        let Some(t) = self.topics.get(topic) else { return };
+        if !t.reassignments.contains_key(&(p as i32)) || t.partitions[p].leader == NO_LEADER {
+            return;
+        }
+        let target = t.target_replicas(p);
+        if target.iter().all(|r| t.partitions[p].isr.contains(r)) {
+            self.set_replicas(topic, p, target, None, changes);
+        }
+    }
+
+    /// Give `topic`-`p` the replicas `replicas` (and `reassignment`, or none): the ISR
+    /// keeps its members that remain replicas, the leader stays if it is one of them,
+    /// else the first live remaining ISR member leads; the partition epoch moves even
+    /// when leader and ISR do not (the replicas changed). Nothing changes if nothing
+    /// differs. The caller makes sure an ISR member remains.
+    fn set_replicas(
+        &mut self,
+        topic: &str,
+        p: usize,
+        replicas: Vec<NodeId>,
+        reassignment: Option<Reassignment>,
+        changes: &mut Vec<Change>,
+    ) {
+        let t = self.topics.get_mut(topic).expect("set_replicas: topic exists");
+        if t.assignment[p] == replicas && t.reassignments.get(&(p as i32)) == reassignment.as_ref() {
+            return;
+        }
+        t.assignment[p] = replicas.clone();
+        match reassignment {
+            Some(r) => t.reassignments.insert(p as i32, r),
+            None => t.reassignments.remove(&(p as i32)),
+        };
+        changes.push(Change::AssignmentChanged {
+            topic: topic.to_string(),
+            topic_id: t.topic_id,
+            assignment: t.assignment.clone(),
+            reassignments: t.reassignments.clone(),
+        });
+        let state = t.partitions[p].clone();
+        let isr: Vec<NodeId> = state.isr.iter().copied().filter(|r| replicas.contains(r)).collect();
+        assert!(!isr.is_empty(), "{topic}-{p}: no ISR member among the new replicas {replicas:?}");
+        let leader = if state.leader != NO_LEADER && isr.contains(&state.leader) {
+            state.leader
+        } else {
+            self.choose_leader(&replicas, &isr)
+        };
+        self.change_partition(
+            topic,
+            p,
+            |s| {
+                s.leader = leader;
+                s.isr = isr;
+            },
+            true,
+            changes,
+        );
+    }
+
     pub fn delete_topic(&mut self, name: &str) -> Result<Vec<Change>, ControllerError> {
         let t = self.topics.remove(name).ok_or_else(|| ControllerError::UnknownTopic(name.to_string()))?;
         Ok(vec![Change::TopicDeleted {
@@ -946,7 +1111,7 @@ impl Controller {
         if new_total <= current || new_total > limits::topic_partitions_max {
             return Err(ControllerError::InvalidPartitions(new_total));
         }
-        let rf = t.assignment[0].len() as i32;
+        let rf = t.target_replicas(0).len() as i32;
         let first_replica = t.assignment[0][0];
         let live = self.placement_brokers();
         if rf as usize > live.len() {
@@ -976,7 +1141,7 @@ impl Controller {
         if added.is_empty() || new_total > limits::topic_partitions_max as i64 {
             return Err(ControllerError::InvalidPartitions(new_total.min(i32::MAX as i64) as i32));
         }
-        let rf = t.assignment[0].len();
+        let rf = t.target_replicas(0).len();
         self.check_assignment(&added, rf, current)?;
         self.check_broker_partitions(&added)?;
         Ok(self.append_partitions(name, added))
@@ -1000,6 +1165,7 @@ impl Controller {
             topic_id: t.topic_id,
             first_new_partition: current,
             assignment: t.assignment.clone(),
+            reassignments: t.reassignments.clone(),
         });
         for (partition, state) in new_states {
             changes.push(Change::PartitionChanged { topic: name.to_string(), partition, state });
@@ -1083,6 +1249,8 @@ impl Controller {
         }
         let mut changes = Vec::new();
         self.update_partition(topic, p, |s| s.isr = ordered, &mut changes);
+        // A reassignment finishes when its last target replica joins the ISR.
+        self.try_complete_reassignment(topic, p, &mut changes);
         self.debug_check();
         Ok(changes)
     }
@@ -1115,6 +1283,24 @@ impl Controller {
         for t in self.topics.values() {
             if t.assignment.len() != t.partitions.len() || t.assignment.is_empty() {
                 return Err(format!("{}: {} assignments, {} states", t.name, t.assignment.len(), t.partitions.len()));
+            }
+            for (p, r) in &t.reassignments {
+                let tp = TpName(&t.name, *p as usize);
+                let Some(replicas) = usize::try_from(*p).ok().and_then(|p| t.assignment.get(p)) else {
+                    return Err(format!("{tp}: a reassignment of a partition that does not exist"));
+                };
+                if r.adding.is_empty() && r.removing.is_empty() {
+                    return Err(format!("{tp}: an empty reassignment"));
+                }
+                if let Some(x) = r.adding.iter().chain(&r.removing).find(|x| !replicas.contains(x)) {
+                    return Err(format!("{tp}: reassignment {r:?} names {x}, not a replica {replicas:?}"));
+                }
+                if let Some(x) = r.adding.iter().find(|x| r.removing.contains(x)) {
+                    return Err(format!("{tp}: reassignment {r:?} adds and removes {x}"));
+                }
+                if replicas.len() == r.removing.len() {
+                    return Err(format!("{tp}: reassignment {r:?} removes every replica {replicas:?}"));
+                }
             }
             for (p, (replicas, s)) in t.assignment.iter().zip(&t.partitions).enumerate() {
                 let tp = TpName(&t.name, p);
@@ -1282,8 +1468,17 @@ impl Controller {
                 state: state.clone(),
             });
         }
-        self.topics
-            .insert(name.to_string(), TopicInfo { name: name.to_string(), topic_id, assignment, configs, partitions });
+        self.topics.insert(
+            name.to_string(),
+            TopicInfo {
+                name: name.to_string(),
+                topic_id,
+                assignment,
+                configs,
+                partitions,
+                reassignments: BTreeMap::new(),
+            },
+        );
         self.debug_check();
         changes
     }
@@ -1386,6 +1581,19 @@ impl Controller {
         f: impl FnOnce(&mut PartitionState),
         changes: &mut Vec<Change>,
     ) {
+        self.change_partition(topic, p, f, false, changes)
+    }
+
+    /// `update_partition`, recording a new state even when leader and ISR are unchanged
+    /// if `replicas_changed`.
+    fn change_partition(
+        &mut self,
+        topic: &str,
+        p: usize,
+        f: impl FnOnce(&mut PartitionState),
+        replicas_changed: bool,
+        changes: &mut Vec<Change>,
+    ) {
         let controller_epoch = self.controller_epoch;
         let t = self.topics.get_mut(topic).expect("update_partition: topic exists");
         let replicas = t.assignment[p].clone();
@@ -1394,7 +1602,7 @@ impl Controller {
         f(&mut new);
         // Keep the ISR in assignment order.
         new.isr = replicas.iter().copied().filter(|r| new.isr.contains(r)).collect();
-        if new.leader == old.leader && new.isr == old.isr {
+        if new.leader == old.leader && new.isr == old.isr && !replicas_changed {
             return;
         }
         assert_eq!((new.leader_epoch, new.partition_epoch), (old.leader_epoch, old.partition_epoch));
@@ -1514,5 +1722,125 @@ mod tests {
             assign_replicas(&brokers, 1, 0, 0, 0, 0),
             Err(ControllerError::InvalidReplicationFactor { .. })
         ));
+    }
+
+    fn n(v: &[i32]) -> Vec<NodeId> {
+        v.iter().copied().map(NodeId).collect()
+    }
+
+    /// Brokers 1-4 registered; topic "t" with partition 0 on [1, 2, 3] led by 1.
+    fn four_brokers() -> Controller {
+        let mut c = Controller::new(ControllerConfig::default());
+        c.becomes_active(1).unwrap();
+        for id in 1..=4 {
+            c.register_broker(NodeId(id), Endpoint::new("h", 9000 + id as u16), None, 1, 0).unwrap();
+        }
+        c.create_topic_with_assignment("t", Uuid::new_v4(), vec![n(&[1, 2, 3])], BTreeMap::new()).unwrap();
+        c
+    }
+
+    fn isr_of(c: &Controller) -> Vec<NodeId> {
+        c.partition_state("t", 0).unwrap().isr.clone()
+    }
+
+    /// The leader (broker `leader`) reports `isr` at the current epochs.
+    fn alter_isr(c: &mut Controller, isr: &[i32]) -> Vec<Change> {
+        let s = c.partition_state("t", 0).unwrap().clone();
+        let with_epochs: Vec<(NodeId, BrokerEpoch)> = isr.iter().map(|&r| (NodeId(r), NO_BROKER_EPOCH)).collect();
+        c.alter_partition("t", 0, s.leader, s.leader_epoch, s.partition_epoch, &with_epochs).unwrap()
+    }
+
+    #[test]
+    fn a_reassignment_adds_waits_for_the_isr_then_removes_and_moves_the_leader() {
+        let mut c = four_brokers();
+        let before = c.partition_state("t", 0).unwrap().clone();
+        // [1,2,3] -> [2,3,4]: 4 is added; replicas are the target, then the leaving 1.
+        let changes = c.alter_reassignment("t", 0, Some(n(&[2, 3, 4]))).unwrap();
+        assert_eq!(c.replicas("t", 0).unwrap(), n(&[2, 3, 4, 1]));
+        let listed: Vec<_> = c.reassignments().map(|(t, p, r, a)| (t.to_string(), p, r.to_vec(), a.clone())).collect();
+        let want = Reassignment { adding: n(&[4]), removing: n(&[1]) };
+        assert_eq!(listed, vec![("t".to_string(), 0, n(&[2, 3, 4, 1]), want.clone())]);
+        assert!(matches!(&changes[0], Change::AssignmentChanged { reassignments, .. } if reassignments[&0] == want));
+        let s = c.partition_state("t", 0).unwrap().clone();
+        assert_eq!((s.leader, s.leader_epoch), (NodeId(1), before.leader_epoch), "the leader stays while it copies");
+        assert_eq!(s.partition_epoch, before.partition_epoch.next(), "new replicas are a new partition epoch");
+        assert_eq!(s.isr, n(&[2, 3, 1]), "the ISR in the new replica order");
+        // The same target again changes nothing.
+        assert!(c.alter_reassignment("t", 0, Some(n(&[2, 3, 4]))).unwrap().is_empty());
+        // 4 catches up: the reassignment completes in the same step; 1 leaves and its
+        // leadership goes to the first target replica in the ISR.
+        alter_isr(&mut c, &[1, 2, 3, 4]);
+        assert_eq!(c.replicas("t", 0).unwrap(), n(&[2, 3, 4]));
+        assert_eq!(c.reassignments().count(), 0);
+        let s = c.partition_state("t", 0).unwrap().clone();
+        assert_eq!((s.leader, s.isr.clone()), (NodeId(2), n(&[2, 3, 4])));
+        assert_eq!(s.leader_epoch, before.leader_epoch.next());
+        c.check_invariants().unwrap();
+        // Nothing left to cancel.
+        assert!(matches!(c.alter_reassignment("t", 0, None), Err(ControllerError::NoReassignmentInProgress { .. })));
+    }
+
+    #[test]
+    fn a_cancelled_reassignment_goes_back_to_the_original_replicas() {
+        let mut c = four_brokers();
+        c.alter_reassignment("t", 0, Some(n(&[4, 2, 3]))).unwrap();
+        assert_eq!(c.replicas("t", 0).unwrap(), n(&[4, 2, 3, 1]));
+        c.alter_reassignment("t", 0, None).unwrap();
+        // The original replicas, in the order they have among the current ones (as
+        // Kafka's revert: the first one is no longer the preferred leader).
+        assert_eq!(c.replicas("t", 0).unwrap(), n(&[2, 3, 1]));
+        assert_eq!(isr_of(&c), n(&[2, 3, 1]));
+        assert_eq!(c.reassignments().count(), 0);
+        assert_eq!(c.leader_of("t", 0), Some(NodeId(1)));
+        c.check_invariants().unwrap();
+    }
+
+    #[test]
+    fn a_reorder_or_a_shrink_in_the_isr_completes_at_once() {
+        let mut c = four_brokers();
+        c.alter_reassignment("t", 0, Some(n(&[3, 2, 1]))).unwrap();
+        assert_eq!((c.replicas("t", 0).unwrap().to_vec(), c.reassignments().count()), (n(&[3, 2, 1]), 0));
+        assert_eq!(c.leader_of("t", 0), Some(NodeId(1)), "the leader stays; a preferred election moves it");
+        c.alter_reassignment("t", 0, Some(n(&[2]))).unwrap();
+        assert_eq!(c.replicas("t", 0).unwrap(), n(&[2]));
+        assert_eq!((c.leader_of("t", 0), isr_of(&c)), (Some(NodeId(2)), n(&[2])));
+        // The topic's replication factor follows the target (CreatePartitions uses it).
+        c.create_partitions("t", 2, &mut || 0).unwrap();
+        assert_eq!(c.replicas("t", 1).unwrap().len(), 1);
+        c.check_invariants().unwrap();
+    }
+
+    #[test]
+    fn a_reassignment_target_is_checked_as_a_manual_assignment() {
+        let mut c = four_brokers();
+        for bad in [vec![], n(&[2, 2]), n(&[2, 9])] {
+            assert!(
+                matches!(
+                    c.alter_reassignment("t", 0, Some(bad.clone())),
+                    Err(ControllerError::InvalidReplicaAssignment(_))
+                ),
+                "{bad:?}"
+            );
+        }
+        assert!(matches!(
+            c.alter_reassignment("t", 1, Some(n(&[1]))),
+            Err(ControllerError::UnknownTopicOrPartition { .. })
+        ));
+        assert!(matches!(
+            c.alter_reassignment("nope", 0, Some(n(&[1]))),
+            Err(ControllerError::UnknownTopicOrPartition { .. })
+        ));
+        assert_eq!(c.replicas("t", 0).unwrap(), n(&[1, 2, 3]), "a refused target changes nothing");
+    }
+
+    #[test]
+    fn a_new_target_during_a_reassignment_starts_from_the_original_replicas() {
+        let mut c = four_brokers();
+        c.alter_reassignment("t", 0, Some(n(&[2, 3, 4]))).unwrap();
+        // Before 4 caught up, the operator changes the target back to the original
+        // [1, 2, 3]: 4 is dropped, and as the target is the ISR it completes at once.
+        c.alter_reassignment("t", 0, Some(n(&[1, 2, 3]))).unwrap();
+        assert_eq!((c.replicas("t", 0).unwrap().to_vec(), c.reassignments().count()), (n(&[1, 2, 3]), 0));
+        c.check_invariants().unwrap();
     }
 }

@@ -45,7 +45,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
-use super::controller::{AdvertisedListener, Endpoint, PartitionState};
+use super::controller::{AdvertisedListener, Endpoint, PartitionState, Reassignment};
 use super::store::{base64_decode, base64_encode};
 use crate::model::{LeaderEpoch, NodeId, PartitionEpoch};
 
@@ -280,6 +280,8 @@ pub struct TopicDoc {
     pub topic_id: Option<Uuid>,
     /// `assignment[p]` = the replicas of partition `p`.
     pub assignment: Vec<Vec<NodeId>>,
+    /// Reassignments in progress (`adding_replicas` / `removing_replicas`), by partition.
+    pub reassignments: BTreeMap<i32, Reassignment>,
 }
 
 #[derive(Serialize)]
@@ -297,32 +299,79 @@ struct TopicDocIn {
     partitions: BTreeMap<String, Vec<i32>>,
     #[serde(default)]
     topic_id: Option<String>,
+    #[serde(default)]
+    adding_replicas: BTreeMap<String, Vec<i32>>,
+    #[serde(default)]
+    removing_replicas: BTreeMap<String, Vec<i32>>,
 }
 
-pub fn encode_topic(topic_id: Uuid, assignment: &[Vec<NodeId>]) -> Vec<u8> {
+fn ids_of(nodes: &[NodeId]) -> Vec<i32> {
+    nodes.iter().map(|b| b.0).collect()
+}
+
+pub fn encode_topic(
+    topic_id: Uuid,
+    assignment: &[Vec<NodeId>],
+    reassignments: &BTreeMap<i32, Reassignment>,
+) -> Vec<u8> {
+    let listed = |f: fn(&Reassignment) -> &Vec<NodeId>| {
+        reassignments.iter().filter(|(_, r)| !f(r).is_empty()).map(|(p, r)| (*p, ids_of(f(r)))).collect()
+    };
     to_bytes(&TopicDocOut {
-        partitions: assignment.iter().enumerate().map(|(p, r)| (p as i32, r.iter().map(|b| b.0).collect())).collect(),
+        partitions: assignment.iter().enumerate().map(|(p, r)| (p as i32, ids_of(r))).collect(),
         topic_id: kafka_uuid_string(topic_id),
-        adding_replicas: BTreeMap::new(),
-        removing_replicas: BTreeMap::new(),
+        adding_replicas: listed(|r| &r.adding),
+        removing_replicas: listed(|r| &r.removing),
         version: TOPIC_DOC_VERSION,
     })
 }
 
-/// Partitions must be numbered 0..n without gaps.
+/// Partitions must be numbered 0..n without gaps; a reassignment may only name
+/// replicas of an existing partition.
 pub fn decode_topic(bytes: &[u8]) -> Result<TopicDoc, LayoutError> {
     const KIND: &str = "topic";
     let d: TopicDocIn = serde_json::from_slice(bytes).map_err(|e| invalid(KIND, e))?;
+    let partition =
+        |p: &str| -> Result<i32, LayoutError> { p.parse().map_err(|_| invalid(KIND, format!("partition {p:?}"))) };
     let mut by_partition = BTreeMap::new();
     for (p, replicas) in d.partitions {
-        let p: i32 = p.parse().map_err(|_| invalid(KIND, format!("partition {p:?}")))?;
-        by_partition.insert(p, replicas.into_iter().map(NodeId).collect());
+        by_partition.insert(partition(&p)?, replicas.into_iter().map(NodeId).collect::<Vec<_>>());
     }
     if by_partition.keys().copied().ne(0..by_partition.len() as i32) {
         return Err(invalid(KIND, "partitions are not numbered 0..n"));
     }
+    let mut reassignments: BTreeMap<i32, Reassignment> = BTreeMap::new();
+    for (adding, listed) in [(true, d.adding_replicas), (false, d.removing_replicas)] {
+        for (p, replicas) in listed {
+            let p = partition(&p)?;
+            let nodes: Vec<NodeId> = replicas.into_iter().map(NodeId).collect();
+            let Some(assigned) = by_partition.get(&p) else {
+                return Err(invalid(KIND, format!("a reassignment of partition {p}, which does not exist")));
+            };
+            if let Some(x) = nodes.iter().find(|x| !assigned.contains(x)) {
+                return Err(invalid(KIND, format!("partition {p}: reassignment names {x}, not a replica")));
+            }
+            if nodes.is_empty() {
+                continue;
+            }
+            let r = reassignments.entry(p).or_default();
+            if adding {
+                r.adding = nodes;
+            } else {
+                r.removing = nodes;
+            }
+        }
+    }
+    for (p, r) in &reassignments {
+        if r.adding.iter().any(|x| r.removing.contains(x)) || r.removing.len() >= by_partition[p].len() {
+            return Err(invalid(
+                KIND,
+                format!("partition {p}: reassignment {r:?} adds a removed replica or removes all"),
+            ));
+        }
+    }
     let topic_id = d.topic_id.as_deref().map(parse_kafka_uuid).transpose()?;
-    Ok(TopicDoc { topic_id, assignment: by_partition.into_values().collect() })
+    Ok(TopicDoc { topic_id, assignment: by_partition.into_values().collect(), reassignments })
 }
 
 // ---- /brokers/topics/<t>/partitions/<p>/state ----
@@ -540,7 +589,29 @@ mod tests {
         assert_eq!(doc.assignment, ids(vec![vec![0, 2, 3], vec![2, 3, 0], vec![3, 0, 2]]));
         let id = doc.topic_id.unwrap();
         assert_eq!(kafka_uuid_string(id), "aSFJVxF7SIaTCptmWn_GgA");
-        assert_eq!(encode_topic(id, &doc.assignment), kafka.to_vec());
+        assert_eq!(encode_topic(id, &doc.assignment, &doc.reassignments), kafka.to_vec());
+    }
+
+    #[test]
+    fn topic_document_carries_reassignments_as_kafka() {
+        // Partition 0 moving from [1,2,3] to [2,3,4] (Kafka's ZooKeeper-mode layout of an
+        // ongoing reassignment): replicas are the target then the leaving ones.
+        let kafka = br#"{"partitions":{"0":[2,3,4,1],"1":[3,1,2]},"topic_id":"aSFJVxF7SIaTCptmWn_GgA","adding_replicas":{"0":[4]},"removing_replicas":{"0":[1]},"version":3}"#;
+        let doc = decode_topic(kafka).unwrap();
+        let want = Reassignment { adding: vec![NodeId(4)], removing: vec![NodeId(1)] };
+        assert_eq!(doc.reassignments, BTreeMap::from([(0, want)]));
+        assert_eq!(encode_topic(doc.topic_id.unwrap(), &doc.assignment, &doc.reassignments), kafka.to_vec());
+        // A reassignment must name replicas of an existing partition, not add what it
+        // removes, and not remove every replica.
+        for bad in [
+            r#"{"partitions":{"0":[1,2]},"adding_replicas":{"1":[1]}}"#,
+            r#"{"partitions":{"0":[1,2]},"adding_replicas":{"0":[3]}}"#,
+            r#"{"partitions":{"0":[1,2]},"adding_replicas":{"0":[2]},"removing_replicas":{"0":[2]}}"#,
+            r#"{"partitions":{"0":[1,2]},"removing_replicas":{"0":[1,2]}}"#,
+            r#"{"partitions":{"0":[1,2]},"removing_replicas":{"x":[1]}}"#,
+        ] {
+            assert!(decode_topic(bad.as_bytes()).is_err(), "{bad}");
+        }
     }
 
     #[test]

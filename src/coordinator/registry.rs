@@ -373,7 +373,14 @@ impl Registry {
                 partitions.push(state);
             }
             let topic_id = doc.topic_id.unwrap_or_else(uuid::Uuid::new_v4);
-            controller.restore_topic(TopicInfo { name, topic_id, assignment: doc.assignment, configs, partitions })?;
+            controller.restore_topic(TopicInfo {
+                name,
+                topic_id,
+                assignment: doc.assignment,
+                configs,
+                partitions,
+                reassignments: doc.reassignments,
+            })?;
         }
         let acls = super::acl_store::load(store.as_ref()).map_err(|(path, e)| corrupt(&path, e))?;
         for entity in children_or_empty(store.as_ref(), paths::BROKER_CONFIGS)? {
@@ -720,7 +727,7 @@ impl Registry {
             .topics()
             .map(|t| {
                 let configs = TopicConfig { overrides: t.configs.clone(), dynamic_defaults: dynamic_defaults.clone() };
-                let replication_factor = t.assignment.first().map(|r| r.len() as i32).unwrap_or(0);
+                let replication_factor = if t.assignment.is_empty() { 0 } else { t.target_replicas(0).len() as i32 };
                 (
                     t.name.clone(),
                     TopicMeta { id: t.topic_id, partitions: t.partition_count(), replication_factor, configs },
@@ -976,6 +983,34 @@ impl Registry {
             .into_iter()
             .map(|(topic, p)| {
                 let outcome = self.controller.elect_leader(kind, &topic, p, &mut changes);
+                (topic, p, outcome)
+            })
+            .collect();
+        self.persist(&changes)?;
+        self.refresh_cache();
+        Ok(outcomes)
+    }
+
+    /// AlterPartitionReassignments: for each (topic, partition, target), start, change or
+    /// (`None`) cancel its reassignment (`Controller::alter_reassignment`). Every change
+    /// is persisted in one batch; the outcome of each partition, in order.
+    #[allow(clippy::type_complexity)]
+    pub fn alter_reassignments(
+        &mut self,
+        requests: Vec<(String, i32, Option<Vec<NodeId>>)>,
+    ) -> Result<Vec<(String, i32, Result<(), RegistryError>)>, RegistryError> {
+        self.store()?;
+        let mut changes = Vec::new();
+        let outcomes = requests
+            .into_iter()
+            .map(|(topic, p, target)| {
+                let outcome = match self.controller.alter_reassignment(&topic, p, target) {
+                    Ok(c) => {
+                        changes.extend(c);
+                        Ok(())
+                    }
+                    Err(e) => Err(e.into()),
+                };
                 (topic, p, outcome)
             })
             .collect();
@@ -1280,10 +1315,13 @@ fn write_changes(s: &dyn MetaStore, changes: &[Change]) -> Result<(), StoreError
             },
             Change::TopicCreated { name, topic_id, assignment, configs } => {
                 s.put(&paths::topic_config(name), &layout::encode_topic_config(configs))?;
-                s.put(&paths::topic(name), &layout::encode_topic(*topic_id, assignment))?;
+                s.put(&paths::topic(name), &layout::encode_topic(*topic_id, assignment, &BTreeMap::new()))?;
             }
-            Change::PartitionsCreated { topic, topic_id, assignment, .. } => {
-                s.put(&paths::topic(topic), &layout::encode_topic(*topic_id, assignment))?;
+            Change::PartitionsCreated { topic, topic_id, assignment, reassignments, .. } => {
+                s.put(&paths::topic(topic), &layout::encode_topic(*topic_id, assignment, &reassignments))?;
+            }
+            Change::AssignmentChanged { topic, topic_id, assignment, reassignments } => {
+                s.put(&paths::topic(topic), &layout::encode_topic(*topic_id, assignment, reassignments))?;
             }
             Change::TopicDeleted { name, .. } => {
                 s.delete_all(&paths::topic(name))?;

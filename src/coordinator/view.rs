@@ -7,7 +7,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
-use super::controller::{BrokerInfo, Controller, PartitionState};
+use super::controller::{BrokerInfo, Controller, PartitionState, Reassignment};
 use super::registry::{ClusterSnapshot, Hosting, RegistryError, TopicMeta};
 use crate::model::NodeId;
 use crate::security::entity::EntityConfigs;
@@ -177,6 +177,12 @@ impl ClusterView {
 
     pub fn controller_epoch(&self) -> i32 {
         self.controller.controller_epoch()
+    }
+
+    /// Every partition reassignment in progress: (topic, partition, replicas, what is
+    /// added and removed).
+    pub fn reassignments(&self) -> impl Iterator<Item = (&str, i32, &[NodeId], &Reassignment)> {
+        self.controller.reassignments()
     }
 
     /// The active coordinator's snapshot, as JSON (what mirrors install).

@@ -48,8 +48,12 @@ pub const SUPPORTED_APIS: &[(ApiKey, i16, i16)] = &[
     (ApiKey::AlterConfigs, 0, 2),
     (ApiKey::IncrementalAlterConfigs, 0, 1),
     (ApiKey::CreatePartitions, 0, 3),
-    // Preferred leader election (kafka-leader-election); unclean elections are refused.
+    // kafka-leader-election: preferred and unclean elections.
     (ApiKey::ElectLeaders, 0, 2),
+    // kafka-reassign-partitions (KIP-455). v1 (KIP-860's AllowReplicationFactorChange)
+    // is not advertised: a reassignment may change the replication factor.
+    (ApiKey::AlterPartitionReassignments, 0, 0),
+    (ApiKey::ListPartitionReassignments, 0, 0),
     // Between brokers: registration and liveness with the active coordinator.
     (ApiKey::BrokerRegistration, 0, 4),
     (ApiKey::BrokerHeartbeat, 0, 1),
@@ -322,6 +326,7 @@ pub mod error_code {
     pub const LISTENER_NOT_FOUND: i16 = 72;
     pub const ELIGIBLE_LEADERS_NOT_AVAILABLE: i16 = 83;
     pub const ELECTION_NOT_NEEDED: i16 = 84;
+    pub const NO_REASSIGNMENT_IN_PROGRESS: i16 = 85;
     pub const FETCH_SESSION_ID_NOT_FOUND: i16 = 70;
     pub const INVALID_FETCH_SESSION_EPOCH: i16 = 71;
     pub const INVALID_UPDATE_VERSION: i16 = 108;

@@ -168,6 +168,26 @@ impl LeaderState {
         s
     }
 
+    /// The partition's replicas changed (a reassignment): new ones start with no
+    /// progress (outside the ISR, they join it by catching up), gone ones are forgotten.
+    fn set_replicas(&mut self, replicas: &[NodeId]) {
+        if self.replicas == replicas {
+            return;
+        }
+        self.replicas = replicas.to_vec();
+        self.followers.retain(|r, _| replicas.contains(r));
+        for r in replicas.iter().filter(|r| **r != self.local_id) {
+            self.followers.entry(*r).or_insert(FollowerProgress {
+                leo: -1,
+                last_caught_up_ms: 0,
+                last_fetch_ms: 0,
+                leader_leo_at_last_fetch: -1,
+                broker_epoch: NO_BROKER_EPOCH,
+            });
+        }
+        self.maybe_added.retain(|r| replicas.contains(r));
+    }
+
     pub fn leader_epoch(&self) -> LeaderEpoch {
         self.leader_epoch
     }
@@ -302,14 +322,24 @@ impl LeaderState {
     /// (the coordinator refuses a proposal whose partition epoch is not its own). The same
     /// epoch again (a snapshot sent for another reason) settles nothing: a proposal in
     /// flight may still be applied, so it keeps counting for the high watermark.
+    ///
+    /// `replicas` (from a snapshot; an AlterPartition answer has none) are the
+    /// partition's replicas at that epoch: a reassignment adds and removes some, and a
+    /// replica added starts with no progress. A committed ISR without this broker (a
+    /// reassignment that finished with it leaving) is not applied: the snapshot that
+    /// follows takes the leadership away.
     pub fn on_isr_committed(
         &mut self,
         isr: Vec<NodeId>,
         partition_epoch: PartitionEpoch,
         leader_leo: i64,
+        replicas: Option<&[NodeId]>,
     ) -> Option<i64> {
-        if partition_epoch < self.partition_epoch {
-            return None; // older than what we have
+        if partition_epoch < self.partition_epoch || !isr.contains(&self.local_id) {
+            return None; // older than what we have, or not ours to apply
+        }
+        if let Some(replicas) = replicas {
+            self.set_replicas(replicas);
         }
         if partition_epoch > self.partition_epoch {
             // A replica that left the ISR (the coordinator takes a restarted broker out)
@@ -479,7 +509,7 @@ mod tests {
         assert_eq!((p.new_isr.clone(), p.partition_epoch), (ids(&[1, 2]), PartitionEpoch(10)));
         assert_eq!(l.isr_change(31_000), None, "one change in flight at a time");
         assert_eq!(l.high_watermark(), 60, "HW over the committed ISR until the change commits");
-        assert_eq!(l.on_isr_committed(ids(&[1, 2]), PartitionEpoch(11), 100), Some(100));
+        assert_eq!(l.on_isr_committed(ids(&[1, 2]), PartitionEpoch(11), 100, None), Some(100));
         // 3 catches up: reaches the HW and the epoch start offset.
         l.fetch(3, 100, 100, 32_000);
         let p = l.isr_change(32_000).expect("3 is back");
@@ -505,9 +535,9 @@ mod tests {
         assert_eq!(l.fetch(2, 120, 120, 30), None, "3, maybe in the ISR already, is at 100");
         assert_eq!(l.high_watermark(), 100);
         // A snapshot of the same partition epoch (sent for another reason) settles nothing.
-        assert_eq!(l.on_isr_committed(ids(&[1, 2]), PartitionEpoch(10), 120), None);
+        assert_eq!(l.on_isr_committed(ids(&[1, 2]), PartitionEpoch(10), 120, None), None);
         assert_eq!(l.pending_change(), Some(&p));
-        assert_eq!(l.on_isr_committed(ids(&[1, 2, 3]), PartitionEpoch(11), 120), None);
+        assert_eq!(l.on_isr_committed(ids(&[1, 2, 3]), PartitionEpoch(11), 120, None), None);
         assert_eq!(l.pending_change(), None);
         assert_eq!(l.fetch(3, 120, 120, 40), Some(120));
     }
@@ -527,12 +557,12 @@ mod tests {
         assert!(l.isr_change(40).is_some(), "proposed again");
         l.on_isr_change_failed();
         assert_eq!(
-            l.on_isr_committed(ids(&[1, 2]), PartitionEpoch(10), 120),
+            l.on_isr_committed(ids(&[1, 2]), PartitionEpoch(10), 120, None),
             None,
             "same partition epoch: still unknown"
         );
         // A newer state without 3: the proposal was not applied and cannot be any more.
-        assert_eq!(l.on_isr_committed(ids(&[1, 2]), PartitionEpoch(11), 120), Some(120));
+        assert_eq!(l.on_isr_committed(ids(&[1, 2]), PartitionEpoch(11), 120, None), Some(120));
     }
 
     #[test]
@@ -561,7 +591,7 @@ mod tests {
         l.fetch(2, 100, 100, 10);
         l.fetch(3, 100, 100, 10);
         assert_eq!(l.high_watermark(), 100);
-        assert_eq!(l.on_isr_committed(ids(&[1, 2]), PartitionEpoch(11), 100), None);
+        assert_eq!(l.on_isr_committed(ids(&[1, 2]), PartitionEpoch(11), 100, None), None);
         assert_eq!(l.follower_leo(NodeId(3)), Some(-1));
         assert_eq!(l.isr_change(20), None, "3 has not fetched since it left");
         l.fetch(3, 0, 100, 30);

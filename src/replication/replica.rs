@@ -192,7 +192,7 @@ impl<W> Replica<W> {
         if state.leader == me {
             if let Role::Leader(l) = &mut self.role {
                 if l.leader_epoch() == state.leader_epoch {
-                    if l.on_isr_committed(state.isr.clone(), state.partition_epoch, log_end).is_some() {
+                    if l.on_isr_committed(state.isr.clone(), state.partition_epoch, log_end, Some(replicas)).is_some() {
                         self.release(&mut change.answers);
                     }
                     return change;
@@ -315,7 +315,7 @@ impl<W> Replica<W> {
         let Role::Leader(l) = &mut self.role else { return answers };
         match outcome {
             IsrOutcome::Committed(isr, partition_epoch) => {
-                if l.on_isr_committed(isr, partition_epoch, log_end).is_some() {
+                if l.on_isr_committed(isr, partition_epoch, log_end, None).is_some() {
                     self.release(&mut answers);
                 }
             }

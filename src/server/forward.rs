@@ -1,5 +1,6 @@
 //! Admin requests on a broker that is not the active coordinator: CreateTopics,
-//! DeleteTopics, CreatePartitions, ElectLeaders, AlterConfigs, IncrementalAlterConfigs,
+//! DeleteTopics, CreatePartitions, ElectLeaders, AlterPartitionReassignments,
+//! AlterConfigs, IncrementalAlterConfigs,
 //! CreateAcls, DeleteAcls, AlterClientQuotas, AlterUserScramCredentials and
 //! InitProducerId without a transactional id (producer ids come from the coordinator's
 //! blocks) go to the active
@@ -38,6 +39,7 @@ pub fn is_forwarded(key: ApiKey) -> bool {
             | ApiKey::DeleteTopics
             | ApiKey::CreatePartitions
             | ApiKey::ElectLeaders
+            | ApiKey::AlterPartitionReassignments
             | ApiKey::AlterConfigs
             | ApiKey::IncrementalAlterConfigs
             | ApiKey::InitProducerId

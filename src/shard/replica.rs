@@ -169,11 +169,16 @@ impl Shard {
         let (gone, hosted) = {
             let reg = self.view.clone();
             self.producer_id_bound = reg.producer_id_bound();
-            let gone: Vec<TopicPartition> = self
+            // Partitions of deleted topics, and replicas a reassignment moved off this
+            // broker (Kafka's StopReplica with deletion).
+            let gone: Vec<(TopicPartition, Hosting)> = self
                 .partitions
                 .keys()
-                .filter(|tp| reg.has_metadata() && reg.hosting(&tp.topic, tp.partition) == Hosting::Unknown)
-                .cloned()
+                .filter_map(|tp| {
+                    let hosting = reg.hosting(&tp.topic, tp.partition);
+                    (reg.has_metadata() && matches!(hosting, Hosting::Unknown | Hosting::Elsewhere))
+                        .then(|| (tp.clone(), hosting))
+                })
                 .collect();
             let mut hosted = Vec::new();
             for (name, meta) in reg.topics() {
@@ -186,10 +191,15 @@ impl Shard {
             }
             (gone, hosted)
         };
-        for tp in gone {
-            tracing::info!(shard = self.id.0, partition = %tp, "topic deleted: removing the partition");
+        for (tp, hosting) in gone {
+            if hosting == Hosting::Elsewhere {
+                tracing::info!(shard = self.id.0, partition = %tp, "replica reassigned away: removing it");
+            } else {
+                tracing::info!(shard = self.id.0, partition = %tp, "topic deleted: removing the partition");
+            }
+            self.leave_partition(&tp);
             if let Err(e) = self.execute(super::PartitionOp::DeletePartition { tp: tp.clone() }) {
-                tracing::error!(partition = %tp, error = %e, "cannot remove the partition of a deleted topic");
+                tracing::error!(partition = %tp, error = %e, "cannot remove the partition");
             }
         }
         let producer_id_bound = self.producer_id_bound;
@@ -219,6 +229,21 @@ impl Shard {
             self.refresh_role(&tp, now_ms);
         }
         self.log_roles_taken();
+    }
+
+    /// Before a hosted partition is removed: produces waiting for acks=all fail with
+    /// NOT_LEADER_OR_FOLLOWER (their client retries on the new leader), and a group or
+    /// transaction partition it led is unloaded.
+    fn leave_partition(&mut self, tp: &TopicPartition) {
+        let Some(p) = self.partitions.get_mut(tp) else { return };
+        let leading = p.replica.leader_state().is_some();
+        let answers = p.replica.fail_waiters();
+        deliver(p, answers, true);
+        if leading && tp.topic == crate::group::OFFSETS_TOPIC {
+            self.unload_group_partition(tp);
+        } else if leading && tp.topic == crate::txn::TXN_TOPIC {
+            self.unload_txn_partition(tp);
+        }
     }
 
     /// One INFO line for the roles taken since the last one (a start takes one per

@@ -76,7 +76,8 @@ async fn alter(
 
 /// A broker's dynamic configs: resource name "" is the cluster-wide default
 /// (`/config/brokers/<default>`), a broker id that broker's own (`/config/brokers/<id>`).
-/// Only `config::DYNAMIC_BROKER_TOPIC_CONFIGS` may be set; the others Spate describes are
+/// Only `config::DYNAMIC_BROKER_TOPIC_CONFIGS` and `config::DYNAMIC_BROKER_RATE_CONFIGS`
+/// may be set; the others Spate describes are
 /// read-only (INVALID_REQUEST, as Kafka: "Cannot update these configs dynamically"),
 /// unknown names and bad values are INVALID_CONFIG.
 async fn alter_broker(

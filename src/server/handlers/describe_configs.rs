@@ -57,6 +57,10 @@ fn static_broker_configs(ctx: &ShardContext) -> Vec<(String, String, ConfigSourc
         ("default.replication.factor".to_string(), "1".to_string(), ConfigSource::Default),
         ("socket.request.max.bytes".to_string(), limits::request_frame_bytes_max.to_string(), ConfigSource::Default),
     ];
+    for name in crate::config::DYNAMIC_BROKER_RATE_CONFIGS {
+        let unlimited = crate::config::THROTTLED_RATE_UNLIMITED.to_string();
+        out.push((name.to_string(), unlimited, ConfigSource::Default));
+    }
     // Topic defaults under their broker names (log.retention.ms, log.segment.bytes, ...).
     for (k, v, source) in crate::config::TopicConfig::default().describe(&c.topic_defaults) {
         let dynamic_name = crate::config::DYNAMIC_BROKER_TOPIC_CONFIGS.iter().find(|(_, t)| *t == k).map(|(b, _)| *b);
@@ -79,7 +83,7 @@ fn broker_configs(ctx: &ShardContext, view: &crate::coordinator::view::ClusterVi
     static_broker_configs(ctx)
         .into_iter()
         .map(|(name, value, source)| {
-            let dynamic = crate::config::dynamic_broker_config_topic_name(&name).is_some();
+            let dynamic = crate::config::is_dynamic_broker_config(&name);
             let mut synonyms = Vec::new();
             for (layer, layer_source) in
                 [(this_broker, ConfigSource::DynamicBroker), (cluster_default, ConfigSource::DynamicDefaultBroker)]

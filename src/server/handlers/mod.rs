@@ -7,6 +7,7 @@ mod add_offsets_to_txn;
 mod add_partitions_to_txn;
 mod alter_configs;
 mod alter_partition;
+mod alter_partition_reassignments;
 mod api_versions;
 mod authz;
 mod broker_heartbeat;
@@ -34,6 +35,7 @@ mod join_group;
 mod leave_group;
 mod list_groups;
 mod list_offsets;
+mod list_partition_reassignments;
 mod list_transactions;
 mod metadata;
 mod offset_commit;
@@ -116,6 +118,8 @@ async fn dispatch(ctx: &ShardContext, frame: RequestFrame) -> Result<Option<Resp
         ApiKey::IncrementalAlterConfigs => alter_configs::handle_incremental(ctx, &frame).await.map(Some),
         ApiKey::CreatePartitions => create_partitions::handle(ctx, &frame).await.map(Some),
         ApiKey::ElectLeaders => elect_leaders::handle(ctx, &frame).await.map(Some),
+        ApiKey::AlterPartitionReassignments => alter_partition_reassignments::handle(ctx, &frame).await.map(Some),
+        ApiKey::ListPartitionReassignments => list_partition_reassignments::handle(ctx, &frame).map(Some),
         ApiKey::FindCoordinator => find_coordinator::handle(ctx, &frame).await.map(Some),
         ApiKey::JoinGroup => join_group::handle(ctx, &frame).await.map(Some),
         ApiKey::SyncGroup => sync_group::handle(ctx, &frame).await.map(Some),
@@ -234,6 +238,12 @@ fn registry_error_code(e: &RegistryError) -> i16 {
         RegistryError::Controller(ControllerError::BrokerPartitionsExceeded { .. }) => error_code::POLICY_VIOLATION,
         RegistryError::Controller(ControllerError::InvalidReplicaAssignment(_)) => {
             error_code::INVALID_REPLICA_ASSIGNMENT
+        }
+        RegistryError::Controller(ControllerError::UnknownTopicOrPartition { .. }) => {
+            error_code::UNKNOWN_TOPIC_OR_PARTITION
+        }
+        RegistryError::Controller(ControllerError::NoReassignmentInProgress { .. }) => {
+            error_code::NO_REASSIGNMENT_IN_PROGRESS
         }
         RegistryError::Controller(_) | RegistryError::Store(_) | RegistryError::Corrupt { .. } => {
             error_code::UNKNOWN_SERVER_ERROR
