@@ -1,7 +1,8 @@
 //! Seeded deterministic simulation of the controller state machine
 //! (`spate::coordinator::controller`): brokers join, heartbeat, pause, die, return and shut
 //! down; topics are created, grown and deleted; leaders shrink and expand ISRs (and send
-//! stale requests); preferred leaders are elected; the active controller fails over to a
+//! stale requests); preferred leaders are elected; operators reassign partitions (and
+//! cancel); the active controller fails over to a
 //! fresh one rebuilt from the ZooKeeper documents its changes were persisted as. Invariants
 //! are checked after every step.
 //!
@@ -109,11 +110,12 @@ impl Store {
             Change::BrokerFenced { .. } | Change::BrokerUnfenced { .. } => {}
             Change::TopicCreated { name, topic_id, assignment, configs } => {
                 assert!(!self.nodes.contains_key(&layout::paths::topic(name)), "{name} created twice");
-                self.set(layout::paths::topic(name), layout::encode_topic(*topic_id, assignment));
+                self.set(layout::paths::topic(name), layout::encode_topic(*topic_id, assignment, &BTreeMap::new()));
                 self.set(layout::paths::topic_config(name), layout::encode_topic_config(configs));
             }
-            Change::PartitionsCreated { topic, topic_id, assignment, .. } => {
-                self.set(layout::paths::topic(topic), layout::encode_topic(*topic_id, assignment));
+            Change::PartitionsCreated { topic, topic_id, assignment, reassignments, .. }
+            | Change::AssignmentChanged { topic, topic_id, assignment, reassignments } => {
+                self.set(layout::paths::topic(topic), layout::encode_topic(*topic_id, assignment, reassignments));
             }
             Change::TopicDeleted { name, .. } => {
                 self.remove_prefix(&layout::paths::topic(name));
@@ -164,6 +166,7 @@ impl Store {
                 assignment: doc.assignment,
                 configs,
                 partitions,
+                reassignments: doc.reassignments,
             })
             .unwrap();
         }
@@ -186,6 +189,10 @@ struct History {
     /// The partition an operator's unclean ElectLeaders was asked for in this step: the
     /// one election outside the ISR allowed without the topic's config.
     unclean_asked: Option<(Uuid, i32)>,
+    /// ISR members committed by this step's changes, by (topic, partition): a step can
+    /// expand the ISR and, in the same decision, complete a reassignment whose leader
+    /// leaves for one of the members just added.
+    step_isr: BTreeMap<(String, i32), BTreeSet<NodeId>>,
 }
 
 fn check(c: &Controller, h: &mut History, now_ms: u64) -> Result<(), String> {
@@ -234,7 +241,14 @@ fn check(c: &Controller, h: &mut History, now_ms: u64) -> Result<(), String> {
                     return Err(format!("{tp}: state changed without a new partition epoch"));
                 }
                 let asked = h.unclean_asked == Some(key);
-                if s.leader != *leader && s.leader != NO_LEADER && !unclean && !asked && !isr.contains(&s.leader) {
+                let in_step = h.step_isr.get(&(t.name.clone(), p as i32)).is_some_and(|m| m.contains(&s.leader));
+                if s.leader != *leader
+                    && s.leader != NO_LEADER
+                    && !unclean
+                    && !asked
+                    && !isr.contains(&s.leader)
+                    && !in_step
+                {
                     return Err(format!("{tp}: unclean election of {} outside isr {isr:?}", s.leader));
                 }
             }
@@ -248,6 +262,7 @@ fn check(c: &Controller, h: &mut History, now_ms: u64) -> Result<(), String> {
         }
     }
     h.unclean_asked = None;
+    h.step_isr.clear();
     Ok(())
 }
 
@@ -424,7 +439,70 @@ fn run_seed(seed: u64) -> Result<(), String> {
                     None => action = "grow (no topics)".to_string(),
                 }
             }
-            66..=87 => {
+            84..=87 => {
+                // An operator's AlterPartitionReassignments for one partition: a random
+                // target of registered (and sometimes unknown) brokers, or a cancel.
+                let all: Vec<(String, i32)> =
+                    c.topics().flat_map(|t| (0..t.partition_count()).map(move |p| (t.name.clone(), p))).collect();
+                match rng.pick(&all).cloned() {
+                    Some((topic, p)) => {
+                        let ongoing = c.reassignments().any(|(t, q, ..)| t == topic && q == p);
+                        let current = c.replicas(&topic, p).unwrap().to_vec();
+                        let target: Option<Vec<NodeId>> = if rng.chance(25) {
+                            None
+                        } else {
+                            let mut pool: Vec<NodeId> = BROKER_IDS.to_vec();
+                            let mut target = Vec::new();
+                            for _ in 0..1 + rng.below(4) {
+                                let i = rng.below(pool.len() as u64) as usize;
+                                target.push(pool.remove(i));
+                            }
+                            Some(target)
+                        };
+                        action = format!("reassign {topic}-{p} {current:?} -> {target:?}");
+                        match (c.alter_reassignment(&topic, p, target.clone()), &target) {
+                            (Ok(ch), Some(target)) => {
+                                changes.extend(ch);
+                                let replicas = c.replicas(&topic, p).unwrap().to_vec();
+                                let now = c.reassignments().find(|(t, q, ..)| *t == topic && *q == p);
+                                match now {
+                                    // In progress: the target first, then the leaving ones.
+                                    Some((_, _, _, r)) => {
+                                        if replicas[..target.len()] != target[..]
+                                            || replicas[target.len()..] != r.removing[..]
+                                            || r.adding.iter().any(|a| !target.contains(a))
+                                        {
+                                            return Err(format!("{action}: replicas {replicas:?}, {r:?}"));
+                                        }
+                                    }
+                                    None if replicas != *target => {
+                                        return Err(format!("{action}: completed as {replicas:?}"));
+                                    }
+                                    None => {}
+                                }
+                            }
+                            (Ok(ch), None) => {
+                                if !ongoing {
+                                    return Err(format!("{action}: a cancel with nothing in progress accepted"));
+                                }
+                                changes.extend(ch);
+                                if c.reassignments().any(|(t, q, ..)| t == topic && q == p) {
+                                    return Err(format!("{action}: still in progress after the cancel"));
+                                }
+                            }
+                            (Err(ControllerError::NoReassignmentInProgress { .. }), None) if !ongoing => {}
+                            (Err(ControllerError::InvalidReplicaAssignment(_)), Some(target))
+                                if target.iter().any(|b| c.broker(*b).is_none())
+                                    || target.iter().all(|b| c.broker(*b).is_none_or(|b| b.fenced)) => {}
+                            // A cancel that would need an unclean election is refused.
+                            (Err(ControllerError::InvalidReplicaAssignment(_)), None) if ongoing => {}
+                            (Err(e), _) => return Err(format!("{action}: {e}")),
+                        }
+                    }
+                    None => action = "reassign (no topics)".to_string(),
+                }
+            }
+            66..=83 => {
                 // A leader reports an ISR change: shrink, expand or a stale request.
                 let led: Vec<(String, i32)> = c
                     .topics()
@@ -599,6 +677,9 @@ fn run_seed(seed: u64) -> Result<(), String> {
         }
         for ch in &changes {
             store.apply(ch, now_ms, &mut trace);
+            if let Change::PartitionChanged { topic, partition, state } = ch {
+                h.step_isr.entry((topic.clone(), *partition)).or_default().extend(state.isr.iter().copied());
+            }
         }
         trace.push(format!("step {step} @{now_ms}: {action}"));
         if let Err(e) = check(&c, &mut h, now_ms) {
@@ -614,6 +695,7 @@ fn run_seed(seed: u64) -> Result<(), String> {
     for t in c.topics() {
         let doc = layout::decode_topic(&store.nodes[&layout::paths::topic(&t.name)].0).unwrap();
         assert_eq!(doc.assignment, t.assignment, "{}", t.name);
+        assert_eq!(doc.reassignments, t.reassignments, "{}", t.name);
         assert_eq!(doc.topic_id, Some(t.topic_id));
         for (p, s) in t.partitions.iter().enumerate() {
             let (data, version) = &store.nodes[&layout::paths::partition_state(&t.name, p as i32)];

@@ -57,7 +57,7 @@ import time
 
 import pytest
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
-from confluent_kafka.admin import NewPartitions, NewTopic
+from confluent_kafka.admin import ConfigResource, NewPartitions, NewTopic
 
 from helpers.broker import REPO_ROOT
 from helpers.maven import maven_classpath
@@ -1290,3 +1290,56 @@ def test_kafka_reassign_partitions_moves_a_partition_under_acks_all_load(broker_
                  f"{topic}-1 back on [1, 2, 3]")
     finally:
         os.kill(b4.pid, signal.SIGCONT)
+
+
+def describe(a, kind, name):
+    """{config name: value} of one resource, with confluent-kafka's describe_configs."""
+    resource = ConfigResource(kind, name)
+    return {k: e.value for k, e in a.describe_configs([resource], request_timeout=15)[resource].result(20).items()}
+
+
+def test_kafka_reassign_partitions_throttle_paces_the_copy(cluster, tools_classpath, tmp_path):
+    """--execute --throttle sets Kafka's replication throttles (the broker rates and the
+    topic's throttled-replica lists) and the copy to the new replica keeps to them: 4 MB
+    at 200 kB/s cannot be copied in 3 s (the meter lets a first 2 MB through, as
+    Kafka's ten-second rate does), where an unthrottled copy takes well under a second.
+    The move then completes with every record on the new replica, and --verify removes
+    the throttles (DescribeConfigs shows them gone)."""
+    b1, b2, b3 = cluster
+    topic = "tools-throttled"
+    rate = 200_000
+    assert create_error(b1.bootstrap, topic, [[1, 2]]) == (0, "")
+    wait_view(b1.bootstrap, topic, [[1, 2]])
+    values = [f"th-{i:05d}-".encode() + b"x" * 1000 for i in range(4000)]
+    cf_produce(b1.bootstrap, topic, [{"value": v, "partition": 0} for v in values], acks="all")
+    total = len(segment_bytes(b1, topic, 0))
+    assert total >= 4_000_000, total
+    move = reassignment_file(tmp_path, "throttled.json", topic, {0: [1, 3]})
+    started = time.monotonic()
+    rc, out = reassign_tool(tools_classpath, b2.bootstrap, "--execute", "--reassignment-json-file", move,
+                            "--throttle", rate)
+    assert rc == 0 and f"The inter-broker throttle limit was set to {rate} B/s" in out, out
+    a = admin(b1.bootstrap)  # kept until the answers are in
+    configs = describe(a, ConfigResource.Type.TOPIC, topic)
+    assert "0:1" in configs["leader.replication.throttled.replicas"], configs
+    assert configs["follower.replication.throttled.replicas"] == "0:3", configs
+    for b in ("1", "3"):
+        assert describe(a, ConfigResource.Type.BROKER, b)["leader.replication.throttled.rate"] == str(rate)
+    time.sleep(max(0.0, started + 3 - time.monotonic()))
+    copied = len(segment_bytes(b3, topic, 0)) if 0 in partition_dirs(b3, topic) else 0
+    rc, out = reassign_tool(tools_classpath, b2.bootstrap, "--list")
+    assert f"{topic}-0: replicas: 1,3,2. adding: 3. removing: 2." in out, (
+        f"the move finished within 3 s: the throttle did not pace it ({copied} of {total} bytes copied)")
+    assert copied < total, (copied, total)
+    rc, out = wait_for(lambda: reassign_tool(tools_classpath, b2.bootstrap, "--verify", "--reassignment-json-file",
+                                             move),
+                       lambda r: f"Reassignment of partition {topic}-0 is completed." in r[1], 60,
+                       "the throttled move to complete")
+    assert rc == 0 and "Clearing broker-level throttles on brokers 1,2,3" in out, out
+    assert f"Clearing topic-level throttles on topic {topic}" in out, out
+    assert cf_read_partition(b3.bootstrap, topic, 0) == values
+    configs = describe(a, ConfigResource.Type.TOPIC, topic)
+    assert configs["leader.replication.throttled.replicas"] == "", configs
+    assert configs["follower.replication.throttled.replicas"] == "", configs
+    for b in ("1", "2", "3"):
+        assert describe(a, ConfigResource.Type.BROKER, b)["leader.replication.throttled.rate"] == str(2**63 - 1)

@@ -646,12 +646,14 @@ enum ValueKind {
     Range { min: i64, max: i64 },
     /// Any text (stored as given).
     Text,
+    /// Kafka's throttled replica list: empty, `*`, or `partition:broker` items.
+    ThrottledReplicas,
 }
 
 /// Every topic config Kafka 3.9 documents, with Kafka's defaults and validation. Those
 /// marked "accepted, no effect" are stored and described but change nothing here (the
 /// README lists them: message format and down-conversion are gone with magic 2, remote
-/// storage and replication throttles do not exist yet, files are not preallocated).
+/// storage does not exist yet, files are not preallocated).
 /// Anything else is refused (INVALID_CONFIG), not ignored, so a user never believes an
 /// unknown setting took effect.
 const TOPIC_CONFIG_KEYS: &[TopicConfigKey] = &[
@@ -669,10 +671,10 @@ const TOPIC_CONFIG_KEYS: &[TopicConfigKey] = &[
     TopicConfigKey { name: "file.delete.delay.ms", default: "60000", kind: ValueKind::Long { min: 0 } },
     TopicConfigKey { name: "flush.messages", default: "9223372036854775807", kind: ValueKind::Long { min: 1 } },
     TopicConfigKey { name: "flush.ms", default: "9223372036854775807", kind: ValueKind::Long { min: 0 } },
-    // Accepted, no effect (replication throttles: issue 18).
-    TopicConfigKey { name: "follower.replication.throttled.replicas", default: "", kind: ValueKind::Text },
+    // Replication throttles (server::throttle): `partition:broker,...` or `*`.
+    TopicConfigKey { name: "follower.replication.throttled.replicas", default: "", kind: ValueKind::ThrottledReplicas },
     TopicConfigKey { name: "index.interval.bytes", default: "4096", kind: ValueKind::Long { min: 0 } },
-    TopicConfigKey { name: "leader.replication.throttled.replicas", default: "", kind: ValueKind::Text },
+    TopicConfigKey { name: "leader.replication.throttled.replicas", default: "", kind: ValueKind::ThrottledReplicas },
     // Accepted, no effect (no tiered storage).
     TopicConfigKey { name: "local.retention.bytes", default: "-2", kind: ValueKind::Long { min: -2 } },
     TopicConfigKey { name: "local.retention.ms", default: "-2", kind: ValueKind::Long { min: -2 } },
@@ -996,6 +998,19 @@ fn check_value(key: &TopicConfigKey, value: &str) -> Result<(), String> {
             _ => Err(format!("{} must be an integer in [{min}, {max}], got {value:?}", key.name)),
         },
         ValueKind::Text => Ok(()),
+        ValueKind::ThrottledReplicas => {
+            let item = |i: &str| {
+                let mut parts = i.trim().splitn(2, ':');
+                let number = |x: Option<&str>| x.is_some_and(|x| x.trim().parse::<u32>().is_ok());
+                number(parts.next()) && number(parts.next())
+            };
+            let v = value.trim();
+            if v.is_empty() || v == "*" || v.split(',').all(item) {
+                Ok(())
+            } else {
+                Err(format!("{} must be a list of partition:broker items or \"*\", got {value:?}", key.name))
+            }
+        }
         ValueKind::Ratio => match value.trim().parse::<f64>() {
             Ok(v) if (0.0..=1.0).contains(&v) => Ok(()),
             _ => Err(format!("{} must be a number between 0 and 1, got {value:?}", key.name)),

@@ -969,7 +969,8 @@ impl Controller {
     ///   target already in the ISR (a reorder, a shrink) completes at once. A new target
     ///   while one is in progress is taken from the original replicas (those not being
     ///   added), as Kafka's `ReplicaAssignment.reassignTo`: a replica being added that the
-    ///   new target leaves out is dropped.
+    ///   new target leaves out is dropped, unless it is in the ISR (then it is removed
+    ///   with the others when the new target is in sync, so the ISR never empties).
     /// - `None`: cancel. The replicas go back to the original ones (those not being
     ///   added, in their current order, as Kafka's revert), the ISR and the leadership
     ///   with them; NO_REASSIGNMENT_IN_PROGRESS when
@@ -1006,7 +1007,15 @@ impl Controller {
                 let adding_now = ongoing.map(|r| r.adding).unwrap_or_default();
                 let origin: Vec<NodeId> = current.iter().copied().filter(|x| !adding_now.contains(x)).collect();
                 let adding: Vec<NodeId> = target.iter().copied().filter(|x| !origin.contains(x)).collect();
-                let removing: Vec<NodeId> = origin.iter().copied().filter(|x| !target.contains(x)).collect();
+                let mut removing: Vec<NodeId> = origin.iter().copied().filter(|x| !target.contains(x)).collect();
+                // A replica being added that joined the ISR stays until the new target is
+                // in sync: dropping it could leave the partition no ISR member (the
+                // original ones may have left it meanwhile).
+                for r in &t.partitions[p].isr {
+                    if !target.contains(r) && !removing.contains(r) {
+                        removing.push(*r);
+                    }
+                }
                 let replicas: Vec<NodeId> = target.iter().chain(&removing).copied().collect();
                 let reassignment =
                     (!adding.is_empty() || !removing.is_empty()).then_some(Reassignment { adding, removing });
@@ -1841,6 +1850,24 @@ mod tests {
         // [1, 2, 3]: 4 is dropped, and as the target is the ISR it completes at once.
         c.alter_reassignment("t", 0, Some(n(&[1, 2, 3]))).unwrap();
         assert_eq!((c.replicas("t", 0).unwrap().to_vec(), c.reassignments().count()), (n(&[1, 2, 3]), 0));
+        c.check_invariants().unwrap();
+    }
+
+    #[test]
+    fn a_new_target_keeps_an_added_replica_that_is_the_isr() {
+        let mut c = four_brokers();
+        // Moving to [4, 2]: 4 joins the ISR, 2 and 3 leave it, then 1 leaves the
+        // cluster, before the move completes...
+        c.alter_reassignment("t", 0, Some(n(&[4, 2]))).unwrap();
+        alter_isr(&mut c, &[1, 4]);
+        c.unregister_broker(NodeId(1)).unwrap();
+        assert_eq!((c.leader_of("t", 0), isr_of(&c)), (Some(NodeId(4)), n(&[4])));
+        // ... and a new target without 4 keeps it (removing) so the ISR is not emptied.
+        c.alter_reassignment("t", 0, Some(n(&[2, 3]))).unwrap();
+        assert_eq!(c.replicas("t", 0).unwrap(), n(&[2, 3, 1, 4]));
+        assert_eq!((c.leader_of("t", 0), isr_of(&c)), (Some(NodeId(4)), n(&[4])));
+        let r = c.reassignments().next().unwrap().3.clone();
+        assert_eq!(r, Reassignment { adding: vec![], removing: n(&[1, 4]) });
         c.check_invariants().unwrap();
     }
 }

@@ -64,6 +64,8 @@ pub struct ShardContext {
     io_notify: RefCell<Option<oneshot::Sender<()>>>,
     /// Incremental fetch sessions (KIP-227) made on this shard's connections.
     pub fetch_sessions: RefCell<super::fetch_sessions::FetchSessions>,
+    /// Replication throttle meters of this shard (`server::throttle`).
+    pub replication_throttle: RefCell<super::throttle::ReplicationThrottle>,
     /// Connection and request-byte caps, shared by every shard.
     pub admission: Arc<super::admission::Admission>,
     /// Free space on the data dir: produce is refused while it is short.
@@ -114,6 +116,7 @@ impl ShardContext {
             client_error_log: Cell::new((std::time::Instant::now(), 0, 0)),
             io_notify: RefCell::new(None),
             fetch_sessions: RefCell::new(super::fetch_sessions::FetchSessions::new(id.0)),
+            replication_throttle: Default::default(),
             admission,
             disk,
             fetchers: RefCell::new(HashMap::new()),

@@ -23,6 +23,7 @@ mod peer;
 mod quotas;
 mod replication;
 mod sasl_gate;
+mod throttle;
 mod txn;
 
 use std::rc::Rc;

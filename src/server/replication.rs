@@ -38,6 +38,8 @@ use crate::shard::{FetcherStart, IsrOutcome};
 use super::context::ShardContext;
 use super::now_ms;
 use super::peer::Peer;
+use super::throttle;
+use crate::config::THROTTLED_RATE_UNLIMITED;
 
 /// How often the manager looks at registry changes and fetcher starts.
 const manager_interval_ms: u64 = 50;
@@ -477,6 +479,23 @@ async fn fetch(
         .map(|(tp, epoch, _, log)| (tp, epoch, log))
         .collect();
     truncations_durable(ctx, leader, &mut ready).await;
+    // Replication throttle (follower side): throttled partitions of which this broker is
+    // not an in-sync replica sit this fetch out while this shard's follower rate is
+    // exceeded.
+    let follower_rate = throttle::shard_rate(&ctx.view(), me, throttle::FOLLOWER_RATE, ctx.nr_shards);
+    let throttled = |view: &crate::coordinator::view::ClusterView, tp: &TopicPartition| {
+        follower_rate != THROTTLED_RATE_UNLIMITED
+            && view
+                .get(&tp.topic)
+                .is_some_and(|m| throttle::throttled(&m.configs, throttle::FOLLOWER_REPLICAS, tp.partition, me))
+            && !view.partition(&tp.topic, tp.partition).is_some_and(|(_, s)| s.isr.contains(&me))
+    };
+    if follower_rate != THROTTLED_RATE_UNLIMITED
+        && ctx.replication_throttle.borrow_mut().follower.exceeded(follower_rate, now_ms())
+    {
+        let view = ctx.view();
+        ready.retain(|(tp, _, _)| !throttled(&view, tp));
+    }
     if ready.is_empty() && session.sent.is_empty() {
         return Ok(true);
     }
@@ -568,6 +587,9 @@ async fn fetch(
             match p.error_code {
                 error_code::NONE => {
                     let records = p.records.clone().unwrap_or_default();
+                    if !records.is_empty() && throttled(&view, &tp) {
+                        ctx.replication_throttle.borrow_mut().follower.record(records.len() as u64, now_ms());
+                    }
                     let appended = ctx.shard.borrow_mut().replica_append(
                         &tp,
                         leader,

@@ -27,7 +27,9 @@ use crate::shard::{FetchRecords, PartitionOp, PartitionReply};
 use super::super::context::ShardContext;
 use super::super::fetch_sessions;
 use super::super::now_ms;
+use super::super::throttle;
 use super::{partition_error_code, respond};
+use crate::config::THROTTLED_RATE_UNLIMITED;
 
 /// The longest long-poll we honour (Kafka clients use 500 ms by default).
 const fetch_wait_ms_max: i32 = 60_000;
@@ -246,6 +248,23 @@ async fn fetch_once(
         })
     });
     let mut replies = futures::future::join_all(calls).await.into_iter();
+    // Replication throttle (leader side): a follower out of the ISR fetching a throttled
+    // partition gets no data for it while this shard's leader rate is exceeded.
+    let follower = NodeId(req.replica_id.0);
+    let view = ctx.view();
+    let me = NodeId(ctx.config.node_id);
+    let leader_rate = if follower.0 >= 0 {
+        throttle::shard_rate(&view, me, throttle::LEADER_RATE, ctx.nr_shards)
+    } else {
+        THROTTLED_RATE_UNLIMITED
+    };
+    let throttled = |topic: &str, partition: i32| {
+        leader_rate != THROTTLED_RATE_UNLIMITED
+            && view
+                .get(topic)
+                .is_some_and(|m| throttle::throttled(&m.configs, throttle::LEADER_REPLICAS, partition, me))
+            && !view.partition(topic, partition).is_some_and(|(_, s)| s.isr.contains(&follower))
+    };
     let mut total_bytes = 0usize;
     let mut any_error = false;
     let mut ranges = Vec::new();
@@ -263,9 +282,17 @@ async fn fetch_once(
                     readable_ends.push(data.readable_end);
                     // Whole batches only: a partition that would overflow the response
                     // budget contributes nothing this time, unless it is the first.
-                    let records = if total_bytes > 0 && total_bytes + data.records.len() > response_bytes_max {
+                    let throttle = throttled(t.topic.as_str(), p.partition);
+                    let throttled_out =
+                        throttle && ctx.replication_throttle.borrow_mut().leader.exceeded(leader_rate, now_ms());
+                    let records = if throttled_out
+                        || total_bytes > 0 && total_bytes + data.records.len() > response_bytes_max
+                    {
                         Bytes::new()
                     } else {
+                        if throttle {
+                            ctx.replication_throttle.borrow_mut().leader.record(data.records.len() as u64, now_ms());
+                        }
                         total_bytes += data.records.len();
                         match data.records {
                             FetchRecords::Copied(v) => Bytes::from(v),
