@@ -1343,3 +1343,38 @@ def test_kafka_reassign_partitions_throttle_paces_the_copy(cluster, tools_classp
     assert configs["follower.replication.throttled.replicas"] == "", configs
     for b in ("1", "2", "3"):
         assert describe(a, ConfigResource.Type.BROKER, b)["leader.replication.throttled.rate"] == str(2**63 - 1)
+
+
+def test_kafka_configs_dynamic_min_insync_replicas(cluster, tools_classpath):
+    """kafka-configs --entity-type brokers --entity-default sets min.insync.replicas for
+    every topic without its own: an acks=all Produce (raw v3: clients retry the code) to
+    a two-replica topic is then refused with NOT_ENOUGH_REPLICAS, a topic that sets its
+    own min.insync.replicas=1 is not affected, and deleting the broker config lets the
+    write through again. DescribeConfigs shows the dynamic default as the topic's source."""
+    from helpers.wire import call, parse_produce_v3, produce_v3, record_batch
+    b1, b2, b3 = cluster
+    assert create_error(b1.bootstrap, "mir-default", [[1, 2]]) == (0, "")
+    a = admin(b1.bootstrap)  # kept until the answers are in
+    own = NewTopic("mir-own", 1, replica_assignment=[[1, 2]], config={"min.insync.replicas": "1"})
+    a.create_topics([own], request_timeout=15)["mir-own"].result(20)
+    for topic in ("mir-default", "mir-own"):
+        wait_view(b1.bootstrap, topic, [[1, 2]])
+
+    def produce(topic):
+        return parse_produce_v3(call(b1.port, produce_v3(topic, 0, record_batch([b"v"]), acks=-1,
+                                                          timeout_ms=10_000)))[0]
+
+    assert (produce("mir-default"), produce("mir-own")) == (0, 0)
+    rc, out = configs_tool(tools_classpath, b2.bootstrap, "--entity-type", "brokers", "--entity-default",
+                           "--alter", "--add-config", "min.insync.replicas=3")
+    assert rc == 0, out
+    wait_for(lambda: describe(a, ConfigResource.Type.TOPIC, "mir-default")["min.insync.replicas"],
+             lambda v: v == "3", 20, "the dynamic default in the topic's configs")
+    NOT_ENOUGH_REPLICAS = 19
+    wait_for(lambda: produce("mir-default"), lambda code: code == NOT_ENOUGH_REPLICAS, 20,
+             "acks=all refused below the dynamic min.insync.replicas")
+    assert produce("mir-own") == 0, "a topic's own min.insync.replicas wins over the broker default"
+    rc, out = configs_tool(tools_classpath, b2.bootstrap, "--entity-type", "brokers", "--entity-default",
+                           "--alter", "--delete-config", "min.insync.replicas")
+    assert rc == 0, out
+    wait_for(lambda: produce("mir-default"), lambda code: code == 0, 20, "acks=all accepted again")

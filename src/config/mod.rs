@@ -775,6 +775,7 @@ pub const DYNAMIC_BROKER_TOPIC_CONFIGS: &[(&str, &str)] = &[
     ("log.segment.bytes", "segment.bytes"),
     ("message.max.bytes", "max.message.bytes"),
     ("compression.type", "compression.type"),
+    ("min.insync.replicas", "min.insync.replicas"),
 ];
 
 /// The topic config a dynamic broker config is the default of.
@@ -805,7 +806,6 @@ pub const READ_ONLY_BROKER_CONFIGS: &[&str] = &[
     "log.preallocate",
     "log.roll.jitter.ms",
     "log.segment.delete.delay.ms",
-    "min.insync.replicas",
     "node.id",
     "num.partitions",
     "socket.request.max.bytes",

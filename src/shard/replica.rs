@@ -135,11 +135,14 @@ impl Shard {
         self.replica_lag_time_max_ms = ms;
     }
 
+    /// min.insync.replicas of a topic: its own config, else the dynamic broker config
+    /// (this broker's, else the cluster-wide default), else the static default.
     pub(super) fn min_insync_of(&self, meta: &crate::coordinator::registry::TopicMeta) -> usize {
         let key = "min.insync.replicas";
         meta.configs
             .overrides
             .get(key)
+            .or_else(|| meta.configs.dynamic_defaults.get(key).map(|(v, _)| v))
             .or_else(|| self.broker_topic_defaults.get(key))
             .and_then(|v| v.trim().parse::<usize>().ok())
             .unwrap_or(1)
