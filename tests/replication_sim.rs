@@ -124,6 +124,15 @@
 //! acks=all, as `PartitionOp::WriteMarker`; every replica applies it (`apply_marker`)
 //! and rebuilds replay markers as `log::producers::rebuild` does.
 //!
+//! Partition reassignment (every third seed but the transactional ones, `reassign`): an
+//! operator drops one of a partition's three replicas, gives a two-replica partition
+//! its third back, or cancels a move, through the real controller's
+//! `alter_reassignment`, while the faults go on. A broker the move leaves out deletes
+//! its replica as the shard does (its waiters fail, its log goes; what it had below its
+//! high watermark stays in the committed history); one added starts empty and copies
+//! the leader's log; leaders take the new replica list from the snapshots (the real
+//! `LeaderState`). The settle phase gives every partition its three replicas back.
+//!
 //! Then a settle phase (no faults, no loss) checks liveness: records are acknowledged
 //! again, every ISR fills up and every replica ends with its leader's log; with the
 //! transactional producer, every transaction ends and invariant 10 holds.
@@ -131,7 +140,8 @@
 //! Simplified away: log start offsets and retention, producer expiry, consumers but the
 //! read_committed reader model, the `__transaction_state` partition's replication and a
 //! coordinator on another broker (the integration tests cover them), controller
-//! failover (`controller_sim.rs` covers it), partition reassignment. Messages from a crashed broker die with it, so a dead incarnation's late
+//! failover (`controller_sim.rs` covers it), reassignment on the transactional seeds
+//! and onto a fourth broker. Messages from a crashed broker die with it, so a dead incarnation's late
 //! fetch never reaches a leader here (`LeaderState`'s unit tests cover its refusal).
 //!
 //! `sim_seeds` runs `SEEDS_DEFAULT` seeds of `STEPS_PER_SEED` steps on the available
@@ -152,7 +162,9 @@ use std::cmp::Ordering;
 use std::collections::{BTreeMap, BinaryHeap, VecDeque};
 use std::rc::Rc;
 
-use spate::coordinator::controller::{Change, Controller, ControllerConfig, Endpoint, PartitionState, NO_LEADER};
+use spate::coordinator::controller::{
+    Change, Controller, ControllerConfig, ControllerError, Endpoint, PartitionState, NO_LEADER,
+};
 use spate::log::leader_epoch::{LeaderEpochCache, UNDEFINED_EPOCH};
 use spate::model::{BrokerEpoch, LeaderEpoch, NodeId, PartitionEpoch, ProducerEpoch, ProducerId};
 use spate::replication::{
@@ -286,6 +298,9 @@ struct Knobs {
     markers_unapplied: bool,
     /// read_committed reads go up to the high watermark (`AsSpate::reader_ignores_lso`).
     reader_ignores_lso: bool,
+    /// Per step, in thousandths: an operator reassigns a partition (drops one of three
+    /// replicas, adds the missing one back, or cancels), drawn from `Sim::reassign_rng`.
+    reassign_per_mille: u64,
 }
 
 impl Knobs {
@@ -314,6 +329,7 @@ impl Knobs {
             transactional: false,
             markers_unapplied: false,
             reader_ignores_lso: false,
+            reassign_per_mille: 0,
         }
     }
 
@@ -342,6 +358,7 @@ impl Knobs {
             transactional: false,
             markers_unapplied: false,
             reader_ignores_lso: false,
+            reassign_per_mille: 0,
         }
     }
 }
@@ -1022,6 +1039,9 @@ struct History {
 struct Sim {
     knobs: Knobs,
     rng: Rng,
+    /// The operator's reassignments draw from this, so that seeds without them run as
+    /// they did before reassignment existed.
+    reassign_rng: Rng,
     now_ms: u64,
     controller: Controller,
     /// The incarnation whose registration the controller processed, per broker.
@@ -1083,6 +1103,7 @@ impl Sim {
         let mut sim = Self {
             knobs,
             rng,
+            reassign_rng: Rng(0),
             now_ms: 0,
             controller,
             heard_ms: BROKER_IDS.iter().map(|id| (*id, 0)).collect(),
@@ -1433,6 +1454,9 @@ impl Sim {
     fn controller_timers(&mut self) {
         let changes = self.controller.tick(self.now_ms);
         self.controller_changed(changes);
+        if self.knobs.reassign_per_mille > 0 && self.reassign_rng.per_mille(self.knobs.reassign_per_mille) {
+            self.reassign();
+        }
         if self.rng.per_mille(self.knobs.preferred_per_mille) {
             self.count("preferred elections");
             let changes = self.controller.elect_preferred_leaders();
@@ -1441,6 +1465,62 @@ impl Sim {
         if self.now_ms >= self.next_snapshot_ms {
             self.next_snapshot_ms = self.now_ms + SNAPSHOT_INTERVAL_MS;
             self.broadcast();
+        }
+    }
+
+    /// An operator's AlterPartitionReassignments for one partition: a partition on three
+    /// brokers drops one, one on two gets the third back (at a random place), and one
+    /// being moved is sometimes cancelled instead. The controller refuses what Kafka's
+    /// refuses (a target with no live broker, a cancel needing an unclean election).
+    fn reassign(&mut self) {
+        let p = self.reassign_rng.below(self.knobs.partitions as u64) as usize;
+        let t = self.controller.topic(TOPIC).expect("topic");
+        let ongoing = t.reassignments.contains_key(&(p as i32));
+        let current = t.target_replicas(p);
+        let target = if ongoing && self.reassign_rng.chance(30) {
+            None
+        } else if current.len() == BROKER_IDS.len() {
+            let mut target = current.clone();
+            target.remove(self.reassign_rng.below(target.len() as u64) as usize);
+            Some(target)
+        } else {
+            let mut target = current.clone();
+            for id in BROKER_IDS.iter().filter(|id| !current.contains(id)) {
+                let at = self.reassign_rng.below(target.len() as u64 + 1) as usize;
+                target.insert(at, *id);
+            }
+            Some(target)
+        };
+        self.count("reassignments asked");
+        match self.controller.alter_reassignment(TOPIC, p as i32, target.clone()) {
+            Ok(changes) => {
+                self.note(format!("operator: reassign p{p} {current:?} -> {target:?}"));
+                self.controller_changed(changes);
+            }
+            Err(ControllerError::InvalidReplicaAssignment(e)) => self.note(format!("operator: refused: {e}")),
+            Err(e) => self.violation(format!("reassign p{p} {current:?} -> {target:?}: {e}")),
+        }
+    }
+
+    /// Settle: every partition goes back to all three brokers, so that the liveness
+    /// check can ask each of them for the leader's log.
+    fn reassign_back(&mut self) {
+        self.knobs.reassign_per_mille = 0;
+        for p in 0..self.knobs.partitions {
+            let t = self.controller.topic(TOPIC).expect("topic");
+            let mut target = t.target_replicas(p);
+            if target.len() == BROKER_IDS.len() && !t.reassignments.contains_key(&(p as i32)) {
+                continue;
+            }
+            let missing: Vec<NodeId> = BROKER_IDS.iter().copied().filter(|id| !target.contains(id)).collect();
+            target.extend(missing);
+            match self.controller.alter_reassignment(TOPIC, p as i32, Some(target.clone())) {
+                Ok(changes) => {
+                    self.note(format!("operator: p{p} back on {target:?}"));
+                    self.controller_changed(changes);
+                }
+                Err(e) => self.violation(format!("settle: p{p} back on {target:?}: {e}")),
+            }
         }
     }
 
@@ -1494,9 +1574,29 @@ impl Sim {
         }
     }
 
-    /// `Shard::set_role`: the replica machine takes the controller's state.
+    /// `Shard::set_role`: the replica machine takes the controller's state. A replica a
+    /// reassignment moved off this broker is deleted as `Shard::sync_registry` does
+    /// (`leave_partition`, then `DeletePartition`): its acks=all waiters fail, its log and
+    /// high watermark checkpoint go; if it comes back it starts empty.
     fn refresh_role(&mut self, b: &mut Broker, p: usize, replicas: &[NodeId], state: &PartitionState) {
         let (me, now) = (b.id, self.now_ms);
+        if !replicas.contains(&me) {
+            let r = &mut b.replicas[p];
+            if r.log.leo() > 0 || !matches!(r.machine.role(), Role::None) {
+                // What it had below its high watermark was committed (it may have acked
+                // it within this step, before `check` saw it): the history keeps it.
+                let (hw, committed) = (r.high_watermark() as usize, &mut self.hist.committed[p]);
+                if hw > committed.len() {
+                    committed.extend_from_slice(&r.log.records[committed.len()..hw]);
+                }
+                let answers = r.machine.fail_waiters();
+                deliver(me, answers, &mut self.out);
+                b.replicas[p] = Replica::new(self.knobs.segment_records);
+                self.count("replicas deleted after a move");
+                self.note(format!("b{me} p{p}: moved away, deleted"));
+            }
+            return;
+        }
         let r = &mut b.replicas[p];
         let leo = r.log.leo();
         let had_role = !matches!(r.machine.role(), Role::None);
@@ -2266,6 +2366,7 @@ impl Sim {
     /// fills up and every replica ends up with its leader's log.
     fn settle(&mut self) -> Result<(), String> {
         self.note("SETTLE".to_string());
+        self.reassign_back();
         self.knobs.fault_per_mille = 0;
         self.knobs.preferred_per_mille = 0;
         self.knobs.bursty = false;
@@ -2408,6 +2509,11 @@ impl AsSpate {
 fn run_seed(seed: u64, as_spate: AsSpate) -> Result<Summary, String> {
     let mut rng = Rng(seed);
     let mut segment_rng = Rng(seed ^ 0x5e67_e475);
+    // Reassignments (every third seed, not the transactional ones) draw from their own
+    // generator.
+    let mut reassign_rng = Rng(seed ^ 0x7ea5_5167);
+    let reassigning = seed % 3 == 0 && !txn::is_transactional(seed);
+    let reassign_per_mille = if reassigning { 1 + reassign_rng.below(3) } else { 0 };
     let knobs = Knobs {
         idempotent: seed % 2 == 1,
         transactional: txn::is_transactional(seed),
@@ -2416,6 +2522,7 @@ fn run_seed(seed: u64, as_spate: AsSpate) -> Result<Summary, String> {
         markers_unapplied: as_spate.markers_unapplied,
         reader_ignores_lso: as_spate.reader_ignores_lso,
         segment_records: 4 + segment_rng.below(60) as i64,
+        reassign_per_mille,
         ..Knobs::random(&mut rng)
     };
     let assignment: Vec<Vec<NodeId>> = (0..knobs.partitions)
@@ -2428,6 +2535,7 @@ fn run_seed(seed: u64, as_spate: AsSpate) -> Result<Summary, String> {
         })
         .collect();
     let mut sim = Sim::new(rng, knobs, assignment);
+    sim.reassign_rng = reassign_rng;
     for step in 0..STEPS_PER_SEED {
         let dt = 1 + sim.rng.below(sim.knobs.step_ms_max);
         sim.step(dt).map_err(|e| sim.report(&format!("step {step}: {e}")))?;
