@@ -212,6 +212,30 @@ def test_broker_configs_refused_as_kafka_refuses_them(broker):
     assert {source(e) for e in describe_broker(broker.bootstrap, "1").values()} <= {4, 5}
 
 
+def test_broker_list_configs_append_and_subtract(broker):
+    """IncrementalAlterConfigs APPEND and SUBTRACT on the one list broker config,
+    log.cleanup.policy: on the static default ("delete") at first, then on the dynamic
+    value; the result is what a topic without its own cleanup.policy gets. APPEND on a
+    config that is not a list is INVALID_CONFIG, as is a result Kafka would refuse."""
+    def op(name, value, kind):
+        return ConfigEntry(name, value, incremental_operation=kind)
+
+    create_topic(broker.bootstrap, "lists-follow", 1)
+    broker_incremental(broker.bootstrap, "1", [op("log.cleanup.policy", "compact", AlterConfigOpType.APPEND)])
+    assert describe_broker(broker.bootstrap, "1")["log.cleanup.policy"].value == "delete,compact"
+    assert describe(broker.bootstrap, "lists-follow")["cleanup.policy"].value == "delete,compact"
+    broker_incremental(broker.bootstrap, "1", [op("log.cleanup.policy", "delete", AlterConfigOpType.SUBTRACT)])
+    e = describe_broker(broker.bootstrap, "1")["log.cleanup.policy"]
+    assert (e.value, source(e)) == ("compact", DYNAMIC_BROKER_CONFIG)
+    assert describe(broker.bootstrap, "lists-follow")["cleanup.policy"].value == "compact"
+    for entry in (op("log.retention.ms", "5", AlterConfigOpType.APPEND),
+                  op("log.cleanup.policy", "compress", AlterConfigOpType.APPEND)):
+        with pytest.raises(KafkaException) as ei:
+            broker_incremental(broker.bootstrap, "1", [entry])
+        assert ei.value.args[0].name() == "INVALID_CONFIG", (entry, ei.value)
+    assert describe_broker(broker.bootstrap, "1")["log.cleanup.policy"].value == "compact", "nothing refused stored"
+
+
 def test_dynamic_broker_configs_in_zookeeper(broker_factory, zookeeper, tools_classpath):
     """With the metadata in a real ZooKeeper: the cluster-wide default and broker 7's
     dynamic configs are Kafka's `/config/brokers/<default>` and `/config/brokers/7`
@@ -234,6 +258,10 @@ def test_dynamic_broker_configs_in_zookeeper(broker_factory, zookeeper, tools_cl
         assert doc("/dyn/config/brokers/<default>") == {"version": 1, "config": {"log.retention.ms": "1000"}}
         assert doc("/dyn/config/brokers/7") == {
             "version": 1, "config": {"log.retention.ms": "2000", "log.segment.bytes": "4096"}}
+        # Kafka's change notifications, one per change, in order.
+        changes = sorted(zk.get_children("/dyn/config/changes"))
+        assert [doc(f"/dyn/config/changes/{c}") for c in changes] == [
+            {"version": 2, "entity_path": "brokers/<default>"}, {"version": 2, "entity_path": "brokers/7"}], changes
 
         b.kill()
         b2 = broker_factory("--metadata", url, "--node-id", "7", name="b-fresh-dir")

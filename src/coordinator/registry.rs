@@ -1055,6 +1055,9 @@ impl Registry {
         } else {
             self.store()?.put(&path, &layout::encode_topic_config(&configs))?;
         }
+        // Kafka's change notification (`/config/changes/config_change_<n>`), which
+        // Kafka's brokers watch for; Spate's brokers learn it from the snapshot.
+        write_config_change(self.store()?, &format!("brokers/{entity}"))?;
         self.controller.set_broker_configs(entity, configs);
         if let Role::Active { changes, .. } = &mut self.role {
             *changes += 1;

@@ -77,7 +77,8 @@ async fn alter(
 /// A broker's dynamic configs: resource name "" is the cluster-wide default
 /// (`/config/brokers/<default>`), a broker id that broker's own (`/config/brokers/<id>`).
 /// Only `config::DYNAMIC_BROKER_TOPIC_CONFIGS` and `config::DYNAMIC_BROKER_RATE_CONFIGS`
-/// may be set; the others Spate describes are
+/// may be set (APPEND and SUBTRACT on the list one, `log.cleanup.policy`); the others
+/// Spate describes are
 /// read-only (INVALID_REQUEST, as Kafka: "Cannot update these configs dynamically"),
 /// unknown names and bad values are INVALID_CONFIG.
 async fn alter_broker(
@@ -127,10 +128,29 @@ async fn alter_broker(
                 }
                 configs.remove(k);
             }
+            (OP_APPEND | OP_SUBTRACT, Some(v))
+                if crate::config::dynamic_broker_config_topic_name(k).is_some_and(TopicConfig::is_list) =>
+            {
+                // On the entity's current value, else the static default (as Kafka does).
+                let now = configs.get(k).cloned().unwrap_or_else(|| {
+                    let topic_name = crate::config::dynamic_broker_config_topic_name(k).unwrap_or_default();
+                    TopicConfig::default()
+                        .describe(&ctx.config.topic_defaults)
+                        .into_iter()
+                        .find(|(n, _, _)| n == topic_name)
+                        .map(|(_, v, _)| v)
+                        .unwrap_or_default()
+                });
+                let value = list_change(&now, op, v);
+                if let Err(e) = check_dynamic_broker_config(k, Some(&value)) {
+                    return refuse(e);
+                }
+                configs.insert(k.to_string(), value);
+            }
             _ => {
                 return (
                     error_code::INVALID_CONFIG,
-                    Some(format!("{k}: only SET (with a value) and DELETE apply to broker configs")),
+                    Some(format!("{k}: SET (with a value) and DELETE apply; APPEND and SUBTRACT to list configs")),
                 )
             }
         }
@@ -178,16 +198,7 @@ async fn alter_topic(ctx: &ShardContext, name: &str, change: Change<'_>, validat
                                     .describe(&ctx.config.topic_defaults);
                             defaults.into_iter().find(|(n, _, _)| n == k).map(|(_, v, _)| v).unwrap_or_default()
                         });
-                        let mut items: Vec<String> =
-                            now.split(',').map(|i| i.trim().to_string()).filter(|i| !i.is_empty()).collect();
-                        for item in v.split(',').map(str::trim).filter(|i| !i.is_empty()) {
-                            if op == OP_APPEND && !items.iter().any(|i| i == item) {
-                                items.push(item.to_string());
-                            } else if op == OP_SUBTRACT {
-                                items.retain(|i| i != item);
-                            }
-                        }
-                        merged.insert(k.to_string(), items.join(","));
+                        merged.insert(k.to_string(), list_change(&now, op, v));
                     }
                     _ => {
                         return (
@@ -271,4 +282,18 @@ pub async fn handle_incremental(ctx: &ShardContext, frame: &RequestFrame) -> Res
         frame,
         &IncrementalAlterConfigsResponse::default().with_responses(responses),
     )
+}
+
+/// IncrementalAlterConfigs APPEND or SUBTRACT of the comma-separated `items` on the list
+/// value `now` (an item already there is not appended twice).
+fn list_change(now: &str, op: i8, items: &str) -> String {
+    let mut out: Vec<String> = now.split(',').map(|i| i.trim().to_string()).filter(|i| !i.is_empty()).collect();
+    for item in items.split(',').map(str::trim).filter(|i| !i.is_empty()) {
+        if op == OP_APPEND && !out.iter().any(|i| i == item) {
+            out.push(item.to_string());
+        } else if op == OP_SUBTRACT {
+            out.retain(|i| i != item);
+        }
+    }
+    out.join(",")
 }
