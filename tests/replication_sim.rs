@@ -124,7 +124,7 @@
 //! acks=all, as `PartitionOp::WriteMarker`; every replica applies it (`apply_marker`)
 //! and rebuilds replay markers as `log::producers::rebuild` does.
 //!
-//! Partition reassignment (every third seed but the transactional ones, `reassign`): an
+//! Partition reassignment (every third seed, `reassign`): an
 //! operator drops one of a partition's three replicas, gives a two-replica partition
 //! its third back, or cancels a move, through the real controller's
 //! `alter_reassignment`, while the faults go on. A broker the move leaves out deletes
@@ -140,8 +140,7 @@
 //! Simplified away: log start offsets and retention, producer expiry, consumers but the
 //! read_committed reader model, the `__transaction_state` partition's replication and a
 //! coordinator on another broker (the integration tests cover them), controller
-//! failover (`controller_sim.rs` covers it), reassignment on the transactional seeds
-//! and onto a fourth broker. Messages from a crashed broker die with it, so a dead incarnation's late
+//! failover (`controller_sim.rs` covers it), reassignment onto a fourth broker. Messages from a crashed broker die with it, so a dead incarnation's late
 //! fetch never reaches a leader here (`LeaderState`'s unit tests cover its refusal).
 //!
 //! `sim_seeds` runs `SEEDS_DEFAULT` seeds of `STEPS_PER_SEED` steps on the available
@@ -1592,6 +1591,7 @@ impl Sim {
                 let answers = r.machine.fail_waiters();
                 deliver(me, answers, &mut self.out);
                 b.replicas[p] = Replica::new(self.knobs.segment_records);
+                b.replicas[p].log.markers_unapplied = self.knobs.markers_unapplied;
                 self.count("replicas deleted after a move");
                 self.note(format!("b{me} p{p}: moved away, deleted"));
             }
@@ -2509,11 +2509,9 @@ impl AsSpate {
 fn run_seed(seed: u64, as_spate: AsSpate) -> Result<Summary, String> {
     let mut rng = Rng(seed);
     let mut segment_rng = Rng(seed ^ 0x5e67_e475);
-    // Reassignments (every third seed, not the transactional ones) draw from their own
-    // generator.
+    // Reassignments (every third seed) draw from their own generator.
     let mut reassign_rng = Rng(seed ^ 0x7ea5_5167);
-    let reassigning = seed % 3 == 0 && !txn::is_transactional(seed);
-    let reassign_per_mille = if reassigning { 1 + reassign_rng.below(3) } else { 0 };
+    let reassign_per_mille = if seed % 3 == 0 { 1 + reassign_rng.below(3) } else { 0 };
     let knobs = Knobs {
         idempotent: seed % 2 == 1,
         transactional: txn::is_transactional(seed),
