@@ -94,6 +94,18 @@ struct Args {
     /// A label carried into the JSON and the plot title.
     #[arg(long, default_value = "")]
     label: String,
+    /// Latency percentiles per bucket of this many seconds go into the JSON (`buckets`),
+    /// so a tail that grows over a long run shows. 0: none.
+    #[arg(long, default_value_t = 60)]
+    bucket_secs: u64,
+}
+
+/// Latencies of one time bucket of the run (warm-up included, marked by `end_secs`).
+#[derive(Serialize)]
+struct Bucket {
+    end_secs: f64,
+    publish: stats::LatencySummary,
+    end_to_end: stats::LatencySummary,
 }
 
 #[derive(Clone, Copy, Debug, clap::ValueEnum, Serialize)]
@@ -116,6 +128,7 @@ struct Report {
     fetch_errors: u64,
     produce_requests: u64,
     coordinated_omission_corrected: bool,
+    buckets: Vec<Bucket>,
 }
 
 fn main() {
@@ -315,6 +328,18 @@ fn run(args: Args) -> Result<()> {
     let mut window_end = None;
     let mut last = (Instant::now(), snapshot(&counters));
     let mut next_tick = Instant::now() + Duration::from_secs(1);
+    let mut buckets: Vec<Bucket> = Vec::new();
+    let mut bucket_hists = (stats::new_histogram(), stats::new_histogram());
+    let mut close_bucket = |hists: &mut (hdrhistogram::Histogram<u64>, hdrhistogram::Histogram<u64>), end: Instant| {
+        if !hists.0.is_empty() || !hists.1.is_empty() {
+            buckets.push(Bucket {
+                end_secs: (end - start).as_secs_f64(),
+                publish: stats::summarize(&hists.0),
+                end_to_end: stats::summarize(&hists.1),
+            });
+        }
+        *hists = (stats::new_histogram(), stats::new_histogram());
+    };
     let mut producers_done = false;
     let mut last_progress = (Instant::now(), 0u64);
     let drain_until = deadline + consumer_drain_max;
@@ -350,6 +375,12 @@ fn run(args: Args) -> Result<()> {
             let secs = (cur.0 - last.0).as_secs_f64();
             let p = publish.take_interval();
             let e = e2e.take_interval();
+            bucket_hists.0.add(&p).expect("same histogram bounds");
+            bucket_hists.1.add(&e).expect("same histogram bounds");
+            let elapsed = (now - start).as_secs();
+            if args.bucket_secs > 0 && elapsed > 0 && elapsed % args.bucket_secs == 0 {
+                close_bucket(&mut bucket_hists, now);
+            }
             eprintln!(
                 "[{:5.1}s] produce {:8.0} msg/s {:7.1} MB/s | consume {:8.0} msg/s {:7.1} MB/s | publish p50 {:7.2} p99 {:7.2} ms | e2e p50 {:7.2} p99 {:7.2} ms | err {}",
                 (now - start).as_secs_f64(),
@@ -366,6 +397,11 @@ fn run(args: Args) -> Result<()> {
             last = cur;
         }
         thread::sleep(Duration::from_millis(20));
+    }
+    if args.bucket_secs > 0 {
+        bucket_hists.0.add(&publish.take_interval()).expect("same histogram bounds");
+        bucket_hists.1.add(&e2e.take_interval()).expect("same histogram bounds");
+        close_bucket(&mut bucket_hists, Instant::now());
     }
     stop_consumers.store(true, Ordering::Relaxed);
     for t in producer_threads {
@@ -392,6 +428,7 @@ fn run(args: Args) -> Result<()> {
         fetch_errors: Counters::get(&counters.fetch_errors),
         produce_requests: Counters::get(&counters.requests),
         coordinated_omission_corrected: args.rate > 0.0,
+        buckets,
     };
     print_report(&report);
     if let Some(path) = &args.json {

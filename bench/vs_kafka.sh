@@ -1,0 +1,332 @@
+#!/usr/bin/env bash
+# Spate against Apache Kafka itself, side by side in one run (issue 20).
+#
+# Starts Apache Kafka 4.4.0 (kafka_2.13 from Maven Central, pinned by
+# bench/kafka-broker/pom.xml, resolved once and cached in ~/.m2) as a single-node KRaft
+# broker with its start script's JVM settings (-Xmx1G -Xms1G, G1) and its defaults
+# otherwise, beside a Spate broker at its defaults. Both run for the whole phase; each
+# workload then runs against one, then the other, ROUNDS times, the order swapped every
+# round, so drift on this noisy machine hits both alike. The same clients drive both:
+# spate-bench (our load generator, raw Kafka protocol) and Kafka's own
+# kafka-producer-perf-test / kafka-consumer-perf-test (the Java client at its defaults:
+# acks=all, idempotence on).
+#
+# Phases:
+#   fsync never  (Kafka's default; Spate --fsync never)
+#     produce 1 KiB flat out, 8 partitions, acks=1 and acks=all (sticky: no keys)
+#     produce keyed (random keys), 8 partitions, acks=1
+#     consume the 8-partition backlog from the start
+#     produce at 1,000 partitions; produce from 200 producer connections (8 partitions)
+#     kafka-producer-perf-test / kafka-consumer-perf-test, 8 partitions
+#     latency: 1 producer + 1 consumer at half the slower system's acks=1 maximum, LONG
+#       seconds each, percentiles per BUCKET seconds (so a tail that grows shows), SVG plots
+#   fsync on every batch (Kafka log.flush.interval.messages=1 = flush.messages=1;
+#     Spate --fsync always, group commit)
+#     produce flat out, 8 partitions, acks=1; kafka-producer-perf-test
+#
+# Environment (all optional):
+#   DURATION=15  seconds per flat-out workload     ROUNDS=2   runs per system and workload
+#   LONG=600     seconds of the latency run          BUCKET=60  seconds per latency bucket
+#   PERF_RECORDS=1000000  records per perf-tool run  SKIP_LONG=1 / SKIP_FSYNC=1 / SKIP_JAVA=1
+#   OUT=/tmp/spate-vs-kafka-<time>   results.tsv, table.md, JSON, SVG plots, broker logs
+#   SPATE_BIN, SPATE_BENCH_BIN
+# Needs java 17 and mvn (scripts/install-deps resolves tests/kafka-tools; this script
+# resolves bench/kafka-broker itself), .venv (confluent-kafka, to delete topics between
+# workloads so the disk does not fill), cargo for spate-bench.
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "$0")/.." && pwd)"
+DURATION="${DURATION:-15}"
+ROUNDS="${ROUNDS:-2}"
+LONG="${LONG:-600}"
+BUCKET="${BUCKET:-60}"
+PERF_RECORDS="${PERF_RECORDS:-1000000}"
+OUT="${OUT:-/tmp/spate-vs-kafka-$(date +%s)}"
+SPATE_BIN="${SPATE_BIN:-$ROOT/target/release/spate}"
+PY="$ROOT/.venv/bin/python"
+MSG=1024
+mkdir -p "$OUT"
+RESULTS="$OUT/results.tsv"
+: > "$RESULTS"
+PIDS=()
+cleanup() { for p in "${PIDS[@]:-}"; do [ -n "$p" ] && kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; }
+trap cleanup EXIT
+log() { echo "== $(date +%H:%M:%S) $*" >&2; }
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+
+# ---------------------------------------------------------------- tools
+if [ -z "${SPATE_BENCH_BIN:-}" ]; then
+  (cd "$ROOT" && cargo build --release -p spate-bench >&2)
+  SPATE_BENCH_BIN="${CARGO_TARGET_DIR:-$ROOT/target}/release/spate-bench"
+fi
+[ -x "$SPATE_BIN" ] || { echo "no spate binary at $SPATE_BIN (cargo build --release)" >&2; exit 1; }
+[ -x "$PY" ] || { echo "no $PY: run scripts/install-deps" >&2; exit 1; }
+classpath() { # POM-DIR -> classpath (resolved online once, offline after)
+  (cd "$1" && { mvn -o -q -B dependency:build-classpath -Dmdep.outputFile="$OUT/cp.txt" >/dev/null 2>&1 \
+    || { mvn -q -B dependency:go-offline >&2 && mvn -o -q -B dependency:build-classpath -Dmdep.outputFile="$OUT/cp.txt" >&2; }; })
+  cat "$OUT/cp.txt"
+}
+KAFKA_CP=$(classpath "$ROOT/bench/kafka-broker")
+TOOLS_CP=$(classpath "$ROOT/tests/kafka-tools")
+tool() { java -Dorg.slf4j.simpleLogger.defaultLogLevel=warn -cp "$TOOLS_CP" "org.apache.kafka.tools.$1" "${@:2}"; }
+
+# ---------------------------------------------------------------- brokers
+# kafka-server-start.sh / kafka-run-class.sh defaults.
+KAFKA_JVM=(-Xmx1G -Xms1G -server -XX:+UseG1GC -XX:MaxGCPauseMillis=20 -XX:InitiatingHeapOccupancyPercent=35
+           -XX:+ExplicitGCInvokesConcurrent -XX:MaxInlineLevel=15 -Djava.awt.headless=true)
+start_kafka() { # FSYNC DIR PORT; sets LAST_PID
+  local fsync=$1 dir=$2 port=$3 cport; cport=$(free_port)
+  mkdir -p "$dir"
+  cat > "$dir/server.properties" <<EOF
+process.roles=broker,controller
+node.id=1
+controller.quorum.voters=1@127.0.0.1:$cport
+listeners=PLAINTEXT://127.0.0.1:$port,CONTROLLER://127.0.0.1:$cport
+advertised.listeners=PLAINTEXT://127.0.0.1:$port
+controller.listener.names=CONTROLLER
+listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT
+log.dirs=$dir/data
+offsets.topic.replication.factor=1
+transaction.state.log.replication.factor=1
+transaction.state.log.min.isr=1
+EOF
+  if [ "$fsync" = always ]; then echo "log.flush.interval.messages=1" >> "$dir/server.properties"; fi
+  java -cp "$KAFKA_CP" kafka.tools.StorageTool format -t "$(python3 -c 'import uuid,base64;print(base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("="))')" \
+    -c "$dir/server.properties" > "$dir/format.log" 2>&1
+  java "${KAFKA_JVM[@]}" -cp "$KAFKA_CP" kafka.Kafka "$dir/server.properties" > "$dir/broker.log" 2>&1 &
+  LAST_PID=$!
+}
+start_spate() { # FSYNC DIR PORT; sets LAST_PID
+  mkdir -p "$2"
+  "$SPATE_BIN" serve --data-dir "$2/data" --listen "127.0.0.1:$3" --fsync "$1" --max-broker-partitions 10000 > "$2/broker.log" 2>&1 &
+  LAST_PID=$!
+}
+wait_ready() { # PORT: Metadata answered (an open port alone is not a ready Kafka)
+  "$PY" - "$1" <<'PY'
+import sys, time
+from confluent_kafka.admin import AdminClient
+a = AdminClient({"bootstrap.servers": f"127.0.0.1:{sys.argv[1]}", "log_level": 0})
+deadline = time.time() + 120
+while time.time() < deadline:
+    try:
+        a.list_topics(timeout=2); sys.exit(0)
+    except Exception:
+        time.sleep(0.2)
+sys.exit("broker not ready in 120 s")
+PY
+}
+create_topic() { # PORT NAME PARTITIONS: created, and every partition led (Kafka needs a moment)
+  "$PY" - "$@" <<'PY'
+import sys, time
+from confluent_kafka.admin import AdminClient, NewTopic
+port, name, parts = sys.argv[1], sys.argv[2], int(sys.argv[3])
+a = AdminClient({"bootstrap.servers": f"127.0.0.1:{port}"})
+a.create_topics([NewTopic(name, parts, 1)], operation_timeout=60)[name].result()
+deadline = time.time() + 120
+while True:
+    t = a.list_topics(topic=name, timeout=10).topics.get(name)
+    if t and t.error is None and len(t.partitions) == parts and all(p.leader >= 0 for p in t.partitions.values()):
+        break
+    if time.time() > deadline:
+        sys.exit(f"{name}: partitions not led in 120 s")
+    time.sleep(0.2)
+PY
+}
+delete_topics() { # PORT: every topic but the internal ones, and wait until they are gone
+  "$PY" - "$1" <<'PY'
+import sys, time
+from confluent_kafka.admin import AdminClient
+a = AdminClient({"bootstrap.servers": f"127.0.0.1:{sys.argv[1]}"})
+names = [t for t in a.list_topics(timeout=10).topics if not t.startswith("__")]
+if names:
+    for f in a.delete_topics(names, operation_timeout=60).values():
+        try:
+            f.result()
+        except Exception as e:
+            print(f"delete: {e}", file=sys.stderr)
+    deadline = time.time() + 60
+    while time.time() < deadline and any(n in a.list_topics(timeout=10).topics for n in names):
+        time.sleep(0.2)
+PY
+}
+
+# row SYSTEM FSYNC WORKLOAD TOOL ROUND MBPS MSGPS P50 P99 P999 P9999 MAX
+bench_row() { # SYSTEM FSYNC WORKLOAD ROUND JSON
+  "$PY" - "$@" >> "$RESULTS" <<'PY'
+import json, sys
+system, fsync, workload, rnd, path = sys.argv[1:6]
+d = json.load(open(path))
+t = d["consume"] if workload.startswith(("consume", "e2e")) else d["produce"]
+lat = d["end_to_end_latency"] if workload.startswith("e2e") else d["publish_latency"]
+f = lambda v: f"{v:.2f}" if lat["count"] and not workload.startswith("consume") else "-"
+print("\t".join([system, fsync, workload, "spate-bench", rnd, f"{t['mb_per_sec']:.1f}", f"{t['msgs_per_sec']:.0f}",
+                 f(lat["p50_ms"]), f(lat["p99_ms"]), f(lat["p999_ms"]), f(lat["p9999_ms"]), f(lat["max_ms"])]))
+PY
+}
+perf_row() { # SYSTEM FSYNC WORKLOAD ROUND LOG (ProducerPerformance / ConsumerPerformance output)
+  "$PY" - "$@" >> "$RESULTS" <<'PY'
+import re, sys
+system, fsync, workload, rnd, path = sys.argv[1:6]
+text = open(path, errors="replace").read()
+if workload.startswith("produce"):
+    m = re.findall(r"records sent, ([\d.]+) records/sec \(([\d.]+) MB/sec\), [\d.]+ ms avg latency, [\d.]+ ms max latency, "
+                   r"(\d+) ms 50th, (\d+) ms 95th, (\d+) ms 99th, (\d+) ms 99.9th", text)
+    if m:
+        rps, mbps, p50, _p95, p99, p999 = m[-1]
+        print("\t".join([system, fsync, workload, "kafka-producer-perf-test", rnd, f"{float(mbps)*1.048576:.1f}",
+                         f"{float(rps):.0f}", p50, p99, p999, "-", "-"]))
+else:
+    # start.time, end.time, data.consumed.in.MB, MB.sec, data.consumed.in.nMsg, nMsg.sec, ...
+    for line in text.splitlines():
+        parts = [p.strip() for p in line.split(",")]
+        if len(parts) >= 6 and re.match(r"\d{4}-", parts[0]):
+            print("\t".join([system, fsync, workload, "kafka-consumer-perf-test", rnd,
+                             f"{float(parts[3])*1.048576:.1f}", f"{float(parts[5]):.0f}", "-", "-", "-", "-", "-"]))
+PY
+}
+
+declare -A PORT DIR
+phase_start() { # FSYNC
+  local fsync=$1
+  for sys in Spate Kafka; do
+    PORT[$sys]=$(free_port); DIR[$sys]="$OUT/$sys-$fsync"
+    if [ $sys = Spate ]; then start_spate "$fsync" "${DIR[$sys]}" "${PORT[$sys]}";
+    else start_kafka "$fsync" "${DIR[$sys]}" "${PORT[$sys]}"; fi
+    PIDS+=("$LAST_PID"); eval "PID_$sys=$LAST_PID"
+    wait_ready "${PORT[$sys]}" || { tail -20 "${DIR[$sys]}/broker.log" >&2; exit 1; }
+    log "$sys (fsync $fsync) ready on ${PORT[$sys]}"
+  done
+}
+phase_stop() {
+  kill "$PID_Spate" "$PID_Kafka" 2>/dev/null || true
+  wait "$PID_Spate" "$PID_Kafka" 2>/dev/null || true
+  rm -rf "${DIR[Spate]}/data" "${DIR[Kafka]}/data"
+}
+order() { # ROUND -> the two systems, swapped every round
+  if [ $(( $1 % 2 )) -eq 1 ]; then echo Spate Kafka; else echo Kafka Spate; fi
+}
+# sb FSYNC WORKLOAD-NAME DELETE(0|1) TOPIC PARTITIONS(0: exists) spate-bench-args...:
+# every round, both systems
+sb() {
+  local fsync=$1 name=$2 del=$3 topic=$4 parts=$5; shift 5
+  local tag; tag=$(echo "$name" | tr -c 'a-zA-Z0-9\n' '_')
+  for r in $(seq "$ROUNDS"); do
+    for sys in $(order "$r"); do
+      local j="${DIR[$sys]}/$tag-$r.json"
+      log "$sys fsync=$fsync $name (round $r)"
+      if [ "$parts" -gt 0 ]; then create_topic "${PORT[$sys]}" "$topic" "$parts"; fi
+      "$SPATE_BENCH_BIN" --bootstrap "127.0.0.1:${PORT[$sys]}" --message-size $MSG --topic "$topic" "$@" --label "$sys $name" \
+        --json "$j" > "${j%.json}.txt" 2> "${j%.json}.err" || log "$sys $name failed: $(tail -2 "${j%.json}.err")"
+      if [ -s "$j" ]; then bench_row "$sys" "$fsync" "$name" "$r" "$j"; fi
+      if [ "$del" = 1 ]; then delete_topics "${PORT[$sys]}"; fi
+    done
+  done
+}
+# The first WARMUP seconds of each flat-out run are left out (Kafka's JIT warms up).
+WARMUP="${WARMUP:-3}"
+COMMON=(--batch-bytes 131072 --linger-ms 1 --in-flight 5 --warmup "$WARMUP" --duration "$DURATION")
+
+run_java() { # FSYNC ROUND
+  local fsync=$1 r=$2
+  for sys in $(order "$r"); do
+    local d="${DIR[$sys]}" b="127.0.0.1:${PORT[$sys]}"
+    log "$sys fsync=$fsync kafka-producer-perf-test (round $r)"
+    create_topic "${PORT[$sys]}" perf 8
+    tool ProducerPerformance --topic perf --num-records "$PERF_RECORDS" --record-size $MSG --throughput -1 \
+      --producer-props "bootstrap.servers=$b" > "$d/perf-produce-$r.log" 2>&1 || true
+    perf_row "$sys" "$fsync" "produce 1 KiB x8p (Java client defaults: acks=all, idempotent)" "$r" "$d/perf-produce-$r.log"
+    if [ "$fsync" = never ]; then
+      tool ConsumerPerformance --bootstrap-server "$b" --topic perf --num-records "$PERF_RECORDS" --timeout 60000 \
+        > "$d/perf-consume-$r.log" 2>&1 || true
+      perf_row "$sys" "$fsync" "consume backlog x8p (Java consumer)" "$r" "$d/perf-consume-$r.log"
+    fi
+    delete_topics "${PORT[$sys]}"
+  done
+}
+
+# ---------------------------------------------------------------- fsync never
+phase_start never
+sb never "produce 1 KiB x8p acks=1" 0 p8 8 --producers 1 --acks 1 "${COMMON[@]}"
+sb never "consume backlog x8p" 1 p8 0 --producers 0 --consumers 1 --consume-from earliest --duration "$DURATION"
+sb never "produce 1 KiB x8p acks=all" 1 pall 8 --producers 1 --acks -1 "${COMMON[@]}"
+sb never "produce 1 KiB x8p acks=1 keyed" 1 pkey 8 --producers 1 --acks 1 --key-distribution random "${COMMON[@]}"
+sb never "produce 1 KiB x1000p acks=1" 1 p1000 1000 --producers 1 --acks 1 "${COMMON[@]}"
+sb never "produce 1 KiB x8p acks=1, 200 producers" 1 p200 8 --producers 200 --acks 1 \
+  --batch-bytes 16384 --linger-ms 5 --in-flight 5 --warmup "$WARMUP" --duration "$DURATION"
+if [ -z "${SKIP_JAVA:-}" ]; then for r in $(seq "$ROUNDS"); do run_java never "$r"; done; fi
+
+if [ -z "${SKIP_LONG:-}" ]; then
+  # Half of the slower system's acks=1 maximum (the median over rounds).
+  HALF=$("$PY" - "$RESULTS" <<'PY'
+import statistics, sys
+rows = [l.rstrip("\n").split("\t") for l in open(sys.argv[1]) if l.strip()]
+m = {s: statistics.median(float(r[6]) for r in rows if r[0] == s and r[2] == "produce 1 KiB x8p acks=1")
+     for s in ("Spate", "Kafka")}
+print(int(min(m.values()) / 2))
+PY
+)
+  for sys in $(order 1); do
+    j="${DIR[$sys]}/latency.json"
+    log "$sys latency at $HALF msg/s for $LONG s"
+    create_topic "${PORT[$sys]}" lat 8
+    "$SPATE_BENCH_BIN" --bootstrap "127.0.0.1:${PORT[$sys]}" --message-size $MSG --topic lat \
+      --producers 1 --consumers 1 --acks 1 --rate "$HALF" --warmup 5 --duration "$LONG" --bucket-secs "$BUCKET" \
+      --batch-bytes 131072 --linger-ms 1 --in-flight 5 --label "$sys @ $HALF msg/s" --json "$j" \
+      --plot "$OUT/latency-$sys.svg" > "${j%.json}.txt" 2> "${j%.json}.err" || log "$sys latency failed: $(tail -2 "${j%.json}.err")"
+    if [ -s "$j" ]; then
+      bench_row "$sys" never "publish @${HALF}/s x8p, ${LONG} s" 1 "$j"
+      bench_row "$sys" never "e2e @${HALF}/s x8p, ${LONG} s" 1 "$j"
+      cp "$j" "$OUT/latency-$sys.json"
+    fi
+    delete_topics "${PORT[$sys]}"
+  done
+fi
+phase_stop
+
+# ---------------------------------------------------------------- fsync on every batch
+if [ -z "${SKIP_FSYNC:-}" ]; then
+  phase_start always
+  sb always "produce 1 KiB x8p acks=1" 1 p8 8 --producers 1 --acks 1 "${COMMON[@]}"
+  if [ -z "${SKIP_JAVA:-}" ]; then for r in $(seq "$ROUNDS"); do run_java always "$r"; done; fi
+  phase_stop
+fi
+
+# ---------------------------------------------------------------- table
+"$PY" - "$RESULTS" "$OUT" "$BUCKET" <<'PY'
+import json, os, statistics, sys
+rows = [l.rstrip("\n").split("\t") for l in open(sys.argv[1]) if l.strip()]
+out_dir, bucket = sys.argv[2], sys.argv[3]
+keys = []
+for r in rows:
+    k = (r[1], r[2], r[3])
+    if k not in keys:
+        keys.append(k)
+num = lambda v: None if v in ("-", "") else float(v)
+def med(system, k, col):
+    vals = [num(r[col]) for r in rows if r[0] == system and (r[1], r[2], r[3]) == k and num(r[col]) is not None]
+    return (statistics.median(vals), vals) if vals else (None, [])
+lines = ["| fsync | workload | tool | Spate MB/s | Kafka MB/s | Spate/Kafka | Spate p99 ms | Kafka p99 ms | Spate p99.9 | Kafka p99.9 | Spate p99.99 | Kafka p99.99 | runs (MB/s) |",
+         "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+fmt = lambda v: "-" if v is None else f"{v:.1f}" if v >= 10 else f"{v:.2f}"
+for k in keys:
+    s, sv = med("Spate", k, 5); kf, kv = med("Kafka", k, 5)
+    ratio = f"{s/kf:.2f}x" if s and kf else "-"
+    lat = [med(sysn, k, c)[0] for c in (8, 9, 10) for sysn in ("Spate", "Kafka")]
+    runs = "S " + "/".join(f"{v:.0f}" for v in sv) + ", K " + "/".join(f"{v:.0f}" for v in kv)
+    lines.append("| " + " | ".join([k[0], k[1], k[2], fmt(s), fmt(kf), ratio] + [fmt(v) for v in lat] + [runs]) + " |")
+for system in ("Spate", "Kafka"):
+    p = os.path.join(out_dir, f"latency-{system}.json")
+    if not os.path.exists(p):
+        continue
+    d = json.load(open(p))
+    lines += ["", f"{system}: latency per {bucket} s bucket (ms; the first holds the warm-up)", "",
+              "| until s | publish p50 | p99 | p99.9 | max | e2e p50 | p99 | p99.9 | max |", "|---|---|---|---|---|---|---|---|---|"]
+    for b in d.get("buckets", []):
+        pb, eb = b["publish"], b["end_to_end"]
+        lines.append("| " + " | ".join([f"{b['end_secs']:.0f}"] + [f"{x[c]:.2f}" for x in (pb, eb)
+                     for c in ("p50_ms", "p99_ms", "p999_ms", "max_ms")]) + " |")
+text = "\n".join(lines) + "\n"
+open(os.path.join(out_dir, "table.md"), "w").write(text)
+print(text)
+PY
+log "results in $OUT (results.tsv, table.md, per-run JSON, latency-*.svg, broker logs)"
