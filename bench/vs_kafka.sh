@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
 # Spate against Apache Kafka itself, side by side in one run (issue 20).
 #
+# Also runs the spate-bench workloads against null-broker (bench/loadgen/src/null_broker.rs:
+# a Kafka protocol responder that acknowledges without storing), the client's own limit.
+#
 # Starts Apache Kafka 4.4.0 (kafka_2.13 from Maven Central, pinned by
 # bench/kafka-broker/pom.xml, resolved once and cached in ~/.m2) as a single-node KRaft
 # broker with its start script's JVM settings (-Xmx1G -Xms1G, G1) and its defaults
@@ -59,6 +62,7 @@ if [ -z "${SPATE_BENCH_BIN:-}" ]; then
   (cd "$ROOT" && cargo build --release -p spate-bench >&2)
   SPATE_BENCH_BIN="${CARGO_TARGET_DIR:-$ROOT/target}/release/spate-bench"
 fi
+NULL_BIN="${NULL_BIN:-$(dirname "$SPATE_BENCH_BIN")/null-broker}"
 [ -x "$SPATE_BIN" ] || { echo "no spate binary at $SPATE_BIN (cargo build --release)" >&2; exit 1; }
 [ -x "$PY" ] || { echo "no $PY: run scripts/install-deps" >&2; exit 1; }
 classpath() { # POM-DIR -> classpath (resolved online once, offline after)
@@ -91,7 +95,7 @@ transaction.state.log.replication.factor=1
 transaction.state.log.min.isr=1
 EOF
   if [ "$fsync" = always ]; then echo "log.flush.interval.messages=1" >> "$dir/server.properties"; fi
-  java -cp "$KAFKA_CP" kafka.tools.StorageTool format -t "$(python3 -c 'import uuid,base64;print(base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("="))')" \
+  java -cp "$KAFKA_CP" kafka.tools.StorageTool format --cluster-id="$(python3 -c 'import uuid,base64;print(base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("="))')" \
     -c "$dir/server.properties" > "$dir/format.log" 2>&1
   java "${KAFKA_JVM[@]}" -cp "$KAFKA_CP" kafka.Kafka "$dir/server.properties" > "$dir/broker.log" 2>&1 &
   LAST_PID=$!
@@ -121,7 +125,11 @@ import sys, time
 from confluent_kafka.admin import AdminClient, NewTopic
 port, name, parts = sys.argv[1], sys.argv[2], int(sys.argv[3])
 a = AdminClient({"bootstrap.servers": f"127.0.0.1:{port}"})
-a.create_topics([NewTopic(name, parts, 1)], operation_timeout=60)[name].result()
+try:
+    a.create_topics([NewTopic(name, parts, 1)], operation_timeout=60)[name].result()
+except Exception as e:  # a later round appends to the topic an earlier one made
+    if "TOPIC_ALREADY_EXISTS" not in str(e):
+        raise
 deadline = time.time() + 120
 while True:
     t = a.list_topics(topic=name, timeout=10).topics.get(name)
@@ -185,27 +193,39 @@ else:
 PY
 }
 
-declare -A PORT DIR
-phase_start() { # FSYNC
-  local fsync=$1
-  for sys in Spate Kafka; do
+start_null() { # DIR PORT; sets LAST_PID
+  mkdir -p "$1"
+  "$NULL_BIN" --listen "127.0.0.1:$2" > "$1/broker.log" 2>&1 &
+  LAST_PID=$!
+}
+declare -A PORT DIR PID
+SYSTEMS="Spate Kafka"
+phase_start() { # FSYNC SYSTEM...
+  local fsync=$1; shift
+  SYSTEMS="$*"
+  for sys in $SYSTEMS; do
     PORT[$sys]=$(free_port); DIR[$sys]="$OUT/$sys-$fsync"
-    if [ $sys = Spate ]; then start_spate "$fsync" "${DIR[$sys]}" "${PORT[$sys]}";
-    else start_kafka "$fsync" "${DIR[$sys]}" "${PORT[$sys]}"; fi
-    PIDS+=("$LAST_PID"); eval "PID_$sys=$LAST_PID"
+    case $sys in
+      Spate) start_spate "$fsync" "${DIR[$sys]}" "${PORT[$sys]}" ;;
+      Kafka) start_kafka "$fsync" "${DIR[$sys]}" "${PORT[$sys]}" ;;
+      Null) start_null "${DIR[$sys]}" "${PORT[$sys]}" ;;
+    esac
+    PIDS+=("$LAST_PID"); PID[$sys]=$LAST_PID
     wait_ready "${PORT[$sys]}" || { tail -20 "${DIR[$sys]}/broker.log" >&2; exit 1; }
     log "$sys (fsync $fsync) ready on ${PORT[$sys]}"
   done
 }
 phase_stop() {
-  kill "$PID_Spate" "$PID_Kafka" 2>/dev/null || true
-  wait "$PID_Spate" "$PID_Kafka" 2>/dev/null || true
-  rm -rf "${DIR[Spate]}/data" "${DIR[Kafka]}/data"
+  for sys in $SYSTEMS; do kill "${PID[$sys]}" 2>/dev/null || true; done
+  for sys in $SYSTEMS; do wait "${PID[$sys]}" 2>/dev/null || true; rm -rf "${DIR[$sys]}/data"; done
 }
-order() { # ROUND -> the two systems, swapped every round
-  if [ $(( $1 % 2 )) -eq 1 ]; then echo Spate Kafka; else echo Kafka Spate; fi
+order() { # ROUND [SYSTEM...] -> the systems (default: the phase's), rotated by one every round
+  local r=$1; shift
+  local list=(${*:-$SYSTEMS}) n i
+  n=${#list[@]}
+  for i in $(seq 0 $((n - 1))); do printf '%s ' "${list[$(( (i + r - 1) % n ))]}"; done
 }
-# sb FSYNC WORKLOAD-NAME DELETE(0|1) TOPIC PARTITIONS(0: exists) spate-bench-args...:
+# sb FSYNC WORKLOAD-NAME DELETE(0: keep, 1: after each run, 2: after the last round) TOPIC PARTITIONS(0: exists) spate-bench-args...:
 # every round, both systems
 sb() {
   local fsync=$1 name=$2 del=$3 topic=$4 parts=$5; shift 5
@@ -218,7 +238,7 @@ sb() {
       "$SPATE_BENCH_BIN" --bootstrap "127.0.0.1:${PORT[$sys]}" --message-size $MSG --topic "$topic" "$@" --label "$sys $name" \
         --json "$j" > "${j%.json}.txt" 2> "${j%.json}.err" || log "$sys $name failed: $(tail -2 "${j%.json}.err")"
       if [ -s "$j" ]; then bench_row "$sys" "$fsync" "$name" "$r" "$j"; fi
-      if [ "$del" = 1 ]; then delete_topics "${PORT[$sys]}"; fi
+      if [ "$del" = 1 ] || { [ "$del" = 2 ] && [ "$r" = "$ROUNDS" ]; }; then delete_topics "${PORT[$sys]}"; fi
     done
   done
 }
@@ -226,9 +246,9 @@ sb() {
 WARMUP="${WARMUP:-3}"
 COMMON=(--batch-bytes 131072 --linger-ms 1 --in-flight 5 --warmup "$WARMUP" --duration "$DURATION")
 
-run_java() { # FSYNC ROUND
+run_java() { # FSYNC ROUND (the Java clients need groups and InitProducerId: not the null broker)
   local fsync=$1 r=$2
-  for sys in $(order "$r"); do
+  for sys in $(order "$r" Spate Kafka); do
     local d="${DIR[$sys]}" b="127.0.0.1:${PORT[$sys]}"
     log "$sys fsync=$fsync kafka-producer-perf-test (round $r)"
     create_topic "${PORT[$sys]}" perf 8
@@ -245,9 +265,9 @@ run_java() { # FSYNC ROUND
 }
 
 # ---------------------------------------------------------------- fsync never
-phase_start never
+phase_start never Spate Kafka Null
 sb never "produce 1 KiB x8p acks=1" 0 p8 8 --producers 1 --acks 1 "${COMMON[@]}"
-sb never "consume backlog x8p" 1 p8 0 --producers 0 --consumers 1 --consume-from earliest --duration "$DURATION"
+sb never "consume backlog x8p" 2 p8 0 --producers 0 --consumers 1 --consume-from earliest --duration "$DURATION"
 sb never "produce 1 KiB x8p acks=all" 1 pall 8 --producers 1 --acks -1 "${COMMON[@]}"
 sb never "produce 1 KiB x8p acks=1 keyed" 1 pkey 8 --producers 1 --acks 1 --key-distribution random "${COMMON[@]}"
 sb never "produce 1 KiB x1000p acks=1" 1 p1000 1000 --producers 1 --acks 1 "${COMMON[@]}"
@@ -265,7 +285,7 @@ m = {s: statistics.median(float(r[6]) for r in rows if r[0] == s and r[2] == "pr
 print(int(min(m.values()) / 2))
 PY
 )
-  for sys in $(order 1); do
+  for sys in $(order 1 Spate Kafka); do
     j="${DIR[$sys]}/latency.json"
     log "$sys latency at $HALF msg/s for $LONG s"
     create_topic "${PORT[$sys]}" lat 8
@@ -285,7 +305,7 @@ phase_stop
 
 # ---------------------------------------------------------------- fsync on every batch
 if [ -z "${SKIP_FSYNC:-}" ]; then
-  phase_start always
+  phase_start always Spate Kafka
   sb always "produce 1 KiB x8p acks=1" 1 p8 8 --producers 1 --acks 1 "${COMMON[@]}"
   if [ -z "${SKIP_JAVA:-}" ]; then for r in $(seq "$ROUNDS"); do run_java always "$r"; done; fi
   phase_stop
@@ -305,15 +325,18 @@ num = lambda v: None if v in ("-", "") else float(v)
 def med(system, k, col):
     vals = [num(r[col]) for r in rows if r[0] == system and (r[1], r[2], r[3]) == k and num(r[col]) is not None]
     return (statistics.median(vals), vals) if vals else (None, [])
-lines = ["| fsync | workload | tool | Spate MB/s | Kafka MB/s | Spate/Kafka | Spate p99 ms | Kafka p99 ms | Spate p99.9 | Kafka p99.9 | Spate p99.99 | Kafka p99.99 | runs (MB/s) |",
-         "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+lines = ["| fsync | workload | tool | Spate MB/s | Kafka MB/s | Spate/Kafka | null broker MB/s | Spate/null | Spate p99 ms | Kafka p99 ms | Spate p99.9 | Kafka p99.9 | Spate p99.99 | Kafka p99.99 | runs (MB/s) |",
+         "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
 fmt = lambda v: "-" if v is None else f"{v:.1f}" if v >= 10 else f"{v:.2f}"
 for k in keys:
-    s, sv = med("Spate", k, 5); kf, kv = med("Kafka", k, 5)
+    s, sv = med("Spate", k, 5); kf, kv = med("Kafka", k, 5); nl, nv = med("Null", k, 5)
     ratio = f"{s/kf:.2f}x" if s and kf else "-"
+    nratio = f"{s/nl:.2f}" if s and nl else "-"
     lat = [med(sysn, k, c)[0] for c in (8, 9, 10) for sysn in ("Spate", "Kafka")]
     runs = "S " + "/".join(f"{v:.0f}" for v in sv) + ", K " + "/".join(f"{v:.0f}" for v in kv)
-    lines.append("| " + " | ".join([k[0], k[1], k[2], fmt(s), fmt(kf), ratio] + [fmt(v) for v in lat] + [runs]) + " |")
+    if nv:
+        runs += ", N " + "/".join(f"{v:.0f}" for v in nv)
+    lines.append("| " + " | ".join([k[0], k[1], k[2], fmt(s), fmt(kf), ratio, fmt(nl), nratio] + [fmt(v) for v in lat] + [runs]) + " |")
 for system in ("Spate", "Kafka"):
     p = os.path.join(out_dir, f"latency-{system}.json")
     if not os.path.exists(p):
