@@ -31,6 +31,7 @@
 #   DURATION=15  seconds per flat-out workload     ROUNDS=2   runs per system and workload
 #   LONG=600     seconds of the latency run          BUCKET=60  seconds per latency bucket
 #   PERF_RECORDS=1000000  records per perf-tool run  SKIP_LONG=1 / SKIP_FSYNC=1 / SKIP_JAVA=1
+#   WORKLOADS=regex  only the spate-bench workloads whose name matches (grep -E)
 #   OUT=/tmp/spate-vs-kafka-<time>   results.tsv, table.md, JSON, SVG plots, broker logs
 #   SPATE_BIN, SPATE_BENCH_BIN
 # Needs java 17 and mvn (scripts/install-deps resolves tests/kafka-tools; this script
@@ -229,6 +230,7 @@ order() { # ROUND [SYSTEM...] -> the systems (default: the phase's), rotated by 
 # every round, both systems
 sb() {
   local fsync=$1 name=$2 del=$3 topic=$4 parts=$5; shift 5
+  if [ -n "${WORKLOADS:-}" ] && ! grep -qE "$WORKLOADS" <<< "$name"; then return 0; fi
   local tag; tag=$(echo "$name" | tr -c 'a-zA-Z0-9\n' '_')
   for r in $(seq "$ROUNDS"); do
     for sys in $(order "$r"); do
