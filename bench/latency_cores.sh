@@ -1,0 +1,38 @@
+#!/bin/bash
+# Spate's publish and end-to-end latency at a fixed rate with N shards (`--cores N`):
+# one spate-bench producer and one consumer, 8 partitions, 1 KiB records, fsync never.
+# On the 2-core development VM this separated the pinned shards' cost from the rest
+# (bench/README.md, "Apache Kafka side by side").
+# Usage: bench/latency_cores.sh   (CORES="2 1" RATE=54078 SECS=45; needs target/release/spate,
+# target/release/spate-bench and .venv from scripts/install-deps)
+set -eu
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+cd "$ROOT"
+for cores in ${CORES:-2 1}; do
+  D=$(mktemp -d /tmp/latency-cores.XXXX)
+  P=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+  ./target/release/spate serve --data-dir "$D/data" --listen "127.0.0.1:$P" --cores "$cores" > "$D/broker.log" 2>&1 &
+  B=$!
+  .venv/bin/python - "$P" <<'PY'
+import sys, time
+from confluent_kafka.admin import AdminClient, NewTopic
+a = AdminClient({"bootstrap.servers": f"127.0.0.1:{sys.argv[1]}", "log_level": 0})
+deadline = time.time() + 60
+while True:
+    try:
+        a.create_topics([NewTopic("lat", 8, 1)])["lat"].result()
+        break
+    except Exception:
+        if time.time() > deadline:
+            raise
+        time.sleep(0.2)
+while not all(p.leader >= 0 for p in a.list_topics(topic="lat", timeout=5).topics["lat"].partitions.values()):
+    time.sleep(0.1)
+PY
+  ./target/release/spate-bench --bootstrap "127.0.0.1:$P" --topic lat --producers 1 --consumers 1 --acks 1 \
+    --rate "${RATE:-54078}" --warmup 5 --duration "${SECS:-45}" --batch-bytes 131072 --linger-ms 1 --in-flight 5 \
+    > "$D/out.txt" 2> /dev/null
+  echo "cores=$cores $(grep -E '^(publish|e2e)' "$D/out.txt" | tr -s ' ' | tr '\n' ' ')"
+  kill "$B"; wait "$B" 2>/dev/null || true
+  rm -rf "$D"
+done
