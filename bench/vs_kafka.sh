@@ -120,9 +120,10 @@ while time.time() < deadline:
 sys.exit("broker not ready in 120 s")
 PY
 }
-create_topic() { # PORT NAME PARTITIONS: created, and every partition led (Kafka needs a moment)
+create_topic() { # PORT NAME PARTITIONS: created, and every partition takes a write
   "$PY" - "$@" <<'PY'
 import sys, time
+from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 port, name, parts = sys.argv[1], sys.argv[2], int(sys.argv[3])
 a = AdminClient({"bootstrap.servers": f"127.0.0.1:{port}"})
@@ -139,6 +140,16 @@ while True:
     if time.time() > deadline:
         sys.exit(f"{name}: partitions not led in 120 s")
     time.sleep(0.2)
+# Metadata naming a leader is not enough: Kafka answered NOT_LEADER_OR_FOLLOWER for
+# hundreds of a new 1,000-partition topic's partitions for the whole of a 18 s run. So
+# one record goes to every partition (the producer retries until each is taken).
+p = Producer({"bootstrap.servers": f"127.0.0.1:{port}", "log_level": 0})
+failed = []
+for i in range(parts):
+    p.produce(name, b"warm-up", partition=i, on_delivery=lambda err, _m: err and failed.append(err))
+    p.poll(0)
+if p.flush(120) != 0 or failed:
+    sys.exit(f"{name}: not every partition took a write in 120 s: {failed[:3]}")
 PY
 }
 delete_topics() { # PORT: every topic but the internal ones, and wait until they are gone
