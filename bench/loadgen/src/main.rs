@@ -329,6 +329,7 @@ fn run(args: Args) -> Result<()> {
     let mut last = (Instant::now(), snapshot(&counters));
     let mut next_tick = Instant::now() + Duration::from_secs(1);
     let mut buckets: Vec<Bucket> = Vec::new();
+    let mut next_bucket_secs = args.bucket_secs;
     let mut bucket_hists = (stats::new_histogram(), stats::new_histogram());
     let mut close_bucket = |hists: &mut (hdrhistogram::Histogram<u64>, hdrhistogram::Histogram<u64>), end: Instant| {
         if !hists.0.is_empty() || !hists.1.is_empty() {
@@ -377,9 +378,10 @@ fn run(args: Args) -> Result<()> {
             let e = e2e.take_interval();
             bucket_hists.0.add(&p).expect("same histogram bounds");
             bucket_hists.1.add(&e).expect("same histogram bounds");
-            let elapsed = (now - start).as_secs();
-            if args.bucket_secs > 0 && elapsed > 0 && elapsed % args.bucket_secs == 0 {
+            // `>=`, not a multiple: a tick that comes late must not merge two buckets.
+            if args.bucket_secs > 0 && (now - start).as_secs() >= next_bucket_secs {
                 close_bucket(&mut bucket_hists, now);
+                next_bucket_secs += args.bucket_secs;
             }
             eprintln!(
                 "[{:5.1}s] produce {:8.0} msg/s {:7.1} MB/s | consume {:8.0} msg/s {:7.1} MB/s | publish p50 {:7.2} p99 {:7.2} ms | e2e p50 {:7.2} p99 {:7.2} ms | err {}",

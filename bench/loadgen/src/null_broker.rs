@@ -289,9 +289,11 @@ fn batches(records: &Bytes) -> Vec<(usize, usize, i64)> {
     let mut out = Vec::new();
     let mut pos = 0;
     while pos + 61 <= records.len() {
-        let len = i32::from_be_bytes(records[pos + 8..pos + 12].try_into().unwrap()) as usize + 12;
+        let batch_length = i32::from_be_bytes(records[pos + 8..pos + 12].try_into().unwrap());
         let count = i32::from_be_bytes(records[pos + 57..pos + 61].try_into().unwrap()) as i64;
-        if len < 61 || pos + len > records.len() {
+        // A negative or overlong batchLength ends the walk (no wrap-around in the sum).
+        let Some(len) = usize::try_from(batch_length).ok().map(|l| l + 12) else { break };
+        if len < 61 || len > records.len() - pos {
             break;
         }
         out.push((pos, len, count.max(0)));
