@@ -14,7 +14,7 @@ from confluent_kafka.admin import OffsetSpec
 from helpers.clients import admin, cf_consume, cf_consumer, cf_produce, create_topic, kcat, \
     kp_consumer
 from helpers.wire import _read_uvarint, _varint_unsigned, api_versions_request, call, frame, \
-    parse_api_versions_v0, request_header_v1
+    parse_api_versions_v0, parse_produce_v3, produce_v3, record_batch, request_header_v1
 
 TS0 = 1_700_000_000_000  # fixed CreateTime timestamps, 1 s apart
 
@@ -247,15 +247,22 @@ def stored_batches(broker, topic):
 
 
 def max_timestamp_topic(bootstrap, broker, topic):
-    """Writes MAX_TS_BATCHES to `topic` (one partition), one batch per produce call, and
-    checks that they are stored as those batches."""
+    """Writes MAX_TS_BATCHES to `topic` (one partition), each batch in its own Produce
+    request, and checks that they are stored as those batches. The batches are built
+    here: librdkafka once split the first one in two (CI, stop 33) though it was produced
+    with linger.ms=10000, and which record comes first inside which batch is what these
+    tests are about."""
     create_topic(bootstrap, topic, 1)
-    for _first, stamps, codec in MAX_TS_BATCHES:
-        # Values long enough that librdkafka keeps the compressed form (it sends a batch
-        # uncompressed when compression does not make it smaller).
-        cf_produce(bootstrap, topic, [{"value": b"v%d " % i + b"x" * 200, "partition": 0, "timestamp": ts}
-                                      for i, ts in enumerate(stamps)],
-                   **{"linger.ms": 10000, "compression.type": codec})
+    for first, stamps, codec in MAX_TS_BATCHES:
+        batch = record_batch([b"v%d " % i + b"x" * 200 for i in range(len(stamps))], timestamps=stamps,
+                             gzip=codec == "gzip")
+        deadline = time.monotonic() + 30
+        while True:  # a new partition may not be led yet: retry its retriable answer
+            error, base = parse_produce_v3(call(broker.port, produce_v3(topic, 0, batch, acks=1)))
+            if error != 6 or time.monotonic() > deadline:  # 6: NOT_LEADER_OR_FOLLOWER
+                break
+            time.sleep(0.1)
+        assert (error, base) == (0, first), f"batch at {first}: error {error}, base offset {base}"
     want = [(first, len(stamps), CODECS[codec], max(stamps)) for first, stamps, codec in MAX_TS_BATCHES]
     assert stored_batches(broker, topic) == want
 

@@ -94,18 +94,26 @@ def _varint(v):
 
 
 def record_batch(values, producer_id=-1, producer_epoch=-1, base_sequence=-1, timestamp_ms=None,
-                 transactional=False):
-    """An uncompressed magic-2 batch of `values` (bytes) with the given producer fields
-    (attributes bit 4 when `transactional`)."""
+                 transactional=False, timestamps=None, gzip=False):
+    """A magic-2 batch of `values` (bytes) with the given producer fields (attributes bit 4
+    when `transactional`): every record stamped `timestamp_ms` (now when None), or each
+    with its own of `timestamps`; the records gzip-compressed when `gzip`."""
     import crc32c
-    ts = int(time.time() * 1000) if timestamp_ms is None else timestamp_ms
+    import gzip as gz
+    if timestamps is None:
+        ts = int(time.time() * 1000) if timestamp_ms is None else timestamp_ms
+        timestamps = [ts] * len(values)
+    assert len(timestamps) == len(values)
+    base_ts = timestamps[0]
     body = b""
-    for i, v in enumerate(values):
-        rec = b"\x00" + _varint(0) + _varint(i) + _varint(-1) + _varint(len(v)) + v + _varint(0)
+    for i, (v, t) in enumerate(zip(values, timestamps)):
+        rec = b"\x00" + _varint(t - base_ts) + _varint(i) + _varint(-1) + _varint(len(v)) + v + _varint(0)
         body += _varint(len(rec)) + rec
-    attributes = 0x10 if transactional else 0
-    after_crc = struct.pack(">hiqqqhii", attributes, len(values) - 1, ts, ts, producer_id, producer_epoch,
-                            base_sequence, len(values)) + body
+    attributes = (0x10 if transactional else 0) | (1 if gzip else 0)
+    if gzip:
+        body = gz.compress(body)
+    after_crc = struct.pack(">hiqqqhii", attributes, len(values) - 1, base_ts, max(timestamps), producer_id,
+                            producer_epoch, base_sequence, len(values)) + body
     crc = crc32c.crc32c(after_crc)
     rest = struct.pack(">ibI", -1, 2, crc) + after_crc  # partitionLeaderEpoch, magic, crc
     return struct.pack(">qi", 0, len(rest)) + rest
