@@ -116,6 +116,9 @@ struct ServeArgs {
     /// Write appends through io_uring (coalesced writev) rather than pwrite [default: true]
     #[arg(long)]
     append_io_uring: Option<bool>,
+    /// With io_uring appends: write them on the shard while the kernel's dirty pages are well below its throttling point, through the ring past it [default: true]
+    #[arg(long)]
+    append_inline: Option<bool>,
     /// Cluster metadata store: `local` (in the data dir) or zookeeper://HOST:PORT[,HOST:PORT...]/CHROOT [default: local]
     #[arg(long)]
     metadata: Option<String>,
@@ -270,6 +273,9 @@ fn load_config(args: ServeArgs) -> Result<BrokerConfig, String> {
     }
     if let Some(v) = args.append_io_uring {
         config.append_io_uring = v;
+    }
+    if let Some(v) = args.append_inline {
+        config.append_inline = v;
     }
     if let Some(v) = args.fetch_zero_copy_bytes_min {
         config.fetch_zero_copy_bytes_min = v;

@@ -65,6 +65,9 @@ pub struct BrokerConfig {
     /// Write appends through a per-shard io_uring ring (coalesced writev); false writes
     /// them in place with pwrite (kept for comparison and for kernels without io_uring).
     pub append_io_uring: bool,
+    /// With the ring: write appends on the shard itself (pwritev) while the kernel would
+    /// not throttle page-cache writers, and through the ring only past that point.
+    pub append_inline: bool,
     /// Where cluster metadata lives: `local` (embedded in the data dir) or
     /// `zookeeper://HOST:PORT[,HOST:PORT...]/CHROOT`.
     pub metadata: String,
@@ -300,6 +303,7 @@ impl Default for BrokerConfig {
             offsets_retention_minutes: 7 * 24 * 60,
             fetch_zero_copy_bytes_min: 16 * 1024,
             append_io_uring: true,
+            append_inline: true,
             metadata: "local".to_string(),
             metrics_listen: None,
             coordinator: None,

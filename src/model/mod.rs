@@ -309,6 +309,14 @@ pub mod limits {
     pub const disk_free_min_bytes_default: u64 = 1024 * 1024 * 1024;
     /// `disk.free.min.percent` default: ... or below this share of the file system.
     pub const disk_free_min_percent_default: u32 = 1;
+    /// How often the kernel's dirty page-cache counters are read (/proc/vmstat) to decide
+    /// whether appends may be written on the shard itself (see `shard::append_ring`).
+    pub const writeback_check_interval_ms: u64 = 10;
+    /// Appends are written on the shard only while dirty plus writeback pages stay this far
+    /// below the point where the kernel starts throttling writers (its "freerun" ceiling,
+    /// halfway between the background and the foreground dirty thresholds): what the
+    /// producers of a machine can dirty between two readings, with room to spare.
+    pub const writeback_headroom_bytes: u64 = 256 * 1024 * 1024;
     /// How often the free space of the data dir's file system is read (statvfs).
     pub const disk_check_interval_ms: u64 = 1_000;
     /// The metadata reserve (`spate-meta/reserve`): space held back while the disk has

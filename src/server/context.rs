@@ -311,10 +311,11 @@ impl ShardContext {
         }
     }
 
-    /// Appends through io_uring: submit what produce requests staged (all of a burst in
-    /// one go, contiguous appends merged into one writev), reap completions, release
-    /// acks. Page-cache writes complete inline; while any is still in flight (punted by
-    /// the kernel), poll every `io_poll_interval_us`.
+    /// Appends through the append ring: submit what produce requests staged (all of a
+    /// burst in one go, contiguous appends merged into one writev), reap completions,
+    /// release acks. Writes done on the shard (the kernel not throttling) are finished at
+    /// submit; while any is in flight in io_uring (its workers: ext4 has no
+    /// non-blocking buffered write), poll every `io_poll_interval_us`.
     pub async fn append_io_loop(self: Rc<Self>) {
         loop {
             if !self.shard.borrow().has_io_work() {
@@ -326,10 +327,11 @@ impl ShardContext {
             let (progress, in_flight) = self.shard.borrow_mut().process_io();
             if progress {
                 self.flush_wakeup();
-                let (appends, writes) = self.shard.borrow().append_write_counts();
+                let (appends, writes, inline) = self.shard.borrow().append_write_counts();
                 let c = self.metrics.shard(self.id);
                 c.appends_written.store(appends, std::sync::atomic::Ordering::Relaxed);
                 c.append_writes.store(writes, std::sync::atomic::Ordering::Relaxed);
+                c.append_writes_inline.store(inline, std::sync::atomic::Ordering::Relaxed);
             }
             if in_flight {
                 glommio::timer::sleep(std::time::Duration::from_micros(io_poll_interval_us)).await;

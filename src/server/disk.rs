@@ -188,6 +188,32 @@ pub fn spawn_monitor(disk: Arc<DiskSpace>, shutdown: Arc<AtomicBool>) -> std::io
     Ok(())
 }
 
+/// The writeback monitor: every `writeback_check_interval_ms`, whether the kernel would
+/// now let a page-cache writer through without throttling it
+/// (`append_ring::writers_unthrottled`, read by every shard's append ring). An
+/// unreadable /proc/vmstat leaves it false: every append goes through io_uring.
+pub fn spawn_writeback_monitor(shutdown: Arc<AtomicBool>) -> std::io::Result<()> {
+    use crate::shard::append_ring::{writers_unthrottled, writers_unthrottled_from_vmstat};
+    std::thread::Builder::new().name("spate-writeback".into()).spawn(move || {
+        let mut warned = false;
+        while !shutdown.load(Ordering::Relaxed) {
+            let ok = std::fs::read_to_string("/proc/vmstat")
+                .ok()
+                .and_then(|v| writers_unthrottled_from_vmstat(&v, limits::writeback_headroom_bytes));
+            if ok.is_none() && !warned {
+                warned = true;
+                tracing::warn!(
+                    "cannot read the dirty page counters in /proc/vmstat: every append goes through io_uring"
+                );
+            }
+            writers_unthrottled.store(ok.unwrap_or(false), Ordering::Relaxed);
+            std::thread::sleep(Duration::from_millis(limits::writeback_check_interval_ms));
+        }
+        writers_unthrottled.store(false, Ordering::Relaxed);
+    })?;
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

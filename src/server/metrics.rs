@@ -89,9 +89,11 @@ pub struct ShardCounters {
     pub bytes_out: AtomicU64,
     pub fsyncs: AtomicU64,
     pub fsync_micros: AtomicU64,
-    /// Appends written through io_uring, and the writev calls that carried them.
+    /// Appends written through the append ring, the writev calls that carried them, and
+    /// how many of those calls ran on the shard rather than through io_uring.
     pub appends_written: AtomicU64,
     pub append_writes: AtomicU64,
+    pub append_writes_inline: AtomicU64,
     /// Published by the shard once a second: its partitions and groups.
     pub status: Mutex<crate::shard::ShardStatus>,
     /// Record bytes produced to / fetched from each topic through this shard.
@@ -228,12 +230,18 @@ impl Metrics {
         counter(&mut out, "spate_fsyncs_total", "fdatasync calls on partition logs.", &|s| {
             s.fsyncs.load(Ordering::Relaxed)
         });
-        counter(&mut out, "spate_appends_written_total", "Produce appends written through io_uring.", &|s| {
+        counter(&mut out, "spate_appends_written_total", "Produce appends written through the append ring.", &|s| {
             s.appends_written.load(Ordering::Relaxed)
         });
         counter(&mut out, "spate_append_writes_total", "writev calls carrying them (coalescing).", &|s| {
             s.append_writes.load(Ordering::Relaxed)
         });
+        counter(
+            &mut out,
+            "spate_append_writes_inline_total",
+            "Of those, written on the shard (the kernel was not throttling writers) rather than through io_uring.",
+            &|s| s.append_writes_inline.load(Ordering::Relaxed),
+        );
 
         let _ = writeln!(
             out,

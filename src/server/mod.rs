@@ -86,6 +86,9 @@ pub fn run(config: BrokerConfig) -> anyhow::Result<()> {
     install_signal_handlers(shutdown.clone())?;
     listener::spawn_tls_watcher(&listeners, shutdown.clone())?;
     disk::spawn_monitor(disk.clone(), shutdown.clone())?;
+    if config.append_io_uring && config.append_inline {
+        disk::spawn_writeback_monitor(shutdown.clone())?;
+    }
     if metadata.view().is_active() {
         ensure_offsets_topic(&metadata, config.offsets_topic(), false)?;
     }
@@ -585,7 +588,7 @@ async fn run_shard(
     }));
     if config.append_io_uring {
         match crate::shard::AppendRing::new() {
-            Ok(ring) => shard.set_append_ring(ring),
+            Ok(ring) => shard.set_append_ring(ring.with_inline_writes(config.append_inline)),
             Err(e) => tracing::warn!(shard = id.0, error = %e, "io_uring unavailable: appends are written in place"),
         }
     }

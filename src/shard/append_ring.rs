@@ -3,16 +3,26 @@
 //!
 //! Appends staged while the shard handles a burst of produce requests are submitted
 //! together; consecutive appends to the same segment file become one `writev`
-//! (coalescing), so many connections producing to one partition cost one write. The
-//! kernel completes page-cache writes inline and punts the ones that would block (dirty
-//! page throttling) to its workers, so the core keeps serving.
+//! (coalescing), so many connections producing to one partition cost one write.
 //!
-//! Runtime-free: the server's poller calls `submit` and `reap`; nothing here waits.
+//! Where each writev runs: ext4 and tmpfs (kernel 6.18) have no non-blocking buffered
+//! write (`pwritev2(RWF_NOWAIT)` answers EOPNOTSUPP), so io_uring hands every such write
+//! to one of its worker threads: a thread hop per write, the copy done on a core where
+//! the bytes are not in cache, and the shard polling for the completion. So while the
+//! kernel would not throttle a writer (`writers_unthrottled`, kept by a monitor thread
+//! of the server from /proc/vmstat), a ring built `with_inline_writes` writes on the
+//! shard itself (pwritev: a copy into the page cache, no disk I/O), and only past that
+//! point through the ring, so that dirty-page throttling blocks a kernel worker and the
+//! core keeps serving. Measured in bench/README.md ("What limits produce here").
+//!
+//! Runtime-free: the server's poller calls `submit` and `reap`; nothing here waits
+//! except the inline writes just described.
 
 use std::collections::HashMap;
 use std::fs::File;
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::FileExt;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -22,6 +32,25 @@ use crate::model::{limits, TopicPartition};
 
 /// Submission queue entries of the ring.
 const ring_entries: u32 = 256;
+
+/// Whether a page-cache write would now go through without the kernel throttling its
+/// writer (dirty pages well below its thresholds). Set by the server's writeback monitor
+/// (`writers_unthrottled_from_vmstat`); false until that runs, so rings elsewhere (tests,
+/// tools) always submit. One machine-wide fact: the thresholds are the kernel's, global.
+pub static writers_unthrottled: AtomicBool = AtomicBool::new(false);
+
+/// From /proc/vmstat's text: true while dirty plus writeback pages stay `headroom_bytes`
+/// below the kernel's freerun ceiling (halfway between `nr_dirty_background_threshold`
+/// and `nr_dirty_threshold`, below which balance_dirty_pages never makes a writer
+/// wait). None when a counter is missing.
+pub fn writers_unthrottled_from_vmstat(vmstat: &str, headroom_bytes: u64) -> Option<bool> {
+    let field =
+        |name: &str| vmstat.lines().find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse::<u64>().ok());
+    let dirty = field("nr_dirty")? + field("nr_writeback")?;
+    let freerun = (field("nr_dirty_threshold")? + field("nr_dirty_background_threshold")?) / 2;
+    let page = 4096;
+    Some(dirty.saturating_mul(page).saturating_add(headroom_bytes) < freerun.saturating_mul(page))
+}
 
 /// One append waiting to be written: its pieces go to consecutive file positions
 /// (patched batch headers and the record bytes of the request, not copied).
@@ -50,6 +79,25 @@ fn write_parts_sync(file: &File, position: u64, parts: &[Bytes], mut skip: usize
         skip -= from;
         file.write_all_at(&part[from..], position + from as u64)?;
         position += part.len() as u64;
+    }
+    Ok(())
+}
+
+/// One pwritev of `parts` (at most `limits::writev_iovecs_max` of them) to consecutive
+/// positions from `position`; a short write (near a full disk) finishes piece by piece.
+fn pwritev_parts(file: &File, position: u64, parts: &[Bytes]) -> std::io::Result<()> {
+    let iovecs: Vec<libc::iovec> =
+        parts.iter().map(|p| libc::iovec { iov_base: p.as_ptr() as *mut libc::c_void, iov_len: p.len() }).collect();
+    let total: usize = parts.iter().map(|p| p.len()).sum();
+    // SAFETY: the iovecs point into `parts`, alive and unchanged for the call.
+    let n = unsafe {
+        libc::pwritev(file.as_raw_fd(), iovecs.as_ptr(), iovecs.len() as libc::c_int, position as libc::off_t)
+    };
+    if n < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    if (n as usize) < total {
+        return write_parts_sync(file, position, parts, n as usize);
     }
     Ok(())
 }
@@ -122,9 +170,13 @@ pub struct AppendRing {
     /// MAX_RW_COUNT; smaller in tests).
     iovecs_max: usize,
     bytes_max: usize,
-    /// Appends written since start, and the writev calls that carried them.
+    /// Write on the caller's thread while `writers_unthrottled` says so.
+    inline_writes: bool,
+    /// Appends written since start, and the writev calls that carried them (through the
+    /// ring or on the shard); `writes_inline` of those on the shard.
     pub appends_written: u64,
     pub writes_submitted: u64,
+    pub writes_inline: u64,
 }
 
 impl AppendRing {
@@ -146,9 +198,17 @@ impl AppendRing {
             next_run: 0,
             iovecs_max,
             bytes_max,
+            inline_writes: false,
             appends_written: 0,
             writes_submitted: 0,
+            writes_inline: 0,
         })
+    }
+
+    /// Write on the shard while the kernel would not throttle writers (the module doc).
+    pub fn with_inline_writes(mut self, on: bool) -> Self {
+        self.inline_writes = on;
+        self
     }
 
     pub fn stage(&mut self, write: StagedWrite) {
@@ -164,14 +224,16 @@ impl AppendRing {
     }
 
     /// Submit everything staged, merging contiguous appends to the same file, each run
-    /// cut into writev calls within the kernel's limits. Chunks that find the submission
-    /// queue full are written synchronously (rare: the queue is as deep as a burst of
-    /// appends is long); appends finished that way are returned at once.
+    /// cut into writev calls within the kernel's limits. Chunks are written on this
+    /// thread while inline writes are on and the kernel would not throttle them, and
+    /// when they find the submission queue full (rare: the queue is as deep as a burst
+    /// of appends is long); appends finished that way are returned at once.
     pub fn submit(&mut self) -> Vec<Completed> {
         let mut done = Vec::new();
         if self.staged.is_empty() {
             return done;
         }
+        let inline = self.inline_writes && writers_unthrottled.load(Ordering::Relaxed);
         let mut staged = std::mem::take(&mut self.staged);
         // Group by file, keeping each file's appends in offset order.
         staged.sort_by_key(|w| Arc::as_ptr(&w.file) as usize);
@@ -199,6 +261,13 @@ impl AppendRing {
                 continue;
             }
             for (position, parts) in chunks {
+                if inline {
+                    self.writes_submitted += 1;
+                    self.writes_inline += 1;
+                    let result = pwritev_parts(&file, position, &parts);
+                    self.finish_chunk(run, result, &mut done);
+                    continue;
+                }
                 let iovecs: Box<[libc::iovec]> = parts
                     .iter()
                     .map(|p| libc::iovec { iov_base: p.as_ptr() as *mut libc::c_void, iov_len: p.len() })
@@ -335,6 +404,69 @@ mod tests {
         (&*file).read_to_end(&mut content).unwrap();
         let expected: Vec<u8> = (0..10u8).flat_map(|i| vec![i; 100 + i as usize]).collect();
         assert_eq!(content, expected);
+    }
+
+    /// While the kernel would not throttle writers, a ring with inline writes finishes
+    /// every append at submit (nothing left in io_uring), coalesced as through the ring;
+    /// with the gate closed the same ring submits to io_uring. (The gate is process-wide:
+    /// only this test opens it, and only rings built `with_inline_writes` read it.)
+    #[test]
+    fn inline_writes_finish_at_submit_while_writers_are_unthrottled() {
+        let mut ring = AppendRing::new().unwrap().with_inline_writes(true);
+        let file = Arc::new(tempfile::tempfile().unwrap());
+        let tp = TopicPartition::new("t", 0);
+        let mut expected = Vec::new();
+        let mut pos = 0u64;
+        let mut stage_some = |ring: &mut AppendRing, first_id: u64| {
+            for i in 0..5u8 {
+                let parts = vec![Bytes::from(vec![i; 61]), Bytes::from(vec![i ^ 0x5a; 1000 + i as usize])];
+                for p in &parts {
+                    expected.extend_from_slice(p);
+                }
+                let len = parts.iter().map(|p| p.len() as u64).sum::<u64>();
+                ring.stage(staged(&tp, first_id + i as u64, &file, pos, parts));
+                pos += len;
+            }
+        };
+        writers_unthrottled.store(true, Ordering::Relaxed);
+        stage_some(&mut ring, 0);
+        let done = ring.submit();
+        assert_eq!(done.len(), 5, "every append finished at submit");
+        assert!(done.iter().all(|c| c.result.is_ok()));
+        assert!(!ring.has_in_flight());
+        assert_eq!((ring.writes_submitted, ring.writes_inline), (1, 1), "one pwritev for the run");
+        writers_unthrottled.store(false, Ordering::Relaxed);
+        stage_some(&mut ring, 5);
+        let submitted = ring.submit();
+        assert!(submitted.is_empty() && ring.has_in_flight(), "written through io_uring");
+        let done = drain(&mut ring, submitted);
+        assert_eq!(done.len(), 5);
+        assert_eq!((ring.writes_submitted, ring.writes_inline), (2, 1), "the second run went through io_uring");
+        let mut content = Vec::new();
+        (&*file).read_to_end(&mut content).unwrap();
+        assert_eq!(content, expected);
+    }
+
+    #[test]
+    fn writers_are_unthrottled_below_the_freerun_ceiling_less_the_headroom() {
+        // Thresholds of 1,000 and 500 pages: the freerun ceiling is 750 pages.
+        let vmstat = |dirty: u64, writeback: u64| {
+            format!(
+                "nr_free_pages 5\nnr_dirty {dirty}\nnr_writeback {writeback}\nnr_writeback_temp 0\n\
+                 nr_dirty_threshold 1000\nnr_dirty_background_threshold 500\n"
+            )
+        };
+        let headroom = 100 * 4096;
+        assert_eq!(writers_unthrottled_from_vmstat(&vmstat(0, 0), headroom), Some(true));
+        assert_eq!(writers_unthrottled_from_vmstat(&vmstat(600, 49), headroom), Some(true));
+        assert_eq!(writers_unthrottled_from_vmstat(&vmstat(600, 50), headroom), Some(false), "writeback counts too");
+        assert_eq!(writers_unthrottled_from_vmstat(&vmstat(2000, 0), headroom), Some(false));
+        assert_eq!(writers_unthrottled_from_vmstat("nr_dirty 1\nnr_writeback 0\n", headroom), None);
+        // nr_dirty is not read from nr_dirty_threshold's line.
+        assert_eq!(
+            writers_unthrottled_from_vmstat("nr_dirty_threshold 1000\nnr_dirty_background_threshold 500\n", 0),
+            None
+        );
     }
 
     fn drain(ring: &mut AppendRing, mut done: Vec<Completed>) -> Vec<Completed> {

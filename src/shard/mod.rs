@@ -17,7 +17,7 @@ use std::os::unix::fs::FileExt;
 
 use futures::channel::oneshot;
 
-mod append_ring;
+pub mod append_ring;
 mod groups;
 mod log_start;
 mod replica;
@@ -512,9 +512,10 @@ impl Shard {
         self.ring.as_ref().is_some_and(|r| !r.is_idle())
     }
 
-    /// (appends written, writev calls) since start: their ratio is the coalescing.
-    pub fn append_write_counts(&self) -> (u64, u64) {
-        self.ring.as_ref().map(|r| (r.appends_written, r.writes_submitted)).unwrap_or((0, 0))
+    /// (appends written, writev calls, of those written on the shard) since start: the
+    /// first two's ratio is the coalescing.
+    pub fn append_write_counts(&self) -> (u64, u64, u64) {
+        self.ring.as_ref().map(|r| (r.appends_written, r.writes_submitted, r.writes_inline)).unwrap_or((0, 0, 0))
     }
 
     fn complete_writes(&mut self, done: Vec<append_ring::Completed>) {
