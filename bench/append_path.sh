@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # What limits produce on this host (issue 20): the cost of the page cache's fresh pages,
-# and Spate's two append paths side by side.
+# and Spate's three ways of writing appends side by side.
 #
 # 1. First touch: dd 2 GiB into a new file (every page-cache page fresh) and again over
 #    the same, still cached, file (conv=notrunc: pages already there), on tmpfs and on
@@ -10,10 +10,11 @@
 #    `inline` (the default: pwritev on the shard while the kernel would not throttle
 #    writers, io_uring past that), `ring` (`--append-inline false`: every write through
 #    io_uring, which on ext4 means one of its worker threads) and `pwrite`
-#    (`--append-io-uring false`: the log's own pwrite per piece); spate-bench produces flat out to 8 partitions, acks=1,
-#    1 KiB records, 128 KiB batches, 5 requests in flight. Reported: MB/s, publish p50 /
-#    p99, the broker's mean Produce handling time (/metrics) and the broker's CPU seconds
-#    per GB produced (/proc/PID/stat).
+#    (`--append-io-uring false`: the log's own pwrite per piece); spate-bench produces
+#    flat out to 8 partitions, acks=1, 1 KiB records, 128 KiB batches, 5 requests in
+#    flight. Reported: MB/s, publish p50 / p99, the broker's mean Produce handling time
+#    (/metrics) and the broker's CPU seconds (/proc/PID/stat, the whole run) per GB
+#    produced (the warm-up's bytes estimated at the measured rate).
 #
 #   cargo build --release && cargo build --release -p spate-bench
 #   bench/append_path.sh        # ROUNDS=3 DURATION=10 DATA=/var/tmp/spate-append-path

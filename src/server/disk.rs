@@ -1,5 +1,7 @@
 //! Free space on the data dir's file system (issue 16: a full disk degrades, it does not
-//! stop). One per process, shared by every shard.
+//! stop). One per process, shared by every shard. Also the writeback monitor
+//! (`spawn_writeback_monitor`), which tells the append rings whether the kernel would
+//! throttle a page-cache writer now.
 //!
 //! A std thread reads `statvfs` every `disk_check_interval_ms` (never a data core); the
 //! produce path reads two atomics. Below the threshold (the larger of
@@ -194,12 +196,19 @@ pub fn spawn_monitor(disk: Arc<DiskSpace>, shutdown: Arc<AtomicBool>) -> std::io
 /// unreadable /proc/vmstat leaves it false: every append goes through io_uring.
 pub fn spawn_writeback_monitor(shutdown: Arc<AtomicBool>) -> std::io::Result<()> {
     use crate::shard::append_ring::{writers_unthrottled, writers_unthrottled_from_vmstat};
+    // /proc/vmstat counts pages of the system's size (4 KiB on x86-64, up to 64 KiB on
+    // arm64).
+    // SAFETY: sysconf has no preconditions.
+    let page_bytes = match unsafe { libc::sysconf(libc::_SC_PAGESIZE) } {
+        n if n > 0 => n as u64,
+        _ => 4096,
+    };
     std::thread::Builder::new().name("spate-writeback".into()).spawn(move || {
         let mut warned = false;
         while !shutdown.load(Ordering::Relaxed) {
             let ok = std::fs::read_to_string("/proc/vmstat")
                 .ok()
-                .and_then(|v| writers_unthrottled_from_vmstat(&v, limits::writeback_headroom_bytes));
+                .and_then(|v| writers_unthrottled_from_vmstat(&v, page_bytes, limits::writeback_headroom_bytes));
             if ok.is_none() && !warned {
                 warned = true;
                 tracing::warn!(

@@ -39,17 +39,16 @@ const ring_entries: u32 = 256;
 /// tools) always submit. One machine-wide fact: the thresholds are the kernel's, global.
 pub static writers_unthrottled: AtomicBool = AtomicBool::new(false);
 
-/// From /proc/vmstat's text: true while dirty plus writeback pages stay `headroom_bytes`
-/// below the kernel's freerun ceiling (halfway between `nr_dirty_background_threshold`
-/// and `nr_dirty_threshold`, below which balance_dirty_pages never makes a writer
-/// wait). None when a counter is missing.
-pub fn writers_unthrottled_from_vmstat(vmstat: &str, headroom_bytes: u64) -> Option<bool> {
+/// From /proc/vmstat's text (counts in pages of `page_bytes`): true while dirty plus
+/// writeback pages stay `headroom_bytes` below the kernel's freerun ceiling (halfway
+/// between `nr_dirty_background_threshold` and `nr_dirty_threshold`, below which
+/// balance_dirty_pages never makes a writer wait). None when a counter is missing.
+pub fn writers_unthrottled_from_vmstat(vmstat: &str, page_bytes: u64, headroom_bytes: u64) -> Option<bool> {
     let field =
         |name: &str| vmstat.lines().find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse::<u64>().ok());
     let dirty = field("nr_dirty")? + field("nr_writeback")?;
     let freerun = (field("nr_dirty_threshold")? + field("nr_dirty_background_threshold")?) / 2;
-    let page = 4096;
-    Some(dirty.saturating_mul(page).saturating_add(headroom_bytes) < freerun.saturating_mul(page))
+    Some(dirty.saturating_mul(page_bytes).saturating_add(headroom_bytes) < freerun.saturating_mul(page_bytes))
 }
 
 /// One append waiting to be written: its pieces go to consecutive file positions
@@ -83,11 +82,15 @@ fn write_parts_sync(file: &File, position: u64, parts: &[Bytes], mut skip: usize
     Ok(())
 }
 
+/// The iovecs of `parts`, pointing into them (valid while they live).
+fn iovecs_of(parts: &[Bytes]) -> Box<[libc::iovec]> {
+    parts.iter().map(|p| libc::iovec { iov_base: p.as_ptr() as *mut libc::c_void, iov_len: p.len() }).collect()
+}
+
 /// One pwritev of `parts` (at most `limits::writev_iovecs_max` of them) to consecutive
 /// positions from `position`; a short write (near a full disk) finishes piece by piece.
 fn pwritev_parts(file: &File, position: u64, parts: &[Bytes]) -> std::io::Result<()> {
-    let iovecs: Vec<libc::iovec> =
-        parts.iter().map(|p| libc::iovec { iov_base: p.as_ptr() as *mut libc::c_void, iov_len: p.len() }).collect();
+    let iovecs = iovecs_of(parts);
     let total: usize = parts.iter().map(|p| p.len()).sum();
     // SAFETY: the iovecs point into `parts`, alive and unchanged for the call.
     let n = unsafe {
@@ -268,10 +271,7 @@ impl AppendRing {
                     self.finish_chunk(run, result, &mut done);
                     continue;
                 }
-                let iovecs: Box<[libc::iovec]> = parts
-                    .iter()
-                    .map(|p| libc::iovec { iov_base: p.as_ptr() as *mut libc::c_void, iov_len: p.len() })
-                    .collect();
+                let iovecs = iovecs_of(&parts);
                 let total_bytes = parts.iter().map(|p| p.len()).sum();
                 let user_data = self.next_user_data;
                 self.next_user_data += 1;
@@ -457,14 +457,18 @@ mod tests {
             )
         };
         let headroom = 100 * 4096;
-        assert_eq!(writers_unthrottled_from_vmstat(&vmstat(0, 0), headroom), Some(true));
-        assert_eq!(writers_unthrottled_from_vmstat(&vmstat(600, 49), headroom), Some(true));
-        assert_eq!(writers_unthrottled_from_vmstat(&vmstat(600, 50), headroom), Some(false), "writeback counts too");
-        assert_eq!(writers_unthrottled_from_vmstat(&vmstat(2000, 0), headroom), Some(false));
-        assert_eq!(writers_unthrottled_from_vmstat("nr_dirty 1\nnr_writeback 0\n", headroom), None);
+        assert_eq!(writers_unthrottled_from_vmstat(&vmstat(0, 0), 4096, headroom), Some(true));
+        assert_eq!(writers_unthrottled_from_vmstat(&vmstat(600, 49), 4096, headroom), Some(true));
+        assert_eq!(
+            writers_unthrottled_from_vmstat(&vmstat(600, 50), 4096, headroom),
+            Some(false),
+            "writeback counts too"
+        );
+        assert_eq!(writers_unthrottled_from_vmstat(&vmstat(2000, 0), 4096, headroom), Some(false));
+        assert_eq!(writers_unthrottled_from_vmstat("nr_dirty 1\nnr_writeback 0\n", 4096, headroom), None);
         // nr_dirty is not read from nr_dirty_threshold's line.
         assert_eq!(
-            writers_unthrottled_from_vmstat("nr_dirty_threshold 1000\nnr_dirty_background_threshold 500\n", 0),
+            writers_unthrottled_from_vmstat("nr_dirty_threshold 1000\nnr_dirty_background_threshold 500\n", 4096, 0),
             None
         );
     }
