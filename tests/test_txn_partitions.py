@@ -113,6 +113,7 @@ def test_markers_decide_what_read_committed_consumers_see_through_kill9(broker_f
 
 NOT_COORDINATOR = 16
 NOT_ENOUGH_REPLICAS = 19
+NOT_LEADER_OR_FOLLOWER = 6
 COORDINATOR_LOAD_IN_PROGRESS = 14
 COORDINATOR_NOT_AVAILABLE = 15
 
@@ -145,13 +146,14 @@ def kip890_scenario(leader_port, coordinator_port, topic, txn_id):
 
     def produce(partition, value, seq):
         """As a client: NOT_ENOUGH_REPLICAS (a coordinator the leader cannot reach yet,
-        e.g. before its metadata names it) is retried."""
+        e.g. before its metadata names it) is retried, and so are UNKNOWN_TOPIC_OR_PARTITION
+        and NOT_LEADER_OR_FOLLOWER (a leader that has not yet taken the new partition)."""
         batch = wire.record_batch([value], pid, epoch, seq, transactional=True)
         req = wire.produce_v3(topic, partition, batch, transactional_id=txn_id)
         deadline = time.monotonic() + 30
         while True:
             got = wire.parse_produce_v3(wire.call(leader_port, req))
-            if got[0] != NOT_ENOUGH_REPLICAS:
+            if got[0] not in (NOT_ENOUGH_REPLICAS, UNKNOWN_TOPIC_OR_PARTITION, NOT_LEADER_OR_FOLLOWER):
                 return got
             assert time.monotonic() < deadline, got
             time.sleep(0.2)
@@ -209,6 +211,7 @@ def test_kip890_verification_asks_a_coordinator_on_another_broker(broker_factory
     futures = a.create_topics(
         [NewTopic("kip890c", 2, replica_assignment=[[leader], [leader]])], request_timeout=15, operation_timeout=15)
     futures["kip890c"].result(30)
-    wait_for_topic(brokers[0].bootstrap, "kip890c", 2)
+    # The leader itself must know the topic: the controller's metadata can name it first.
+    wait_for_topic(brokers[leader - 1].bootstrap, "kip890c", 2)
     kip890_scenario(brokers[leader - 1].port, brokers[coordinator - 1].port, "kip890c", txn_id)
     assert all(b.alive() for b in brokers)
