@@ -276,7 +276,8 @@ def test_a_new_leader_deduplicates_retries_of_what_the_old_leader_wrote(broker_f
     assert (err, epoch) == (NONE, 0)
 
     def produce(broker, batch):
-        return wire.parse_produce_v3(wire.call(broker.port, wire.produce_v3("idem-rep", part, batch, acks=-1)))
+        # Retried while `broker` has not yet taken the partition (new topic, new leader).
+        return wire.produce_v3_settled(broker.port, "idem-rep", part, batch, acks=-1)
 
     first = wire.record_batch([b"a", b"b"], pid, 0, 0)
     second = wire.record_batch([b"c"], pid, 0, 2)

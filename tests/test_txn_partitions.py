@@ -113,7 +113,6 @@ def test_markers_decide_what_read_committed_consumers_see_through_kill9(broker_f
 
 NOT_COORDINATOR = 16
 NOT_ENOUGH_REPLICAS = 19
-NOT_LEADER_OR_FOLLOWER = 6
 COORDINATOR_LOAD_IN_PROGRESS = 14
 COORDINATOR_NOT_AVAILABLE = 15
 
@@ -146,17 +145,11 @@ def kip890_scenario(leader_port, coordinator_port, topic, txn_id):
 
     def produce(partition, value, seq):
         """As a client: NOT_ENOUGH_REPLICAS (a coordinator the leader cannot reach yet,
-        e.g. before its metadata names it) is retried, and so are UNKNOWN_TOPIC_OR_PARTITION
-        and NOT_LEADER_OR_FOLLOWER (a leader that has not yet taken the new partition)."""
+        e.g. before its metadata names it) is retried, and so is a leader that has not
+        yet taken the new partition."""
         batch = wire.record_batch([value], pid, epoch, seq, transactional=True)
-        req = wire.produce_v3(topic, partition, batch, transactional_id=txn_id)
-        deadline = time.monotonic() + 30
-        while True:
-            got = wire.parse_produce_v3(wire.call(leader_port, req))
-            if got[0] not in (NOT_ENOUGH_REPLICAS, UNKNOWN_TOPIC_OR_PARTITION, NOT_LEADER_OR_FOLLOWER):
-                return got
-            assert time.monotonic() < deadline, got
-            time.sleep(0.2)
+        return wire.produce_v3_settled(leader_port, topic, partition, batch, transactional_id=txn_id,
+                                       retry=wire.PRODUCE_SETTLING + (NOT_ENOUGH_REPLICAS,))
 
     def latest(partition, isolation):
         err, offset = wire.parse_list_offsets_v2(

@@ -153,6 +153,25 @@ def parse_produce_v3(resp):
     return error, base_offset
 
 
+# Produce errors a Kafka client retries while a new partition or a new leader settles:
+# UNKNOWN_TOPIC_OR_PARTITION and NOT_LEADER_OR_FOLLOWER (the broker has not yet taken the
+# partition its controller assigned it).
+PRODUCE_SETTLING = (3, 6)
+
+
+def produce_v3_settled(port, topic, partition, batch, retry=PRODUCE_SETTLING, timeout=30, **kw):
+    """Produce v3 of one batch to `port`, sent again (as a client would) while the answer's
+    error is in `retry`: -> (error_code, base_offset) of the first other answer."""
+    req = produce_v3(topic, partition, batch, **kw)
+    deadline = time.monotonic() + timeout
+    while True:
+        got = parse_produce_v3(call(port, req))
+        if got[0] not in retry:
+            return got
+        assert time.monotonic() < deadline, f"produce to {topic}-{partition} still {got} after {timeout}s"
+        time.sleep(0.2)
+
+
 def init_producer_id(transactional_id=None, producer_id=-1, producer_epoch=-1, correlation_id=1):
     """InitProducerId v3 (flexible; KIP-360 fields)."""
     hdr = request_header_v1(22, 3, correlation_id) + b"\x00"  # header v2: tagged fields
