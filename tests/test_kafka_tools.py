@@ -882,9 +882,10 @@ def test_kafka_delete_records(cluster, tools_classpath, tmp_path):
         now, gone = segment_bases(leader_of[p], topic, p), bases_below(before[p], start)
         assert gone and not set(gone) & set(now) and now[0] <= start, (p, start, now, before[p])
         assert checkpointed_log_start(leader_of[p], topic, p) == start
+        # The tool's answer came once the follower's log start reached it (DeleteRecords
+        # waits for the live replicas), so its checkpoint already holds it.
         follower = cluster[assignment[p][1] - 1]
-        wait_for(lambda: checkpointed_log_start(follower, topic, p), lambda o: o == start, 20,
-                 f"follower {follower.name} of {topic}-{p} checkpointing log start {start}")
+        assert checkpointed_log_start(follower, topic, p) == start, (follower.name, p, start)
 
     # kill -9 every broker: what each checkpointed is all there is.
     for b in cluster:
@@ -952,8 +953,8 @@ def test_kafka_log_dirs(cluster, tools_classpath):
     a = admin(b1.bootstrap)
     fs = a.delete_records([TopicPartition(topic, 0, 35)], request_timeout=15)
     assert fs[TopicPartition(topic, 0)].result(20).low_watermark == 35
-    for b in (b1, b2):
-        wait_for(lambda: checkpointed_log_start(b, topic, 0), lambda o: o == 35, 20, f"{b.name} at log start 35")
+    # Answered once both replicas dropped the records.
+    assert [checkpointed_log_start(b, topic, 0) for b in (b1, b2)] == [35, 35]
     after = on_disk()
     assert after[1][1] != want[1][1] and after[2][1] != want[2][1], "no segment of partition 0 was deleted"
     assert described() == after
@@ -1062,6 +1063,55 @@ def test_delete_records_errors(cluster):
     fs = a.delete_records([TopicPartition(topic, 1, -1)], request_timeout=15)
     assert fs[TopicPartition(topic, 1)].result(20).low_watermark == n
     assert watermarks(b1.bootstrap, topic, 1) == (n, n)
+
+
+REQUEST_TIMED_OUT = 7
+
+
+def test_delete_records_waits_for_the_live_followers(broker_factory):
+    """DeleteRecords answers once every live replica dropped the records (Kafka's
+    DelayedDeleteRecords, low watermark = the smallest log start over the leader and the
+    followers on live brokers): with the follower frozen (SIGSTOP, still registered),
+    the leader's log start moves but the answer is REQUEST_TIMED_OUT after the request's
+    timeout; once it runs again, the same request answers the low watermark, and by then
+    the follower has checkpointed it. A follower whose broker died (kill -9, fenced
+    after the session timeout) does not hold the answer back."""
+    from helpers.broker import threads_stopped
+    session_ms = 6000
+    b1, b2, _b3 = start_embedded_cluster(broker_factory, session_ms=session_ms)
+    topic = "dr-wait"
+    assert create_error(b1.bootstrap, topic, [[1, 2]]) == (0, "")
+    wait_view(b1.bootstrap, topic, [[1, 2]])
+    produce_to_each(b1.bootstrap, topic, [0], "w")
+    n = RECORDS_PER_PARTITION
+
+    os.kill(b2.pid, signal.SIGSTOP)
+    try:
+        wait_for(lambda: threads_stopped(b2.pid), bool, 10, "broker 2 stopped")
+        started = time.monotonic()
+        answer = parse_delete_records_v0(call(b1.port, delete_records_v0([(topic, [(0, 3)])], timeout_ms=1500)))
+        waited = time.monotonic() - started
+        assert answer == {(topic, 0): (-1, REQUEST_TIMED_OUT)}, answer
+        assert waited >= 1.4, f"answered after {waited:.2f}s, before the request's timeout"
+        # The leader deleted all the same.
+        assert checkpointed_log_start(b1, topic, 0) == 3
+        assert checkpointed_log_start(b2, topic, 0) in (None, 0)
+    finally:
+        os.kill(b2.pid, signal.SIGCONT)
+    answer = parse_delete_records_v0(call(b1.port, delete_records_v0([(topic, [(0, 3)])], timeout_ms=15000)))
+    assert answer == {(topic, 0): (3, 0)}, answer
+    # Answered only once the follower's log start (as its fetch said) reached it: the
+    # follower says it after its checkpoint is durable.
+    assert checkpointed_log_start(b2, topic, 0) == 3
+
+    b2.kill()
+    started = time.monotonic()
+    answer = parse_delete_records_v0(call(b1.port, delete_records_v0([(topic, [(0, 7)])], timeout_ms=30000),
+                                          timeout=40))
+    waited = time.monotonic() - started
+    assert answer == {(topic, 0): (7, 0)}, (answer, waited)
+    assert waited < 25, f"the dead follower held the answer for {waited:.1f}s"
+    assert watermarks(b1.bootstrap, topic, 0) == (7, n)
 
 
 class Reader:

@@ -72,6 +72,22 @@ struct FollowerProgress {
     /// The broker epoch of the incarnation whose fetches made this progress
     /// (`NO_BROKER_EPOCH`: unknown).
     broker_epoch: BrokerEpoch,
+    /// The follower's log start offset as its last fetch said; -1: not known yet.
+    log_start: i64,
+}
+
+impl FollowerProgress {
+    /// A replica the leader has heard nothing from; `last_caught_up_ms` as given.
+    fn unknown(last_caught_up_ms: i64) -> Self {
+        Self {
+            leo: -1,
+            last_caught_up_ms,
+            last_fetch_ms: 0,
+            leader_leo_at_last_fetch: -1,
+            broker_epoch: NO_BROKER_EPOCH,
+            log_start: -1,
+        }
+    }
 }
 
 /// Why a follower's fetch was refused (no effect on the leader's state).
@@ -139,16 +155,7 @@ impl LeaderState {
                 // ISR members get a fresh lag budget from now (Kafka resets caught-up time
                 // on leadership change).
                 let caught_up = if isr.contains(r) { now_ms } else { 0 };
-                (
-                    *r,
-                    FollowerProgress {
-                        leo: -1,
-                        last_caught_up_ms: caught_up,
-                        last_fetch_ms: 0,
-                        leader_leo_at_last_fetch: -1,
-                        broker_epoch: NO_BROKER_EPOCH,
-                    },
-                )
+                (*r, FollowerProgress::unknown(caught_up))
             })
             .collect();
         let mut s = Self {
@@ -177,13 +184,7 @@ impl LeaderState {
         self.replicas = replicas.to_vec();
         self.followers.retain(|r, _| replicas.contains(r));
         for r in replicas.iter().filter(|r| **r != self.local_id) {
-            self.followers.entry(*r).or_insert(FollowerProgress {
-                leo: -1,
-                last_caught_up_ms: 0,
-                last_fetch_ms: 0,
-                leader_leo_at_last_fetch: -1,
-                broker_epoch: NO_BROKER_EPOCH,
-            });
+            self.followers.entry(*r).or_insert(FollowerProgress::unknown(0));
         }
         self.maybe_added.retain(|r| replicas.contains(r));
     }
@@ -240,6 +241,22 @@ impl LeaderState {
         f.last_fetch_ms = now_ms;
         f.leader_leo_at_last_fetch = leader_leo;
         Ok(self.update_high_watermark(leader_leo))
+    }
+
+    /// A follower's fetch (accepted by `on_follower_fetch`) said its log start offset is
+    /// `log_start` (Fetch's LogStartOffset; -1: it sent none). Ignored for non-replicas.
+    pub fn on_follower_log_start(&mut self, replica: NodeId, log_start: i64) {
+        if let Some(f) = self.followers.get_mut(&replica) {
+            f.log_start = log_start;
+        }
+    }
+
+    /// Kafka's low watermark (`Partition.lowWatermarkIfLeader`): the smallest log start
+    /// offset over the leader (`leader_log_start`) and every follower on a live broker
+    /// (`live`); a live follower that has not said its log start yet counts as -1. What
+    /// DeleteRecords waits for: every live replica has dropped the records below it.
+    pub fn low_watermark(&self, leader_log_start: i64, live: impl Fn(NodeId) -> bool) -> i64 {
+        self.followers.iter().filter(|(r, _)| live(**r)).map(|(_, f)| f.log_start).fold(leader_log_start, i64::min)
     }
 
     pub fn is_replica(&self, broker: NodeId) -> bool {
@@ -487,6 +504,24 @@ mod tests {
         assert_eq!(l.high_watermark(), 100);
         assert_eq!(l.fetch_in(9, BrokerEpoch(1), 500, 120, 30), Err(FollowerFetchError::NotReplica));
         assert!(!l.is_replica(NodeId(9)));
+    }
+
+    #[test]
+    fn the_low_watermark_is_the_smallest_log_start_over_the_live_replicas() {
+        let mut l = leader(vec![1, 2, 3], 100, 0);
+        let all_live = |_: NodeId| true;
+        assert_eq!(l.low_watermark(40, all_live), -1, "live followers that said nothing hold it");
+        l.fetch(2, 100, 100, 10);
+        l.on_follower_log_start(NodeId(2), 40);
+        l.fetch(3, 100, 100, 10);
+        l.on_follower_log_start(NodeId(3), 25);
+        assert_eq!(l.low_watermark(40, all_live), 25);
+        // A follower on a broker that is not live does not hold it (Kafka's hasAliveBroker).
+        assert_eq!(l.low_watermark(40, |r| r != NodeId(3)), 40);
+        l.on_follower_log_start(NodeId(3), 60);
+        assert_eq!(l.low_watermark(40, all_live), 40, "never above the leader's own log start");
+        l.on_follower_log_start(NodeId(9), 0);
+        assert_eq!(l.low_watermark(50, all_live), 40, "a non-replica's word is ignored");
     }
 
     #[test]

@@ -299,6 +299,14 @@ impl<W> Replica<W> {
         Ok((hw, answers))
     }
 
+    /// A follower's accepted fetch said its log start offset (see
+    /// `LeaderState::on_follower_log_start`); nothing unless this replica leads.
+    pub fn on_follower_log_start(&mut self, follower: NodeId, log_start: i64) {
+        if let Role::Leader(l) = &mut self.role {
+            l.on_follower_log_start(follower, log_start);
+        }
+    }
+
     /// The ISR change due now, if this replica leads and one is.
     pub fn isr_change(&mut self, now_ms: i64) -> Option<IsrProposal> {
         match &mut self.role {

@@ -9,6 +9,14 @@
 //! log start. So an answer is never given before the new start is durable, and readers
 //! never see a start that a crash could take back.
 //!
+//! DeleteRecords answers after a second step, as Kafka's DelayedDeleteRecords: once the
+//! partition's low watermark (`LeaderState::low_watermark`: the smallest log start over
+//! the leader and its followers on live brokers, each follower's as its last fetch said)
+//! reaches the new log start (`await_low_watermark`). It is checked again after every
+//! follower fetch of a partition with waits, and on every housekeeping tick (a follower's
+//! broker died, or the leadership moved: then NOT_LEADER_OR_FOLLOWER). The handler bounds
+//! the wait by the request's timeout.
+//!
 //! Invariants: one round at a time per shard, so writes of one partition's checkpoint
 //! never overlap; a round writes at least the log start already applied, so the file
 //! never goes back; a move names the log's `instance`, so a move for a log deleted (and
@@ -37,6 +45,12 @@ fn answer(waiters: Vec<LogStartWaiter>, outcome: Result<Offset, &dyn Fn() -> Par
             Err(error) => Err(error()),
         });
     }
+}
+
+/// DeleteRecords answers waiting for the low watermark to reach an offset, by partition.
+#[derive(Default)]
+pub(super) struct LowWatermarkWaits {
+    waits: HashMap<TopicPartition, Vec<(i64, LogStartWaiter)>>,
 }
 
 /// Moves asked for and not taken by a round yet, by partition.
@@ -96,6 +110,59 @@ impl Shard {
         let (tx, rx) = oneshot::channel();
         self.request_log_start(tp, Offset(target), Some(tx));
         Ok(rx)
+    }
+
+    /// `tp`'s low watermark if this broker leads it (see `LeaderState::low_watermark`).
+    fn low_watermark(&self, tp: &TopicPartition) -> Option<i64> {
+        let p = self.partitions.get(tp)?;
+        let leader = p.replica.leader_state()?;
+        let live = |b| self.view.broker_info(b).is_some_and(|info| info.is_live());
+        Some(leader.low_watermark(p.log.log_start_offset().0, live))
+    }
+
+    /// DeleteRecords, second step: resolves with `tp`'s low watermark once it reaches
+    /// `offset` (at once if it has), or with NOT_LEADER_OR_FOLLOWER if the leadership
+    /// goes first.
+    pub(super) fn await_low_watermark(&mut self, tp: &TopicPartition, offset: i64) -> LogStartWait {
+        let (tx, rx) = oneshot::channel();
+        self.low_watermark_waits.waits.entry(tp.clone()).or_default().push((offset, tx));
+        self.check_low_watermarks(Some(tp));
+        rx
+    }
+
+    /// Answer the DeleteRecords waits that are settled: of `tp`, or of every partition.
+    /// Waits whose requests are gone (timed out) are dropped.
+    pub(super) fn check_low_watermarks(&mut self, tp: Option<&TopicPartition>) {
+        if self.low_watermark_waits.waits.is_empty() {
+            return;
+        }
+        let tps: Vec<TopicPartition> = match tp {
+            Some(tp) if self.low_watermark_waits.waits.contains_key(tp) => vec![tp.clone()],
+            Some(_) => return,
+            None => self.low_watermark_waits.waits.keys().cloned().collect(),
+        };
+        for tp in tps {
+            let low = self.low_watermark(&tp);
+            let Some(waits) = self.low_watermark_waits.waits.get_mut(&tp) else { continue };
+            waits.retain(|(_, w)| !w.is_canceled());
+            let mut i = 0;
+            while i < waits.len() {
+                let settled = match low {
+                    None => Some(Err(PartitionError::NotLeader(tp.clone()))),
+                    Some(low) if low >= waits[i].0 => Some(Ok(Offset(low))),
+                    Some(_) => None,
+                };
+                match settled {
+                    Some(outcome) => {
+                        let _ = waits.swap_remove(i).1.send(outcome);
+                    }
+                    None => i += 1,
+                }
+            }
+            if waits.is_empty() {
+                self.low_watermark_waits.waits.remove(&tp);
+            }
+        }
     }
 
     /// A follower learned its leader's log start from a fetch answer: its own moves up

@@ -121,7 +121,8 @@ pub enum PartitionOp {
     /// (who reads only below the high watermark); `current_leader_epoch`:
     /// `LeaderEpoch::UNDEFINED` or the epoch the fetcher believes current (KIP-320);
     /// `replica_epoch`: the follower's broker epoch
-    /// (`replication::NO_BROKER_EPOCH` when it sends none; KIP-903).
+    /// (`replication::NO_BROKER_EPOCH` when it sends none; KIP-903);
+    /// `replica_log_start`: the follower's log start offset (-1: none sent).
     /// `read_committed`: a consumer's isolation level 1, which reads only below the
     /// last stable offset and is told of the aborted transactions in what it read.
     Fetch {
@@ -132,6 +133,7 @@ pub enum PartitionOp {
         min_one_batch: bool,
         replica: NodeId,
         replica_epoch: BrokerEpoch,
+        replica_log_start: i64,
         current_leader_epoch: LeaderEpoch,
         now_ms: i64,
     },
@@ -153,6 +155,9 @@ pub enum PartitionOp {
     /// DeleteRecords: move the leader's log start offset to `offset` (-1: the high
     /// watermark), durably, then answer (`log_start.rs`).
     DeleteRecords { tp: TopicPartition, offset: i64 },
+    /// DeleteRecords, second step: answer once the low watermark (the smallest log start
+    /// over the live replicas) reaches `offset` (`log_start.rs`).
+    AwaitLowWatermark { tp: TopicPartition, offset: i64 },
     /// DescribeLogDirs: this replica's size and offsets, if its log is open.
     DescribeLog { tp: TopicPartition },
 }
@@ -170,6 +175,7 @@ impl PartitionOp {
             | PartitionOp::RefreshConfig { tp }
             | PartitionOp::DescribeProducers { tp }
             | PartitionOp::DeleteRecords { tp, .. }
+            | PartitionOp::AwaitLowWatermark { tp, .. }
             | PartitionOp::DescribeLog { tp } => tp,
         }
     }
@@ -299,6 +305,8 @@ pub enum PartitionReply {
     Producers(Vec<ProducerSummary>),
     /// DeleteRecords: resolves with the new log start once it is durable and applied.
     LogStartMoving(LogStartWait),
+    /// DeleteRecords' second step: resolves with the low watermark once it is reached.
+    LowWatermarkReached(LogStartWait),
     /// DescribeLogDirs: the replica's segment bytes, log end and high watermark.
     LogDescribed {
         size_bytes: u64,
@@ -423,6 +431,8 @@ pub struct Shard {
     next_group_load_id: u64,
     /// Log start moves asked for, written and applied in rounds (`log_start.rs`).
     log_start_moves: log_start::LogStartMoves,
+    /// DeleteRecords answers waiting for their partition's low watermark (`log_start.rs`).
+    low_watermark_waits: log_start::LowWatermarkWaits,
     /// The transaction coordinator for the ids of the `__transaction_state` partitions
     /// this shard owns and this broker leads (`txns.rs`), and those partitions.
     txns: crate::txn::coordinator::TxnCoordinator,
@@ -467,6 +477,7 @@ impl Shard {
             group_load_queue: Vec::new(),
             next_group_load_id: 0,
             log_start_moves: Default::default(),
+            low_watermark_waits: Default::default(),
             txns: crate::txn::coordinator::TxnCoordinator::new(crate::txn::coordinator::TRANSACTION_MAX_TIMEOUT_MS),
             txn_partitions: HashMap::new(),
             txn_load_queue: Vec::new(),
@@ -920,9 +931,9 @@ impl Shard {
             PartitionOp::Fetch { tp, current_leader_epoch, .. }
             | PartitionOp::EpochEndOffset { tp, current_leader_epoch, .. } => Some((tp, 0, *current_leader_epoch)),
             PartitionOp::ListOffset { tp, current_leader_epoch, .. } => Some((tp, 0, *current_leader_epoch)),
-            PartitionOp::DescribeProducers { tp } | PartitionOp::DeleteRecords { tp, .. } => {
-                Some((tp, 0, LeaderEpoch::UNDEFINED))
-            }
+            PartitionOp::DescribeProducers { tp }
+            | PartitionOp::DeleteRecords { tp, .. }
+            | PartitionOp::AwaitLowWatermark { tp, .. } => Some((tp, 0, LeaderEpoch::UNDEFINED)),
             _ => None,
         };
         if let Some((tp, now_ms, epoch)) = led {
@@ -992,6 +1003,7 @@ impl Shard {
                 min_one_batch,
                 replica,
                 replica_epoch,
+                replica_log_start,
                 current_leader_epoch,
                 now_ms,
             } => {
@@ -1011,6 +1023,7 @@ impl Shard {
                     );
                     match fetched {
                         Ok((_, answers)) => {
+                            p.replica.on_follower_log_start(replica, replica_log_start);
                             let wake = replica::hw_moved(p, before);
                             replica::deliver(p, answers, wake);
                         }
@@ -1041,14 +1054,19 @@ impl Shard {
                 } else {
                     FetchRecords::Copied(plan.read_to_vec().map_err(LogError::Io)?)
                 };
-                Ok(PartitionReply::Fetched(FetchData {
+                let fetched = FetchData {
                     high_watermark,
                     readable_end: upper,
                     log_start_offset: p.log.log_start_offset(),
                     last_stable_offset,
                     aborted,
                     records,
-                }))
+                };
+                if replica.get() >= 0 {
+                    // The follower's log start may have let a DeleteRecords complete.
+                    self.check_low_watermarks(Some(&tp));
+                }
+                Ok(PartitionReply::Fetched(fetched))
             }
             PartitionOp::ListOffset { tp, timestamp_ms: spec, read_committed, .. } => {
                 use list_offsets::*;
@@ -1125,6 +1143,9 @@ impl Shard {
             PartitionOp::DeleteRecords { tp, offset } => {
                 Ok(PartitionReply::LogStartMoving(self.delete_records(&tp, offset)?))
             }
+            PartitionOp::AwaitLowWatermark { tp, offset } => {
+                Ok(PartitionReply::LowWatermarkReached(self.await_low_watermark(&tp, offset)))
+            }
             PartitionOp::DescribeLog { tp } => {
                 let p = self.partitions.get(&tp).ok_or(PartitionError::UnknownTopicOrPartition(tp))?;
                 Ok(PartitionReply::LogDescribed {
@@ -1163,6 +1184,8 @@ impl Shard {
     /// Housekeeping on a timer: roll by segment.ms, retention, flush.ms.
     pub fn tick(&mut self, now_ms: i64, run_retention: bool) {
         self.sync_registry();
+        // A follower's broker died, or leadership moved: DeleteRecords waits settle.
+        self.check_low_watermarks(None);
         for (tp, p) in self.partitions.iter_mut() {
             if p.log.offline_reason().is_some() {
                 continue; // said once when it went offline; nothing to roll, retain or flush

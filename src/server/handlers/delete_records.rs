@@ -2,12 +2,17 @@
 //! offset (-1: the high watermark), as Kafka does: above the high watermark is
 //! OFFSET_OUT_OF_RANGE, a replica that does not lead answers NOT_LEADER_OR_FOLLOWER
 //! (clients send each partition to its leader), and the answer's low watermark is the
-//! new log start. The answer comes once the new log start is durable on the leader
-//! (`shard/log_start.rs`); followers take it from their next fetch answer. Kafka also
-//! waits for every live follower's log start to reach it (its DelayedDeleteRecords):
-//! Spate does not.
+//! partition's low watermark. The leader's new log start is made durable first
+//! (`shard/log_start.rs`); followers take it from their next fetch answer and say their
+//! own in the fetch after. The answer comes, as Kafka's DelayedDeleteRecords, once the
+//! low watermark (the smallest log start over the leader and its followers on live
+//! brokers) reaches the new log start; past the request's timeout it is
+//! REQUEST_TIMED_OUT (the records are deleted on the leader all the same).
+
+use std::time::Duration;
 
 use bytes::Bytes;
+use futures::future::{select, Either};
 use kafka_protocol::messages::delete_records_response::{DeleteRecordsPartitionResult, DeleteRecordsTopicResult};
 use kafka_protocol::messages::{ApiKey, DeleteRecordsRequest, DeleteRecordsResponse};
 
@@ -20,6 +25,7 @@ use super::{partition_error_code, respond};
 
 pub async fn handle(ctx: &ShardContext, frame: &RequestFrame) -> Result<Bytes, ProtocolError> {
     let req: DeleteRecordsRequest = decode_body(frame)?;
+    let timeout = Duration::from_millis(u64::try_from(req.timeout_ms).unwrap_or(0));
     let mut topics = Vec::with_capacity(req.topics.len());
     for t in &req.topics {
         // Kafka's handleDeleteRecordsRequest: DELETE on the topic.
@@ -36,15 +42,27 @@ pub async fn handle(ctx: &ShardContext, frame: &RequestFrame) -> Result<Bytes, P
                 return (-1, error_code::TOPIC_AUTHORIZATION_FAILED);
             }
             let tp = TopicPartition::new(t.name.as_str(), p.partition_index);
-            match ctx.call(PartitionOp::DeleteRecords { tp: tp.clone(), offset: p.offset }).await {
-                Ok(PartitionReply::LogStartMoving(moved)) => match moved.await {
-                    Ok(Ok(low_watermark)) => (low_watermark.0, error_code::NONE),
-                    Ok(Err(e)) => (-1, partition_error_code(&e)),
-                    // The owner shard dropped the move (shutting down).
-                    Err(_) => (-1, error_code::NOT_LEADER_OR_FOLLOWER),
-                },
+            let log_start = match ctx.call(PartitionOp::DeleteRecords { tp: tp.clone(), offset: p.offset }).await {
+                Ok(PartitionReply::LogStartMoving(moved)) => moved.await,
                 Ok(other) => unreachable!("DeleteRecords answered {other:?}"),
-                Err(e) => (-1, partition_error_code(&e)),
+                Err(e) => return (-1, partition_error_code(&e)),
+            };
+            let log_start = match log_start {
+                Ok(Ok(log_start)) => log_start,
+                Ok(Err(e)) => return (-1, partition_error_code(&e)),
+                // The owner shard dropped the move (shutting down).
+                Err(_) => return (-1, error_code::NOT_LEADER_OR_FOLLOWER),
+            };
+            let reached = match ctx.call(PartitionOp::AwaitLowWatermark { tp, offset: log_start.0 }).await {
+                Ok(PartitionReply::LowWatermarkReached(reached)) => reached,
+                Ok(other) => unreachable!("AwaitLowWatermark answered {other:?}"),
+                Err(e) => return (-1, partition_error_code(&e)),
+            };
+            match select(reached, Box::pin(glommio::timer::sleep(timeout))).await {
+                Either::Left((Ok(Ok(low_watermark)), _)) => (low_watermark.0, error_code::NONE),
+                Either::Left((Ok(Err(e)), _)) => (-1, partition_error_code(&e)),
+                Either::Left((Err(_), _)) => (-1, error_code::NOT_LEADER_OR_FOLLOWER),
+                Either::Right(_) => (-1, error_code::REQUEST_TIMED_OUT),
             }
         });
         let replies = futures::future::join_all(calls).await;

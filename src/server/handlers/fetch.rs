@@ -242,6 +242,7 @@ async fn fetch_once(
                 min_one_batch: true,
                 replica: NodeId(req.replica_id.0),
                 replica_epoch,
+                replica_log_start: p.log_start_offset,
                 current_leader_epoch: LeaderEpoch(p.current_leader_epoch),
                 now_ms: now_ms(),
             })
