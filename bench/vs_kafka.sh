@@ -32,6 +32,8 @@
 #   LONG=600     seconds of the latency run          BUCKET=60  seconds per latency bucket
 #   PERF_RECORDS=1000000  records per perf-tool run  SKIP_LONG=1 / SKIP_FSYNC=1 / SKIP_JAVA=1
 #   WORKLOADS=regex  only the spate-bench workloads whose name matches (grep -E)
+#   SYSCALLS=1   trace each broker's system calls over each spate-bench run (perf trace -s,
+#                its own cost shows in the MB/s): per request and per MB in syscalls.txt
 #   OUT=/tmp/spate-vs-kafka-<time>   results.tsv, table.md, JSON, SVG plots, broker logs
 #   SPATE_BIN, SPATE_BENCH_BIN
 # Needs java 17 and mvn (scripts/install-deps resolves tests/kafka-tools; this script
@@ -248,8 +250,19 @@ sb() {
       local j="${DIR[$sys]}/$tag-$r.json"
       log "$sys fsync=$fsync $name (round $r)"
       if [ "$parts" -gt 0 ]; then create_topic "${PORT[$sys]}" "$topic" "$parts"; fi
+      local tracer=""
+      if [ "${SYSCALLS:-0}" = 1 ]; then # the broker's system calls over the run (perf trace -s)
+        perf trace -s -p "${PID[$sys]}" -o "${j%.json}.syscalls" > /dev/null 2>&1 & tracer=$!
+        sleep 1
+      fi
       "$SPATE_BENCH_BIN" --bootstrap "127.0.0.1:${PORT[$sys]}" --message-size $MSG --topic "$topic" "$@" --label "$sys $name" \
         --json "$j" > "${j%.json}.txt" 2> "${j%.json}.err" || log "$sys $name failed: $(tail -2 "${j%.json}.err")"
+      if [ -n "$tracer" ]; then
+        kill -INT "$tracer"; wait "$tracer" || true
+        if [ -s "$j" ]; then
+          python3 "$ROOT/bench/syscall_summary.py" "${j%.json}.syscalls" "$j" "$sys fsync=$fsync $name round $r" >> "$OUT/syscalls.txt"
+        fi
+      fi
       if [ -s "$j" ]; then bench_row "$sys" "$fsync" "$name" "$r" "$j"; fi
       if [ "$del" = 1 ] || { [ "$del" = 2 ] && [ "$r" = "$ROUNDS" ]; }; then delete_topics "${PORT[$sys]}"; fi
     done
