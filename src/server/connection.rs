@@ -12,7 +12,10 @@
 //! wait on one another's partial frames. The request holds its reservation until its
 //! handler is done. The buffer itself starts at `frame_read_initial_bytes_max` at most
 //! and doubles as bytes arrive, so a frame declared long and sent slowly (or never)
-//! holds about what arrived. A connection that sends nothing for
+//! holds about what arrived. Socket reads go through a per-connection read-ahead
+//! buffer (`connection_read_ahead_bytes`), so a small request costs one read; the
+//! bytes read ahead of the next frame are not reserved, at most that buffer's size.
+//! A connection that sends nothing for
 //! `connections.max.idle.ms` with no request of its own in flight (or waits that long
 //! for budget) is closed.
 
@@ -78,11 +81,54 @@ async fn read_some<R: AsyncRead + Unpin>(
     }
 }
 
+/// A connection's reading side with read-ahead: one socket read takes up to
+/// `connection_read_ahead_bytes`, so a small request's length prefix and body (and the
+/// next request's, when the client pipelines) cost one system call, not two or more.
+/// A destination at least as large as the buffer, with nothing read ahead, is read into
+/// directly (a large body is not copied twice).
+struct ReadAhead<R> {
+    inner: R,
+    buf: Box<[u8]>,
+    /// What was read ahead and not handed out yet: `buf[start..end]`.
+    start: usize,
+    end: usize,
+}
+
+impl<R: AsyncRead + Unpin> ReadAhead<R> {
+    fn new(inner: R) -> Self {
+        Self { inner, buf: vec![0u8; limits::connection_read_ahead_bytes].into_boxed_slice(), start: 0, end: 0 }
+    }
+
+    /// Read at least one byte into `dst` (Ok(0): EOF, or an empty `dst`), what was read
+    /// ahead first.
+    async fn read_some(&mut self, dst: &mut [u8], pending: &Cell<usize>) -> Result<usize, ReadEnd> {
+        if dst.is_empty() {
+            return Ok(0);
+        }
+        if self.start == self.end {
+            if dst.len() >= self.buf.len() {
+                return read_some(&mut self.inner, dst, pending).await;
+            }
+            let n = read_some(&mut self.inner, &mut self.buf, pending).await?;
+            self.start = 0;
+            self.end = n;
+        }
+        let n = dst.len().min(self.end - self.start);
+        dst[..n].copy_from_slice(&self.buf[self.start..self.start + n]);
+        self.start += n;
+        Ok(n)
+    }
+}
+
 /// Fill `buf` completely.
-async fn read_full<R: AsyncRead + Unpin>(reader: &mut R, buf: &mut [u8], pending: &Cell<usize>) -> Result<(), ReadEnd> {
+async fn read_full<R: AsyncRead + Unpin>(
+    reader: &mut ReadAhead<R>,
+    buf: &mut [u8],
+    pending: &Cell<usize>,
+) -> Result<(), ReadEnd> {
     let mut filled = 0;
     while filled < buf.len() {
-        match read_some(reader, &mut buf[filled..], pending).await? {
+        match reader.read_some(&mut buf[filled..], pending).await? {
             0 => return Err(ReadEnd::Closed),
             n => filled += n,
         }
@@ -109,7 +155,7 @@ async fn reserve(ctx: &ShardContext, bytes: usize) -> Result<ByteReservation, Re
 /// buffer grows (doubling) as bytes arrive. Returns the frame and its reservation.
 async fn read_frame<R: AsyncRead + Unpin>(
     ctx: &ShardContext,
-    reader: &mut R,
+    reader: &mut ReadAhead<R>,
     len: usize,
     pending: &Cell<usize>,
 ) -> Result<(Bytes, ByteReservation), ReadEnd> {
@@ -123,7 +169,7 @@ async fn read_frame<R: AsyncRead + Unpin>(
             bigger[..filled].copy_from_slice(&buf[..filled]);
             buf = bigger;
         }
-        match read_some(reader, &mut buf[filled..], pending).await? {
+        match reader.read_some(&mut buf[filled..], pending).await? {
             0 => return Err(ReadEnd::Closed),
             n => filled += n,
         }
@@ -214,7 +260,8 @@ async fn run<S>(
 {
     let ConnectionInfo { peer, client_host, fd } = info;
     let counters = ctx.metrics.shard(ctx.id);
-    let (mut reader, mut writer) = futures_lite::io::split(stream);
+    let (reader, mut writer) = futures_lite::io::split(stream);
+    let mut reader = ReadAhead::new(reader);
     let (tx, rx) = glommio::channels::local_channel::new_bounded::<Pending>(limits::connection_in_flight_max);
     // Requests of this connection read and not yet answered.
     let pending = Rc::new(Cell::new(0usize));
@@ -510,4 +557,83 @@ async fn copy_file_range_to<W: futures_lite::AsyncWrite + Unpin>(
         at += n as u64;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use std::pin::Pin;
+    use std::task::{Context, Poll};
+
+    use super::*;
+
+    /// A socket that hands out its bytes at most `chunk` at a time, counting reads.
+    struct Chunked {
+        data: Vec<u8>,
+        at: usize,
+        chunk: usize,
+        reads: usize,
+    }
+
+    impl AsyncRead for Chunked {
+        fn poll_read(mut self: Pin<&mut Self>, _: &mut Context<'_>, buf: &mut [u8]) -> Poll<std::io::Result<usize>> {
+            let n = buf.len().min(self.chunk).min(self.data.len() - self.at);
+            let at = self.at;
+            buf[..n].copy_from_slice(&self.data[at..at + n]);
+            self.at += n;
+            self.reads += 1;
+            Poll::Ready(Ok(n))
+        }
+    }
+
+    /// Frames as a client pipelines them: length prefix, body.
+    fn frames(sizes: &[usize]) -> (Vec<u8>, Vec<Vec<u8>>) {
+        let bodies: Vec<Vec<u8>> =
+            sizes.iter().enumerate().map(|(i, n)| (0..*n).map(|j| (i * 31 + j * 7) as u8).collect()).collect();
+        let mut wire = Vec::new();
+        for b in &bodies {
+            wire.extend_from_slice(&(b.len() as u32).to_be_bytes());
+            wire.extend_from_slice(b);
+        }
+        (wire, bodies)
+    }
+
+    /// Read every frame back through the read-ahead: length prefix, then body.
+    fn read_back(wire: Vec<u8>, chunk: usize, count: usize) -> (Vec<Vec<u8>>, usize, bool) {
+        let mut r = ReadAhead::new(Chunked { data: wire, at: 0, chunk, reads: 0 });
+        let pending = Cell::new(0);
+        futures::executor::block_on(async {
+            let mut got = Vec::new();
+            for _ in 0..count {
+                let mut len = [0u8; 4];
+                read_full(&mut r, &mut len, &pending).await.ok().expect("length prefix");
+                let mut body = vec![0u8; u32::from_be_bytes(len) as usize];
+                read_full(&mut r, &mut body, &pending).await.ok().expect("body");
+                got.push(body);
+            }
+            let mut more = [0u8; 1];
+            let eof = matches!(read_full(&mut r, &mut more, &pending).await, Err(ReadEnd::Closed));
+            (got, r.inner.reads, eof)
+        })
+    }
+
+    #[test]
+    fn read_ahead_returns_every_frame_intact_however_the_socket_splits_them() {
+        let big = limits::connection_read_ahead_bytes;
+        let sizes = [0, 1, 9, 300, big - 4, big, big + 1, 3 * big + 17, 5];
+        for chunk in [1, 3, 4, 5, 4096, big - 1, big, big + 1, usize::MAX] {
+            let (wire, bodies) = frames(&sizes);
+            let (got, _, eof) = read_back(wire, chunk, sizes.len());
+            assert!(got == bodies, "chunk {chunk}: frames differ");
+            assert!(eof, "chunk {chunk}: EOF after the last frame");
+        }
+    }
+
+    #[test]
+    fn small_pipelined_frames_cost_one_socket_read_between_them() {
+        // Twenty 500-byte requests sent at once: the first read takes all of them.
+        let (wire, bodies) = frames(&[500; 20]);
+        let (got, reads, _) = read_back(wire, usize::MAX, 20);
+        assert!(got == bodies);
+        assert_eq!(reads, 2, "one read for the twenty frames, one for EOF");
+    }
 }
