@@ -14,7 +14,7 @@ from confluent_kafka.admin import OffsetSpec
 from helpers.clients import admin, cf_consume, cf_consumer, cf_produce, create_topic, kcat, \
     kp_consumer
 from helpers.wire import _read_uvarint, _varint_unsigned, api_versions_request, call, frame, \
-    parse_api_versions_v0, parse_produce_v3, produce_v3, record_batch, request_header_v1
+    parse_api_versions_v0, produce_v3_settled, record_batch, request_header_v1
 
 TS0 = 1_700_000_000_000  # fixed CreateTime timestamps, 1 s apart
 
@@ -259,12 +259,8 @@ def max_timestamp_topic(bootstrap, broker, topic):
     for first, stamps, codec in MAX_TS_BATCHES:
         batch = record_batch([b"v%d " % i + b"x" * 200 for i in range(len(stamps))], timestamps=stamps,
                              gzip=codec == "gzip")
-        deadline = time.monotonic() + 30
-        while True:  # a new partition may not be led yet: retry its retriable answer
-            error, base = parse_produce_v3(call(broker.port, produce_v3(topic, 0, batch, acks=1)))
-            if error != 6 or time.monotonic() > deadline:  # 6: NOT_LEADER_OR_FOLLOWER
-                break
-            time.sleep(0.1)
+        # A new partition may not be led yet: its retriable answers are sent again.
+        error, base = produce_v3_settled(broker.port, topic, 0, batch, acks=1)
         assert (error, base) == (0, first), f"batch at {first}: error {error}, base offset {base}"
     want = [(first, len(stamps), CODECS[codec], max(stamps)) for first, stamps, codec in MAX_TS_BATCHES]
     assert stored_batches(broker, topic) == want
