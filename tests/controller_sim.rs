@@ -460,7 +460,7 @@ fn run_seed(seed: u64) -> Result<(), String> {
                             Some(target)
                         };
                         action = format!("reassign {topic}-{p} {current:?} -> {target:?}");
-                        match (c.alter_reassignment(&topic, p, target.clone()), &target) {
+                        match (c.alter_reassignment(&topic, p, target.clone(), true), &target) {
                             (Ok(ch), Some(target)) => {
                                 changes.extend(ch);
                                 let replicas = c.replicas(&topic, p).unwrap().to_vec();

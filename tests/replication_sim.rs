@@ -1491,7 +1491,7 @@ impl Sim {
             Some(target)
         };
         self.count("reassignments asked");
-        match self.controller.alter_reassignment(TOPIC, p as i32, target.clone()) {
+        match self.controller.alter_reassignment(TOPIC, p as i32, target.clone(), true) {
             Ok(changes) => {
                 self.note(format!("operator: reassign p{p} {current:?} -> {target:?}"));
                 self.controller_changed(changes);
@@ -1513,7 +1513,7 @@ impl Sim {
             }
             let missing: Vec<NodeId> = BROKER_IDS.iter().copied().filter(|id| !target.contains(id)).collect();
             target.extend(missing);
-            match self.controller.alter_reassignment(TOPIC, p as i32, Some(target.clone())) {
+            match self.controller.alter_reassignment(TOPIC, p as i32, Some(target.clone()), true) {
                 Ok(changes) => {
                     self.note(format!("operator: p{p} back on {target:?}"));
                     self.controller_changed(changes);

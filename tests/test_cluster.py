@@ -325,6 +325,50 @@ def test_broker_cut_off_from_the_coordinator_keeps_serving(broker_factory):
 
 # ---- ZooKeeper ----
 
+def test_zookeeper_legacy_reassign_partitions_znode(broker_factory, zookeeper, tmp_path):
+    """Kafka's legacy reassignment path: an operator writes `/admin/reassign_partitions`
+    with a plain ZooKeeper client (as the pre-KIP-455 tool did). The active coordinator
+    moves the partition from brokers 1,2 to 2,3 (broker 3 copies the log and joins the
+    ISR, broker 1 leaves and deletes its copy), drops the entry for a topic that does
+    not exist, and deletes the znode once the move is done. Kafka's documents then show
+    the new replicas; every acknowledged record is read back from the new leader."""
+    from helpers.clients import cf_read_partition
+    from confluent_kafka.admin import NewTopic
+    url = f"zookeeper://{zookeeper}/legacy"
+    brokers = {i: broker_factory(*cluster_args(i), "--metadata", url, "--zookeeper-session-timeout-ms",
+                                 str(ZK_SESSION_MS), name=f"b{i}", cores=1) for i in (1, 2, 3)}
+    wait_brokers(brokers[1].bootstrap, {b.port for b in brokers.values()})
+    topic = "zk-legacy-move"
+    a = admin(brokers[2].bootstrap)
+    a.create_topics([NewTopic(topic, 1, replica_assignment=[[1, 2]])])[topic].result(20)
+    sent = [f"legacy-{i}".encode() for i in range(300)]
+    wait_for(lambda: cf_produce(brokers[1].bootstrap, topic,
+                                [{"value": v, "partition": 0} for v in sent], acks="all"),
+             lambda n: True, 30, "the records acknowledged")
+    zk = zk_client(zookeeper)
+    try:
+        zk.chroot = "/legacy"
+        request = {"version": 1, "partitions": [{"topic": topic, "partition": 0, "replicas": [2, 3]},
+                                                {"topic": "no-such-topic", "partition": 0, "replicas": [1]}]}
+        zk.create("/admin/reassign_partitions", json.dumps(request).encode(), makepath=True)
+        wait_for(lambda: zk.exists("/admin/reassign_partitions"), lambda st: st is None, 60,
+                 "the coordinator to finish the move and delete /admin/reassign_partitions")
+        doc = zk_json(zk, f"/brokers/topics/{topic}")
+        assert doc["partitions"] == {"0": [2, 3]}, doc
+        assert not doc.get("adding_replicas") and not doc.get("removing_replicas"), doc
+        state = zk_json(zk, f"/brokers/topics/{topic}/partitions/0/state")
+        assert sorted(state["isr"]) == [2, 3] and state["leader"] in (2, 3), state
+    finally:
+        zk.stop()
+    md = wait_for(lambda: admin(brokers[1].bootstrap).list_topics(topic, timeout=10).topics[topic].partitions[0],
+                  lambda p: sorted(p.replicas) == [2, 3] and sorted(p.isrs) == [2, 3], 20,
+                  "broker 1's metadata to show the new replicas")
+    assert cf_read_partition(brokers[md.leader].bootstrap, topic, 0) == sent
+    wait_for(lambda: (brokers[1].data_dir / f"{topic}-0").exists(), lambda there: not there, 20,
+             "broker 1 to delete its copy")
+    assert (brokers[3].data_dir / f"{topic}-0").exists()
+
+
 @pytest.mark.slow
 def test_zookeeper_cluster_and_coordinator_failover(broker_factory, zookeeper):
     url = f"zookeeper://{zookeeper}/cluster"

@@ -31,7 +31,8 @@ on each broker's disk):
   broker joins) under acks=all load: --execute, --verify, the old leader's copy gone,
   the new replicas byte for byte equal, every acknowledged record read back; a move
   that cannot finish (its new broker stopped) is shown by --list and --verify and
-  taken back by --cancel.
+  taken back by --cancel. With "log_dirs" (AlterReplicaLogDirs; one dir per broker)
+  and with --disallow-replication-factor-change (KIP-860).
 - raw DeleteRecords errors (not the leader, above the high watermark, unknown
   partition); raw DescribeCluster v0/v1 and confluent-kafka's describe_cluster().
 - confluent-kafka's NewTopic(replica_assignment=...) and NewPartitions(replica_assignment=
@@ -1393,6 +1394,65 @@ def test_kafka_reassign_partitions_throttle_paces_the_copy(cluster, tools_classp
     assert configs["follower.replication.throttled.replicas"] == "", configs
     for b in ("1", "2", "3"):
         assert describe(a, ConfigResource.Type.BROKER, b)["leader.replication.throttled.rate"] == str(2**63 - 1)
+
+
+def test_kafka_reassign_partitions_log_dirs_and_fixed_replication_factor(cluster, tools_classpath, tmp_path):
+    """kafka-reassign-partitions with "log_dirs" in its JSON (AlterReplicaLogDirs) and
+    with --disallow-replication-factor-change (AlterPartitionReassignments v1, KIP-860).
+    Each broker has one log dir: a move naming each target broker's data dir starts its
+    log dir moves (the new replica's once it exists) and --verify reports every replica
+    in its dir, as DescribeLogDirs shows it; a dir a broker does not have fails the
+    tool with LogDirNotFoundException. A move that would change the replication factor
+    is refused under the flag and leaves the partition as it was; one that keeps it
+    goes through."""
+    b1, b2, b3 = cluster
+    topic = "tools-dirs"
+    assert create_error(b1.bootstrap, topic, [[1, 2]]) == (0, "")
+    wait_view(b1.bootstrap, topic, [[1, 2]])
+    values = [f"ld-{i}".encode() for i in range(50)]
+    cf_produce(b1.bootstrap, topic, [{"value": v, "partition": 0} for v in values], acks="all")
+    dirs = {n + 1: os.path.abspath(b.data_dir) for n, b in enumerate(cluster)}
+
+    move = tmp_path / "dirs.json"
+    move.write_text(json.dumps({"version": 1, "partitions": [
+        {"topic": topic, "partition": 0, "replicas": [2, 3], "log_dirs": [dirs[2], dirs[3]]}]}))
+    rc, out = reassign_tool(tools_classpath, b2.bootstrap, "--execute", "--reassignment-json-file", move)
+    assert rc == 0 and f"Successfully started partition reassignment for {topic}-0" in out, out
+    for b in (2, 3):
+        assert f"Successfully started moving log directory to {dirs[b]} for replica {topic}-0 with broker {b}" in out, out
+    # The rollback file it printed names each current replica's dir as DescribeLogDirs has it.
+    assert f'"log_dirs":["{dirs[1]}","{dirs[2]}"]' in out, out
+    rc, out = wait_for(lambda: reassign_tool(tools_classpath, b3.bootstrap, "--verify", "--reassignment-json-file",
+                                             move),
+                       lambda r: f"Reassignment of partition {topic}-0 is completed." in r[1], 60,
+                       "the move with log dirs to complete")
+    assert rc == 0, out
+    for b in (2, 3):
+        assert f"Reassignment of replica {topic}-0-{b} completed successfully." in out, out
+    wait_view(b2.bootstrap, topic, [[2, 3]])
+    assert cf_read_partition(b3.bootstrap, topic, 0) == values
+
+    elsewhere = tmp_path / "elsewhere.json"
+    elsewhere.write_text(json.dumps({"version": 1, "partitions": [
+        {"topic": topic, "partition": 0, "replicas": [2, 3], "log_dirs": [str(tmp_path / "no-such-dir"), "any"]}]}))
+    rc, out = reassign_tool(tools_classpath, b2.bootstrap, "--execute", "--reassignment-json-file", elsewhere)
+    assert rc != 0 and f"Failed to alter dir for {topic}-0-2" in out, out
+    assert "Caused by: org.apache.kafka.common.errors.LogDirNotFoundException" in out, out
+
+    shrink = reassignment_file(tmp_path, "shrink.json", topic, {0: [3]})
+    rc, out = reassign_tool(tools_classpath, b3.bootstrap, "--execute", "--reassignment-json-file", shrink,
+                            "--disallow-replication-factor-change")
+    assert rc != 0 and f"{topic}-0: The replication factor is changed from 2 to 1" in out, out
+    rc, out = reassign_tool(tools_classpath, b1.bootstrap, "--list")
+    assert rc == 0 and "No partition reassignments found." in out, out
+    assert cluster_view(b1.bootstrap, topic)[0][1] == [2, 3]
+    swap = reassignment_file(tmp_path, "swap.json", topic, {0: [3, 1]})
+    rc, out = reassign_tool(tools_classpath, b3.bootstrap, "--execute", "--reassignment-json-file", swap,
+                            "--disallow-replication-factor-change")
+    assert rc == 0 and f"Successfully started partition reassignment for {topic}-0" in out, out
+    wait_for(lambda: cluster_view(b1.bootstrap, topic)[0], lambda v: v[1] == [3, 1] and sorted(v[2]) == [1, 3], 60,
+             f"{topic}-0 moved to [3, 1]")
+    assert cf_read_partition(b1.bootstrap, topic, 0) == values
 
 
 def test_kafka_configs_dynamic_min_insync_replicas(cluster, tools_classpath):

@@ -282,6 +282,10 @@ pub enum Change {
 pub enum ControllerError {
     #[error("replication factor {requested} is invalid: {available} live brokers")]
     InvalidReplicationFactor { requested: i32, available: usize },
+    /// A reassignment that would change the replication factor, where the request did
+    /// not allow it (KIP-860); Kafka's message, INVALID_REPLICATION_FACTOR.
+    #[error("The replication factor is changed from {from} to {to} but allowReplicationFactorChange is false")]
+    ReplicationFactorChanged { from: usize, to: usize },
     #[error("topic {0:?} already exists")]
     TopicExists(String),
     #[error("topic {0:?} does not exist")]
@@ -976,11 +980,18 @@ impl Controller {
     ///   with them; NO_REASSIGNMENT_IN_PROGRESS when
     ///   there is nothing to cancel. A cancel that would leave no ISR member is refused
     ///   (Kafka would need an unclean election there).
+    ///
+    /// With `allow_rf_change` false (KIP-860, AlterPartitionReassignments v1), a target
+    /// whose length differs from the partition's replication factor now (the current
+    /// target's length while a reassignment is in progress, as Kafka's
+    /// `validatePartitionReplicationFactorUnchanged`) is refused with
+    /// INVALID_REPLICATION_FACTOR; a cancel is always allowed.
     pub fn alter_reassignment(
         &mut self,
         topic: &str,
         partition: i32,
         target: Option<Vec<NodeId>>,
+        allow_rf_change: bool,
     ) -> Result<Vec<Change>, ControllerError> {
         let unknown = || ControllerError::UnknownTopicOrPartition { topic: topic.to_string(), partition };
         let t = self.topics.get(topic).ok_or_else(unknown)?;
@@ -1004,6 +1015,10 @@ impl Controller {
             }
             Some(target) => {
                 self.check_assignment(std::slice::from_ref(&target), target.len(), partition)?;
+                let factor = t.target_replicas(p).len();
+                if !allow_rf_change && target.len() != factor {
+                    return Err(ControllerError::ReplicationFactorChanged { from: factor, to: target.len() });
+                }
                 let adding_now = ongoing.map(|r| r.adding).unwrap_or_default();
                 let origin: Vec<NodeId> = current.iter().copied().filter(|x| !adding_now.contains(x)).collect();
                 let adding: Vec<NodeId> = target.iter().copied().filter(|x| !origin.contains(x)).collect();
@@ -1764,7 +1779,7 @@ mod tests {
         let mut c = four_brokers();
         let before = c.partition_state("t", 0).unwrap().clone();
         // [1,2,3] -> [2,3,4]: 4 is added; replicas are the target, then the leaving 1.
-        let changes = c.alter_reassignment("t", 0, Some(n(&[2, 3, 4]))).unwrap();
+        let changes = c.alter_reassignment("t", 0, Some(n(&[2, 3, 4])), true).unwrap();
         assert_eq!(c.replicas("t", 0).unwrap(), n(&[2, 3, 4, 1]));
         let listed: Vec<_> = c.reassignments().map(|(t, p, r, a)| (t.to_string(), p, r.to_vec(), a.clone())).collect();
         let want = Reassignment { adding: n(&[4]), removing: n(&[1]) };
@@ -1775,7 +1790,7 @@ mod tests {
         assert_eq!(s.partition_epoch, before.partition_epoch.next(), "new replicas are a new partition epoch");
         assert_eq!(s.isr, n(&[2, 3, 1]), "the ISR in the new replica order");
         // The same target again changes nothing.
-        assert!(c.alter_reassignment("t", 0, Some(n(&[2, 3, 4]))).unwrap().is_empty());
+        assert!(c.alter_reassignment("t", 0, Some(n(&[2, 3, 4])), true).unwrap().is_empty());
         // 4 catches up: the reassignment completes in the same step; 1 leaves and its
         // leadership goes to the first target replica in the ISR.
         alter_isr(&mut c, &[1, 2, 3, 4]);
@@ -1786,15 +1801,18 @@ mod tests {
         assert_eq!(s.leader_epoch, before.leader_epoch.next());
         c.check_invariants().unwrap();
         // Nothing left to cancel.
-        assert!(matches!(c.alter_reassignment("t", 0, None), Err(ControllerError::NoReassignmentInProgress { .. })));
+        assert!(matches!(
+            c.alter_reassignment("t", 0, None, true),
+            Err(ControllerError::NoReassignmentInProgress { .. })
+        ));
     }
 
     #[test]
     fn a_cancelled_reassignment_goes_back_to_the_original_replicas() {
         let mut c = four_brokers();
-        c.alter_reassignment("t", 0, Some(n(&[4, 2, 3]))).unwrap();
+        c.alter_reassignment("t", 0, Some(n(&[4, 2, 3])), true).unwrap();
         assert_eq!(c.replicas("t", 0).unwrap(), n(&[4, 2, 3, 1]));
-        c.alter_reassignment("t", 0, None).unwrap();
+        c.alter_reassignment("t", 0, None, true).unwrap();
         // The original replicas, in the order they have among the current ones (as
         // Kafka's revert: the first one is no longer the preferred leader).
         assert_eq!(c.replicas("t", 0).unwrap(), n(&[2, 3, 1]));
@@ -1807,10 +1825,10 @@ mod tests {
     #[test]
     fn a_reorder_or_a_shrink_in_the_isr_completes_at_once() {
         let mut c = four_brokers();
-        c.alter_reassignment("t", 0, Some(n(&[3, 2, 1]))).unwrap();
+        c.alter_reassignment("t", 0, Some(n(&[3, 2, 1])), true).unwrap();
         assert_eq!((c.replicas("t", 0).unwrap().to_vec(), c.reassignments().count()), (n(&[3, 2, 1]), 0));
         assert_eq!(c.leader_of("t", 0), Some(NodeId(1)), "the leader stays; a preferred election moves it");
-        c.alter_reassignment("t", 0, Some(n(&[2]))).unwrap();
+        c.alter_reassignment("t", 0, Some(n(&[2])), true).unwrap();
         assert_eq!(c.replicas("t", 0).unwrap(), n(&[2]));
         assert_eq!((c.leader_of("t", 0), isr_of(&c)), (Some(NodeId(2)), n(&[2])));
         // The topic's replication factor follows the target (CreatePartitions uses it).
@@ -1825,30 +1843,60 @@ mod tests {
         for bad in [vec![], n(&[2, 2]), n(&[2, 9])] {
             assert!(
                 matches!(
-                    c.alter_reassignment("t", 0, Some(bad.clone())),
+                    c.alter_reassignment("t", 0, Some(bad.clone()), true),
                     Err(ControllerError::InvalidReplicaAssignment(_))
                 ),
                 "{bad:?}"
             );
         }
         assert!(matches!(
-            c.alter_reassignment("t", 1, Some(n(&[1]))),
+            c.alter_reassignment("t", 1, Some(n(&[1])), true),
             Err(ControllerError::UnknownTopicOrPartition { .. })
         ));
         assert!(matches!(
-            c.alter_reassignment("nope", 0, Some(n(&[1]))),
+            c.alter_reassignment("nope", 0, Some(n(&[1])), true),
             Err(ControllerError::UnknownTopicOrPartition { .. })
         ));
         assert_eq!(c.replicas("t", 0).unwrap(), n(&[1, 2, 3]), "a refused target changes nothing");
     }
 
     #[test]
+    fn a_reassignment_that_may_not_change_the_replication_factor() {
+        let mut c = four_brokers();
+        // KIP-860: [1,2,3] -> [2,3] or [1,2,3,4] refused, the partition untouched.
+        for bad in [n(&[2, 3]), n(&[1, 2, 3, 4])] {
+            let e = c.alter_reassignment("t", 0, Some(bad.clone()), false).unwrap_err();
+            assert_eq!(e, ControllerError::ReplicationFactorChanged { from: 3, to: bad.len() });
+            assert!(matches!(
+                crate::coordinator::registry::RegistryError::from(e),
+                crate::coordinator::registry::RegistryError::InvalidReplicationFactor(_)
+            ));
+        }
+        assert_eq!((c.replicas("t", 0).unwrap().to_vec(), c.reassignments().count()), (n(&[1, 2, 3]), 0));
+        // The same factor on other brokers is a move.
+        c.alter_reassignment("t", 0, Some(n(&[2, 3, 4])), false).unwrap();
+        assert_eq!(c.replicas("t", 0).unwrap(), n(&[2, 3, 4, 1]));
+        // While it is in progress the factor is the target's (3), not the 4 replicas.
+        c.alter_reassignment("t", 0, Some(n(&[4, 3, 2])), false).unwrap();
+        assert!(matches!(
+            c.alter_reassignment("t", 0, Some(n(&[4, 3])), false),
+            Err(ControllerError::ReplicationFactorChanged { from: 3, to: 2 })
+        ));
+        // A cancel is always allowed; with the change allowed the factor may move.
+        c.alter_reassignment("t", 0, None, false).unwrap();
+        assert_eq!(c.replicas("t", 0).unwrap(), n(&[3, 2, 1]));
+        c.alter_reassignment("t", 0, Some(n(&[3, 2])), true).unwrap();
+        assert_eq!(c.replicas("t", 0).unwrap(), n(&[3, 2]));
+        c.check_invariants().unwrap();
+    }
+
+    #[test]
     fn a_new_target_during_a_reassignment_starts_from_the_original_replicas() {
         let mut c = four_brokers();
-        c.alter_reassignment("t", 0, Some(n(&[2, 3, 4]))).unwrap();
+        c.alter_reassignment("t", 0, Some(n(&[2, 3, 4])), true).unwrap();
         // Before 4 caught up, the operator changes the target back to the original
         // [1, 2, 3]: 4 is dropped, and as the target is the ISR it completes at once.
-        c.alter_reassignment("t", 0, Some(n(&[1, 2, 3]))).unwrap();
+        c.alter_reassignment("t", 0, Some(n(&[1, 2, 3])), true).unwrap();
         assert_eq!((c.replicas("t", 0).unwrap().to_vec(), c.reassignments().count()), (n(&[1, 2, 3]), 0));
         c.check_invariants().unwrap();
     }
@@ -1858,12 +1906,12 @@ mod tests {
         let mut c = four_brokers();
         // Moving to [4, 2]: 4 joins the ISR, 2 and 3 leave it, then 1 leaves the
         // cluster, before the move completes...
-        c.alter_reassignment("t", 0, Some(n(&[4, 2]))).unwrap();
+        c.alter_reassignment("t", 0, Some(n(&[4, 2])), true).unwrap();
         alter_isr(&mut c, &[1, 4]);
         c.unregister_broker(NodeId(1)).unwrap();
         assert_eq!((c.leader_of("t", 0), isr_of(&c)), (Some(NodeId(4)), n(&[4])));
         // ... and a new target without 4 keeps it (removing) so the ISR is not emptied.
-        c.alter_reassignment("t", 0, Some(n(&[2, 3]))).unwrap();
+        c.alter_reassignment("t", 0, Some(n(&[2, 3])), true).unwrap();
         assert_eq!(c.replicas("t", 0).unwrap(), n(&[2, 3, 1, 4]));
         assert_eq!((c.leader_of("t", 0), isr_of(&c)), (Some(NodeId(4)), n(&[4])));
         let r = c.reassignments().next().unwrap().3.clone();

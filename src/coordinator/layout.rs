@@ -68,6 +68,9 @@ pub mod paths {
     pub const CONTROLLER_EPOCH: &str = "/controller_epoch";
     pub const ADMIN: &str = "/admin";
     pub const DELETE_TOPICS: &str = "/admin/delete_topics";
+    /// Kafka's legacy reassignment request (before KIP-455's API): written by an
+    /// operator, followed by the active coordinator.
+    pub const REASSIGN_PARTITIONS: &str = "/admin/reassign_partitions";
     pub const CLUSTER_ID: &str = "/cluster/id";
 
     pub fn broker(id: NodeId) -> String {
@@ -270,6 +273,62 @@ pub fn decode_broker(bytes: &[u8]) -> Result<BrokerDoc, LayoutError> {
         None => 0,
     };
     Ok(BrokerDoc { endpoint, rack: d.rack, timestamp_ms })
+}
+
+// ---- /admin/reassign_partitions ----
+
+/// One partition of a legacy reassignment request: its target replicas.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LegacyReassignment {
+    pub topic: String,
+    pub partition: i32,
+    pub replicas: Vec<NodeId>,
+}
+
+#[derive(Serialize, Deserialize)]
+struct ReassignPartitionsDoc {
+    version: i32,
+    partitions: Vec<ReassignPartitionDoc>,
+}
+
+#[derive(Serialize, Deserialize)]
+struct ReassignPartitionDoc {
+    topic: String,
+    partition: i32,
+    replicas: Vec<i32>,
+}
+
+/// Kafka's `ReassignPartitionsZNode`: `{"version":1,"partitions":[{"topic":..,
+/// "partition":..,"replicas":[..]}]}`.
+pub fn encode_reassign_partitions(partitions: &[LegacyReassignment]) -> Vec<u8> {
+    to_bytes(&ReassignPartitionsDoc {
+        version: 1,
+        partitions: partitions
+            .iter()
+            .map(|r| ReassignPartitionDoc {
+                topic: r.topic.clone(),
+                partition: r.partition,
+                replicas: ids_of(&r.replicas),
+            })
+            .collect(),
+    })
+}
+
+/// Other fields (the old tool's `log_dirs`) are ignored, as Kafka's decoder does.
+pub fn decode_reassign_partitions(bytes: &[u8]) -> Result<Vec<LegacyReassignment>, LayoutError> {
+    const KIND: &str = "reassign_partitions";
+    let d: ReassignPartitionsDoc = serde_json::from_slice(bytes).map_err(|e| invalid(KIND, e))?;
+    if d.version != 1 {
+        return Err(invalid(KIND, format!("version {}", d.version)));
+    }
+    Ok(d.partitions
+        .into_iter()
+        .map(|p| LegacyReassignment {
+            topic: p.topic,
+            partition: p.partition,
+            replicas: p.replicas.into_iter().map(NodeId).collect(),
+        })
+        .collect())
 }
 
 // ---- /brokers/topics/<t> ----
@@ -702,6 +761,24 @@ mod tests {
     }
 
     #[test]
+    fn reassign_partitions_document_is_kafkas() {
+        // As Kafka's ReassignPartitionsZNode writes it; the pre-KIP-455 tool added
+        // log_dirs, which is ignored.
+        let kafka =
+            br#"{"version":1,"partitions":[{"topic":"foo","partition":1,"replicas":[2,3],"log_dirs":["any","any"]}]}"#;
+        let want = vec![LegacyReassignment { topic: "foo".into(), partition: 1, replicas: vec![NodeId(2), NodeId(3)] }];
+        assert_eq!(decode_reassign_partitions(kafka).unwrap(), want);
+        assert_eq!(
+            encode_reassign_partitions(&want),
+            br#"{"version":1,"partitions":[{"topic":"foo","partition":1,"replicas":[2,3]}]}"#.to_vec()
+        );
+        assert_eq!(decode_reassign_partitions(&encode_reassign_partitions(&want)).unwrap(), want);
+        for bad in [&br#"{"version":2,"partitions":[]}"#[..], br#"{"partitions":[]}"#, b"[", br#"{"version":1}"#] {
+            assert!(decode_reassign_partitions(bad).is_err(), "{}", String::from_utf8_lossy(bad));
+        }
+    }
+
+    #[test]
     fn paths_are_kafkas() {
         assert_eq!(paths::broker(NodeId(3)), "/brokers/ids/3");
         assert_eq!(paths::topic("t"), "/brokers/topics/t");
@@ -709,6 +786,7 @@ mod tests {
         assert_eq!(paths::partition_state("t", 4), "/brokers/topics/t/partitions/4/state");
         assert_eq!(paths::topic_config("t"), "/config/topics/t");
         assert_eq!(paths::delete_topic("t"), "/admin/delete_topics/t");
+        assert_eq!(paths::REASSIGN_PARTITIONS, "/admin/reassign_partitions");
         assert_eq!(paths::CONTROLLER, "/controller");
         assert_eq!(paths::CONTROLLER_EPOCH, "/controller_epoch");
     }

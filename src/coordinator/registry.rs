@@ -21,7 +21,7 @@
 //! (create/delete/alter a topic), the coordinator link's snapshots and the
 //! once-a-second heartbeat tick.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -77,7 +77,8 @@ impl From<ControllerError> for RegistryError {
             ControllerError::TopicExists(t) => RegistryError::TopicExists(t),
             ControllerError::UnknownTopic(t) => RegistryError::UnknownTopic(t),
             ControllerError::InvalidPartitions(n) => RegistryError::InvalidPartitions(n),
-            e @ ControllerError::InvalidReplicationFactor { .. } => {
+            e @ (ControllerError::InvalidReplicationFactor { .. }
+            | ControllerError::ReplicationFactorChanged { .. }) => {
                 RegistryError::InvalidReplicationFactor(e.to_string())
             }
             ControllerError::UnknownBroker(id) => RegistryError::UnknownBroker(id),
@@ -207,6 +208,9 @@ pub struct Registry {
     /// The controller's client entity configs, parsed (quotas, SCRAM credentials);
     /// rebuilt by `refresh_cache`, shared with every view.
     entity_configs: Arc<EntityConfigs>,
+    /// The version of `/admin/reassign_partitions` whose partitions the active
+    /// coordinator last started (see `follow_legacy_reassignments`).
+    legacy_reassign_version: Option<i32>,
 }
 
 /// Kafka's topic name rule: 1..=249 chars of [a-zA-Z0-9._-], not "." or "..".
@@ -418,6 +422,7 @@ impl Registry {
             producer_id_bound: None,
             acls: std::sync::Arc::new(acls),
             entity_configs: Default::default(),
+            legacy_reassign_version: None,
         };
         registry.persist(&changes)?;
         if let Err(e) = registry.load_producer_id_bound() {
@@ -463,6 +468,7 @@ impl Registry {
             producer_id_bound: None,
             acls: Default::default(),
             entity_configs: Default::default(),
+            legacy_reassign_version: None,
         };
         if let Some(path) = cache.as_ref().filter(|p| p.exists()) {
             match std::fs::read(path).map_err(|e| e.to_string()).and_then(|b| registry.install(&b, false)) {
@@ -992,19 +998,21 @@ impl Registry {
     }
 
     /// AlterPartitionReassignments: for each (topic, partition, target), start, change or
-    /// (`None`) cancel its reassignment (`Controller::alter_reassignment`). Every change
-    /// is persisted in one batch; the outcome of each partition, in order.
+    /// (`None`) cancel its reassignment (`Controller::alter_reassignment`; with
+    /// `allow_rf_change` false a target may not change the replication factor). Every
+    /// change is persisted in one batch; the outcome of each partition, in order.
     #[allow(clippy::type_complexity)]
     pub fn alter_reassignments(
         &mut self,
         requests: Vec<(String, i32, Option<Vec<NodeId>>)>,
+        allow_rf_change: bool,
     ) -> Result<Vec<(String, i32, Result<(), RegistryError>)>, RegistryError> {
         self.store()?;
         let mut changes = Vec::new();
         let outcomes = requests
             .into_iter()
             .map(|(topic, p, target)| {
-                let outcome = match self.controller.alter_reassignment(&topic, p, target) {
+                let outcome = match self.controller.alter_reassignment(&topic, p, target, allow_rf_change) {
                     Ok(c) => {
                         changes.extend(c);
                         Ok(())
@@ -1212,7 +1220,81 @@ impl Registry {
                  every live broker gets a fresh session instead of being fenced for it"
             );
         }
-        self.persist(&changes)
+        self.persist(&changes)?;
+        self.follow_legacy_reassignments()
+    }
+
+    /// Kafka's legacy reassignment path (its ZooKeeper controller's
+    /// `processZkPartitionReassignment`), checked on every tick: an operator writes
+    /// `/admin/reassign_partitions` (`{"version":1,"partitions":[{"topic","partition",
+    /// "replicas"}]}`). Each new version of it starts (or changes) the reassignment of
+    /// every partition it lists, as AlterPartitionReassignments would; a partition that
+    /// cannot be reassigned (unknown, bad target) is logged and dropped from the znode.
+    /// A partition leaves the znode once no reassignment of it is in progress
+    /// (completed, or cancelled through the API), and the znode is deleted when none is
+    /// left. Rewrites are conditional on the version read, so an operator's concurrent
+    /// write is never lost: it is read again on the next tick. A document that does
+    /// not decode is logged once per version and left alone, as Kafka ignores it.
+    fn follow_legacy_reassignments(&mut self) -> Result<(), RegistryError> {
+        let Some(node) = self.store()?.get(paths::REASSIGN_PARTITIONS)? else {
+            self.legacy_reassign_version = None;
+            return Ok(());
+        };
+        let fresh = self.legacy_reassign_version != Some(node.version);
+        let listed = match layout::decode_reassign_partitions(&node.data) {
+            Ok(listed) => listed,
+            Err(e) => {
+                if fresh {
+                    tracing::warn!(error = %e, "ignoring {} that does not decode", paths::REASSIGN_PARTITIONS);
+                    self.legacy_reassign_version = Some(node.version);
+                }
+                return Ok(());
+            }
+        };
+        let mut started = Vec::with_capacity(listed.len());
+        if fresh {
+            let mut changes = Vec::new();
+            for r in listed.iter() {
+                match self.controller.alter_reassignment(&r.topic, r.partition, Some(r.replicas.clone()), true) {
+                    Ok(c) => {
+                        tracing::info!(topic = %r.topic, partition = r.partition, replicas = ?r.replicas,
+                            "partition reassignment started through {}", paths::REASSIGN_PARTITIONS);
+                        changes.extend(c);
+                        started.push(r.clone());
+                    }
+                    Err(e) => tracing::warn!(topic = %r.topic, partition = r.partition, error = %e,
+                        "failed partition reassignment through {}: dropped from it", paths::REASSIGN_PARTITIONS),
+                }
+            }
+            self.persist(&changes)?;
+            if !changes.is_empty() {
+                self.refresh_cache();
+            }
+        } else {
+            started = listed.clone();
+        }
+        let ongoing: BTreeSet<(&str, i32)> = self.controller.reassignments().map(|(t, p, _, _)| (t, p)).collect();
+        let left: Vec<layout::LegacyReassignment> =
+            started.into_iter().filter(|r| ongoing.contains(&(r.topic.as_str(), r.partition))).collect();
+        if left == listed {
+            self.legacy_reassign_version = Some(node.version);
+            return Ok(());
+        }
+        let store = self.store()?;
+        let written = if left.is_empty() {
+            store.delete(paths::REASSIGN_PARTITIONS, Some(node.version)).map(|()| None)
+        } else {
+            store
+                .set(paths::REASSIGN_PARTITIONS, &layout::encode_reassign_partitions(&left), Some(node.version))
+                .map(Some)
+        };
+        match written {
+            Ok(version) => self.legacy_reassign_version = version,
+            // Rewritten by the operator meanwhile: read again next tick.
+            Err(StoreError::BadVersion(_) | StoreError::NoNode(_)) => {}
+            Err(e) => return Err(e.into()),
+        }
+        Ok(())
     }
 
     /// Clean shutdown: leave the cluster (remove `/brokers/ids/<id>` and `/controller`).
@@ -1437,6 +1519,56 @@ mod tests {
         (0..r.get(topic).unwrap().partitions)
             .map(|p| r.view().partition(topic, p).map(|(_, s)| (s.leader.0, s.leader_epoch.0)).unwrap())
             .collect()
+    }
+
+    /// `/admin/reassign_partitions` (Kafka's legacy path): the coordinator's tick starts
+    /// what it lists, drops what cannot be reassigned and what is done, and deletes the
+    /// znode when nothing is left; a document that does not decode stays untouched.
+    #[test]
+    fn the_legacy_reassign_partitions_znode_is_followed_then_emptied() {
+        let dir = tempfile::tempdir().unwrap();
+        let (mut r, _) = cluster(dir.path());
+        r.create_with_assignment("moved", ids(vec![vec![1, 2], vec![2, 3]]), TopicConfig::default()).unwrap();
+        let entry = |topic: &str, partition: i32, replicas: Vec<i32>| layout::LegacyReassignment {
+            topic: topic.into(),
+            partition,
+            replicas: replicas.into_iter().map(NodeId).collect(),
+        };
+        let znode = |r: &Registry| {
+            r.store()
+                .unwrap()
+                .get(paths::REASSIGN_PARTITIONS)
+                .unwrap()
+                .map(|n| layout::decode_reassign_partitions(&n.data))
+        };
+        // 0 -> [2, 3] (3 must catch up), 1 -> [3, 2] (a reorder: done at once), a
+        // partition that does not exist (dropped).
+        let listed = [entry("moved", 0, vec![2, 3]), entry("moved", 1, vec![3, 2]), entry("nope", 0, vec![1])];
+        let doc = layout::encode_reassign_partitions(&listed);
+        r.store().unwrap().create_all(paths::REASSIGN_PARTITIONS, &doc, CreateMode::Persistent).unwrap();
+        r.tick(1_500).unwrap();
+        assert_eq!(r.assignment("moved").unwrap(), &ids(vec![vec![2, 3, 1], vec![3, 2]])[..]);
+        assert_eq!(r.view().reassignments().count(), 1);
+        assert_eq!(znode(&r).unwrap().unwrap(), [entry("moved", 0, vec![2, 3])]);
+        r.tick(1_600).unwrap();
+        assert_eq!(znode(&r).unwrap().unwrap(), [entry("moved", 0, vec![2, 3])], "nothing changed: left as is");
+        // Broker 3 joins the ISR: the reassignment completes, and the next tick empties
+        // the znode.
+        let s = r.view().partition("moved", 0).unwrap().1.clone();
+        let isr: Vec<_> = [1, 2, 3].map(|b| (NodeId(b), crate::replication::NO_BROKER_EPOCH)).into();
+        r.alter_partition("moved", 0, s.leader, s.leader_epoch, s.partition_epoch, &isr).unwrap();
+        assert_eq!(r.assignment("moved").unwrap()[0], [NodeId(2), NodeId(3)]);
+        r.tick(1_700).unwrap();
+        assert!(znode(&r).is_none(), "the znode is deleted once nothing is in progress");
+        // A document that does not decode is left alone; a later good one is followed.
+        r.store().unwrap().create_all(paths::REASSIGN_PARTITIONS, b"{", CreateMode::Persistent).unwrap();
+        r.tick(1_800).unwrap();
+        assert!(znode(&r).unwrap().is_err());
+        let back = layout::encode_reassign_partitions(&[entry("moved", 0, vec![3])]);
+        r.store().unwrap().set(paths::REASSIGN_PARTITIONS, &back, None).unwrap();
+        r.tick(1_900).unwrap();
+        assert_eq!(r.assignment("moved").unwrap()[0], [NodeId(3)]);
+        assert!(znode(&r).is_none());
     }
 
     /// A manual assignment is kept as given (first replica the leader), written in

@@ -50,9 +50,9 @@ pub const SUPPORTED_APIS: &[(ApiKey, i16, i16)] = &[
     (ApiKey::CreatePartitions, 0, 3),
     // kafka-leader-election: preferred and unclean elections.
     (ApiKey::ElectLeaders, 0, 2),
-    // kafka-reassign-partitions (KIP-455). v1 (KIP-860's AllowReplicationFactorChange)
-    // is not advertised: a reassignment may change the replication factor.
-    (ApiKey::AlterPartitionReassignments, 0, 0),
+    // kafka-reassign-partitions (KIP-455); v1 is KIP-860's AllowReplicationFactorChange
+    // (`--disallow-replication-factor-change`).
+    (ApiKey::AlterPartitionReassignments, 0, 1),
     (ApiKey::ListPartitionReassignments, 0, 0),
     // Between brokers: registration and liveness with the active coordinator.
     (ApiKey::BrokerRegistration, 0, 4),
@@ -77,6 +77,9 @@ pub const SUPPORTED_APIS: &[(ApiKey, i16, i16)] = &[
     (ApiKey::DeleteRecords, 0, 2),
     // kafka-log-dirs (v0 is gone from Kafka 4).
     (ApiKey::DescribeLogDirs, 1, 4),
+    // kafka-reassign-partitions' "log_dirs": one log dir per broker, so a replica is
+    // either already in the named dir or the dir is not found (v0 left Kafka 4.0).
+    (ApiKey::AlterReplicaLogDirs, 1, 2),
     (ApiKey::DescribeCluster, 0, 1),
     // SASL listeners (src/server/sasl_gate.rs). v0 of the handshake is advertised because
     // librdkafka only sees SASL support in a range that starts at 0, but a v0 handshake
@@ -297,6 +300,7 @@ pub mod error_code {
     pub const LEADER_NOT_AVAILABLE: i16 = 5;
     pub const NOT_LEADER_OR_FOLLOWER: i16 = 6;
     pub const REQUEST_TIMED_OUT: i16 = 7;
+    pub const REPLICA_NOT_AVAILABLE: i16 = 9;
     pub const MESSAGE_TOO_LARGE: i16 = 10;
     pub const INVALID_TOPIC_EXCEPTION: i16 = 17;
     pub const RECORD_LIST_TOO_LARGE: i16 = 18;
@@ -310,6 +314,7 @@ pub mod error_code {
     pub const INVALID_CONFIG: i16 = 40;
     pub const POLICY_VIOLATION: i16 = 44;
     pub const KAFKA_STORAGE_ERROR: i16 = 56;
+    pub const LOG_DIR_NOT_FOUND: i16 = 57;
     pub const INVALID_RECORD: i16 = 87;
     pub const INVALID_TIMESTAMP: i16 = 32;
     pub const OFFSET_METADATA_TOO_LARGE: i16 = 12;

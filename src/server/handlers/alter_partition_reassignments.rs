@@ -7,7 +7,10 @@
 //! the ISR) and the brokers left out delete their copy. Errors per partition, as Kafka:
 //! UNKNOWN_TOPIC_OR_PARTITION, INVALID_REPLICA_ASSIGNMENT (a broker not registered,
 //! named twice, no live one, an empty list), NO_REASSIGNMENT_IN_PROGRESS (a cancel with
-//! nothing to cancel). ALTER on the cluster is required.
+//! nothing to cancel), and from v1 (KIP-860, `--disallow-replication-factor-change`)
+//! INVALID_REPLICATION_FACTOR for a target that would change the replication factor
+//! when the request does not allow it; the answer says which it applied. ALTER on the
+//! cluster is required.
 
 use std::collections::BTreeSet;
 
@@ -27,6 +30,8 @@ use super::{respond, str_bytes};
 
 pub async fn handle(ctx: &ShardContext, frame: &RequestFrame) -> Result<Bytes, ProtocolError> {
     let req: AlterPartitionReassignmentsRequest = decode_body(frame)?;
+    // v0 decodes as allowed (Kafka's default).
+    let allow_rf_change = req.allow_replication_factor_change;
     let refuse = |code: i16, message: String| {
         let responses = req
             .topics
@@ -46,6 +51,7 @@ pub async fn handle(ctx: &ShardContext, frame: &RequestFrame) -> Result<Bytes, P
             })
             .collect();
         let body = AlterPartitionReassignmentsResponse::default()
+            .with_allow_replication_factor_change(allow_rf_change)
             .with_error_code(code)
             .with_error_message(Some(str_bytes(message.clone())))
             .with_responses(responses);
@@ -83,7 +89,7 @@ pub async fn handle(ctx: &ShardContext, frame: &RequestFrame) -> Result<Bytes, P
         })
         .filter(|(topic, p, _)| !twice.contains(&(topic.clone(), *p)))
         .collect();
-    let outcome = ctx.metadata.write(move |reg| reg.alter_reassignments(requests)).await;
+    let outcome = ctx.metadata.write(move |reg| reg.alter_reassignments(requests, allow_rf_change)).await;
     let outcomes = match outcome {
         Ok(o) => o,
         Err(e) => return refuse(super::registry_error_code(&e), e.to_string()),
@@ -116,6 +122,8 @@ pub async fn handle(ctx: &ShardContext, frame: &RequestFrame) -> Result<Bytes, P
     respond(
         ApiKey::AlterPartitionReassignments,
         frame,
-        &AlterPartitionReassignmentsResponse::default().with_responses(responses),
+        &AlterPartitionReassignmentsResponse::default()
+            .with_allow_replication_factor_change(allow_rf_change)
+            .with_responses(responses),
     )
 }

@@ -6,6 +6,7 @@
 //! monitor's last statvfs reading, `server/disk.rs`).
 
 use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
 
 use bytes::Bytes;
 use kafka_protocol::messages::describe_log_dirs_response::{
@@ -67,7 +68,7 @@ pub async fn handle(ctx: &ShardContext, frame: &RequestFrame) -> Result<Bytes, P
                 .with_is_future_key(false),
         );
     }
-    let log_dir = std::path::absolute(&ctx.config.data_dir).unwrap_or_else(|_| ctx.config.data_dir.clone());
+    let log_dir = log_dir(ctx);
     let (usable_bytes, total_bytes) = match ctx.disk.space() {
         Some((usable, total)) => (usable as i64, total as i64),
         None => (-1, -1),
@@ -88,4 +89,15 @@ pub async fn handle(ctx: &ShardContext, frame: &RequestFrame) -> Result<Bytes, P
         .with_total_bytes(total_bytes)
         .with_usable_bytes(usable_bytes);
     respond(ApiKey::DescribeLogDirs, frame, &DescribeLogDirsResponse::default().with_results(vec![result]))
+}
+
+/// This broker's one log dir: the data dir, absolute.
+pub(super) fn log_dir(ctx: &ShardContext) -> PathBuf {
+    absolute(&ctx.config.data_dir)
+}
+
+/// `path` made absolute against the working directory without touching the file
+/// system (Java's `File.getAbsolutePath`); as given if that fails.
+pub(super) fn absolute(path: &Path) -> PathBuf {
+    std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf())
 }

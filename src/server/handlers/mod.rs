@@ -8,6 +8,7 @@ mod add_partitions_to_txn;
 mod alter_configs;
 mod alter_partition;
 mod alter_partition_reassignments;
+mod alter_replica_log_dirs;
 mod api_versions;
 mod authz;
 mod broker_heartbeat;
@@ -140,6 +141,7 @@ async fn dispatch(ctx: &ShardContext, frame: RequestFrame) -> Result<Option<Resp
         ApiKey::DescribeProducers => describe_producers::handle(ctx, &frame).await.map(Some),
         ApiKey::DeleteRecords => delete_records::handle(ctx, &frame).await.map(Some),
         ApiKey::DescribeLogDirs => describe_log_dirs::handle(ctx, &frame).await.map(Some),
+        ApiKey::AlterReplicaLogDirs => alter_replica_log_dirs::handle(ctx, &frame).map(Some),
         ApiKey::DescribeCluster => describe_cluster::handle(ctx, &frame).map(Some),
         ApiKey::AddPartitionsToTxn => add_partitions_to_txn::handle(ctx, &frame).await.map(Some),
         ApiKey::AddOffsetsToTxn => add_offsets_to_txn::handle(ctx, &frame).await.map(Some),
