@@ -357,6 +357,19 @@ impl LeaderState {
         }
         if let Some(replicas) = replicas {
             self.set_replicas(replicas);
+            if partition_epoch > self.partition_epoch.next() {
+                // A snapshot that skips partition epochs hides the states between them: a
+                // follower may have been reassigned away (deleting its log) and back
+                // meanwhile, with the same replica list on both sides, so what it fetched
+                // before proves nothing. Kafka's brokers apply every partition change in
+                // order and start a replica added back afresh; here each follower outside
+                // the new ISR shows again, by fetching, where its log ends.
+                for (r, f) in self.followers.iter_mut() {
+                    if !isr.contains(r) {
+                        *f = FollowerProgress { broker_epoch: f.broker_epoch, ..FollowerProgress::unknown(0) };
+                    }
+                }
+            }
         }
         if partition_epoch > self.partition_epoch {
             // A replica that left the ISR (the coordinator takes a restarted broker out)
@@ -551,6 +564,38 @@ mod tests {
         assert_eq!((p.new_isr, p.partition_epoch), (ids(&[1, 2, 3]), PartitionEpoch(11)));
         l.on_isr_change_failed();
         assert!(l.isr_change(32_000).is_some(), "proposed again after a failure");
+    }
+
+    #[test]
+    fn a_snapshot_that_skips_partition_epochs_forgets_the_progress_outside_the_isr() {
+        // Found by tests/replication_sim.rs (seed 843 with reassignment moves): broker 3
+        // was reassigned away (deleting its log) and back between two snapshots the
+        // leader saw, with 3 a replica in both; the leader proposed it into the ISR on
+        // what it had fetched before, and a later election made it leader with an empty
+        // log.
+        let mut l = leader(vec![1, 2], 100, 0);
+        l.fetch(2, 100, 100, 1_000);
+        l.fetch(3, 100, 100, 1_000);
+        let p = l.isr_change(1_000).expect("3 caught up");
+        l.on_isr_change_refused(&p);
+        l.on_follower_log_start(NodeId(3), 0);
+        // The next snapshot is one partition epoch on: nothing was missed.
+        l.on_isr_committed(ids(&[1, 2]), PartitionEpoch(11), 100, Some(&ids(&[1, 2, 3])));
+        assert_eq!(l.isr_change(1_000).expect("3 still caught up").new_isr, ids(&[1, 2, 3]));
+        l.on_isr_change_refused(&l.pending_change().cloned().unwrap());
+        // Two epochs on: 3 may have left and come back, its progress is gone (its log
+        // start too, so DeleteRecords waits for it); ISR members keep theirs.
+        l.on_isr_committed(ids(&[1, 2]), PartitionEpoch(13), 100, Some(&ids(&[1, 2, 3])));
+        assert_eq!((l.follower_leo(NodeId(3)), l.follower_leo(NodeId(2))), (Some(-1), Some(100)));
+        assert_eq!(l.low_watermark(0, |_| true), -1);
+        assert_eq!(l.isr_change(1_000), None, "3 has to fetch again first");
+        // Its broker epoch stays: a fetch from an older incarnation is still refused.
+        assert!(matches!(
+            l.fetch_in(3, BrokerEpoch(6), 100, 100, 1_100),
+            Err(FollowerFetchError::StaleBrokerEpoch { .. })
+        ));
+        l.fetch(3, 100, 100, 1_100);
+        assert_eq!(l.isr_change(1_100).expect("3 fetched again").new_isr, ids(&[1, 2, 3]));
     }
 
     #[test]
