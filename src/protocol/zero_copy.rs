@@ -1,8 +1,8 @@
 //! Responses made of bytes and file ranges, so Fetch can send record batches straight
 //! from segment files to the socket (sendfile) without copying them through user space.
 //!
-//! The Fetch response is encoded by the `kafka-protocol` codec with a random 16-byte
-//! marker in place of each file-backed partition's records; `splice_file_ranges` then
+//! The Fetch response is encoded by the `kafka-protocol` codec with a 16-byte marker
+//! (`new_marker`: secret random bytes and a counter) in place of each file-backed partition's records; `splice_file_ranges` then
 //! finds each marker (in encoding order), rewrites the length prefix in front of it to
 //! the real length and puts the file range where the marker was. Records are the last
 //! field of a partition before its tagged fields, and their length prefix is an i32
@@ -59,8 +59,27 @@ pub struct FileRange {
     pub length: u64,
 }
 
+/// A marker no other byte sequence of a response can be expected to equal: eight bytes
+/// drawn from the OS's random source once per thread (never sent anywhere, so nobody can
+/// put them in a record), then a per-thread counter. One `getrandom` per thread, not
+/// one per file range.
 pub fn new_marker() -> [u8; marker_bytes] {
-    *uuid::Uuid::new_v4().as_bytes()
+    thread_local! {
+        static KEY: [u8; 8] = {
+            let random = uuid::Uuid::new_v4();
+            random.as_bytes()[..8].try_into().expect("16 bytes")
+        };
+        static COUNTER: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+    }
+    let n = COUNTER.with(|c| {
+        let n = c.get();
+        c.set(n.wrapping_add(1));
+        n
+    });
+    let mut marker = [0u8; marker_bytes];
+    KEY.with(|k| marker[..8].copy_from_slice(k));
+    marker[8..].copy_from_slice(&n.to_be_bytes());
+    marker
 }
 
 fn put_unsigned_varint(b: &mut BytesMut, mut v: u64) {

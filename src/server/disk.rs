@@ -205,10 +205,17 @@ pub fn spawn_writeback_monitor(shutdown: Arc<AtomicBool>) -> std::io::Result<()>
     };
     std::thread::Builder::new().name("spate-writeback".into()).spawn(move || {
         let mut warned = false;
+        // Opened once and read from its start each time (procfs renders it afresh on
+        // every read at offset 0): one pread per check, not open, reads and close.
+        let vmstat = std::fs::File::open("/proc/vmstat");
+        let mut text = Vec::with_capacity(vmstat_read_bytes);
         while !shutdown.load(Ordering::Relaxed) {
-            let ok = std::fs::read_to_string("/proc/vmstat")
+            let ok = vmstat
+                .as_ref()
                 .ok()
-                .and_then(|v| writers_unthrottled_from_vmstat(&v, page_bytes, limits::writeback_headroom_bytes));
+                .and_then(|f| read_from_start(f, &mut text).ok())
+                .and_then(|()| std::str::from_utf8(&text).ok())
+                .and_then(|v| writers_unthrottled_from_vmstat(v, page_bytes, limits::writeback_headroom_bytes));
             if ok.is_none() && !warned {
                 warned = true;
                 tracing::warn!(
@@ -223,9 +230,48 @@ pub fn spawn_writeback_monitor(shutdown: Arc<AtomicBool>) -> std::io::Result<()>
     Ok(())
 }
 
+/// What one read of /proc/vmstat asks for first (it is ~5-7 KiB on 6.x kernels); a read
+/// that fills it goes on with twice the room.
+const vmstat_read_bytes: usize = 16 * 1024;
+
+/// The whole of `file` from offset 0 into `buf`: one pread when it fits in
+/// `vmstat_read_bytes`, and a read short of the room asked for is the end.
+fn read_from_start(file: &std::fs::File, buf: &mut Vec<u8>) -> std::io::Result<()> {
+    use std::os::unix::fs::FileExt;
+    buf.clear();
+    let mut room = vmstat_read_bytes;
+    loop {
+        let start = buf.len();
+        buf.resize(start + room, 0);
+        let n = file.read_at(&mut buf[start..], start as u64)?;
+        buf.truncate(start + n);
+        if n < room {
+            return Ok(());
+        }
+        room *= 2;
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn reads_a_file_whole_from_its_start_again_and_again() {
+        use std::io::Write;
+        let mut f = tempfile::tempfile().unwrap();
+        let body: Vec<u8> = (0..40_000u32).map(|i| (i % 251) as u8).collect();
+        f.write_all(&body).unwrap();
+        let mut buf = Vec::new();
+        for _ in 0..2 {
+            read_from_start(&f, &mut buf).unwrap();
+            assert_eq!(buf, body, "larger than one read, and read again from the start");
+        }
+        if let Ok(vmstat) = std::fs::File::open("/proc/vmstat") {
+            read_from_start(&vmstat, &mut buf).unwrap();
+            assert!(std::str::from_utf8(&buf).unwrap().contains("nr_dirty "));
+        }
+    }
 
     #[test]
     fn threshold_is_the_larger_of_bytes_and_percent() {
