@@ -183,7 +183,7 @@ fn run(ops: Vec<Op>) {
             Op::Roll => l.maybe_roll(now).unwrap(),
             Op::Truncate(at) => {
                 let t = (at as i64) % (m.end + 3);
-                l.truncate_to(Offset(t)).unwrap();
+                l.truncate_to(Offset(t), Offset(t)).unwrap();
                 if t < m.start {
                     m = Model { batches: vec![], bytes: vec![], start: t, end: t, epochs: vec![] };
                 } else if t < m.end {

@@ -135,10 +135,10 @@ fn a_truncation_is_durable_once_a_later_flush_is() {
     }
     log.flush().unwrap();
     assert!(log.truncation_durable() && !log.sync_owed());
-    log.truncate_to(Offset(2)).unwrap();
+    log.truncate_to(Offset(2), Offset(2)).unwrap();
     assert!(!log.truncation_durable() && log.sync_owed());
     let round = log.flush_handle();
-    log.truncate_to(Offset(1)).unwrap(); // while that round runs
+    log.truncate_to(Offset(1), Offset(1)).unwrap(); // while that round runs
     round.sync().unwrap();
     log.mark_flushed(round.flushed, Ok(())).unwrap();
     assert!(!log.truncation_durable(), "the round began before the second truncation");

@@ -152,7 +152,7 @@ fn truncation_and_retention_rebuild_the_state() {
     }
     append(&mut log, idem_batch(2, 0, 0, 1, 100)).unwrap();
     // A follower cutting a divergent suffix: the state is as the shorter log leaves it.
-    log.truncate_to(Offset(5)).unwrap();
+    log.truncate_to(Offset(5), Offset(5)).unwrap();
     assert_eq!(last(&log, 1), Some((0, 4, 4)));
     assert_eq!(last(&log, 2), None);
     assert_eq!(append(&mut log, idem_batch(1, 0, 5, 1, 100)).unwrap(), (5, 5, false));

@@ -129,7 +129,7 @@ fn reconcile(leader: &PartitionLog, follower: &mut PartitionLog) -> Vec<i64> {
         assert!(rounds.len() < reconcile_rounds_max, "no convergence: {rounds:?}");
         let answer = leader.end_offset_for_epoch(epoch);
         let (offset, complete) = truncation_point(follower, answer).expect("the leader knows an epoch <= ours");
-        follower.truncate_to(Offset(offset)).unwrap();
+        follower.truncate_to(Offset(offset), Offset(offset)).unwrap();
         rounds.push(offset);
         if complete {
             break;
@@ -363,7 +363,7 @@ fn truncation_at_the_log_end_cuts_an_epoch_with_no_record_behind_it() {
     assert_eq!(b.end_offset_for_epoch(0), (0, 5), "epoch 0 ends where A's records end");
 
     // Past the end: cut at the end.
-    b.truncate_to(Offset(9)).unwrap();
+    b.truncate_to(Offset(9), Offset(9)).unwrap();
     assert_eq!((b.log_end_offset(), entries(&b)), (Offset(5), vec![(0, 0)]));
     assert_eq!(checkpoint(&bd), vec![(0, 0)]);
 }
@@ -561,7 +561,7 @@ fn a_checkpoint_a_truncation_made_stale_is_not_trusted_past_the_recovery_point()
     lead(&mut log, 5, 2); // a leader's suffix nobody copied
     assert_eq!(checkpoint(dir.path()), vec![(4, 0), (5, 4)]);
     let before_truncation = std::fs::read(dir.path().join(CHECKPOINT_FILE)).unwrap();
-    log.truncate_to(Offset(4)).unwrap();
+    log.truncate_to(Offset(4), Offset(4)).unwrap();
     append_in_epoch(&mut log, &[(3, 30)], 4); // the new leader's epoch-4 batches
     assert_eq!(entries(&log), vec![(4, 0)]);
     drop(log);
@@ -608,7 +608,7 @@ fn truncation_below_a_pending_write_is_refused() {
     let leader = leader_with_epochs_0_0_1_1_3(&root.path().join("leader"));
     let mut follower = open(&root.path().join("follower"));
     let (_, _write) = follower.append_replicated_deferred(&log_bytes(&leader), 2_000).unwrap();
-    let _ = follower.truncate_to(Offset(5));
+    let _ = follower.truncate_to(Offset(5), Offset(5));
 }
 
 #[derive(Debug, Clone)]

@@ -91,7 +91,7 @@ fn truncation_below_a_moved_log_start_keeps_the_segments_before_it() {
         log.append(&mut build_batch(&recs(1, i, 10)), 0).unwrap();
     }
     log.advance_log_start_offset(Offset(4)).unwrap();
-    log.truncate_to(Offset(2)).unwrap();
+    log.truncate_to(Offset(2), Offset(2)).unwrap();
     assert_eq!((log.log_start_offset(), log.log_end_offset()), (Offset(2), Offset(2)));
     assert_eq!(log.segment_base_offsets(), vec![Offset(0)]);
     assert!(log.read(Offset(0), 1 << 20, Offset(2), true).is_err(), "below the log start");

@@ -256,6 +256,80 @@ fn state_survives_rolls_snapshots_and_a_torn_index() {
     assert!(all.iter().all(|(pid, first, last)| *pid == 1 && last - first == 2));
 }
 
+/// The offsets of the producer-state snapshots in `dir`.
+fn snapshots(dir: &std::path::Path) -> Vec<i64> {
+    spate::log::producers::list_snapshots(dir).unwrap()
+}
+
+/// Producer 1 commits a transaction at [3, 6) (marker at 6) after three plain records;
+/// producer 2's plain batches then roll the log past the marker, so that the newest
+/// snapshot is taken after it; flushed. Returns the log, unclosed (a crash when
+/// dropped).
+fn committed_then_rolled(dir: &std::path::Path) -> PartitionLog {
+    let mut config = small_config();
+    config.segment_bytes = 400;
+    let mut log = PartitionLog::open(dir, config, 0).unwrap();
+    assert_eq!(append(&mut log, batch(2, 0, 0, 3, false)).unwrap(), (0, 2));
+    assert_eq!(append(&mut log, batch(1, 0, 0, 3, true)).unwrap(), (3, 5));
+    assert_eq!(marker(&mut log, 1, 0, true, 0).unwrap(), 6);
+    let mut seq = 3;
+    while !snapshots(dir).iter().any(|&s| s > 6) {
+        append(&mut log, batch(2, 0, seq, 2, false)).unwrap();
+        seq += 2;
+    }
+    for _ in 0..2 {
+        append(&mut log, batch(2, 0, seq, 2, false)).unwrap();
+        seq += 2;
+    }
+    // Flushed: the recovery point is the log end, so a restart replays from a snapshot
+    // (a crash before any flush recovers, and replays, the whole log).
+    log.flush().unwrap();
+    assert_eq!(log.recovery_point(), log.log_end_offset());
+    // While the high watermark is below the marker the transaction holds the last
+    // stable offset at its first offset, 3.
+    assert_eq!(log.last_stable_offset(Offset(4)).0, 3);
+    log
+}
+
+/// A replica that restarts with a high watermark checkpointed below a commit marker,
+/// after a roll snapshotted the producer state past that marker, still holds the last
+/// stable offset at the transaction's first offset: the snapshot does not keep ended
+/// transactions, so the rebuild starts from a snapshot at or below the high watermark
+/// and the replay ends the transaction again at its marker. Before, a read_committed
+/// reader got offsets 3 and 4 without the rest of the transaction (found by the
+/// simulation, `sim_seed_18288_...`).
+#[test]
+fn a_restart_with_a_stale_high_watermark_keeps_an_ended_transaction_whole() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = small_config();
+    config.segment_bytes = 400;
+    drop(committed_then_rolled(dir.path()));
+    let mut log = PartitionLog::open_leading(dir.path(), config.clone(), 0, None, 5).unwrap();
+    assert_eq!(log.last_stable_offset(Offset(5)).0, 3, "the stale high watermark cuts the committed transaction");
+    assert_eq!(log.last_stable_offset(Offset(7)).0, 7, "past the marker every record is stable");
+    drop(log);
+    // The snapshots past the high watermark were kept, and serve a later restart whose
+    // high watermark passed them.
+    assert!(snapshots(dir.path()).iter().any(|&s| s > 6), "{:?}", snapshots(dir.path()));
+    let end = PartitionLog::open(dir.path(), config, 0).unwrap().log_end_offset().0;
+    assert!(end > 8, "{end}");
+}
+
+/// The same on a follower's truncation: a cut above the marker keeps the log past it,
+/// but the producer state is rebuilt from a snapshot at or below the follower's high
+/// watermark, not from the newest one below the cut.
+#[test]
+fn a_truncation_above_a_marker_keeps_an_ended_transaction_whole() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut log = committed_then_rolled(dir.path());
+    // The batch after the roll's snapshot has two records: the cut is where it ends.
+    let cut = *snapshots(dir.path()).iter().rfind(|&&s| s > 6).unwrap() + 2;
+    assert!(cut < log.log_end_offset().0);
+    log.truncate_to(Offset(cut), Offset(5)).unwrap();
+    assert_eq!(log.log_end_offset().0, cut);
+    assert_eq!(log.last_stable_offset(Offset(5)).0, 3, "the follower's high watermark cuts the transaction");
+}
+
 #[test]
 fn a_follower_copying_the_leader_ends_in_the_same_state() {
     let (ld, fd) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
@@ -272,7 +346,7 @@ fn a_follower_copying_the_leader_ends_in_the_same_state() {
         std::fs::read(ld.path().join("00000000000000000000.txnindex")).unwrap()
     );
     // Truncating below the abort marker forgets the entry and reopens the transaction.
-    follower.truncate_to(Offset(5)).unwrap();
+    follower.truncate_to(Offset(5), Offset(5)).unwrap();
     assert_eq!(aborted(&follower, 0), vec![]);
     assert_eq!(lso(&mut follower), 0);
 }

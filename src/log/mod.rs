@@ -429,20 +429,27 @@ fn io_err_string(context: &str, e: &std::io::Error) -> String {
 
 impl PartitionLog {
     /// Open (or create) the log in `dir` (`<data>/<topic>-<partition>`), recovering after
-    /// a crash. `now_ms` is the wall clock (no clock reads inside the log).
+    /// a crash. `now_ms` is the wall clock (no clock reads inside the log). For a log
+    /// with no high watermark below its end (tests, tools); a replica opens with
+    /// `open_leading` and the high watermark it checkpointed.
     pub fn open(dir: &Path, config: LogConfig, now_ms: i64) -> Result<Self, LogError> {
-        Self::open_leading(dir, config, now_ms, None)
+        Self::open_leading(dir, config, now_ms, None, i64::MAX)
     }
 
-    /// `open`, then `assign_leader_epoch(leader_epoch)` when this replica is known to lead:
-    /// the leader epoch cache is cut to the log and given the new epoch in one save (a
-    /// restart otherwise wrote `leader-epoch-checkpoint` twice per partition, and the
-    /// second time on the data core).
+    /// `open` for a replica whose high watermark was `high_watermark` when it stopped (its
+    /// checkpoint; 0 when none): the producer state is rebuilt from a snapshot at or
+    /// below it, so that transactions ended above it hold the last stable offset as
+    /// before the restart (`producers::rebuild`). Then `assign_leader_epoch(leader_epoch)`
+    /// when this replica is known to lead: the leader epoch cache is cut to the log and
+    /// given the new epoch in one save (a restart otherwise wrote
+    /// `leader-epoch-checkpoint` twice per partition, and the second time on the data
+    /// core).
     pub fn open_leading(
         dir: &Path,
         config: LogConfig,
         now_ms: i64,
         leader_epoch: Option<i32>,
+        high_watermark: i64,
     ) -> Result<Self, LogError> {
         std::fs::create_dir_all(dir)?;
         let dir_file = Arc::new(File::open(dir)?);
@@ -551,8 +558,14 @@ impl PartitionLog {
             seg.txn_index.truncate_to(seg.next_offset)?;
         }
         let replay_from_max = recovered_from.unwrap_or(i64::MAX);
-        let (producers, replayed, written) =
-            producers::rebuild(dir, &mut segments, replay_from_max, now_ms, config.producer_id_expiration_ms)?;
+        let (producers, replayed, written) = producers::rebuild(
+            dir,
+            &mut segments,
+            replay_from_max,
+            high_watermark,
+            now_ms,
+            config.producer_id_expiration_ms,
+        )?;
         for file in written {
             file.sync_data()?;
         }
@@ -1768,7 +1781,10 @@ impl PartitionLog {
     /// (`has_pending_writes()`): an in-flight write could land past the cut, and the cut
     /// is found by reading headers that may not be in the file yet. The caller (the
     /// follower's fetch loop on the owning shard) waits for `write_done` first.
-    pub fn truncate_to(&mut self, offset: Offset) -> Result<(), LogError> {
+    ///
+    /// `high_watermark`: the replica's, before the cut. The producer state is rebuilt
+    /// from a snapshot at or below it and the cut (`producers::rebuild`).
+    pub fn truncate_to(&mut self, offset: Offset, high_watermark: Offset) -> Result<(), LogError> {
         self.check_online()?;
         assert!(self.pending_writes.is_empty(), "truncate with appends still being written");
         let offset = offset.0;
@@ -1813,9 +1829,10 @@ impl PartitionLog {
         self.recovery_point = self.recovery_point.min(end);
         self.replace_recovery_point("truncate: checkpoint")?;
         // Producer state as the shorter log leaves it (Kafka's `truncateAndReload`):
-        // snapshots past the new end go, the rest is replayed from the newest one.
-        // No clock here: nothing expires on a truncation (the shard's tick expires).
-        let r = producers::rebuild(&self.dir, &mut self.segments, i64::MAX, 0, i64::MAX);
+        // snapshots past the new end go, the rest is replayed from the newest one at or
+        // below the high watermark. No clock here: nothing expires on a truncation (the
+        // shard's tick expires).
+        let r = producers::rebuild(&self.dir, &mut self.segments, i64::MAX, high_watermark.0, 0, i64::MAX);
         let (producers, _, written) = self.offline_on_err("truncate: producer state", r)?;
         self.producers = producers;
         self.txn_verifications.clear();

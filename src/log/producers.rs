@@ -4,11 +4,20 @@
 //! A snapshot named `<offset>.snapshot` holds the state of every batch below `offset`.
 //! One is written when a segment rolls (at the new segment's base offset) and at clean
 //! shutdown (at the log end). Recovery loads the newest snapshot at or below the log end
-//! offset that decodes (a torn or bit-flipped one is deleted with a warning, never
-//! trusted; a snapshot beyond the log end, left by a crash before the bytes it covers
-//! reached the file, is deleted), then replays the batch headers from that offset to the
-//! log end. With no usable snapshot the whole log is replayed. A crash between an append
-//! and the next snapshot therefore loses nothing: the replay brings the batch back.
+//! offset and the high watermark that decodes (a torn or bit-flipped one is deleted with
+//! a warning, never trusted; a snapshot beyond the log end, left by a crash before the
+//! bytes it covers reached the file, is deleted), then replays the batch headers from
+//! that offset to the log end. With no usable snapshot the whole log is replayed. A crash
+//! between an append and the next snapshot therefore loses nothing: the replay brings the
+//! batch back.
+//!
+//! Why not past the high watermark: a snapshot keeps the open transactions but not the
+//! ended ones whose marker the high watermark has not passed (`ProducerStates`' `ended`),
+//! and those still hold the last stable offset. A replica that restarts with a high
+//! watermark checkpointed below such a marker, loading a snapshot taken after it, would
+//! let a read_committed reader in below the marker: part of the transaction now, the
+//! rest later (found by tests/replication_sim.rs, seed 18288). Replaying from at or below
+//! the high watermark ends every such transaction again at its marker.
 //!
 //! Written with `write_file_atomically` (temp file, fsync, rename, fsync dir).
 
@@ -78,9 +87,19 @@ pub fn delete_snapshots_outside(dir: &Path, below: i64, above: i64) -> std::io::
     Ok(())
 }
 
+/// The newest offset a rebuild may start from (the snapshot it loads is at or below
+/// it): the log end, `replay_from_max` (what was recovered is replayed whole) and the
+/// replica's high watermark (so that transactions ended at or above it are ended again
+/// by the replay; see the module header).
+pub fn replay_from_bound(log_end_offset: i64, replay_from_max: i64, high_watermark: i64) -> i64 {
+    log_end_offset.min(replay_from_max).min(high_watermark.max(0))
+}
+
 /// Rebuild the state of `segments` (recovered or trusted): the newest valid snapshot
-/// at or below `replay_from_max` (the log end, or the first recovered segment: what was
-/// recovered is replayed whole), then a replay of the headers after it. Producers whose
+/// at or below `replay_from_bound` (the log end, `replay_from_max`: the first recovered
+/// segment, and `high_watermark`), then a replay of the headers after it. Snapshots past
+/// the log end or `replay_from_max` are deleted; those between the high watermark and
+/// the log end are kept, unread. Producers whose
 /// last batch is below the log start, or idle past `expiration_ms`, are dropped. The
 /// replay ends transactions at their markers and gives each segment's transaction index
 /// the aborted ones it lacks (a crash can lose entries the recovery point did not
@@ -89,14 +108,16 @@ pub fn rebuild(
     dir: &Path,
     segments: &mut [Segment],
     replay_from_max: i64,
+    high_watermark: i64,
     now_ms: i64,
     expiration_ms: i64,
 ) -> std::io::Result<(ProducerStates, i64, Vec<Arc<File>>)> {
     let log_start_offset = segments[0].base_offset;
     let log_end_offset = segments[segments.len() - 1].next_offset;
     delete_snapshots_outside(dir, 0, log_end_offset.min(replay_from_max))?;
+    let bound = replay_from_bound(log_end_offset, replay_from_max, high_watermark);
     let mut loaded = None;
-    for offset in list_snapshots(dir)?.into_iter().rev() {
+    for offset in list_snapshots(dir)?.into_iter().rev().filter(|&o| o <= bound) {
         let path = snapshot_path(dir, offset);
         let decoded = read_snapshot(&path, offset)?;
         match decoded {

@@ -698,7 +698,8 @@ impl Shard {
                 Ok((config, min_insync)) => {
                     let dir = self.data_dir.join(tp.dir_name());
                     let leader_epoch = self.leader_epoch_here(&tp);
-                    jobs.push(OpenJob { tp, dir, config, min_insync, leader_epoch });
+                    let high_watermark = self.hw_at_start.get(&tp).copied().unwrap_or(0);
+                    jobs.push(OpenJob { tp, dir, config, min_insync, leader_epoch, high_watermark });
                 }
                 Err(PartitionError::UnknownTopicOrPartition(_)) if known => {
                     tracing::info!(shard = self.id.0, partition = %tp, "removing partition of a deleted topic");
@@ -841,7 +842,9 @@ impl Shard {
                 return Err(PartitionError::NotLeader(tp.clone()));
             }
             let (config, min_insync) = self.open_config(tp)?;
-            let log = PartitionLog::open(&self.data_dir.join(tp.dir_name()), config, now_ms)?;
+            let high_watermark = self.hw_at_start.get(tp).copied().unwrap_or(0);
+            let log =
+                PartitionLog::open_leading(&self.data_dir.join(tp.dir_name()), config, now_ms, None, high_watermark)?;
             self.insert_partition(tp, log, min_insync, now_ms);
         }
         Ok(self.partitions.get_mut(tp).expect("just inserted"))
@@ -1346,13 +1349,21 @@ pub struct OpenJob {
     pub min_insync: usize,
     /// The epoch this broker leads the partition in, if it does (recorded at open).
     pub leader_epoch: Option<LeaderEpoch>,
+    /// The high watermark checkpointed before the restart (0: none).
+    pub high_watermark: i64,
 }
 
 /// Startup, step 2 (blocking; run it off the data core): open and recover the logs, up
 /// to `log_recovery_threads_max` at once.
 pub fn open_logs(jobs: Vec<OpenJob>, now_ms: i64) -> Vec<(OpenJob, Result<PartitionLog, LogError>)> {
     crate::model::parallel_map(jobs, crate::model::limits::log_recovery_threads_max, |job| {
-        let log = PartitionLog::open_leading(&job.dir, job.config.clone(), now_ms, job.leader_epoch.map(|e| e.0));
+        let log = PartitionLog::open_leading(
+            &job.dir,
+            job.config.clone(),
+            now_ms,
+            job.leader_epoch.map(|e| e.0),
+            job.high_watermark,
+        );
         (job, log)
     })
 }

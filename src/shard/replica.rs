@@ -214,7 +214,8 @@ impl Shard {
                     self.opening.insert(tp.clone(), Default::default());
                     let leader_epoch = self.leader_epoch_here(&tp);
                     let dir = self.data_dir.join(tp.dir_name());
-                    self.open_queue.push(super::OpenJob { tp, dir, config, min_insync, leader_epoch });
+                    let high_watermark = self.hw_at_start.get(&tp).copied().unwrap_or(0);
+                    self.open_queue.push(super::OpenJob { tp, dir, config, min_insync, leader_epoch, high_watermark });
                 }
                 continue;
             }
@@ -431,7 +432,8 @@ impl Shard {
             tracing::info!(partition = %tp, from = p.log.log_end_offset().0, to = offset, "truncating by leader epoch");
         }
         // Always: even with no record to drop, epochs starting at the cut must go.
-        p.log.truncate_to(Offset(offset))?;
+        let hw = high_watermark(p);
+        p.log.truncate_to(Offset(offset), hw)?;
         p.replica.on_truncated(offset);
         p.replica.follower_mut(leader, leader_epoch).expect("followed").on_truncated(done);
         Ok(())
