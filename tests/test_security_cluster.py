@@ -15,6 +15,7 @@ authentication failed) and no ISR includes it. The `spate` CLI reaches a SASL_SS
 listener with Kafka's `--command-config` client properties."""
 
 import os
+import re
 import socket
 import ssl
 import struct
@@ -26,7 +27,8 @@ from confluent_kafka import Consumer, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from helpers.broker import free_port
-from helpers.wire import api_versions_request, outcome_after, recv_frame
+from helpers.wire import (api_versions_request, frame, outcome_after, parse_write_txn_markers, recv_frame,
+                          request_header_v1, write_txn_markers)
 from test_cluster import cluster_args
 from test_security import ALICE, certs, metadata_v0, sasl_authenticate, sasl_handshake, start_secure  # noqa: F401
 
@@ -56,7 +58,8 @@ class SecureBroker:
         self.b, self.broker_port, self.config = broker, broker_port, config
 
 
-def start_secure_broker(broker_factory, tmp_path, certs, node_id, coordinator=None, password=BROKER_USER[1]):
+def start_secure_broker(broker_factory, tmp_path, certs, node_id, coordinator=None, password=BROKER_USER[1],
+                        extra=()):
     client_port, broker_port = free_port(), free_port()
     config = broker_config(tmp_path, certs, f"b{node_id}", password)
     args = [*cluster_args(node_id), "--replica-lag-time-max-ms", str(LAG_MS), "--config", str(config),
@@ -65,6 +68,7 @@ def start_secure_broker(broker_factory, tmp_path, certs, node_id, coordinator=No
             "--inter-broker-listener-name", "BROKER"]
     if coordinator:
         args += ["--coordinator", f"127.0.0.1:{coordinator}"]
+    args += list(extra)
     b = broker_factory(*args, name=f"b{node_id}", cores=1, port=client_port)
     return SecureBroker(b, broker_port, config)
 
@@ -266,3 +270,140 @@ def test_the_cli_speaks_sasl_ssl_with_a_command_config(broker_factory, tmp_path,
     props.write_text(props.read_text().replace(ALICE[1], "wrong"))
     r = spate("topic", "list", *conn)
     assert r.returncode != 0 and b"authentication failed" in r.stderr.lower(), r
+
+
+AUTHZ = ["--authorizer-class-name", "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+         "--super-users", f"User:{BROKER_USER[0]}"]
+
+
+def sasl_tls_socket(port, certs, user):
+    """A TLS connection logged in with SASL/PLAIN as `user` (name, password)."""
+    s = tls_socket(port, certs)
+    assert sasl_handshake(s, "PLAIN")[0] == 0
+    err, message, _, _ = sasl_authenticate(s, f"\0{user[0]}\0{user[1]}".encode())
+    assert err == 0, message
+    return s
+
+
+def cluster_metadata_fetch_v4(corr):
+    """A Fetch v4 of __cluster_metadata partition 0 from version -1, as a broker's
+    coordinator link asks for the cluster snapshot (no wait)."""
+    topic = b"__cluster_metadata"
+    body = struct.pack(">iiiib", -1, 0, 1, 1 << 20, 0) + struct.pack(">ih", 1, len(topic)) + topic
+    body += struct.pack(">iiqi", 1, 0, -1, 1 << 20)
+    return frame(request_header_v1(1, 4, corr) + body)
+
+
+def fetch_v4_partition_error(resp):
+    """The first partition's error code in a Fetch v4 answer."""
+    off = 4 + 4  # correlation id, throttle
+    (_n_topics, tlen) = struct.unpack(">ih", resp[off:off + 6])
+    off += 6 + tlen + 4  # topic name, partition count
+    (_partition, error) = struct.unpack(">ih", resp[off:off + 6])
+    return error
+
+
+def broker_heartbeat_v0(broker_id, broker_epoch, want_shut_down, corr):
+    """BrokerHeartbeat v0 (flexible): header v2, then broker id, epoch, metadata offset,
+    want fence, want shut down, tagged fields."""
+    body = struct.pack(">iqq??", broker_id, broker_epoch, 0, False, want_shut_down) + b"\x00"
+    return frame(request_header_v1(63, 0, corr) + b"\x00" + body)
+
+
+def broker_heartbeat_error(resp):
+    """(error code, is fenced, should shut down) of a BrokerHeartbeat v0 answer (header
+    v1: correlation id, tagged fields; throttle, error, caught up, fenced, shut down)."""
+    (_throttle, error, _caught_up, fenced, shut_down) = struct.unpack(">ih???", resp[5:5 + 9])
+    return error, fenced, shut_down
+
+
+def create_topic_v2(name, corr):
+    """CreateTopics v2 of one topic (1 partition, replication factor 1), 30 s timeout."""
+    t = name.encode()
+    body = struct.pack(">ih", 1, len(t)) + t + struct.pack(">ihii", 1, 1, 0, 0) + struct.pack(">i?", 30000, False)
+    return frame(request_header_v1(19, 2, corr) + body)
+
+
+def create_topic_v2_error(resp):
+    """The topic's error code in a CreateTopics v2 answer."""
+    (_corr, _throttle, _n, tlen) = struct.unpack(">iiih", resp[:14])
+    return struct.unpack(">h", resp[14 + tlen:16 + tlen])[0]
+
+
+@pytest.mark.timeout(300)
+def test_requests_forwarded_to_the_coordinator_are_authorized_as_the_client(broker_factory, tmp_path, certs):
+    """With ACLs on, alice (no ACLs) gets nothing through broker 2, which forwards admin
+    requests to the coordinator (broker 1) as Envelopes with her principal; before,
+    broker 2 forwarded them over its own connection, as `broker`, a super user, so
+    alice could create topics, grant herself ACLs and set anyone's SCRAM password. The
+    inter-broker APIs and the cluster snapshot (ACLs, SCRAM keys) need CLUSTER_ACTION,
+    which alice lacks. Once the super user grants her CREATE on a prefix, her creation
+    through broker 2 succeeds: the coordinator saw her, not the forwarding broker."""
+    from confluent_kafka import KafkaError, KafkaException
+    from confluent_kafka.admin import (AclBinding, AclOperation, AclPermissionType, ResourcePatternType,
+                                       ResourceType, ScramCredentialInfo, ScramMechanism,
+                                       UserScramCredentialUpsertion)
+
+    brokers = {1: start_secure_broker(broker_factory, tmp_path, certs, 1, extra=AUTHZ)}
+    for i in (2, 3):
+        brokers[i] = start_secure_broker(broker_factory, tmp_path, certs, i, coordinator=brokers[1].broker_port,
+                                         extra=AUTHZ)
+    root = dict(client_conf(brokers[1].b.port, certs), **{"sasl.username": BROKER_USER[0],
+                                                          "sasl.password": BROKER_USER[1]})
+    wait_for(lambda: broker_ids(root), lambda ids: ids == {1, 2, 3}, 30, "three registered brokers")
+    alice_via_2 = AdminClient(client_conf(brokers[2].b.port, certs))
+
+    def error_of(future):
+        with pytest.raises(KafkaException) as e:
+            future.result(30)
+        return e.value.args[0].code()
+
+    # Topic creation: refused by the coordinator (where librdkafka sends it), and raw
+    # through broker 2, which forwards it.
+    assert error_of(alice_via_2.create_topics([NewTopic("fw-x", 1, 1)])["fw-x"]) == \
+        KafkaError.TOPIC_AUTHORIZATION_FAILED
+    s2 = sasl_tls_socket(brokers[2].b.port, certs, ALICE)
+    s2.sendall(create_topic_v2("fw-raw", corr=5))
+    assert create_topic_v2_error(recv_frame(s2, timeout=40)) == 29, "created through broker 2 as `broker`"
+    # ACLs: alice cannot grant herself anything through broker 2.
+    grant = AclBinding(ResourceType.TOPIC, "fw-", ResourcePatternType.PREFIXED, f"User:{ALICE[0]}", "*",
+                       AclOperation.CREATE, AclPermissionType.ALLOW)
+    assert error_of(alice_via_2.create_acls([grant])[grant]) == KafkaError.CLUSTER_AUTHORIZATION_FAILED
+    # SCRAM credentials: she can neither set the brokers' user's nor list them.
+    upsert = UserScramCredentialUpsertion(BROKER_USER[0], ScramCredentialInfo(ScramMechanism.SCRAM_SHA_512, 4096),
+                                          b"taken-over")
+    assert error_of(alice_via_2.alter_user_scram_credentials([upsert])[BROKER_USER[0]]) == \
+        KafkaError.CLUSTER_AUTHORIZATION_FAILED
+    # (Describe is asked raw below: confluent-kafka 2.16.1's describe_user_scram_credentials
+    # crashes the Python process, in librdkafka's background thread, on an answer with a
+    # request-level error, as Kafka's own is.)
+    # Inter-broker APIs, raw on broker 1's CLIENT listener as alice.
+    s = sasl_tls_socket(brokers[1].b.port, certs, ALICE)
+    s.sendall(cluster_metadata_fetch_v4(corr=10))
+    assert fetch_v4_partition_error(recv_frame(s)) == 29, "the cluster snapshot is not alice's to read"
+    s.sendall(broker_heartbeat_v0(3, 0, want_shut_down=True, corr=11))
+    assert broker_heartbeat_error(recv_frame(s)) == (31, True, False), "alice may not shut broker 3 down"
+    s.sendall(write_txn_markers([(1, 0, True, 0, {"fw-x": [0]})], correlation_id=12))
+    assert set(parse_write_txn_markers(recv_frame(s)).values()) == {31}
+    # DescribeUserScramCredentials v0 of every user (a null array): header v2, then
+    # (header v1 answer) throttle, error code.
+    s.sendall(frame(request_header_v1(50, 0, 13) + b"\x00" + b"\x00\x00"))
+    assert struct.unpack(">ih", recv_frame(s)[5:11])[1] == 31
+    s.close()
+    assert broker_ids(root) == {1, 2, 3}, "broker 3 still registered"
+
+    # The super user grants alice CREATE on fw-* (through broker 2: forwarded as `broker`).
+    root_via_2 = AdminClient(dict(root, **{"bootstrap.servers": f"127.0.0.1:{brokers[2].b.port}"}))
+    root_via_2.create_acls([grant])[grant].result(30)
+    wait_for(lambda: alice_via_2.create_topics([NewTopic("fw-ok", 1, 1)])["fw-ok"].result(30), lambda r: True,
+             30, "alice's creation through broker 2")
+    s2.sendall(create_topic_v2("fw-raw", corr=6))
+    assert create_topic_v2_error(recv_frame(s2, timeout=40)) == 0, "alice's own grant, through broker 2"
+    s2.close()
+    assert {"fw-ok", "fw-raw"} <= set(AdminClient(root).list_topics(timeout=10).topics)
+    assert error_of(alice_via_2.create_topics([NewTopic("other", 1, 1)])["other"]) == \
+        KafkaError.TOPIC_AUTHORIZATION_FAILED
+    # The coordinator's authorizer log names alice and broker 2's address for the denial.
+    log = brokers[1].b.log_path.read_text(errors="replace")
+    assert re.search(r"Principal = User:alice is Denied Operation = \w+ from host = 127\.0\.0\.1 "
+                     r"on resource = Topic:LITERAL:other", log), "no audit line for alice on the coordinator"

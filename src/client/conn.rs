@@ -252,6 +252,12 @@ impl Connection {
         Ok((version, self.call_at(version, req)?))
     }
 
+    /// `call` at a fixed `version`, for APIs Spate's brokers handle without advertising
+    /// them (`protocol::PEER_APIS`).
+    pub fn call_version<R: Request>(&mut self, version: i16, req: &R) -> Result<R::Response, Error> {
+        self.call_at(version, req)
+    }
+
     /// Send a request the broker does not answer (Produce with acks=0).
     pub fn send_only<R: Request>(&mut self, req: &R) -> Result<(), Error> {
         let version = self.version_of(R::KEY)?;

@@ -102,8 +102,10 @@ pub const SUPPORTED_APIS: &[(ApiKey, i16, i16)] = &[
 /// Versions handled beyond the advertised ranges, for Spate's own brokers, which talk to
 /// each other at fixed versions (`server/peer.rs`): Fetch v15 carries the follower's broker
 /// epoch (ReplicaState.ReplicaEpoch, KIP-903) and names topics by id (v13+). Not
-/// advertised to clients until their topic-id fetches are tested.
-pub const PEER_APIS: &[(ApiKey, i16, i16)] = &[(ApiKey::Fetch, 13, 15)];
+/// advertised to clients until their topic-id fetches are tested. Envelope (KIP-590)
+/// carries an admin request a broker forwards to the active coordinator with its
+/// client's principal (`server/forward.rs`); Kafka's brokers do not advertise it either.
+pub const PEER_APIS: &[(ApiKey, i16, i16)] = &[(ApiKey::Fetch, 13, 15), (ApiKey::Envelope, 0, 0)];
 
 /// Whether `version` of `key` is handled: advertised, or sent between Spate brokers.
 pub fn handled_version(key: ApiKey, version: i16) -> bool {
@@ -113,6 +115,12 @@ pub fn handled_version(key: ApiKey, version: i16) -> bool {
 
 pub fn supported_range(key: ApiKey) -> Option<(i16, i16)> {
     SUPPORTED_APIS.iter().find(|(k, _, _)| *k == key).map(|(_, lo, hi)| (*lo, *hi))
+}
+
+/// The advertised range of `key`, else the range handled for Spate's own brokers.
+pub fn handled_range(key: ApiKey) -> Option<(i16, i16)> {
+    let peer = || PEER_APIS.iter().find(|(k, _, _)| *k == key).map(|(_, lo, hi)| (*lo, *hi));
+    supported_range(key).or_else(peer)
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -379,6 +387,8 @@ pub mod error_code {
     pub const DUPLICATE_RESOURCE: i16 = 92;
     pub const UNACCEPTABLE_CREDENTIAL: i16 = 93;
     pub const NETWORK_EXCEPTION: i16 = 13;
+    // Envelope (KIP-590): the forwarded principal does not decode.
+    pub const PRINCIPAL_DESERIALIZATION_FAILURE: i16 = 97;
 }
 
 #[cfg(test)]

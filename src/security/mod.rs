@@ -59,7 +59,52 @@ impl Principal {
         }
         Some(Principal { kind: kind.to_string(), name: name.to_string() })
     }
+
+    /// The principal as a forwarding broker puts it in an Envelope (KIP-590), in Kafka's
+    /// `DefaultKafkaPrincipalBuilder.serialize` form: a 2-byte version, then
+    /// `DefaultPrincipalData` at that version.
+    pub fn encode_forwarded(&self) -> bytes::Bytes {
+        use kafka_protocol::messages::DefaultPrincipalData;
+        use kafka_protocol::protocol::{Encodable, StrBytes};
+        let data = DefaultPrincipalData::default()
+            .with_type(StrBytes::from_string(self.kind.clone()))
+            .with_name(StrBytes::from_string(self.name.clone()))
+            .with_token_authenticated(false);
+        let mut buf = bytes::BytesMut::new();
+        buf.extend_from_slice(&FORWARDED_PRINCIPAL_VERSION.to_be_bytes());
+        data.encode(&mut buf, FORWARDED_PRINCIPAL_VERSION).expect("a principal always encodes");
+        buf.freeze()
+    }
+
+    /// `encode_forwarded`'s bytes back. Untrusted (they come off the network): at most
+    /// `forwarded_principal_bytes_max`, version 0 only, a type and a name that are not
+    /// empty; any other input is an error, never a panic.
+    pub fn decode_forwarded(bytes: &[u8]) -> Result<Principal, String> {
+        use kafka_protocol::messages::DefaultPrincipalData;
+        use kafka_protocol::protocol::Decodable;
+        if bytes.len() > forwarded_principal_bytes_max {
+            return Err(format!("{} bytes, above the {forwarded_principal_bytes_max} allowed", bytes.len()));
+        }
+        let (version, body) = bytes.split_at_checked(2).ok_or("no version")?;
+        let version = i16::from_be_bytes([version[0], version[1]]);
+        if version != FORWARDED_PRINCIPAL_VERSION {
+            return Err(format!("version {version}"));
+        }
+        let mut body = bytes::Bytes::copy_from_slice(body);
+        let data = DefaultPrincipalData::decode(&mut body, version).map_err(|e| e.to_string())?;
+        if data._type.is_empty() || data.name.is_empty() {
+            return Err("an empty principal type or name".into());
+        }
+        Ok(Principal { kind: data._type.to_string(), name: data.name.to_string() })
+    }
 }
+
+/// The `DefaultPrincipalData` version Kafka's brokers write (its highest, 0).
+const FORWARDED_PRINCIPAL_VERSION: i16 = 0;
+/// The most bytes a forwarded principal may take (a type and a name; a certificate's
+/// subject can be long, but not this long).
+#[allow(non_upper_case_globals)]
+pub const forwarded_principal_bytes_max: usize = 8 * 1024;
 
 impl fmt::Display for Principal {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -78,6 +123,22 @@ mod tests {
         assert_eq!(Principal::parse("User:CN=a,O=b:c"), Some(Principal::user("CN=a,O=b:c")));
         assert_eq!(Principal::parse("alice"), None);
         assert_eq!(Principal::parse("User:"), None);
+    }
+
+    #[test]
+    fn forwarded_principals_round_trip_and_bad_bytes_are_refused() {
+        for p in [Principal::user("alice"), Principal::user("CN=a,O=b:c"), Principal::anonymous()] {
+            let bytes = p.encode_forwarded();
+            // Kafka's form: version 0, compact strings (length + 1), the bool, no tags.
+            assert_eq!(&bytes[..3], &[0, 0, 5], "{p}");
+            assert_eq!(Principal::decode_forwarded(&bytes), Ok(p));
+        }
+        let alice = Principal::user("alice").encode_forwarded();
+        assert!(Principal::decode_forwarded(&alice[..alice.len() - 2]).is_err(), "cut short");
+        assert!(Principal::decode_forwarded(&[]).is_err());
+        assert!(Principal::decode_forwarded(&[0, 1, 5]).is_err(), "version 1");
+        assert!(Principal::decode_forwarded(&[0, 0, 1, 1, 0, 0]).is_err(), "empty type and name");
+        assert!(Principal::decode_forwarded(&vec![0u8; forwarded_principal_bytes_max + 1]).is_err());
         assert!(!Principal::user("alice").is_anonymous());
     }
 }

@@ -5,18 +5,23 @@
 //! InitProducerId without a transactional id (producer ids come from the coordinator's
 //! blocks) go to the active
 //! coordinator as the client sent them (same header, same correlation id, same
-//! version: every broker speaks the same versions), and its answer goes back to the
-//! client unchanged. Before answering, this broker pulls the snapshot that includes the
-//! change, so a client that creates a topic here then asks here for its metadata sees it.
+//! version: every broker speaks the same versions), wrapped in an Envelope (KIP-590)
+//! that carries the client's principal and address: the coordinator authorizes the
+//! forwarding broker (CLUSTER_ACTION) and then the request as the client's, so a client
+//! gets no more through another broker than it would from the coordinator itself. The
+//! inner answer goes back to the client unchanged. Before answering, this broker pulls
+//! the snapshot that includes the change, so a client that creates a topic here then
+//! asks here for its metadata sees it.
 //!
 //! Runs on the blocking pool: it waits on another broker.
 
+use std::net::{IpAddr, Ipv4Addr};
 use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::{BufMut, Bytes, BytesMut};
 use kafka_protocol::messages::create_topics_request::CreatableTopic;
-use kafka_protocol::messages::{ApiKey, CreateTopicsRequest, TopicName};
+use kafka_protocol::messages::{ApiKey, CreateTopicsRequest, EnvelopeRequest, TopicName};
 use kafka_protocol::protocol::Encodable;
 
 use crate::client::{sb, Connection};
@@ -121,33 +126,85 @@ pub(super) async fn with_coordinator<T: Send + 'static>(
     }
 }
 
-/// Forward `frame` and return the coordinator's answer (a whole response frame). `None`
-/// when there is no coordinator to forward to: the caller answers NOT_CONTROLLER.
-pub async fn forward(ctx: &ShardContext, frame: &RequestFrame) -> Option<Bytes> {
+/// What became of a forwarded request.
+#[derive(Debug)]
+pub enum Forwarded {
+    /// The coordinator's answer, a whole response frame for the client.
+    Answer(Bytes),
+    /// No coordinator took it (none reachable, or it is no longer the active one): the
+    /// caller answers NOT_CONTROLLER and the client tries again.
+    NoCoordinator,
+    /// The coordinator could not read the inner request: the client's connection closes,
+    /// as for a request that does not decode here.
+    Malformed,
+}
+
+/// The Envelope that carries `frame` (its header and body) with its principal and
+/// client address. The address is the client's IP as 4 or 16 bytes (0.0.0.0 if the
+/// connection has none).
+pub fn envelope_of(frame: &RequestFrame) -> Option<EnvelopeRequest> {
     let key = ApiKey::try_from(frame.api_key).ok()?;
     let header = frame.header.as_ref()?;
     let header_version = key.request_header_version(frame.api_version);
-    let size = header.compute_size(header_version).ok()? + frame.body.len();
-    let mut raw = BytesMut::with_capacity(4 + size);
-    raw.put_i32(size as i32);
-    header.encode(&mut raw, header_version).ok()?;
-    raw.extend_from_slice(&frame.body);
-    let raw = raw.freeze();
+    let mut inner = BytesMut::with_capacity(header.compute_size(header_version).ok()? + frame.body.len());
+    header.encode(&mut inner, header_version).ok()?;
+    inner.extend_from_slice(&frame.body);
+    let ip: IpAddr = frame.client_host.trim_start_matches('/').parse().unwrap_or(IpAddr::V4(Ipv4Addr::UNSPECIFIED));
+    let address = match ip {
+        IpAddr::V4(v4) => Bytes::copy_from_slice(&v4.octets()),
+        IpAddr::V6(v6) => Bytes::copy_from_slice(&v6.octets()),
+    };
+    Some(
+        EnvelopeRequest::default()
+            .with_request_data(inner.freeze())
+            .with_request_principal(Some(frame.principal.encode_forwarded()))
+            .with_client_host_address(address),
+    )
+}
+
+/// Forward `frame` to the active coordinator in an Envelope and return its answer.
+pub async fn forward(ctx: &ShardContext, frame: &RequestFrame) -> Forwarded {
+    let (Ok(key), Some(envelope)) = (ApiKey::try_from(frame.api_key), envelope_of(frame)) else {
+        return Forwarded::Malformed;
+    };
     let broker_id = NodeId(ctx.config.node_id);
     let outcome = with_coordinator(ctx, move |conn, metadata| {
-        let answer = conn.call_raw(&raw).map_err(|e| e.to_string())?;
-        catch_up(metadata, conn, broker_id);
+        let answer = conn.call_version(ENVELOPE_VERSION, &envelope).map_err(|e| e.to_string())?;
+        if answer.error_code == error_code::NONE {
+            catch_up(metadata, conn, broker_id);
+        }
         Ok::<_, String>(answer)
     })
     .await;
-    match outcome.and_then(|r| r) {
-        Ok(answer) => Some(answer),
+    let answer = match outcome.and_then(|r| r) {
+        Ok(answer) => answer,
         Err(e) => {
             tracing::warn!(api = ?key, error = %e, "cannot forward to the active coordinator");
-            None
+            return Forwarded::NoCoordinator;
+        }
+    };
+    match (answer.error_code, answer.response_data) {
+        (error_code::NONE, Some(data)) => {
+            let mut whole = BytesMut::with_capacity(4 + data.len());
+            whole.put_i32(data.len() as i32);
+            whole.extend_from_slice(&data);
+            Forwarded::Answer(whole.freeze())
+        }
+        (error_code::INVALID_REQUEST, _) => Forwarded::Malformed,
+        (code, _) => {
+            if code == error_code::CLUSTER_AUTHORIZATION_FAILED {
+                tracing::error!(api = ?key, "the active coordinator refused this broker's forwarded request: \
+                    its inter-broker principal needs CLUSTER_ACTION on the cluster (or to be a super user)");
+            } else {
+                tracing::warn!(api = ?key, error_code = code, "the active coordinator refused a forwarded request");
+            }
+            Forwarded::NoCoordinator
         }
     }
 }
+
+/// The Envelope version Spate's brokers send and handle (Kafka's only one).
+pub const ENVELOPE_VERSION: i16 = 0;
 
 /// Create a topic through the active coordinator (auto-creation on a broker that is not
 /// it). Errors are (Kafka error code, message).

@@ -120,6 +120,7 @@ pub fn request_quota_exempt(key: ApiKey) -> bool {
             | ApiKey::BrokerHeartbeat
             | ApiKey::AlterPartition
             | ApiKey::WriteTxnMarkers
+            | ApiKey::Envelope
     )
 }
 

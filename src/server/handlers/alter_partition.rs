@@ -3,6 +3,8 @@
 //! partition epoch (a stale one gets INVALID_UPDATE_VERSION), and only live replicas may
 //! be members, each in its current registration when the request names its broker epoch
 //! (v3, KIP-903; else INELIGIBLE_REPLICA); the answer carries the committed state.
+//! Needs CLUSTER_ACTION on the cluster (CLUSTER_AUTHORIZATION_FAILED for the whole
+//! request otherwise), as Kafka's controller.
 
 use bytes::Bytes;
 use kafka_protocol::messages::alter_partition_response::{PartitionData, TopicData};
@@ -19,6 +21,11 @@ use super::{registry_error_code, respond};
 
 pub async fn handle(ctx: &ShardContext, frame: &RequestFrame) -> Result<Bytes, ProtocolError> {
     let req: AlterPartitionRequest = decode_body(frame)?;
+    let action = crate::security::acl::AclOperation::ClusterAction;
+    if !super::authz::authorize_cluster(ctx, frame, &ctx.view(), action) {
+        let body = AlterPartitionResponse::default().with_error_code(error_code::CLUSTER_AUTHORIZATION_FAILED);
+        return respond(ApiKey::AlterPartition, frame, &body);
+    }
     let leader = NodeId(req.broker_id.0);
     let version = frame.api_version;
     let mut topics = Vec::with_capacity(req.topics.len());

@@ -8,6 +8,7 @@ use kafka_protocol::messages::{ApiKey, BrokerHeartbeatRequest, BrokerHeartbeatRe
 
 use crate::model::{BrokerEpoch, NodeId};
 use crate::protocol::{decode_body, ProtocolError, RequestFrame};
+use crate::security::acl::AclOperation;
 
 use super::super::context::ShardContext;
 use super::super::now_ms;
@@ -15,6 +16,12 @@ use super::{registry_error_code, respond};
 
 pub async fn handle(ctx: &ShardContext, frame: &RequestFrame) -> Result<Bytes, ProtocolError> {
     let req: BrokerHeartbeatRequest = decode_body(frame)?;
+    if !super::authz::authorize_cluster(ctx, frame, &ctx.view(), AclOperation::ClusterAction) {
+        let body = BrokerHeartbeatResponse::default()
+            .with_error_code(crate::protocol::error_code::CLUSTER_AUTHORIZATION_FAILED)
+            .with_is_fenced(true);
+        return respond(ApiKey::BrokerHeartbeat, frame, &body);
+    }
     let (id, epoch) = (NodeId(req.broker_id.0), BrokerEpoch(req.broker_epoch));
     let (now, leave) = (now_ms() as u64, req.want_shut_down);
     let outcome = ctx

@@ -2,6 +2,8 @@
 //! coordinator with every listener it advertises, and gets the broker epoch its
 //! heartbeats must carry. Any other broker
 //! answers NOT_CONTROLLER, and the joining broker looks for the active one again.
+//! Needs CLUSTER_ACTION on the cluster (CLUSTER_AUTHORIZATION_FAILED otherwise), as
+//! Kafka's controller asks of a registering broker.
 
 use bytes::Bytes;
 use kafka_protocol::messages::{ApiKey, BrokerRegistrationRequest, BrokerRegistrationResponse};
@@ -11,6 +13,7 @@ use crate::coordinator::controller::{AdvertisedListener, Endpoint};
 use crate::coordinator::registry::LocalBroker;
 use crate::model::NodeId;
 use crate::protocol::{decode_body, ProtocolError, RequestFrame};
+use crate::security::acl::AclOperation;
 
 use super::super::context::ShardContext;
 use super::super::now_ms;
@@ -19,6 +22,10 @@ use super::{registry_error_code, respond};
 pub async fn handle(ctx: &ShardContext, frame: &RequestFrame) -> Result<Bytes, ProtocolError> {
     let req: BrokerRegistrationRequest = decode_body(frame)?;
     let mut body = BrokerRegistrationResponse::default().with_broker_epoch(-1);
+    if !super::authz::authorize_cluster(ctx, frame, &ctx.view(), AclOperation::ClusterAction) {
+        body.error_code = crate::protocol::error_code::CLUSTER_AUTHORIZATION_FAILED;
+        return respond(ApiKey::BrokerRegistration, frame, &body);
+    }
     // The inter-broker listener: the one named as this cluster's (all brokers share
     // inter.broker.listener.name, as in Kafka), else the first (Spate brokers send theirs
     // first).

@@ -9,8 +9,14 @@
 //! `client-id` or both, each at most once (`ip` quotas are not supported); only quota
 //! keys; LONG-typed keys (`producer_byte_rate`, `consumer_byte_rate`) take whole
 //! numbers; every value finite and positive. A refusal is INVALID_REQUEST.
+//!
+//! Authorization as Kafka's: Describe needs DESCRIBE_CONFIGS on the cluster, Alter
+//! ALTER_CONFIGS (CLUSTER_AUTHORIZATION_FAILED otherwise, for the request or every
+//! entry).
 
 use std::collections::BTreeMap;
+
+use crate::security::acl::AclOperation;
 
 use bytes::Bytes;
 use kafka_protocol::messages::{
@@ -141,11 +147,13 @@ async fn alter_one(
 
 pub async fn handle_alter(ctx: &ShardContext, frame: &RequestFrame) -> Result<Bytes, ProtocolError> {
     let req: AlterClientQuotasRequest = decode_body(frame)?;
+    let allowed = super::authz::authorize_cluster(ctx, frame, &ctx.view(), AclOperation::AlterConfigs);
     let mut entries = Vec::with_capacity(req.entries.len());
     for e in &req.entries {
         let parts = e.entity.iter().map(|p| (p.entity_type.as_str(), p.entity_name.as_ref().map(|n| n.as_str())));
         let outcome = match (parse_entity(parts), check_ops(e.ops.iter().map(|o| (o.key.as_str(), o.value, o.remove))))
         {
+            _ if !allowed => Err((error_code::CLUSTER_AUTHORIZATION_FAILED, "Cluster authorization failed.".into())),
             (Ok(entity), Ok(ops)) => alter_one(ctx, entity, ops, req.validate_only).await,
             (Err(r), _) | (_, Err(r)) => Err(r),
         };
@@ -190,6 +198,12 @@ fn matches(name: &Option<EntityName>, m: &NameMatch) -> bool {
 
 pub fn handle_describe(ctx: &ShardContext, frame: &RequestFrame) -> Result<Bytes, ProtocolError> {
     let req: DescribeClientQuotasRequest = decode_body(frame)?;
+    if !super::authz::authorize_cluster(ctx, frame, &ctx.view(), AclOperation::DescribeConfigs) {
+        let body = DescribeClientQuotasResponse::default()
+            .with_error_code(error_code::CLUSTER_AUTHORIZATION_FAILED)
+            .with_error_message(Some(str_bytes("Cluster authorization failed.")));
+        return respond(ApiKey::DescribeClientQuotas, frame, &body);
+    }
     let refuse = |message: String| {
         let body = DescribeClientQuotasResponse::default()
             .with_error_code(error_code::INVALID_REQUEST)

@@ -5,6 +5,10 @@
 //! whose value is the whole snapshot as JSON, and the high watermark is its version.
 //! Snapshots are small (brokers, topics, partition states) and changes are rare, so a
 //! whole snapshot per change is simpler than a delta log and never diverges.
+//!
+//! The snapshot holds ACLs, quotas and SCRAM credentials: a fetch of it needs
+//! CLUSTER_ACTION on the cluster, as a follower's fetch does (TOPIC_AUTHORIZATION_FAILED
+//! otherwise).
 
 use std::time::{Duration, Instant};
 
@@ -36,7 +40,9 @@ pub async fn handle(ctx: &ShardContext, frame: &RequestFrame, req: FetchRequest)
         .unwrap_or(-1);
     let deadline = Instant::now() + Duration::from_millis(req.max_wait_ms.clamp(0, snapshot_wait_ms_max) as u64);
     let mut partition = PartitionData::default().with_partition_index(0);
-    loop {
+    let action = crate::security::acl::AclOperation::ClusterAction;
+    let allowed = super::authz::authorize_cluster(ctx, frame, &ctx.view(), action);
+    while allowed {
         let answer = {
             let reg = ctx.view();
             if !reg.is_active() {
@@ -61,6 +67,9 @@ pub async fn handle(ctx: &ShardContext, frame: &RequestFrame, req: FetchRequest)
                 break;
             }
         }
+    }
+    if !allowed {
+        partition = partition.with_error_code(error_code::TOPIC_AUTHORIZATION_FAILED).with_high_watermark(-1);
     }
     let body = FetchResponse::default().with_responses(vec![FetchableTopicResponse::default()
         .with_topic(TopicName(str_bytes(CLUSTER_METADATA_TOPIC)))

@@ -28,6 +28,7 @@ mod describe_producers;
 mod describe_transactions;
 mod elect_leaders;
 mod end_txn;
+mod envelope;
 mod fetch;
 mod find_coordinator;
 mod heartbeat;
@@ -58,11 +59,12 @@ use crate::coordinator::registry::RegistryError;
 use crate::group::GroupError;
 use crate::log::LogError;
 use crate::protocol::zero_copy::Response;
-use crate::protocol::{encode_response, error_code, handled_version, supported_range, ProtocolError, RequestFrame};
+use crate::protocol::{encode_response, error_code, handled_range, handled_version, ProtocolError, RequestFrame};
 use crate::shard::PartitionError;
 use crate::txn::producer_state::ProducerStateError;
 
 use super::context::ShardContext;
+use super::forward::Forwarded;
 
 /// Handle one request. `Ok(None)`: no answer is due (Produce with acks=0).
 /// `Err`: the connection must be closed. With a request quota configured, the handler's
@@ -89,7 +91,7 @@ async fn dispatch(ctx: &ShardContext, frame: RequestFrame) -> Result<Option<Resp
     if key == Some(ApiKey::ApiVersions) {
         return api_versions::handle(ctx, &frame).map(|b| Some(b.into()));
     }
-    let supported = key.and_then(|k| supported_range(k).map(|r| (k, r)));
+    let supported = key.and_then(|k| handled_range(k).map(|r| (k, r)));
     let Some((key, (lo, hi))) = supported else {
         ctx.metrics.shard(ctx.id).unsupported_requests.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         return Err(ProtocolError::BadHeader(format!("unsupported API key {}", frame.api_key)));
@@ -102,11 +104,20 @@ async fn dispatch(ctx: &ShardContext, frame: RequestFrame) -> Result<Option<Resp
         )));
     }
     if super::forward::is_forwarded_request(key, &frame) && !ctx.view().is_active() {
-        if let Some(answer) = super::forward::forward(ctx, &frame).await {
-            return Ok(Some(answer.into()));
+        match super::forward::forward(ctx, &frame).await {
+            Forwarded::Answer(answer) => return Ok(Some(answer.into())),
+            Forwarded::Malformed => {
+                return Err(ProtocolError::BadBody(format!("{key:?}: the active coordinator could not read it")))
+            }
+            // No coordinator took it: the handler answers NOT_CONTROLLER.
+            Forwarded::NoCoordinator => {}
         }
-        // No coordinator to forward to: the handler answers NOT_CONTROLLER.
     }
+    route(ctx, key, frame).await
+}
+
+/// The handler of `key` (checked as handled; forwarding decided).
+async fn route(ctx: &ShardContext, key: ApiKey, frame: RequestFrame) -> Result<Option<Response>, ProtocolError> {
     let bytes = match key {
         ApiKey::Metadata => metadata::handle(ctx, &frame).await.map(Some),
         ApiKey::Produce => return produce::handle(ctx, &frame).await,
@@ -157,6 +168,7 @@ async fn dispatch(ctx: &ShardContext, frame: RequestFrame) -> Result<Option<Resp
         ApiKey::AlterClientQuotas => client_quotas::handle_alter(ctx, &frame).await.map(Some),
         ApiKey::DescribeUserScramCredentials => user_scram_credentials::handle_describe(ctx, &frame).map(Some),
         ApiKey::AlterUserScramCredentials => user_scram_credentials::handle_alter(ctx, &frame).await.map(Some),
+        ApiKey::Envelope => envelope::handle(ctx, &frame).await.map(Some),
         other => Err(ProtocolError::BadHeader(format!("no handler for {other:?}"))),
     };
     bytes.map(|b| b.map(Response::from))

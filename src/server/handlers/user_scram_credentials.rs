@@ -14,6 +14,9 @@
 //! unknown mechanism UNSUPPORTED_SASL_MECHANISM, the same (user, mechanism) twice in one
 //! request DUPLICATE_RESOURCE, deleting a credential that does not exist
 //! RESOURCE_NOT_FOUND. A user with any error is left unchanged.
+//!
+//! Authorization as Kafka's: Describe needs DESCRIBE on the cluster, Alter ALTER on the
+//! cluster (CLUSTER_AUTHORIZATION_FAILED otherwise, for the request or every user).
 
 use std::collections::BTreeMap;
 
@@ -28,6 +31,7 @@ use kafka_protocol::messages::{
 };
 
 use crate::protocol::{decode_body, error_code, ProtocolError, RequestFrame};
+use crate::security::acl::AclOperation;
 use crate::security::entity::{self, EntityName, QuotaEntity};
 use crate::security::scram::{self, ScramCredential, ScramMechanism};
 
@@ -35,6 +39,9 @@ use super::super::context::ShardContext;
 use super::{respond, str_bytes};
 
 type Refusal = (i16, String);
+
+/// Kafka's message for a request the cluster's ACLs refuse.
+const CLUSTER_DENIED: &str = "Cluster authorization failed.";
 
 /// One user's changes: credentials to store, mechanisms to delete.
 #[derive(Default)]
@@ -52,6 +59,7 @@ fn user_path(user: &str) -> String {
 
 pub async fn handle_alter(ctx: &ShardContext, frame: &RequestFrame) -> Result<Bytes, ProtocolError> {
     let req: AlterUserScramCredentialsRequest = decode_body(frame)?;
+    let allowed = super::authz::authorize_cluster(ctx, frame, &ctx.view(), AclOperation::Alter);
     // (user, mechanism id, the upsertion's (iterations, salt, salted password) or None
     // for a deletion), deletions first as Kafka lists them.
     let ops = req.deletions.iter().map(|d| (d.name.as_str(), d.mechanism, None)).chain(
@@ -71,6 +79,10 @@ pub async fn handle_alter(ctx: &ShardContext, frame: &RequestFrame) -> Result<By
         let twice = seen.contains(&(name, mechanism));
         seen.push((name, mechanism));
         if changes.error.is_some() {
+            continue;
+        }
+        if !allowed {
+            changes.error = Some((error_code::CLUSTER_AUTHORIZATION_FAILED, CLUSTER_DENIED.to_string()));
             continue;
         }
         let m = match check_op(name, mechanism, twice, upsert) {
@@ -190,6 +202,12 @@ async fn apply(
 pub fn handle_describe(ctx: &ShardContext, frame: &RequestFrame) -> Result<Bytes, ProtocolError> {
     let req: DescribeUserScramCredentialsRequest = decode_body(frame)?;
     let view = ctx.view();
+    if !super::authz::authorize_cluster(ctx, frame, &view, AclOperation::Describe) {
+        let body = DescribeUserScramCredentialsResponse::default()
+            .with_error_code(error_code::CLUSTER_AUTHORIZATION_FAILED)
+            .with_error_message(Some(str_bytes(CLUSTER_DENIED)));
+        return respond(ApiKey::DescribeUserScramCredentials, frame, &body);
+    }
     let scram = &view.entity_configs().scram;
     let describe = |user: &str| -> DescribeUserScramCredentialsResult {
         let infos: Vec<CredentialInfo> = ScramMechanism::ALL

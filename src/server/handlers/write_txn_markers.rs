@@ -7,7 +7,8 @@
 //! leader and resends), UNKNOWN_TOPIC_OR_PARTITION, NOT_ENOUGH_REPLICAS,
 //! INVALID_PRODUCER_EPOCH (a newer epoch of the producer wrote here),
 //! TRANSACTION_COORDINATOR_FENCED (a marker from an older coordinator epoch),
-//! REQUEST_TIMED_OUT.
+//! REQUEST_TIMED_OUT. Needs CLUSTER_ACTION on the cluster (every partition answers
+//! CLUSTER_AUTHORIZATION_FAILED otherwise), as Kafka's.
 
 use std::time::Duration;
 
@@ -32,11 +33,16 @@ const marker_timeout_ms: u64 = 30_000;
 
 pub async fn handle(ctx: &ShardContext, frame: &RequestFrame) -> Result<Bytes, ProtocolError> {
     let req: WriteTxnMarkersRequest = decode_body(frame)?;
+    let action = crate::security::acl::AclOperation::ClusterAction;
+    let allowed = super::authz::authorize_cluster(ctx, frame, &ctx.view(), action);
     let mut markers = Vec::with_capacity(req.markers.len());
     for m in &req.markers {
         let mut topics = Vec::with_capacity(m.topics.len());
         for t in &m.topics {
             let calls = t.partition_indexes.iter().map(|&partition| async move {
+                if !allowed {
+                    return Err(crate::protocol::error_code::CLUSTER_AUTHORIZATION_FAILED);
+                }
                 let op = PartitionOp::WriteMarker {
                     tp: TopicPartition::new(t.name.as_str(), partition),
                     producer_id: m.producer_id.0,
