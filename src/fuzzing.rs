@@ -17,6 +17,8 @@ use crate::protocol::shape;
 /// A request frame (without its length prefix) as a connection reads it: header, then
 /// the shape check, then the codec every handler decodes with.
 pub fn request(data: &[u8]) {
+    // The principal an Envelope carries (KIP-590), decoded from the same bytes.
+    let _ = crate::security::Principal::decode_forwarded(data);
     let Ok(frame) = crate::protocol::decode_frame(Bytes::copy_from_slice(data)) else { return };
     if frame.header.is_none() {
         return;
