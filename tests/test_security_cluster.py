@@ -365,6 +365,14 @@ def test_requests_forwarded_to_the_coordinator_are_authorized_as_the_client(brok
     s2 = sasl_tls_socket(brokers[2].b.port, certs, ALICE)
     s2.sendall(create_topic_v2("fw-raw", corr=5))
     assert create_topic_v2_error(recv_frame(s2, timeout=40)) == 29, "created through broker 2 as `broker`"
+    # Client quotas, also through broker 2: AlterClientQuotas v0 of user alice's
+    # producer_byte_rate (forwarded) and DescribeClientQuotas v0 of everything.
+    entity = struct.pack(">ih", 1, 4) + b"user" + struct.pack(">h", 5) + b"alice"
+    op = struct.pack(">ih", 1, 18) + b"producer_byte_rate" + struct.pack(">d?", 1e9, False)
+    s2.sendall(frame(request_header_v1(49, 0, 7) + struct.pack(">i", 1) + entity + op + b"\x00"))
+    assert struct.unpack(">h", recv_frame(s2, timeout=40)[12:14])[0] == 31, "alice may not set her own quota"
+    s2.sendall(frame(request_header_v1(48, 0, 8) + struct.pack(">i?", 0, False)))
+    assert struct.unpack(">h", recv_frame(s2)[8:10])[0] == 31
     # ACLs: alice cannot grant herself anything through broker 2.
     grant = AclBinding(ResourceType.TOPIC, "fw-", ResourcePatternType.PREFIXED, f"User:{ALICE[0]}", "*",
                        AclOperation.CREATE, AclPermissionType.ALLOW)
