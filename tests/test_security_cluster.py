@@ -330,6 +330,16 @@ def create_topic_v2_error(resp):
     return struct.unpack(">h", resp[14 + tlen:16 + tlen])[0]
 
 
+def broker_registration_v0(broker_id, port, corr):
+    """BrokerRegistration v0 (flexible) of a broker with one PLAINTEXT listener."""
+    def cstr(v):
+        return bytes([len(v) + 1]) + v
+    listener = cstr(b"PLAINTEXT") + cstr(b"127.0.0.1") + struct.pack(">Hh", port, 0) + b"\x00"
+    body = struct.pack(">i", broker_id) + cstr(b"cluster") + os.urandom(16) + bytes([2]) + listener
+    body += bytes([1]) + b"\x00" + b"\x00"  # no features, null rack, tagged fields
+    return frame(request_header_v1(62, 0, corr) + b"\x00" + body)
+
+
 @pytest.mark.timeout(300)
 def test_requests_forwarded_to_the_coordinator_are_authorized_as_the_client(broker_factory, tmp_path, certs):
     """With ACLs on, alice (no ACLs) gets nothing through broker 2, which forwards admin
@@ -391,6 +401,8 @@ def test_requests_forwarded_to_the_coordinator_are_authorized_as_the_client(brok
     assert fetch_v4_partition_error(recv_frame(s)) == 29, "the cluster snapshot is not alice's to read"
     s.sendall(broker_heartbeat_v0(3, 0, want_shut_down=True, corr=11))
     assert broker_heartbeat_error(recv_frame(s)) == (31, True, False), "alice may not shut broker 3 down"
+    s.sendall(broker_registration_v0(4, free_port(), corr=14))
+    assert struct.unpack(">ih", recv_frame(s)[5:11])[1] == 31, "alice may not register a broker"
     s.sendall(write_txn_markers([(1, 0, True, 0, {"fw-x": [0]})], correlation_id=12))
     assert set(parse_write_txn_markers(recv_frame(s)).values()) == {31}
     # DescribeUserScramCredentials v0 of every user (a null array): header v2, then
@@ -398,7 +410,7 @@ def test_requests_forwarded_to_the_coordinator_are_authorized_as_the_client(brok
     s.sendall(frame(request_header_v1(50, 0, 13) + b"\x00" + b"\x00\x00"))
     assert struct.unpack(">ih", recv_frame(s)[5:11])[1] == 31
     s.close()
-    assert broker_ids(root) == {1, 2, 3}, "broker 3 still registered"
+    assert broker_ids(root) == {1, 2, 3}, "broker 3 still registered, no broker 4"
 
     # The super user grants alice CREATE on fw-* (through broker 2: forwarded as `broker`).
     root_via_2 = AdminClient(dict(root, **{"bootstrap.servers": f"127.0.0.1:{brokers[2].b.port}"}))
@@ -415,3 +427,9 @@ def test_requests_forwarded_to_the_coordinator_are_authorized_as_the_client(brok
     log = brokers[1].b.log_path.read_text(errors="replace")
     assert re.search(r"Principal = User:alice is Denied Operation = \w+ from host = 127\.0\.0\.1 "
                      r"on resource = Topic:LITERAL:other", log), "no audit line for alice on the coordinator"
+    # The same registration from the brokers' principal is taken: alice's was refused
+    # for her rights, not for its bytes.
+    s = sasl_tls_socket(brokers[1].broker_port, certs, BROKER_USER)
+    s.sendall(broker_registration_v0(4, free_port(), corr=15))
+    assert struct.unpack(">ih", recv_frame(s)[5:11])[1] == 0
+    s.close()
