@@ -9,7 +9,7 @@ use std::io::{Read, Write};
 use std::net::{TcpStream, ToSocketAddrs};
 use std::time::Duration;
 
-use bytes::{BufMut, Bytes, BytesMut};
+use bytes::Bytes;
 use kafka_protocol::messages::{
     ApiKey, ApiVersionsRequest, ApiVersionsResponse, ResponseHeader, SaslAuthenticateRequest, SaslHandshakeRequest,
 };
@@ -288,18 +288,6 @@ impl Connection {
             )));
         }
         crate::protocol::decode_response_body::<R::Response>(R::KEY, version, &mut frame).map_err(decode_err)
-    }
-
-    /// Send a request frame encoded elsewhere (length prefix included) and return the
-    /// response frame, length prefix included, as it came. Brokers forward a client's
-    /// admin request to the active coordinator this way.
-    pub fn call_raw(&mut self, request: &[u8]) -> Result<Bytes, Error> {
-        self.stream.write_all(request).map_err(|e| self.io_error(e))?;
-        let body = self.read_frame()?;
-        let mut frame = BytesMut::with_capacity(4 + body.len());
-        frame.put_i32(body.len() as i32);
-        frame.extend_from_slice(&body);
-        Ok(frame.freeze())
     }
 
     fn read_frame(&mut self) -> Result<Bytes, Error> {

@@ -698,7 +698,7 @@ impl Shard {
                 Ok((config, min_insync)) => {
                     let dir = self.data_dir.join(tp.dir_name());
                     let leader_epoch = self.leader_epoch_here(&tp);
-                    let high_watermark = self.hw_at_start.get(&tp).copied().unwrap_or(0);
+                    let high_watermark = self.checkpointed_hw(&tp);
                     jobs.push(OpenJob { tp, dir, config, min_insync, leader_epoch, high_watermark });
                 }
                 Err(PartitionError::UnknownTopicOrPartition(_)) if known => {
@@ -816,10 +816,17 @@ impl Shard {
         }
     }
 
+    /// The high watermark of `tp` in this broker's checkpoint before it started (0 when
+    /// none): what a restarted replica starts from, and the bound on the producer-state
+    /// snapshot its log is rebuilt from (`PartitionLog::open_leading`).
+    fn checkpointed_hw(&self, tp: &TopicPartition) -> i64 {
+        self.hw_at_start.get(tp).copied().unwrap_or(0)
+    }
+
     fn insert_partition(&mut self, tp: &TopicPartition, mut log: PartitionLog, min_insync: usize, now_ms: i64) {
         log.set_producer_id_bound(self.producer_id_bound);
         // The high watermark this broker knew before it stopped (never above the log).
-        let follower_hw = self.hw_at_start.get(tp).copied().unwrap_or(0).min(log.log_end_offset().0);
+        let follower_hw = self.checkpointed_hw(tp).min(log.log_end_offset().0);
         self.partitions.insert(
             tp.clone(),
             Partition {
@@ -842,7 +849,7 @@ impl Shard {
                 return Err(PartitionError::NotLeader(tp.clone()));
             }
             let (config, min_insync) = self.open_config(tp)?;
-            let high_watermark = self.hw_at_start.get(tp).copied().unwrap_or(0);
+            let high_watermark = self.checkpointed_hw(tp);
             let log =
                 PartitionLog::open_leading(&self.data_dir.join(tp.dir_name()), config, now_ms, None, high_watermark)?;
             self.insert_partition(tp, log, min_insync, now_ms);

@@ -214,7 +214,7 @@ impl Shard {
                     self.opening.insert(tp.clone(), Default::default());
                     let leader_epoch = self.leader_epoch_here(&tp);
                     let dir = self.data_dir.join(tp.dir_name());
-                    let high_watermark = self.hw_at_start.get(&tp).copied().unwrap_or(0);
+                    let high_watermark = self.checkpointed_hw(&tp);
                     self.open_queue.push(super::OpenJob { tp, dir, config, min_insync, leader_epoch, high_watermark });
                 }
                 continue;

@@ -67,7 +67,7 @@ pub async fn handle_create(ctx: &ShardContext, frame: &RequestFrame) -> Result<B
         return answer(error_code::SECURITY_DISABLED, NO_AUTHORIZER);
     }
     if !authz::authorize_cluster(ctx, frame, &ctx.view(), AclOperation::Alter) {
-        return answer(error_code::CLUSTER_AUTHORIZATION_FAILED, "Cluster authorization failed.");
+        return answer(error_code::CLUSTER_AUTHORIZATION_FAILED, super::authz::CLUSTER_DENIED);
     }
     // Parse each creation; ones that do not parse get INVALID_REQUEST, the others go to
     // the registry together.
@@ -121,7 +121,7 @@ pub fn handle_describe(ctx: &ShardContext, frame: &RequestFrame) -> Result<Bytes
     }
     let view = ctx.view();
     if !authz::authorize_cluster(ctx, frame, &view, AclOperation::Describe) {
-        return fail(error_code::CLUSTER_AUTHORIZATION_FAILED, "Cluster authorization failed.");
+        return fail(error_code::CLUSTER_AUTHORIZATION_FAILED, super::authz::CLUSTER_DENIED);
     }
     let pattern_type = if frame.api_version == 0 { PatternType::Literal.code() } else { req.pattern_type_filter };
     let f = match filter(
@@ -178,7 +178,7 @@ pub async fn handle_delete(ctx: &ShardContext, frame: &RequestFrame) -> Result<B
         return answer(error_code::SECURITY_DISABLED, NO_AUTHORIZER);
     }
     if !authz::authorize_cluster(ctx, frame, &ctx.view(), AclOperation::Alter) {
-        return answer(error_code::CLUSTER_AUTHORIZATION_FAILED, "Cluster authorization failed.");
+        return answer(error_code::CLUSTER_AUTHORIZATION_FAILED, super::authz::CLUSTER_DENIED);
     }
     let parsed: Vec<Result<AclFilter, String>> = req
         .filters

@@ -59,7 +59,7 @@ pub async fn handle(ctx: &ShardContext, frame: &RequestFrame) -> Result<Bytes, P
     };
     // Kafka's handleAlterPartitionReassignmentsRequest: ALTER on the cluster.
     if !super::authz::authorize_cluster(ctx, frame, &ctx.view(), crate::security::acl::AclOperation::Alter) {
-        return refuse(error_code::CLUSTER_AUTHORIZATION_FAILED, "Cluster authorization failed.".into());
+        return refuse(error_code::CLUSTER_AUTHORIZATION_FAILED, super::authz::CLUSTER_DENIED.into());
     }
     let named: u64 = req.topics.iter().map(|t| t.partitions.len() as u64).sum();
     // The shape walk bounds the request's array elements as a whole to the same limit;

@@ -16,6 +16,10 @@ use crate::security::acl::{AclOperation, ResourceType, CLUSTER_RESOURCE_NAME};
 
 use super::super::context::ShardContext;
 
+/// Kafka's message for a request the cluster's ACLs refuse (its
+/// `ClusterAuthorizationException`'s default).
+pub(super) const CLUSTER_DENIED: &str = "Cluster authorization failed.";
+
 /// The client's address as the authorizer matches it (`127.0.0.1`, not `/127.0.0.1`).
 fn host(frame: &RequestFrame) -> &str {
     frame.client_host.trim_start_matches('/')

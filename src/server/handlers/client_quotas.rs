@@ -153,7 +153,7 @@ pub async fn handle_alter(ctx: &ShardContext, frame: &RequestFrame) -> Result<By
         let parts = e.entity.iter().map(|p| (p.entity_type.as_str(), p.entity_name.as_ref().map(|n| n.as_str())));
         let outcome = match (parse_entity(parts), check_ops(e.ops.iter().map(|o| (o.key.as_str(), o.value, o.remove))))
         {
-            _ if !allowed => Err((error_code::CLUSTER_AUTHORIZATION_FAILED, "Cluster authorization failed.".into())),
+            _ if !allowed => Err((error_code::CLUSTER_AUTHORIZATION_FAILED, super::authz::CLUSTER_DENIED.into())),
             (Ok(entity), Ok(ops)) => alter_one(ctx, entity, ops, req.validate_only).await,
             (Err(r), _) | (_, Err(r)) => Err(r),
         };
@@ -201,7 +201,7 @@ pub fn handle_describe(ctx: &ShardContext, frame: &RequestFrame) -> Result<Bytes
     if !super::authz::authorize_cluster(ctx, frame, &ctx.view(), AclOperation::DescribeConfigs) {
         let body = DescribeClientQuotasResponse::default()
             .with_error_code(error_code::CLUSTER_AUTHORIZATION_FAILED)
-            .with_error_message(Some(str_bytes("Cluster authorization failed.")));
+            .with_error_message(Some(str_bytes(super::authz::CLUSTER_DENIED)));
         return respond(ApiKey::DescribeClientQuotas, frame, &body);
     }
     let refuse = |message: String| {

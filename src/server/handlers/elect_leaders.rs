@@ -61,7 +61,7 @@ pub async fn handle(ctx: &ShardContext, frame: &RequestFrame) -> Result<Bytes, P
     };
     // Kafka's handleElectLeaders: ALTER on the cluster.
     if !super::authz::authorize_cluster(ctx, frame, &ctx.view(), crate::security::acl::AclOperation::Alter) {
-        return refuse(error_code::CLUSTER_AUTHORIZATION_FAILED, "Cluster authorization failed.".into());
+        return refuse(error_code::CLUSTER_AUTHORIZATION_FAILED, super::authz::CLUSTER_DENIED.into());
     }
     let kind = match req.election_type {
         _ if frame.api_version == 0 => ElectionKind::Preferred,

@@ -32,7 +32,7 @@ pub fn handle(ctx: &ShardContext, frame: &RequestFrame) -> Result<Bytes, Protoco
     if !super::authz::authorize_cluster(ctx, frame, &view, crate::security::acl::AclOperation::Describe) {
         let body = ListPartitionReassignmentsResponse::default()
             .with_error_code(error_code::CLUSTER_AUTHORIZATION_FAILED)
-            .with_error_message(Some(str_bytes("Cluster authorization failed.".to_string())));
+            .with_error_message(Some(str_bytes(super::authz::CLUSTER_DENIED.to_string())));
         return respond(ApiKey::ListPartitionReassignments, frame, &body);
     }
     let wanted: Option<BTreeSet<(&str, i32)>> = req

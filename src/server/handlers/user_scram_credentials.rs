@@ -40,9 +40,6 @@ use super::{respond, str_bytes};
 
 type Refusal = (i16, String);
 
-/// Kafka's message for a request the cluster's ACLs refuse.
-const CLUSTER_DENIED: &str = "Cluster authorization failed.";
-
 /// One user's changes: credentials to store, mechanisms to delete.
 #[derive(Default)]
 struct UserChanges {
@@ -82,7 +79,7 @@ pub async fn handle_alter(ctx: &ShardContext, frame: &RequestFrame) -> Result<By
             continue;
         }
         if !allowed {
-            changes.error = Some((error_code::CLUSTER_AUTHORIZATION_FAILED, CLUSTER_DENIED.to_string()));
+            changes.error = Some((error_code::CLUSTER_AUTHORIZATION_FAILED, super::authz::CLUSTER_DENIED.to_string()));
             continue;
         }
         let m = match check_op(name, mechanism, twice, upsert) {
@@ -205,7 +202,7 @@ pub fn handle_describe(ctx: &ShardContext, frame: &RequestFrame) -> Result<Bytes
     if !super::authz::authorize_cluster(ctx, frame, &view, AclOperation::Describe) {
         let body = DescribeUserScramCredentialsResponse::default()
             .with_error_code(error_code::CLUSTER_AUTHORIZATION_FAILED)
-            .with_error_message(Some(str_bytes(CLUSTER_DENIED)));
+            .with_error_message(Some(str_bytes(super::authz::CLUSTER_DENIED)));
         return respond(ApiKey::DescribeUserScramCredentials, frame, &body);
     }
     let scram = &view.entity_configs().scram;
