@@ -271,6 +271,101 @@ def test_sessions_expire_and_clients_reauthenticate(broker_factory, tmp_path, ce
     assert metric_sum(scrape(mport), "spate_sasl_authentications_total") >= 4
 
 
+def sasl_handshake_v0(s, mechanism, corr=1):
+    """SaslHandshake v0: the same body as v1; what follows it is bare SASL tokens."""
+    m = mechanism.encode()
+    s.sendall(frame(request_header_v1(17, 0, corr) + struct.pack(">h", len(m)) + m))
+    (got_corr, err) = struct.unpack(">ih", recv_frame(s)[:6])
+    assert got_corr == corr
+    return err
+
+
+def scram_sha512_exchange(s, user, password, send):
+    """RFC 5802 over `send(token) -> server token`; returns whether the server's final
+    signature proves it knows the credential."""
+    import base64
+    import hashlib
+    import hmac
+    import os
+    nonce = base64.b64encode(os.urandom(18)).decode()
+    bare = f"n={user},r={nonce}"
+    server_first = send(f"n,,{bare}".encode()).decode()
+    attrs = dict(kv.split("=", 1) for kv in server_first.split(","))
+    assert attrs["r"].startswith(nonce) and len(attrs["r"]) > len(nonce)
+    salted = hashlib.pbkdf2_hmac("sha512", password.encode(), base64.b64decode(attrs["s"]), int(attrs["i"]))
+    mac = lambda key, msg: hmac.new(key, msg, hashlib.sha512).digest()  # noqa: E731
+    client_key = mac(salted, b"Client Key")
+    without_proof = f"c=biws,r={attrs['r']}"
+    auth_message = f"{bare},{server_first},{without_proof}".encode()
+    signature = mac(hashlib.sha512(client_key).digest(), auth_message)
+    proof = bytes(a ^ b for a, b in zip(client_key, signature))
+    server_final = send(f"{without_proof},p={base64.b64encode(proof).decode()}".encode()).decode()
+    want = base64.b64encode(mac(mac(salted, b"Server Key"), auth_message)).decode()
+    return server_final == f"v={want}"
+
+
+def test_sasl_handshake_v0_takes_bare_tokens(broker_factory, tmp_path, certs):
+    """SaslHandshake v0, which kafka-python up to 2.0.2, Sarama up to 1.40 and aiokafka
+    send: the tokens follow as size-prefixed frames without a Kafka header, PLAIN's
+    success is an empty token, and a failed login closes the connection (after the
+    delay) with nothing sent."""
+    from confluent_kafka.admin import ScramCredentialInfo, ScramMechanism, UserScramCredentialUpsertion
+    b, ports, mport = start_secure(broker_factory, tmp_path, certs, ["SASL_PLAINTEXT"],
+                                   extra="connection_failed_authentication_delay_ms = 700\n")
+    port = ports["SASL_PLAINTEXT"]
+    # PLAIN: an empty token back, then requests are answered on the connection.
+    s = connect(port)
+    assert sasl_handshake_v0(s, "PLAIN") == 0
+    s.sendall(frame(b"\0alice\0alice-secret"))
+    assert recv_frame(s) == b""
+    s.sendall(metadata_v0(corr=21))
+    assert struct.unpack(">i", recv_frame(s)[:4])[0] == 21
+    # Re-authentication needs v1 (KIP-368): a second v0 handshake closes the connection.
+    s.sendall(frame(request_header_v1(17, 0, 22) + struct.pack(">h", 5) + b"PLAIN"))
+    assert outcome_after(s) == "closed"
+    # A wrong password: nothing is sent back, and the connection closes after the delay.
+    s = connect(port)
+    assert sasl_handshake_v0(s, "PLAIN") == 0
+    started = time.monotonic()
+    s.sendall(frame(b"\0alice\0wrong"))
+    assert outcome_after(s) == "closed"
+    assert time.monotonic() - started >= 0.65, "a failed login must close only after the delay"
+    # SCRAM-SHA-512 against a credential set through the admin API: two rounds of bare
+    # tokens, and the server's signature checks out.
+    admin = AdminClient({"bootstrap.servers": b.bootstrap})
+    upsert = UserScramCredentialUpsertion("carol", ScramCredentialInfo(ScramMechanism.SCRAM_SHA_512, 4096),
+                                          b"carol-pw")
+    for f in admin.alter_user_scram_credentials([upsert]).values():
+        f.result(30)
+
+    def bare_round(token):
+        s.sendall(frame(token))
+        return recv_frame(s)
+
+    s = connect(port)
+    assert sasl_handshake_v0(s, "SCRAM-SHA-512") == 0
+    deadline = time.monotonic() + 20
+    while True:  # the credential reaches the shard's view a moment after the answer
+        try:
+            assert scram_sha512_exchange(s, "carol", "carol-pw", bare_round)
+            break
+        except (ConnectionError, struct.error, AssertionError, socket.timeout):
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)
+            s = connect(port)
+            assert sasl_handshake_v0(s, "SCRAM-SHA-512") == 0
+    s.sendall(metadata_v0(corr=23))
+    assert struct.unpack(">i", recv_frame(s)[:4])[0] == 23
+    # A wrong SCRAM password: the client-final is refused by closing the connection.
+    s = connect(port)
+    assert sasl_handshake_v0(s, "SCRAM-SHA-512") == 0
+    with pytest.raises((ConnectionError, struct.error, socket.timeout)):
+        scram_sha512_exchange(s, "carol", "wrong", bare_round)
+    assert metric_sum(scrape(mport), "spate_sasl_authentications_total") >= 2
+    assert metric_sum(scrape(mport), "spate_sasl_authentication_failures_total") >= 2
+
+
 # ------------------------------------------------------------------------ TLS
 
 def peer_certificate_serial(port, certs):

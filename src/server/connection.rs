@@ -410,20 +410,34 @@ async fn run<S>(
         };
         counters.bytes_in.fetch_add(4 + len as u64, Ordering::Relaxed);
         counters.requests.fetch_add(1, Ordering::Relaxed);
-        let mut frame = match decode_frame(frame) {
-            Ok(f) => f,
-            Err(e) => {
-                counters.bad_frames.fetch_add(1, Ordering::Relaxed);
-                if ctx.client_error_log_allowed() {
-                    tracing::warn!(%peer, error = %e, "closing connection: bad request header");
-                }
-                break;
-            }
+        // After SaslHandshake v0 the frame is a bare SASL token, not a request.
+        let raw_token = match &mut sasl {
+            Some(gate) if gate.expects_raw_token() => Some(gate.admit_raw_token(&ctx, &frame, &peer)),
+            _ => None,
         };
-        frame.client_host.clone_from(&client_host);
-        frame.listener = listener.name.clone();
+        let mut request = None;
+        if raw_token.is_none() {
+            let mut decoded = match decode_frame(frame) {
+                Ok(f) => f,
+                Err(e) => {
+                    counters.bad_frames.fetch_add(1, Ordering::Relaxed);
+                    if ctx.client_error_log_allowed() {
+                        tracing::warn!(%peer, error = %e, "closing connection: bad request header");
+                    }
+                    break;
+                }
+            };
+            decoded.client_host.clone_from(&client_host);
+            decoded.listener = listener.name.clone();
+            request = Some(decoded);
+        }
         if let Some(gate) = &mut sasl {
-            match gate.admit(&ctx, &frame, &peer) {
+            let decision = match (raw_token, &request) {
+                (Some(decision), _) => decision,
+                (None, Some(frame)) => gate.admit(&ctx, frame, &peer),
+                (None, None) => Gate::Close("neither a request nor a SASL token".into()),
+            };
+            match decision {
                 Gate::Pass => {}
                 Gate::Answer { response, then_close, delay_ms } => {
                     principal = gate.principal();
@@ -449,6 +463,9 @@ async fn run<S>(
                 }
             }
         }
+        let Some(mut frame) = request else {
+            break; // a bare token is always answered by the gate, never passed on
+        };
         frame.principal = principal.clone();
         if !one_at_a_time.get() && super::quotas::applies(&ctx, &frame) {
             one_at_a_time.set(true);

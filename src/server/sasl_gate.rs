@@ -1,11 +1,17 @@
 //! SASL on a connection of a SASL_PLAINTEXT or SASL_SSL listener, as Kafka's
 //! `SaslServerAuthenticator` runs it.
 //!
-//! Before authentication only ApiVersions, SaslHandshake (v1) and then SaslAuthenticate
-//! are answered; any other request closes the connection. A failed login is answered
-//! with SASL_AUTHENTICATION_FAILED after `connection.failed.authentication.delay.ms` and
-//! the connection is closed, so passwords cannot be tried at line rate. Once
-//! authenticated, requests carry the SASL user as their principal.
+//! Before authentication only ApiVersions, SaslHandshake and then SaslAuthenticate are
+//! answered; any other request closes the connection. A failed login is answered with
+//! SASL_AUTHENTICATION_FAILED after `connection.failed.authentication.delay.ms` and the
+//! connection is closed, so passwords cannot be tried at line rate. Once authenticated,
+//! requests carry the SASL user as their principal.
+//!
+//! SaslHandshake v0 (before KIP-152; kafka-python up to 2.0.2, Sarama up to 1.40 and
+//! aiokafka send it) is followed by the SASL tokens themselves, each a size-prefixed
+//! frame with no Kafka header, answered the same way (PLAIN's success is an empty
+//! token). A failed login there has no error to carry: the connection is closed after
+//! the same delay, as Kafka's authenticator does. Re-authentication needs v1.
 //!
 //! Re-authentication (KIP-368): with `connections.max.reauth.ms` set, SaslAuthenticate
 //! answers the session's lifetime; the client runs SaslHandshake and SaslAuthenticate
@@ -47,8 +53,12 @@ pub enum Gate {
 enum State {
     /// Waiting for SaslHandshake.
     Handshake,
-    /// Mechanism chosen; SaslAuthenticate rounds until it succeeds or fails.
-    Authenticating(SaslServer),
+    /// Mechanism chosen; SaslAuthenticate rounds (or, after SaslHandshake v0, bare
+    /// tokens: `raw`) until it succeeds or fails.
+    Authenticating {
+        server: SaslServer,
+        raw: bool,
+    },
     Authenticated,
 }
 
@@ -110,7 +120,7 @@ impl SaslGate {
             Some(ApiKey::SaslAuthenticate) => self.authenticate(ctx, frame, peer),
             Some(ApiKey::ApiVersions) if !self.authenticated_once => Gate::Pass,
             _ if self.authenticated_once => match self.expires_at {
-                Some(at) if Instant::now() >= at && !matches!(self.state, State::Authenticating(_)) => {
+                Some(at) if Instant::now() >= at && !matches!(self.state, State::Authenticating { .. }) => {
                     Gate::Close(format!("SASL session of {} expired (connections.max.reauth.ms)", self.principal))
                 }
                 _ => Gate::Pass,
@@ -120,8 +130,15 @@ impl SaslGate {
     }
 
     fn handshake(&mut self, frame: &RequestFrame) -> Gate {
-        if matches!(self.state, State::Authenticating(_)) || !handled_sasl(ApiKey::SaslHandshake, frame.api_version) {
+        if matches!(self.state, State::Authenticating { .. })
+            || !handled_version(ApiKey::SaslHandshake, frame.api_version)
+        {
             return Gate::Close(format!("SaslHandshake v{} out of order or unsupported", frame.api_version));
+        }
+        // v0's bare tokens cannot run beside the connection's requests (KIP-368).
+        let raw = frame.api_version == 0;
+        if raw && self.authenticated_once {
+            return Gate::Close("re-authentication with SaslHandshake v0".into());
         }
         let req: SaslHandshakeRequest = match decode_body(frame) {
             Ok(r) => r,
@@ -133,7 +150,7 @@ impl SaslGate {
         let chosen = Mechanism::from_name(req.mechanism.as_str()).filter(|m| self.settings.mechanisms.contains(m));
         let then_close = match chosen {
             Some(m) => {
-                self.state = State::Authenticating(SaslServer::new(m));
+                self.state = State::Authenticating { server: SaslServer::new(m), raw };
                 false
             }
             None => {
@@ -144,35 +161,80 @@ impl SaslGate {
         answer(ApiKey::SaslHandshake, frame, &body, then_close, 0)
     }
 
+    /// Whether the next frame is a bare SASL token (after SaslHandshake v0), not a request.
+    pub fn expects_raw_token(&self) -> bool {
+        matches!(self.state, State::Authenticating { raw: true, .. })
+    }
+
+    /// A bare token after SaslHandshake v0: the answer is the next token, size-prefixed;
+    /// a failed login closes the connection after the delay, with nothing sent.
+    pub fn admit_raw_token(&mut self, ctx: &ShardContext, token: &[u8], peer: &str) -> Gate {
+        let framed = |token: Vec<u8>| {
+            let mut out = Vec::with_capacity(4 + token.len());
+            out.extend_from_slice(&(token.len() as i32).to_be_bytes());
+            out.extend_from_slice(&token);
+            Bytes::from(out)
+        };
+        match self.step(ctx, token, peer) {
+            Outcome::Continue(token) | Outcome::Done(token) => {
+                Gate::Answer { response: framed(token), then_close: false, delay_ms: 0 }
+            }
+            Outcome::Failed { .. } => Gate::Answer {
+                response: Bytes::new(),
+                then_close: true,
+                delay_ms: self.settings.failed_authentication_delay_ms,
+            },
+        }
+    }
+
     fn authenticate(&mut self, ctx: &ShardContext, frame: &RequestFrame, peer: &str) -> Gate {
-        if !handled_sasl(ApiKey::SaslAuthenticate, frame.api_version) {
+        if !handled_version(ApiKey::SaslAuthenticate, frame.api_version) {
             return Gate::Close(format!("SaslAuthenticate v{} is not supported", frame.api_version));
         }
-        let State::Authenticating(server) = &mut self.state else {
-            return Gate::Close("SaslAuthenticate before SaslHandshake".into());
-        };
+        if !matches!(self.state, State::Authenticating { raw: false, .. }) {
+            return Gate::Close("SaslAuthenticate before SaslHandshake v1".into());
+        }
         let req: SaslAuthenticateRequest = match decode_body(frame) {
             Ok(r) => r,
             Err(e) => return Gate::Close(format!("bad SaslAuthenticate: {e}")),
         };
+        let (body, then_close, delay_ms) = match self.step(ctx, &req.auth_bytes, peer) {
+            Outcome::Continue(token) => {
+                (SaslAuthenticateResponse::default().with_auth_bytes(Bytes::from(token)), false, 0)
+            }
+            Outcome::Done(token) => {
+                let body = SaslAuthenticateResponse::default()
+                    .with_auth_bytes(Bytes::from(token))
+                    .with_session_lifetime_ms(self.settings.reauth_ms as i64);
+                (body, false, 0)
+            }
+            Outcome::Failed { message, token } => (
+                failure(message).with_auth_bytes(Bytes::from(token)),
+                true,
+                self.settings.failed_authentication_delay_ms,
+            ),
+        };
+        answer(ApiKey::SaslAuthenticate, frame, &body, then_close, delay_ms)
+    }
+
+    /// One round of the exchange, in either framing: counts and logs the outcome and
+    /// moves the state (back to `Handshake` on a failure, whose connection closes).
+    fn step(&mut self, ctx: &ShardContext, token: &[u8], peer: &str) -> Outcome {
+        let State::Authenticating { server, .. } = &mut self.state else {
+            // Callers check the state first; a round outside it refuses the login.
+            return Outcome::Failed { message: "no SASL exchange in progress".into(), token: Vec::new() };
+        };
         let mechanism = server.mechanism();
         let view = ctx.view();
         let credentials = BrokerCredentials { settings: &self.settings, view: &view };
-        let step = server.step(&req.auth_bytes, &credentials, &server_nonce());
+        let step = server.step(token, &credentials, &server_nonce());
         let counters = ctx.metrics.shard(ctx.id);
-        let (body, then_close, delay_ms) = match step {
-            Step::Continue(token) => {
-                (SaslAuthenticateResponse::default().with_auth_bytes(Bytes::from(token)), false, 0)
-            }
+        let outcome = match step {
+            Step::Continue(token) => return Outcome::Continue(token),
             Step::Done { principal, token } if self.authenticated_once && principal != *self.principal => {
                 counters.sasl_authentication_failures.fetch_add(1, Ordering::Relaxed);
                 tracing::info!(%peer, was = %self.principal, now = %principal, "re-authentication as another principal refused");
-                (
-                    failure("Cannot change principals during re-authentication".into())
-                        .with_auth_bytes(Bytes::from(token)),
-                    true,
-                    self.settings.failed_authentication_delay_ms,
-                )
+                Outcome::Failed { message: "Cannot change principals during re-authentication".into(), token }
             }
             Step::Done { principal, token } => {
                 counters.sasl_authentications.fetch_add(1, Ordering::Relaxed);
@@ -183,38 +245,34 @@ impl SaslGate {
                 self.principal = Arc::new(principal);
                 self.authenticated_once = true;
                 self.state = State::Authenticated;
-                let body = SaslAuthenticateResponse::default()
-                    .with_auth_bytes(Bytes::from(token))
-                    .with_session_lifetime_ms(lifetime_ms as i64);
-                (body, false, 0)
+                return Outcome::Done(token);
             }
             Step::Failed(message) => {
                 counters.sasl_authentication_failures.fetch_add(1, Ordering::Relaxed);
                 // Kafka's authenticator logs failed logins at INFO with the peer.
                 tracing::info!(%peer, mechanism = mechanism.name(), "failed authentication: {message}");
-                (failure(message), true, self.settings.failed_authentication_delay_ms)
+                Outcome::Failed { message, token: Vec::new() }
             }
         };
-        if then_close {
-            self.state = State::Handshake;
-        }
-        answer(ApiKey::SaslAuthenticate, frame, &body, then_close, delay_ms)
+        self.state = State::Handshake;
+        outcome
     }
+}
+
+/// What one SASL round came to.
+enum Outcome {
+    /// The exchange goes on with this token.
+    Continue(Vec<u8>),
+    /// Authenticated; this token (may be empty) is the server's last.
+    Done(Vec<u8>),
+    /// Refused: the connection closes after the failed-login delay.
+    Failed { message: String, token: Vec<u8> },
 }
 
 fn failure(message: String) -> SaslAuthenticateResponse {
     SaslAuthenticateResponse::default()
         .with_error_code(error_code::SASL_AUTHENTICATION_FAILED)
         .with_error_message(Some(StrBytes::from_string(message)))
-}
-
-/// SaslHandshake v1 (v0 is advertised for librdkafka's sake, but its unframed tokens
-/// are not spoken) and SaslAuthenticate v0-2.
-fn handled_sasl(key: ApiKey, version: i16) -> bool {
-    match key {
-        ApiKey::SaslHandshake => version == 1,
-        _ => handled_version(key, version),
-    }
 }
 
 fn answer<T: kafka_protocol::protocol::Encodable>(
