@@ -36,13 +36,13 @@ BROKER_USER = ("broker", "broker-secret")
 LAG_MS = 3000
 
 
-def broker_config(tmp_path, certs, name, password=BROKER_USER[1]):
+def broker_config(tmp_path, certs, name, password=BROKER_USER[1], mechanism="PLAIN"):
     path = tmp_path / f"{name}-security.toml"
     path.write_text(
         f'ssl_keystore_location = "{certs / "keystore.pem"}"\n'
         f'ssl_truststore_location = "{certs / "ca.pem"}"\n'
         'sasl_enabled_mechanisms = "PLAIN,SCRAM-SHA-512"\n'
-        'sasl_mechanism_inter_broker_protocol = "PLAIN"\n'
+        f'sasl_mechanism_inter_broker_protocol = "{mechanism}"\n'
         f'inter_broker_sasl_username = "{BROKER_USER[0]}"\n'
         f'inter_broker_sasl_password = "{password}"\n'
         "[sasl_plain_users]\n"
@@ -59,9 +59,9 @@ class SecureBroker:
 
 
 def start_secure_broker(broker_factory, tmp_path, certs, node_id, coordinator=None, password=BROKER_USER[1],
-                        extra=()):
+                        extra=(), mechanism="PLAIN"):
     client_port, broker_port = free_port(), free_port()
-    config = broker_config(tmp_path, certs, f"b{node_id}", password)
+    config = broker_config(tmp_path, certs, f"b{node_id}", password, mechanism)
     args = [*cluster_args(node_id), "--replica-lag-time-max-ms", str(LAG_MS), "--config", str(config),
             "--listeners", f"CLIENT://127.0.0.1:{client_port},BROKER://127.0.0.1:{broker_port}",
             "--listener-security-protocol-map", "CLIENT:SASL_SSL,BROKER:SASL_SSL",
@@ -180,6 +180,43 @@ def test_replication_over_sasl_ssl_survives_a_killed_leader(broker_factory, tmp_
 
     got = consume_all(conf, topic, len(acked))
     assert got == acked
+
+
+@pytest.mark.timeout(300)
+def test_brokers_log_in_to_one_another_with_scram(broker_factory, tmp_path, certs):
+    """sasl.mechanism.inter.broker.protocol=SCRAM-SHA-512: the brokers' SCRAM credential
+    is set through the first broker's admin API, then two more brokers join and
+    replicate with it. `broker`'s PLAIN password is another one, so only a SCRAM login
+    can succeed; a broker with a wrong SCRAM password joins nothing."""
+    from confluent_kafka.admin import ScramCredentialInfo, ScramMechanism, UserScramCredentialUpsertion
+    scram_password = "broker-scram-pw"
+    assert scram_password != BROKER_USER[1]
+    start = lambda node_id, coordinator=None, password=scram_password: start_secure_broker(  # noqa: E731
+        broker_factory, tmp_path, certs, node_id, coordinator, password, mechanism="SCRAM-SHA-512")
+    b1 = start(1)
+    conf = client_conf(b1.b.port, certs)
+    upsert = UserScramCredentialUpsertion(BROKER_USER[0], ScramCredentialInfo(ScramMechanism.SCRAM_SHA_512, 8192),
+                                          scram_password.encode())
+    admin = AdminClient(conf)  # held until the futures are done
+    for f in admin.alter_user_scram_credentials([upsert]).values():
+        f.result(30)
+    brokers = {1: b1, 2: start(2, b1.broker_port), 3: start(3, b1.broker_port)}
+    wait_for(lambda: broker_ids(conf), lambda ids: ids == {1, 2, 3}, 30, "three registered brokers")
+    topic = "scram-replicated"
+    # Led by broker 2: brokers 1 and 3 log in to broker 2's listener to follow it.
+    create_topic(conf, NewTopic(topic, 1, replica_assignment=[[2, 3, 1]], config={"min.insync.replicas": "3"}))
+    wait_for(lambda: partition_state(conf, topic), lambda s: s[0] == 2 and s[2] == [1, 2, 3], 30,
+             "leader 2 with the full ISR")
+    values = [f"scram-{i}".encode() for i in range(200)]
+    assert produce(conf, topic, values) == values  # acks=all with min.insync.replicas=3
+    assert consume_all(conf, topic, len(values)) == values
+    for b in brokers.values():
+        assert "authentication failed" not in b.b.log_path.read_text(errors="replace").lower()
+    # The PLAIN password of `broker` is no SCRAM password: a broker using it stays out.
+    b4 = start(4, b1.broker_port, password=BROKER_USER[1])
+    wait_for(lambda: "authentication failed" in b4.b.log_path.read_text(errors="replace").lower(),
+             bool, 30, "broker 4's failed SCRAM login in its log")
+    assert broker_ids(conf) == {1, 2, 3}
 
 
 def tls_socket(port, certs):

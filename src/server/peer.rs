@@ -4,10 +4,11 @@
 //!
 //! The connection takes the inter-broker listener's security (`ClientSecurity`): TLS
 //! through futures-rustls over the glommio socket, then a SASL login (SaslHandshake v1,
-//! SaslAuthenticate v2) driven by the pure `security::client::SaslClient`. A SCRAM login
-//! derives its key with PBKDF2 on the shard (a few milliseconds at Kafka's 4096
-//! iterations), once per connection. A failed login is an `Err` like a refused
-//! connection: callers log it and retry.
+//! SaslAuthenticate v2) driven by the pure `security::client::SaslClient`. Its steps run
+//! on the shard's blocking pool: a SCRAM step derives the key with PBKDF2 (milliseconds
+//! at Kafka's 4096 iterations, longer at the server's choice up to
+//! `scram_iterations_max`), which must not hold the data core. A failed login is an
+//! `Err` like a refused connection: callers log it and retry.
 
 use std::time::Duration;
 
@@ -104,7 +105,15 @@ impl Peer {
                 let message = resp.error_message.as_ref().map(|m| m.to_string()).unwrap_or_default();
                 return Err(refused(&self.addr, format!("{} {message}", crate::client::error_name(resp.error_code))));
             }
-            match client.step(&resp.auth_bytes).map_err(|e| refused(&self.addr, e))? {
+            let server_token = resp.auth_bytes;
+            let (back, step) = glommio::executor()
+                .spawn_blocking(move || {
+                    let step = client.step(&server_token);
+                    (client, step)
+                })
+                .await;
+            client = back;
+            match step.map_err(|e| refused(&self.addr, e))? {
                 None => return Ok(()),
                 Some(next) => token = next,
             }
