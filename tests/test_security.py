@@ -509,6 +509,45 @@ def test_acls_apply_to_sasl_users_and_certificate_subjects(broker_factory, tmp_p
     assert "Principal = User:alice is Denied Operation = Write" in log
 
 
+def test_principal_mapping_rules_name_certificate_principals(broker_factory, tmp_path, certs):
+    """ssl.principal.mapping.rules (KIP-371): the client certificate `CN=client,OU=test,
+    O=spate` becomes `User:CLIENT` under `RULE:^CN=(.*?),OU=test.*$/$1/U`, which is what
+    ACLs and the authorizer's log name; a certificate no rule matches is refused."""
+    from confluent_kafka import KafkaError
+    from confluent_kafka.admin import AclBinding, AclOperation, AclPermissionType, NewTopic, ResourcePatternType
+    from confluent_kafka.admin import ResourceType
+    extra = ('authorizer_class_name = "org.apache.kafka.metadata.authorizer.StandardAuthorizer"\n'
+             'super_users = "User:ANONYMOUS"\n'
+             'ssl_principal_mapping_rules = "RULE:^CN=(.*?),OU=other.*$/$1/, RULE:^CN=(.*?),OU=test.*$/$1/U"\n')
+    b, ports, _ = start_secure(broker_factory, tmp_path, certs, ["SSL"], client_auth="required", extra=extra)
+    cert_conf = {"bootstrap.servers": f"127.0.0.1:{ports['SSL']}", "security.protocol": "SSL",
+                 "ssl.ca.location": str(certs / "ca.pem"), "ssl.certificate.location": str(certs / "client.pem"),
+                 "ssl.key.location": str(certs / "client.key")}
+    admin = AdminClient({"bootstrap.servers": b.bootstrap})  # ANONYMOUS on PLAINTEXT: a super user here
+    for f in admin.create_topics([NewTopic(t, 1) for t in ("mapped-t", "unmapped-t")]).values():
+        f.result(30)
+    bindings = [AclBinding(ResourceType.TOPIC, t, ResourcePatternType.LITERAL, principal, "*", op,
+                           AclPermissionType.ALLOW)
+                for t, principal, op in [("mapped-t", "User:CLIENT", AclOperation.WRITE),
+                                         ("unmapped-t", "User:CN=client,OU=test,O=spate", AclOperation.WRITE),
+                                         ("*", "User:*", AclOperation.DESCRIBE)]]
+    for f in admin.create_acls(bindings).values():
+        f.result(30)
+    assert produce_one(cert_conf, "mapped-t") is None
+    # The unmapped subject is no longer the principal: its ACL does not apply.
+    assert produce_one(cert_conf, "unmapped-t") == KafkaError.TOPIC_AUTHORIZATION_FAILED
+    assert "User:CLIENT" in b.log_path.read_text(errors="replace")
+
+    # A broker whose rules match no subject of this CA refuses the certificate.
+    extra = 'ssl_principal_mapping_rules = "RULE:^CN=(.*?),OU=other.*$/$1/"\n'
+    tmp2 = tmp_path / "second"
+    tmp2.mkdir()
+    b2, ports2, mport2 = start_secure(broker_factory, tmp2, certs, ["SSL"], client_auth="required", extra=extra)
+    with pytest.raises(KafkaException):
+        AdminClient(dict(cert_conf, **{"bootstrap.servers": f"127.0.0.1:{ports2['SSL']}"})).list_topics(timeout=4)
+    assert "no ssl.principal.mapping.rules rule matches" in b2.log_path.read_text(errors="replace")
+
+
 def test_scram_logins_use_credentials_set_through_the_admin_api(broker_factory, tmp_path, certs):
     """SCRAM-SHA-256 and SCRAM-SHA-512 (RFC 5802/7677): credentials set with
     AlterUserScramCredentials (confluent-kafka's admin) are what logins check against."""

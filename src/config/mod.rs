@@ -164,6 +164,11 @@ pub struct BrokerConfig {
     pub ssl_truststore_location: Option<PathBuf>,
     /// ssl.client.auth: `none`, `requested` or `required`.
     pub ssl_client_auth: String,
+    /// ssl.principal.mapping.rules: how a client certificate's subject becomes the
+    /// principal's name (`RULE:pattern/replacement/[LU]` and `DEFAULT`, comma-separated,
+    /// first match wins; see security/principal_mapping.rs) [default: DEFAULT, the subject
+    /// itself].
+    pub ssl_principal_mapping_rules: String,
     /// sasl.enabled.mechanisms: of PLAIN, SCRAM-SHA-256 and SCRAM-SHA-512.
     pub sasl_enabled_mechanisms: String,
     /// SASL/PLAIN's users and passwords (Kafka's `user_<name>="<password>"` entries of
@@ -336,6 +341,7 @@ impl Default for BrokerConfig {
             ssl_keystore_location: None,
             ssl_truststore_location: None,
             ssl_client_auth: "none".to_string(),
+            ssl_principal_mapping_rules: "DEFAULT".to_string(),
             sasl_enabled_mechanisms: "PLAIN,SCRAM-SHA-256,SCRAM-SHA-512".to_string(),
             sasl_plain_users: BTreeMap::new(),
             connection_failed_authentication_delay_ms: 100,
@@ -478,6 +484,7 @@ impl BrokerConfig {
             format!("ssl.client.auth must be none, requested or required, not {:?}", self.ssl_client_auth)
         })?;
         self.sasl_mechanisms()?;
+        crate::security::principal_mapping::PrincipalMapper::parse(&self.ssl_principal_mapping_rules)?;
         self.resolved_listeners = self.listener_specs()?;
         Ok(())
     }

@@ -9,6 +9,7 @@
 pub mod acl;
 pub mod client;
 pub mod entity;
+pub mod principal_mapping;
 pub mod quota;
 pub mod sasl;
 pub mod scram;

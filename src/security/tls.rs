@@ -21,8 +21,6 @@ use rustls::{RootCertStore, ServerConfig};
 use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer};
 
-use super::Principal;
-
 /// ssl.client.auth
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ClientAuth {
@@ -153,11 +151,11 @@ fn build(settings: &TlsSettings) -> Result<ServerConfig, String> {
     Ok(config)
 }
 
-/// The principal of a client certificate, as Kafka's default `ssl.principal.mapping.rules`
-/// makes it: `User:` and the subject's distinguished name in RFC 2253 form (most
-/// specific first, `CN=client,OU=test,O=spate`). A certificate that does not parse
-/// (rustls has verified it, so this is unexpected) gives None.
-pub fn certificate_principal(der: &[u8]) -> Option<Principal> {
+/// The subject of a client certificate, the distinguished name in RFC 2253 form (most
+/// specific first, `CN=client,OU=test,O=spate`) that `ssl.principal.mapping.rules` maps
+/// to a principal's name. A certificate that does not parse (rustls has verified it, so
+/// this is unexpected) gives None.
+pub fn certificate_subject(der: &[u8]) -> Option<String> {
     let (_, cert) = x509_parser::parse_x509_certificate(der).ok()?;
     let mut rdns: Vec<String> = Vec::new();
     for rdn in cert.subject().iter() {
@@ -175,7 +173,7 @@ pub fn certificate_principal(der: &[u8]) -> Option<Principal> {
         rdns.push(attrs.join("+"));
     }
     rdns.reverse();
-    Some(Principal::user(rdns.join(",")))
+    Some(rdns.join(","))
 }
 
 /// RFC 2253 escaping of an attribute value.

@@ -203,18 +203,33 @@ pub async fn serve(ctx: Rc<ShardContext>, stream: TcpStream, permit: ConnectionP
             let acceptor = futures_rustls::TlsAcceptor::from(tls.config());
             match acceptor.accept(stream).await {
                 Ok(tls_stream) => {
-                    // SSL: the client certificate's subject, or ANONYMOUS without one.
+                    // SSL: the client certificate's subject through
+                    // ssl.principal.mapping.rules, or ANONYMOUS without a certificate.
                     // SASL_SSL: SASL decides (Kafka's rule).
-                    let principal = tls_stream
+                    let subject = tls_stream
                         .get_ref()
                         .1
                         .peer_certificates()
                         .and_then(|chain| chain.first())
-                        .and_then(|leaf| crate::security::tls::certificate_principal(leaf))
-                        .filter(|_| listener.sasl.is_none())
-                        .map(Arc::new)
-                        .unwrap_or_else(Principal::anonymous_arc);
-                    run(ctx.clone(), tls_stream, info, Transport::Tls, principal, listener.clone()).await
+                        .and_then(|leaf| crate::security::tls::certificate_subject(leaf))
+                        .filter(|_| listener.sasl.is_none());
+                    let principal = match subject {
+                        None => Some(Principal::anonymous_arc()),
+                        Some(dn) => listener.principal_mapper.name(&dn).map(|name| Arc::new(Principal::user(name))),
+                    };
+                    match principal {
+                        Some(principal) => {
+                            run(ctx.clone(), tls_stream, info, Transport::Tls, principal, listener.clone()).await
+                        }
+                        // Kafka refuses a certificate no rule maps (NoMatchingRule).
+                        None => {
+                            ctx.metrics.shard(ctx.id).tls_handshake_failures.fetch_add(1, Ordering::Relaxed);
+                            if ctx.client_error_log_allowed() {
+                                tracing::warn!(%peer, listener = %listener.name,
+                                    "closing connection: no ssl.principal.mapping.rules rule matches its certificate's subject");
+                            }
+                        }
+                    }
                 }
                 Err(e) => {
                     ctx.metrics.shard(ctx.id).tls_handshake_failures.fetch_add(1, Ordering::Relaxed);

@@ -12,6 +12,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::config::{BrokerConfig, ListenerSpec};
+use crate::security::principal_mapping::PrincipalMapper;
 use crate::security::sasl::Mechanism;
 use crate::security::tls::TlsServer;
 
@@ -30,6 +31,8 @@ pub struct ListenerRuntime {
     pub name: Arc<str>,
     pub tls: Option<Arc<TlsServer>>,
     pub sasl: Option<Arc<SaslSettings>>,
+    /// ssl.principal.mapping.rules, for the client certificates of SSL listeners.
+    pub principal_mapper: Arc<PrincipalMapper>,
 }
 
 /// Every listener of the broker, with the TLS config loaded (an error names the file).
@@ -49,10 +52,13 @@ pub fn build(config: &BrokerConfig) -> anyhow::Result<Vec<Arc<ListenerRuntime>>>
         failed_authentication_delay_ms: config.connection_failed_authentication_delay_ms,
         reauth_ms: config.connections_max_reauth_ms,
     });
+    let principal_mapper =
+        Arc::new(PrincipalMapper::parse(&config.ssl_principal_mapping_rules).map_err(|e| anyhow::anyhow!(e))?);
     Ok(specs
         .into_iter()
         .map(|spec| {
             Arc::new(ListenerRuntime {
+                principal_mapper: principal_mapper.clone(),
                 name: Arc::from(spec.name.as_str()),
                 tls: if spec.protocol.uses_tls() { tls.clone() } else { None },
                 sasl: if spec.protocol.uses_sasl() { Some(sasl.clone()) } else { None },
