@@ -10,7 +10,10 @@
 #
 # Usage: bench/metadata_churn.sh SPATE_BIN [SPATE_BIN...]
 #   RATE (msg/s, 5000), DURATION (s, 20), ROUNDS (2), SIZE (bytes, 1024),
-#   CHURN_ARGS (passed to admin_churn.py: --read-only makes the same loop change nothing)
+#   CHURN_ARGS (passed to admin_churn.py: --read-only makes the same loop change nothing),
+#   ZK_LOG_DIR (ZooKeeper's dataLogDir, its fsynced transaction log; default: beside its
+#   snapshots under /tmp, on the broker's disk. ZooKeeper's admin guide asks for a device
+#   of its own; a tmpfs path such as /dev/shm/zk stands in for one here)
 # Needs: Debian's zookeeper package (scripts/install-deps), .venv (confluent-kafka),
 #   cargo build --release -p spate-bench.
 set -u
@@ -25,15 +28,16 @@ ZK_PORT=39181; PORT=39092
 cat > $WORK/zoo.cfg <<EOF
 tickTime=500
 dataDir=$WORK/zk
+${ZK_LOG_DIR:+dataLogDir=$ZK_LOG_DIR}
 clientPort=$ZK_PORT
 clientPortAddress=127.0.0.1
 admin.enableServer=false
 maxClientCnxns=0
 EOF
-mkdir -p $WORK/zk
+mkdir -p $WORK/zk ${ZK_LOG_DIR:-}
 java -cp /etc/zookeeper/conf:$ZK_JAR org.apache.zookeeper.server.ZooKeeperServerMain $WORK/zoo.cfg > $WORK/zk.log 2>&1 &
 ZK_PID=$!
-trap 'kill $ZK_PID 2>/dev/null; rm -rf $WORK' EXIT
+trap 'kill $ZK_PID 2>/dev/null; rm -rf $WORK ${ZK_LOG_DIR:-}' EXIT
 for _ in $(seq 1 100); do (echo > /dev/tcp/127.0.0.1/$ZK_PORT) 2>/dev/null && break; sleep 0.2; done
 
 run() { # label bin churn(0|1) round
