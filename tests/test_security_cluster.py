@@ -354,6 +354,16 @@ def broker_heartbeat_error(resp):
     return error, fenced, shut_down
 
 
+def alter_partition_v2(broker_id, topic_id, new_isr, corr):
+    """AlterPartition v2 (flexible; topics by id) of partition 0: leader and partition
+    epoch 0, leader recovery state 0. The answer (header v1) starts with throttle time
+    and the request's error code."""
+    partition = struct.pack(">ii", 0, 0) + bytes([len(new_isr) + 1]) + b"".join(struct.pack(">i", r) for r in new_isr)
+    partition += struct.pack(">bi", 0, 0) + b"\x00"
+    body = struct.pack(">iq", broker_id, -1) + bytes([2]) + topic_id + bytes([2]) + partition + b"\x00" + b"\x00"
+    return frame(request_header_v1(56, 2, corr) + b"\x00" + body)
+
+
 def create_topic_v2(name, corr):
     """CreateTopics v2 of one topic (1 partition, replication factor 1), 30 s timeout."""
     t = name.encode()
@@ -383,7 +393,8 @@ def test_requests_forwarded_to_the_coordinator_are_authorized_as_the_client(brok
     requests to the coordinator (broker 1) as Envelopes with her principal; before,
     broker 2 forwarded them over its own connection, as `broker`, a super user, so
     alice could create topics, grant herself ACLs and set anyone's SCRAM password. The
-    inter-broker APIs and the cluster snapshot (ACLs, SCRAM keys) need CLUSTER_ACTION,
+    inter-broker APIs (AlterPartition, BrokerRegistration, BrokerHeartbeat,
+    WriteTxnMarkers) and the cluster snapshot (ACLs, SCRAM keys) need CLUSTER_ACTION,
     which alice lacks. Once the super user grants her CREATE on a prefix, her creation
     through broker 2 succeeds: the coordinator saw her, not the forwarding broker."""
     from confluent_kafka import KafkaError, KafkaException
@@ -442,6 +453,8 @@ def test_requests_forwarded_to_the_coordinator_are_authorized_as_the_client(brok
     assert struct.unpack(">ih", recv_frame(s)[5:11])[1] == 31, "alice may not register a broker"
     s.sendall(write_txn_markers([(1, 0, True, 0, {"fw-x": [0]})], correlation_id=12))
     assert set(parse_write_txn_markers(recv_frame(s)).values()) == {31}
+    s.sendall(alter_partition_v2(1, os.urandom(16), new_isr=[1], corr=15))
+    assert struct.unpack(">ih", recv_frame(s)[5:11])[1] == 31, "alice may not change an ISR"
     # DescribeUserScramCredentials v0 of every user (a null array): header v2, then
     # (header v1 answer) throttle, error code.
     s.sendall(frame(request_header_v1(50, 0, 13) + b"\x00" + b"\x00\x00"))
