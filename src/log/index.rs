@@ -221,6 +221,12 @@ impl Index {
         n.checked_sub(1).map(|i| self.offset_entry(i))
     }
 
+    /// The last entry with position <= `pos` (positions grow with offsets).
+    pub fn lookup_position(&self, pos: u32) -> Option<(u32, u32)> {
+        let n = partition_point(self.entries, |i| self.offset_entry(i).1 <= pos);
+        n.checked_sub(1).map(|i| self.offset_entry(i))
+    }
+
     /// The last entry with timestamp < `ts`.
     pub fn lookup_time_below(&self, ts: i64) -> Option<(i64, u32)> {
         let n = partition_point(self.entries, |i| self.time_entry(i).0 < ts);

@@ -1223,7 +1223,7 @@ impl PartitionLog {
         let corrupt = |seg: &Segment, stop: segment::ScanStop| {
             LogError::Corrupt(format!("segment {} at {}: {}", seg.base_offset, stop.position_bytes, stop.reason))
         };
-        let (seg, position) = loop {
+        let (seg, position, found) = loop {
             let seg = &self.segments[i];
             if offset >= upper.0 || offset >= seg.next_offset {
                 let empty = ReadPlan {
@@ -1239,29 +1239,41 @@ impl PartitionLog {
                 i += 1;
                 continue;
             }
-            break (seg, position);
+            break (seg, position, found);
         };
         let written_size = self.written_size(seg);
-        let empty = |position_bytes| ReadPlan {
-            file: seg.log.clone(),
-            segment_base_offset: Offset(seg.base_offset),
-            position_bytes,
-            length_bytes: 0,
-        };
         let corrupt = |stop: segment::ScanStop| corrupt(seg, stop);
-        let mut length: u64 = 0;
-        while let Some(h) = seg.header_at(position + length, written_size).map_err(corrupt)? {
-            if h.last_offset() >= upper.0 {
-                break;
+        // Where the readable bytes end: the segment's written end when `upper` is at or
+        // past it, else the start of the batch holding `upper` (an index lookup and a
+        // short scan). No batch header between is read.
+        let written_end = seg.next_offset.min(self.written_end_offset().0);
+        let limit = if upper.0 >= written_end {
+            written_size
+        } else {
+            seg.position_of(upper.0).map_err(corrupt)?.0.min(written_size)
+        };
+        let available = limit.saturating_sub(position);
+        let mut length = available;
+        if available > max_bytes as u64 {
+            // Cut at the last batch boundary within max_bytes: from the last indexed
+            // batch at or below it, walk the few headers up to it.
+            let cut_max = position + max_bytes as u64;
+            let from = u32::try_from(cut_max)
+                .ok()
+                .and_then(|p| seg.index.lookup_position(p))
+                .map_or(position, |(_, p)| (p as u64).max(position));
+            let mut pos = from;
+            while let Some(h) = seg.header_at(pos, limit).map_err(corrupt)? {
+                if pos + h.size_bytes() > cut_max {
+                    break;
+                }
+                pos += h.size_bytes();
             }
-            let size = h.size_bytes();
-            if length + size > max_bytes as u64 && !(length == 0 && min_one_batch) {
-                break;
+            length = pos - position;
+            if length == 0 && min_one_batch {
+                // KIP-74: the first batch whole, however large.
+                length = found.map_or(0, |h| h.size_bytes().min(available));
             }
-            length += size;
-        }
-        if length == 0 {
-            return Ok(empty(position));
         }
         Ok(ReadPlan {
             file: seg.log.clone(),
