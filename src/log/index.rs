@@ -344,6 +344,28 @@ mod tests {
         assert!(resident <= 16, "{resident} pages of a 2,560-page index read in to open it");
     }
 
+    /// `lookup_position` finds the last entry at or below a byte position: none below the
+    /// first entry, the entry itself on an exact hit, the one before between two.
+    #[test]
+    fn lookup_position_finds_the_last_entry_at_or_below() {
+        let dir = tempfile::tempdir().unwrap();
+        let (mut index, _) = Index::open(&dir.path().join("0.index"), Kind::Offset, 0).unwrap();
+        index.make_active(4096).unwrap();
+        for (rel, pos) in [(0, 0), (3, 150), (9, 400), (12, 1000)] {
+            index.push_offset(rel, pos);
+        }
+        let found: Vec<_> = [0, 149, 150, 151, 399, 400, 999, 1000, u32::MAX]
+            .iter()
+            .map(|&p| index.lookup_position(p))
+            .collect();
+        let want = [(0, 0), (0, 0), (3, 150), (3, 150), (3, 150), (9, 400), (9, 400), (12, 1000), (12, 1000)];
+        assert_eq!(found, want.map(Some).to_vec());
+        let (mut late, _) = Index::open(&dir.path().join("1.index"), Kind::Offset, 0).unwrap();
+        late.make_active(4096).unwrap();
+        late.push_offset(2, 300);
+        assert_eq!((late.lookup_position(299), late.lookup_position(300)), (None, Some((2, 300))));
+    }
+
     /// The zero tail of a preallocated (sparse) index is skipped by SEEK_DATA, but a
     /// stray entry anywhere in it, written through the mapping or the file, is still seen.
     #[test]
