@@ -5,6 +5,7 @@ Certificates are made per test session with openssl: a CA, a server certificate 
 TLS. Brokers get their security settings from a TOML file, their listeners from
 `--listeners`."""
 
+import os
 import shutil
 import socket
 import ssl
@@ -16,7 +17,7 @@ import pytest
 from confluent_kafka import Consumer, KafkaException, Producer
 from confluent_kafka.admin import AdminClient
 
-from helpers.broker import free_port
+from helpers.broker import DEFAULT_BIN, free_port
 from helpers.clients import kcat
 from helpers.metrics import metric_sum, scrape
 from helpers.wire import api_versions_request, connect, frame, outcome_after, recv_frame, request_header_v1
@@ -393,6 +394,55 @@ def test_mutual_tls_requires_a_client_certificate(broker_factory, tmp_path, cert
     with_cert = dict(base, **{"ssl.certificate.location": str(certs / "client.pem"),
                               "ssl.key.location": str(certs / "client.key")})
     produce_and_read_back(with_cert, "mtls")
+
+
+def test_encrypted_private_keys_open_with_ssl_key_password(broker_factory, tmp_path, certs):
+    """ssl.key.password: the broker's keystore holds its key as encrypted PKCS#8, as
+    `openssl pkcs8 -topk8` writes it (PBES2, AES-256-CBC, PBKDF2); clients connect over
+    mutual TLS. The CLI presents a client key encrypted with scrypt, opened with
+    ssl.key.password from its --command-config. A missing or wrong password stops the
+    broker at start, and the CLI, with a message that says so."""
+    own = tmp_path / "enc-certs"
+    shutil.copytree(certs, own)
+    openssl("pkcs8", "-topk8", "-v2", "aes-256-cbc", "-in", "server.key", "-out", "server.enc.key",
+            "-passout", "pass:ks-pass", cwd=own)
+    openssl("pkcs8", "-topk8", "-scrypt", "-in", "client.key", "-out", "client.enc.key",
+            "-passout", "pass:cl-pass", cwd=own)
+    assert "ENCRYPTED PRIVATE KEY" in (own / "server.enc.key").read_text()
+    (own / "keystore.pem").write_text((own / "server.enc.key").read_text() + (own / "server.pem").read_text())
+    (own / "client-keystore.pem").write_text((own / "client.enc.key").read_text() + (own / "client.pem").read_text())
+
+    b, ports, _ = start_secure(broker_factory, tmp_path, own, ["SSL"], client_auth="required",
+                               extra='ssl_key_password = "ks-pass"\n')
+    port = ports["SSL"]
+    with_cert = {"bootstrap.servers": f"127.0.0.1:{port}", "security.protocol": "SSL",
+                 "ssl.ca.location": str(own / "ca.pem"), "ssl.certificate.location": str(own / "client.pem"),
+                 "ssl.key.location": str(own / "client.key")}
+    produce_and_read_back(with_cert, "encrypted-key", n=50)
+
+    spate = os.environ.get("SPATE_BIN", str(DEFAULT_BIN))
+    props = tmp_path / "client.properties"
+    client_props = ("security.protocol=SSL\nssl.truststore.type=PEM\n"
+                    f"ssl.truststore.location={own / 'ca.pem'}\n"
+                    f"ssl.keystore.type=PEM\nssl.keystore.location={own / 'client-keystore.pem'}\n")
+    props.write_text(client_props + "ssl.key.password=cl-pass\n")
+    cli = [spate, "topic", "list", "--bootstrap", f"127.0.0.1:{port}", "--command-config", str(props)]
+    r = subprocess.run(cli, capture_output=True, timeout=60)
+    assert r.returncode == 0 and b"encrypted-key" in r.stdout, r
+    props.write_text(client_props)
+    r = subprocess.run(cli, capture_output=True, timeout=60)
+    assert r.returncode != 0 and b"set ssl.key.password" in r.stderr, r
+    props.write_text(client_props + "ssl.key.password=wrong\n")
+    r = subprocess.run(cli, capture_output=True, timeout=60)
+    assert r.returncode != 0 and b"wrong ssl.key.password" in r.stderr, r
+
+    # The broker itself, with a wrong and without a password: it does not start.
+    for extra, says in (('ssl_key_password = "wrong"\n', b"wrong ssl.key.password"), ("", b"set ssl.key.password")):
+        cfg = security_config(tmp_path, own, extra=extra)
+        r = subprocess.run([spate, "serve", "--data-dir", str(tmp_path / "refused"), "--config", str(cfg),
+                            "--listeners", f"SSL://127.0.0.1:{free_port()}"], capture_output=True, timeout=60)
+        out = r.stdout + r.stderr
+        assert r.returncode != 0 and says in out and b"keystore.pem" in out, r
 
 
 def test_certificates_are_reloaded_without_a_restart(broker_factory, tmp_path, certs):

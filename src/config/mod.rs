@@ -159,6 +159,8 @@ pub struct BrokerConfig {
     /// ssl.keystore.location: a PEM file with the private key and the certificate chain
     /// (Kafka's `ssl.keystore.type=PEM`), for SSL and SASL_SSL listeners.
     pub ssl_keystore_location: Option<PathBuf>,
+    /// ssl.key.password: the password of an encrypted (PKCS#8) private key in the keystore.
+    pub ssl_key_password: Option<String>,
     /// ssl.truststore.location: a PEM file of the CA certificates client certificates are
     /// checked against.
     pub ssl_truststore_location: Option<PathBuf>,
@@ -339,6 +341,7 @@ impl Default for BrokerConfig {
             listener_security_protocol_map: None,
             inter_broker_listener_name: None,
             ssl_keystore_location: None,
+            ssl_key_password: None,
             ssl_truststore_location: None,
             ssl_client_auth: "none".to_string(),
             ssl_principal_mapping_rules: "DEFAULT".to_string(),
@@ -503,10 +506,11 @@ impl BrokerConfig {
         protocol: SecurityProtocol,
     ) -> Result<crate::security::client::ClientSecurity, String> {
         use crate::security::client::{ClientSecurity, ClientTlsFiles, SaslLogin};
-        let tls = self
-            .ssl_truststore_location
-            .clone()
-            .map(|truststore| ClientTlsFiles { truststore, keystore: self.ssl_keystore_location.clone() });
+        let tls = self.ssl_truststore_location.clone().map(|truststore| ClientTlsFiles {
+            truststore,
+            keystore: self.ssl_keystore_location.clone(),
+            key_password: self.ssl_key_password.clone(),
+        });
         let mechanism = crate::security::sasl::Mechanism::from_name(&self.sasl_mechanism_inter_broker_protocol)
             .ok_or_else(|| {
                 format!(
@@ -559,6 +563,7 @@ impl BrokerConfig {
     pub fn tls_settings(&self) -> Option<crate::security::tls::TlsSettings> {
         Some(crate::security::tls::TlsSettings {
             keystore: self.ssl_keystore_location.clone()?,
+            key_password: self.ssl_key_password.clone(),
             truststore: self.ssl_truststore_location.clone(),
             client_auth: crate::security::tls::ClientAuth::parse(&self.ssl_client_auth)?,
         })

@@ -199,6 +199,7 @@ log.retention.hours=168
 log.retention.ms=86400000
 ssl.keystore.type=PEM
 ssl.keystore.location=/etc/spate/keystore.pem
+ssl.key.password=key pass
 ssl.client.auth=required
 ssl.principal.mapping.rules=RULE:^CN=(.*?),OU=ServiceUsers.*$/$1/L,DEFAULT
 sasl.enabled.mechanisms=PLAIN,SCRAM-SHA-512
@@ -213,6 +214,7 @@ auto.create.topics.enable=false
         assert_eq!(c.listeners.as_deref(), Some("PLAINTEXT://127.0.0.1:9092,SASL_SSL://127.0.0.1:9093"));
         assert_eq!(c.advertised_listeners.as_deref(), Some("PLAINTEXT://kafka1:9092,SASL_SSL://kafka1:9093"));
         assert_eq!(c.ssl_keystore_location, Some("/etc/spate/keystore.pem".into()));
+        assert_eq!(c.ssl_key_password.as_deref(), Some("key pass"));
         assert_eq!(c.ssl_client_auth, "required");
         assert_eq!(c.ssl_principal_mapping_rules, "RULE:^CN=(.*?),OU=ServiceUsers.*$/$1/L,DEFAULT");
         assert_eq!(c.sasl_enabled_mechanisms, "PLAIN,SCRAM-SHA-512");

@@ -354,10 +354,8 @@ mod tests {
         for (rel, pos) in [(0, 0), (3, 150), (9, 400), (12, 1000)] {
             index.push_offset(rel, pos);
         }
-        let found: Vec<_> = [0, 149, 150, 151, 399, 400, 999, 1000, u32::MAX]
-            .iter()
-            .map(|&p| index.lookup_position(p))
-            .collect();
+        let found: Vec<_> =
+            [0, 149, 150, 151, 399, 400, 999, 1000, u32::MAX].iter().map(|&p| index.lookup_position(p)).collect();
         let want = [(0, 0), (0, 0), (3, 150), (3, 150), (3, 150), (9, 400), (9, 400), (12, 1000), (12, 1000)];
         assert_eq!(found, want.map(Some).to_vec());
         let (mut late, _) = Index::open(&dir.path().join("1.index"), Kind::Offset, 0).unwrap();

@@ -264,6 +264,14 @@ pub mod limits {
     pub const connection_read_ahead_bytes: usize = 16 * 1024;
     /// The largest PEM file (keystore, truststore) a TLS listener reads.
     pub const tls_pem_file_bytes_max: usize = 4 * 1024 * 1024;
+    /// The most PBKDF2 iterations an encrypted private key (`ssl.key.password`) may ask
+    /// for: its file chooses them, and each costs the reload thread time (openssl's
+    /// default is 2,048; 10 million take seconds).
+    pub const tls_key_pbkdf2_iterations_max: u32 = 10_000_000;
+    /// The most memory scrypt may take (128 x N x r x p bytes) to open an encrypted
+    /// private key; scrypt allocates it at once, so a key file could ask for more than
+    /// the machine has.
+    pub const tls_key_scrypt_bytes_max: u64 = 256 * 1024 * 1024;
     /// The buffer a TLS connection copies a fetched file range through.
     pub const tls_file_copy_chunk_bytes: usize = 256 * 1024;
     /// How often the TLS watcher looks at the keystore and truststore files for changes.

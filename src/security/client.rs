@@ -25,8 +25,7 @@ use std::sync::Arc;
 use base64::engine::general_purpose::STANDARD as BASE64;
 use base64::Engine as _;
 use rustls::{ClientConfig, RootCertStore};
-use rustls_pki_types::pem::PemObject;
-use rustls_pki_types::{PrivateKeyDer, ServerName};
+use rustls_pki_types::ServerName;
 use subtle::ConstantTimeEq;
 
 use super::sasl::{attributes, sasl_token_bytes_max, Mechanism};
@@ -55,6 +54,8 @@ pub struct ClientTlsFiles {
     pub truststore: PathBuf,
     /// A private key and certificate chain presented when the server asks for one.
     pub keystore: Option<PathBuf>,
+    /// ssl.key.password: opens an encrypted private key in `keystore`.
+    pub key_password: Option<String>,
 }
 
 /// How a client connection secures itself.
@@ -93,7 +94,11 @@ impl ClientSecurity {
     ) -> Result<Self, String> {
         let tls = if protocol.uses_tls() {
             let files = tls.ok_or_else(|| format!("{} needs ssl.truststore.location", protocol.name()))?;
-            Some(Arc::new(tls_client_config(&files.truststore, files.keystore.as_deref())?))
+            Some(Arc::new(tls_client_config(
+                &files.truststore,
+                files.keystore.as_deref(),
+                files.key_password.as_deref(),
+            )?))
         } else {
             None
         };
@@ -113,13 +118,13 @@ impl ClientSecurity {
     /// `security.protocol`, `sasl.mechanism` (PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512),
     /// `sasl.jaas.config` (its `username="..."` and `password="..."`),
     /// `ssl.truststore.location` and `ssl.keystore.location` (PEM files;
-    /// `ssl.*.type` must be PEM when given). Other keys are returned, so the caller can
+    /// `ssl.*.type` must be PEM when given), `ssl.key.password`. Other keys are returned, so the caller can
     /// say it ignores them.
     pub fn from_properties(text: &str) -> Result<(Self, Vec<String>), String> {
         let mut protocol = SecurityProtocol::Plaintext;
         let mut mechanism = None;
         let (mut username, mut password) = (None, None);
-        let (mut truststore, mut keystore) = (None, None);
+        let (mut truststore, mut keystore, mut key_password) = (None, None, None);
         let mut ignored = Vec::new();
         for (key, value) in crate::config::properties::parse_pairs(text) {
             match key.as_str() {
@@ -139,6 +144,7 @@ impl ClientSecurity {
                 }
                 "ssl.truststore.location" => truststore = Some(PathBuf::from(value)),
                 "ssl.keystore.location" => keystore = Some(PathBuf::from(value)),
+                "ssl.key.password" => key_password = Some(value),
                 "ssl.truststore.type" | "ssl.keystore.type" if !value.eq_ignore_ascii_case("PEM") => {
                     return Err(format!("{key}={value}: only PEM key and trust stores are read"))
                 }
@@ -155,7 +161,7 @@ impl ClientSecurity {
             }
             _ => None,
         };
-        let tls = truststore.map(|truststore| ClientTlsFiles { truststore, keystore });
+        let tls = truststore.map(|truststore| ClientTlsFiles { truststore, keystore, key_password });
         Ok((Self::new(protocol, tls.as_ref(), sasl)?, ignored))
     }
 
@@ -173,8 +179,13 @@ impl ClientSecurity {
 }
 
 /// A rustls client config trusting the CA certificates of `truststore`, presenting the
-/// key and chain of `keystore` when the server asks for a client certificate.
-pub fn tls_client_config(truststore: &Path, keystore: Option<&Path>) -> Result<ClientConfig, String> {
+/// key and chain of `keystore` (its key opened with `key_password` when encrypted) when
+/// the server asks for a client certificate.
+pub fn tls_client_config(
+    truststore: &Path,
+    keystore: Option<&Path>,
+    key_password: Option<&str>,
+) -> Result<ClientConfig, String> {
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let pem = super::tls::read_pem(truststore)?;
     let mut roots = RootCertStore::empty();
@@ -190,8 +201,7 @@ pub fn tls_client_config(truststore: &Path, keystore: Option<&Path>) -> Result<C
         Some(path) => {
             let pem = super::tls::read_pem(path)?;
             let chain = super::tls::certificates(path, &pem)?;
-            let key = PrivateKeyDer::from_pem_slice(&pem)
-                .map_err(|e| format!("{}: no unencrypted private key (PKCS#8, PKCS#1 or SEC1): {e}", path.display()))?;
+            let key = super::tls::private_key(path, &pem, key_password)?;
             builder
                 .with_client_auth_cert(chain, key)
                 .map_err(|e| format!("{}: the key does not fit the certificate: {e}", path.display()))
@@ -495,7 +505,7 @@ mod tests {
             .unwrap();
         assert!(s.tls.is_none() && s.sasl.is_some());
         assert!(!format!("{s:?}").contains("pw"));
-        let missing = ClientTlsFiles { truststore: "/nonexistent/ca.pem".into(), keystore: None };
+        let missing = ClientTlsFiles { truststore: "/nonexistent/ca.pem".into(), keystore: None, key_password: None };
         let err = ClientSecurity::new(SecurityProtocol::Ssl, Some(&missing), None).unwrap_err();
         assert!(err.contains("/nonexistent/ca.pem"), "{err}");
     }
