@@ -596,6 +596,8 @@ def test_principal_mapping_rules_name_certificate_principals(broker_factory, tmp
     with pytest.raises(KafkaException):
         AdminClient(dict(cert_conf, **{"bootstrap.servers": f"127.0.0.1:{ports2['SSL']}"})).list_topics(timeout=4)
     assert "no ssl.principal.mapping.rules rule matches" in b2.log_path.read_text(errors="replace")
+    assert metric_sum(scrape(mport2), "spate_tls_certificates_unmapped_total") >= 1
+    assert metric_sum(scrape(mport2), "spate_tls_handshake_failures_total") == 0  # the handshake itself succeeded
 
 
 def test_scram_logins_use_credentials_set_through_the_admin_api(broker_factory, tmp_path, certs):

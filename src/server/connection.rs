@@ -223,7 +223,7 @@ pub async fn serve(ctx: Rc<ShardContext>, stream: TcpStream, permit: ConnectionP
                         }
                         // Kafka refuses a certificate no rule maps (NoMatchingRule).
                         None => {
-                            ctx.metrics.shard(ctx.id).tls_handshake_failures.fetch_add(1, Ordering::Relaxed);
+                            ctx.metrics.shard(ctx.id).tls_certificates_unmapped.fetch_add(1, Ordering::Relaxed);
                             if ctx.client_error_log_allowed() {
                                 tracing::warn!(%peer, listener = %listener.name,
                                     "closing connection: no ssl.principal.mapping.rules rule matches its certificate's subject");
@@ -425,61 +425,56 @@ async fn run<S>(
         };
         counters.bytes_in.fetch_add(4 + len as u64, Ordering::Relaxed);
         counters.requests.fetch_add(1, Ordering::Relaxed);
-        // After SaslHandshake v0 the frame is a bare SASL token, not a request.
-        let raw_token = match &mut sasl {
-            Some(gate) if gate.expects_raw_token() => Some(gate.admit_raw_token(&ctx, &frame, &peer)),
-            _ => None,
-        };
-        let mut request = None;
-        if raw_token.is_none() {
-            let mut decoded = match decode_frame(frame) {
-                Ok(f) => f,
-                Err(e) => {
-                    counters.bad_frames.fetch_add(1, Ordering::Relaxed);
-                    if ctx.client_error_log_allowed() {
-                        tracing::warn!(%peer, error = %e, "closing connection: bad request header");
-                    }
-                    break;
-                }
-            };
-            decoded.client_host.clone_from(&client_host);
-            decoded.listener = listener.name.clone();
-            request = Some(decoded);
-        }
-        if let Some(gate) = &mut sasl {
-            let decision = match (raw_token, &request) {
-                (Some(decision), _) => decision,
-                (None, Some(frame)) => gate.admit(&ctx, frame, &peer),
-                (None, None) => Gate::Close("neither a request nor a SASL token".into()),
-            };
-            match decision {
-                Gate::Pass => {}
-                Gate::Answer { response, then_close, delay_ms } => {
-                    principal = gate.principal();
-                    pending.set(pending.get() + 1);
-                    let task = glommio::spawn_local(async move {
-                        if delay_ms > 0 {
-                            glommio::timer::sleep(Duration::from_millis(delay_ms)).await;
+        // After SaslHandshake v0 the frame is a bare SASL token, not a request: the gate
+        // decides on it alone. A request is decoded, then passed through the gate.
+        let (decision, request) = match &mut sasl {
+            Some(gate) if gate.expects_raw_token() => (gate.admit_raw_token(&ctx, &frame, &peer), None),
+            _ => {
+                let mut decoded = match decode_frame(frame) {
+                    Ok(f) => f,
+                    Err(e) => {
+                        counters.bad_frames.fetch_add(1, Ordering::Relaxed);
+                        if ctx.client_error_log_allowed() {
+                            tracing::warn!(%peer, error = %e, "closing connection: bad request header");
                         }
-                        Ok(Some(Response::from(response)))
-                    })
-                    .detach();
-                    if tx.send(Pending::Answer(task)).await.is_err() || then_close {
                         break;
                     }
-                    continue;
+                };
+                decoded.client_host.clone_from(&client_host);
+                decoded.listener = listener.name.clone();
+                let decision = sasl.as_mut().map_or(Gate::Pass, |gate| gate.admit(&ctx, &decoded, &peer));
+                (decision, Some(decoded))
+            }
+        };
+        match decision {
+            Gate::Pass => {}
+            Gate::Answer { response, then_close, delay_ms } => {
+                if let Some(gate) = &sasl {
+                    principal = gate.principal();
                 }
-                Gate::Close(why) => {
-                    counters.sasl_authentication_failures.fetch_add(1, Ordering::Relaxed);
-                    if ctx.client_error_log_allowed() {
-                        tracing::warn!(%peer, listener = %listener.name, "closing connection: {why}");
+                pending.set(pending.get() + 1);
+                let task = glommio::spawn_local(async move {
+                    if delay_ms > 0 {
+                        glommio::timer::sleep(Duration::from_millis(delay_ms)).await;
                     }
+                    Ok(Some(Response::from(response)))
+                })
+                .detach();
+                if tx.send(Pending::Answer(task)).await.is_err() || then_close {
                     break;
                 }
+                continue;
+            }
+            Gate::Close(why) => {
+                counters.sasl_authentication_failures.fetch_add(1, Ordering::Relaxed);
+                if ctx.client_error_log_allowed() {
+                    tracing::warn!(%peer, listener = %listener.name, "closing connection: {why}");
+                }
+                break;
             }
         }
         let Some(mut frame) = request else {
-            break; // a bare token is always answered by the gate, never passed on
+            break; // the gate answers or closes on a bare token; it never passes one on
         };
         frame.principal = principal.clone();
         if !one_at_a_time.get() && super::quotas::applies(&ctx, &frame) {

@@ -77,6 +77,9 @@ pub struct ShardCounters {
     /// TLS handshakes that failed (no common version, a bad or missing client
     /// certificate, a client that speaks plain text to a TLS listener).
     pub tls_handshake_failures: AtomicU64,
+    /// Client certificates refused after a good handshake: no ssl.principal.mapping.rules
+    /// rule matched their subject.
+    pub tls_certificates_unmapped: AtomicU64,
     /// SASL logins that succeeded, and those refused (wrong password, unknown user,
     /// malformed exchange, a request out of the SASL order).
     pub sasl_authentications: AtomicU64,
@@ -204,6 +207,12 @@ impl Metrics {
         counter(&mut out, "spate_tls_handshake_failures_total", "TLS handshakes that failed.", &|s| {
             s.tls_handshake_failures.load(Ordering::Relaxed)
         });
+        counter(
+            &mut out,
+            "spate_tls_certificates_unmapped_total",
+            "Client certificates refused after the TLS handshake: no ssl.principal.mapping.rules rule matched.",
+            &|s| s.tls_certificates_unmapped.load(Ordering::Relaxed),
+        );
         counter(&mut out, "spate_sasl_authentications_total", "SASL logins that succeeded.", &|s| {
             s.sasl_authentications.load(Ordering::Relaxed)
         });
