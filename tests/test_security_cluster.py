@@ -377,12 +377,16 @@ def create_topic_v2_error(resp):
     return struct.unpack(">h", resp[14 + tlen:16 + tlen])[0]
 
 
-def broker_registration_v0(broker_id, port, corr):
-    """BrokerRegistration v0 (flexible) of a broker with one PLAINTEXT listener."""
+def broker_registration_v0(broker_id, port, corr, listeners=1):
+    """BrokerRegistration v0 (flexible) of a broker with `listeners` PLAINTEXT listeners
+    (PLAINTEXT, L1, L2, ... on ports port, port + 1, ...)."""
     def cstr(v):
         return bytes([len(v) + 1]) + v
-    listener = cstr(b"PLAINTEXT") + cstr(b"127.0.0.1") + struct.pack(">Hh", port, 0) + b"\x00"
-    body = struct.pack(">i", broker_id) + cstr(b"cluster") + os.urandom(16) + bytes([2]) + listener
+    names = [b"PLAINTEXT"] + [b"L%d" % i for i in range(1, listeners)]
+    entries = b"".join(cstr(n) + cstr(b"127.0.0.1") + struct.pack(">Hh", port + i, 0) + b"\x00"
+                       for i, n in enumerate(names))
+    assert listeners < 127
+    body = struct.pack(">i", broker_id) + cstr(b"cluster") + os.urandom(16) + bytes([listeners + 1]) + entries
     body += bytes([1]) + b"\x00" + b"\x00"  # no features, null rack, tagged fields
     return frame(request_header_v1(62, 0, corr) + b"\x00" + body)
 

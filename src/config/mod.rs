@@ -427,6 +427,13 @@ impl BrokerConfig {
         if bound.is_empty() {
             return Err("listeners names no listener".into());
         }
+        if bound.len() > limits::broker_listeners_max {
+            return Err(format!(
+                "listeners names {} listeners, more than {}",
+                bound.len(),
+                limits::broker_listeners_max
+            ));
+        }
         for (name, _) in &advertised {
             if !bound.iter().any(|(n, _)| n == name) {
                 return Err(format!("advertised.listeners names {name}, which listeners does not"));

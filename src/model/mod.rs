@@ -276,6 +276,10 @@ pub mod limits {
     pub const tls_file_copy_chunk_bytes: usize = 256 * 1024;
     /// How often the TLS watcher looks at the keystore and truststore files for changes.
     pub const tls_reload_check_interval_ms: u64 = 5_000;
+    /// The most listeners a broker may have, and a BrokerRegistration may carry (more
+    /// is refused with INVALID_REQUEST): each is kept in the registry and the broker's
+    /// znode, and answered in every Metadata's lookup of its listener.
+    pub const broker_listeners_max: usize = 64;
     /// Partitions named in one summary log line (the rest are counted).
     pub const log_line_partitions_max: usize = 8;
     /// How long startup waits for a listener no process owns (a killed broker's socket,

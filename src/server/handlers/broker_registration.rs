@@ -1,6 +1,7 @@
 //! BrokerRegistration (between brokers): a broker joins the cluster through the active
 //! coordinator with every listener it advertises, and gets the broker epoch its
-//! heartbeats must carry. Any other broker
+//! heartbeats must carry; more than `limits::broker_listeners_max` listeners is an
+//! INVALID_REQUEST. Any other broker
 //! answers NOT_CONTROLLER, and the joining broker looks for the active one again.
 //! Needs CLUSTER_ACTION on the cluster (CLUSTER_AUTHORIZATION_FAILED otherwise), as
 //! Kafka's controller asks of a registering broker.
@@ -29,6 +30,16 @@ pub async fn handle(ctx: &ShardContext, frame: &RequestFrame) -> Result<Bytes, P
     // The inter-broker listener: the one named as this cluster's (all brokers share
     // inter.broker.listener.name, as in Kafka), else the first (Spate brokers send theirs
     // first).
+    if req.listeners.len() > crate::model::limits::broker_listeners_max {
+        tracing::warn!(
+            broker = req.broker_id.0,
+            listeners = req.listeners.len(),
+            listeners_max = crate::model::limits::broker_listeners_max,
+            "broker registration refused: too many listeners"
+        );
+        body.error_code = crate::protocol::error_code::INVALID_REQUEST;
+        return respond(ApiKey::BrokerRegistration, frame, &body);
+    }
     let inter_broker = ctx.config.inter_broker_listener().ok().map(|l| l.name);
     let listener = req
         .listeners
