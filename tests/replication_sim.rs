@@ -2564,7 +2564,7 @@ fn run_seed(seed: u64, as_spate: AsSpate) -> Result<Summary, String> {
     let mut segment_rng = Rng(seed ^ 0x5e67_e475);
     // Reassignments (every third seed) draw from their own generator.
     let mut reassign_rng = Rng(seed ^ 0x7ea5_5167);
-    let reassign_per_mille = if seed % 3 == 0 { 1 + reassign_rng.below(3) } else { 0 };
+    let reassign_per_mille = if seed.is_multiple_of(3) { 1 + reassign_rng.below(3) } else { 0 };
     let knobs = Knobs {
         idempotent: seed % 2 == 1,
         transactional: txn::is_transactional(seed),

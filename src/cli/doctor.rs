@@ -150,12 +150,12 @@ fn io_uring() -> Check {
 fn rlimit(resource: libc::__rlimit_resource_t) -> Option<u64> {
     let mut lim = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
     // SAFETY: getrlimit writes one struct rlimit.
-    (unsafe { libc::getrlimit(resource, &mut lim) } == 0).then_some(lim.rlim_cur as u64)
+    (unsafe { libc::getrlimit(resource, &mut lim) } == 0).then_some(lim.rlim_cur)
 }
 
 fn memlock() -> Check {
     match rlimit(libc::RLIMIT_MEMLOCK) {
-        Some(v) if v == libc::RLIM_INFINITY as u64 || v >= memlock_bytes_min => {
+        Some(v) if v == libc::RLIM_INFINITY || v >= memlock_bytes_min => {
             check("memlock ulimit", Verdict::Ok, human_limit(v), "")
         }
         Some(v) => check(
@@ -186,7 +186,7 @@ fn open_files() -> Check {
 }
 
 fn count_limit(v: u64) -> String {
-    if v == libc::RLIM_INFINITY as u64 {
+    if v == libc::RLIM_INFINITY {
         "unlimited".into()
     } else {
         v.to_string()
@@ -194,7 +194,7 @@ fn count_limit(v: u64) -> String {
 }
 
 fn human_limit(v: u64) -> String {
-    if v == libc::RLIM_INFINITY as u64 {
+    if v == libc::RLIM_INFINITY {
         "unlimited".into()
     } else if v >= 1 << 20 {
         format!("{} MiB", v >> 20)
@@ -356,7 +356,7 @@ mod tests {
     fn limits_are_shown_in_their_own_units() {
         // Open files are a count (this once read "97 KiB" for 100000 files).
         assert_eq!(count_limit(open_files_min), "100000");
-        assert_eq!(count_limit(libc::RLIM_INFINITY as u64), "unlimited");
+        assert_eq!(count_limit(libc::RLIM_INFINITY), "unlimited");
         // memlock is bytes.
         assert_eq!(human_limit(memlock_bytes_min), "64 MiB");
         assert_eq!(human_limit(512 << 10), "512 KiB");

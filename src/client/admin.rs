@@ -28,6 +28,12 @@ pub type AclBinding = (ResourcePattern, AclEntry);
 /// A client-quota entity: (entity type `user` / `client-id`, name; None: the default).
 pub type QuotaEntity = Vec<(String, Option<String>)>;
 
+/// A quota entity and its quotas (name, value).
+pub type EntityQuotas = (QuotaEntity, Vec<(String, f64)>);
+
+/// A user and the iteration count of each SCRAM mechanism it has a credential for.
+pub type UserScramCredentials = (String, Vec<(ScramMechanism, i32)>);
+
 /// How DescribeClientQuotas matches one entity type (Kafka's `match_type`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum QuotaMatch {
@@ -198,10 +204,7 @@ impl Client {
 
     /// Per user (all users with a credential when `users` is empty): each mechanism's
     /// iteration count. A user without credentials is an error (RESOURCE_NOT_FOUND).
-    pub fn describe_scram_credentials(
-        &mut self,
-        users: &[String],
-    ) -> Result<Vec<(String, Vec<(ScramMechanism, i32)>)>, Error> {
+    pub fn describe_scram_credentials(&mut self, users: &[String]) -> Result<Vec<UserScramCredentials>, Error> {
         use kafka_protocol::messages::describe_user_scram_credentials_request::UserName;
         let names = (!users.is_empty()).then(|| users.iter().map(|u| UserName::default().with_name(sb(u))).collect());
         let (_, resp) = self.send_any(&DescribeUserScramCredentialsRequest::default().with_users(names))?;
@@ -249,7 +252,7 @@ impl Client {
         &mut self,
         components: &[(String, QuotaMatch)],
         strict: bool,
-    ) -> Result<Vec<(QuotaEntity, Vec<(String, f64)>)>, Error> {
+    ) -> Result<Vec<EntityQuotas>, Error> {
         use kafka_protocol::messages::describe_client_quotas_request::ComponentData;
         let components = components
             .iter()

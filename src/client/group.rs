@@ -26,6 +26,9 @@ pub const assignor_name: &str = "range";
 /// Most JoinGroup rounds before giving up (each MEMBER_ID_REQUIRED costs one).
 const join_rounds_max: u32 = 3;
 
+/// A member id and its assigned partitions (topic, partition indexes).
+pub type MemberAssignment = (String, Vec<(String, Vec<i32>)>);
+
 #[derive(Clone, Debug, serde::Serialize)]
 pub struct ListedGroup {
     pub group: String,
@@ -197,7 +200,7 @@ impl Client {
         &mut self,
         group: &str,
         joined: &Joined,
-        assignments: &[(String, Vec<(String, Vec<i32>)>)],
+        assignments: &[MemberAssignment],
     ) -> Result<Vec<(String, Vec<i32>)>, Error> {
         let mut encoded = Vec::new();
         for (member, parts) in assignments {

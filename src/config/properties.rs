@@ -15,6 +15,7 @@
 //! - `ssl.keystore.type` / `ssl.truststore.type` must be PEM (the only kind read);
 //! - anything else whose name with `_` for `.` is a broker setting (`listeners`,
 //!   `ssl.client.auth`, `sasl.enabled.mechanisms`, ...) -> that setting.
+//!
 //! Names Spate does not know are returned, so the broker can say it ignores them
 //! (a Kafka file holds many: `num.network.threads`, `zookeeper.connect`, ...).
 

@@ -1403,7 +1403,7 @@ fn write_changes(s: &dyn MetaStore, changes: &[Change]) -> Result<(), StoreError
                 s.put(&paths::topic(name), &layout::encode_topic(*topic_id, assignment, &BTreeMap::new()))?;
             }
             Change::PartitionsCreated { topic, topic_id, assignment, reassignments, .. } => {
-                s.put(&paths::topic(topic), &layout::encode_topic(*topic_id, assignment, &reassignments))?;
+                s.put(&paths::topic(topic), &layout::encode_topic(*topic_id, assignment, reassignments))?;
             }
             Change::AssignmentChanged { topic, topic_id, assignment, reassignments } => {
                 s.put(&paths::topic(topic), &layout::encode_topic(*topic_id, assignment, reassignments))?;

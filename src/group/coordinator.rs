@@ -657,7 +657,7 @@ impl GroupCoordinator {
         }
         g.protocol = g.select_protocol();
         g.protocol_type = Some(g.members[0].protocol_type.clone());
-        if !g.leader.as_ref().is_some_and(|l| g.member(l).is_some()) {
+        if g.leader.as_ref().is_none_or(|l| g.member(l).is_none()) {
             g.leader = Some(g.members[0].id.clone());
         }
         g.set_state(GroupState::CompletingRebalance, now_ms);

@@ -329,7 +329,7 @@ const XERIAL_BLOCK_BYTES: usize = 32 * 1024;
 /// Compress record bytes with Kafka codec `codec` (1 gzip, 2 snappy, 3 lz4, 4 zstd).
 pub fn compress(codec: i16, data: &[u8]) -> std::io::Result<Vec<u8>> {
     use std::io::Write;
-    let other = |e: String| std::io::Error::new(std::io::ErrorKind::Other, e);
+    let other = |e: String| std::io::Error::other(e);
     match codec {
         0 => Ok(data.to_vec()),
         1 => {
@@ -456,7 +456,7 @@ pub fn clean_batch(batch: &[u8], h: &BatchHeader, rules: &BatchRules) -> std::io
             Some(_) if r.offset >= rules.map_end => true,
             Some(k) => match rules.map.latest(k) {
                 Some(latest) if latest > r.offset => false,
-                _ => r.value.is_some() || horizon.map_or(true, |t| rules.now_ms < t),
+                _ => r.value.is_some() || horizon.is_none_or(|t| rules.now_ms < t),
             },
         };
         if keep {

@@ -53,7 +53,7 @@ impl Index {
         index.remap(capacity * eb)?;
         let entries = index.valid_prefix(log_size_bytes);
         index.entries = entries;
-        let garbage = len % eb != 0 || index.nonzero_from(entries * eb);
+        let garbage = !len.is_multiple_of(eb) || index.nonzero_from(entries * eb);
         Ok((index, garbage))
     }
 

@@ -502,7 +502,7 @@ impl PartitionLog {
                 continue;
             }
             let (mut seg, bad_index) = Segment::open(dir, base)?;
-            let beyond_recovery_point = bases.get(i + 1).map_or(true, |next| *next > recovery_point);
+            let beyond_recovery_point = bases.get(i + 1).is_none_or(|next| *next > recovery_point);
             let mut must_recover = (!clean && beyond_recovery_point) || bad_index;
             if !must_recover {
                 if let Err(stop) = seg.load_trusting_indexes() {

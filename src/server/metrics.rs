@@ -335,7 +335,8 @@ impl Metrics {
         let labels = |(kind, user, client): &QuotaStatKey| {
             format!("quota=\"{}\",user=\"{}\",client_id=\"{}\"", kind.name(), label_value(user), label_value(client))
         };
-        let families: [(&str, &str, &dyn Fn(&QuotaStatKey, &QuotaStat) -> Option<String>); 4] = [
+        type Sample<'a> = &'a dyn Fn(&QuotaStatKey, &QuotaStat) -> Option<String>;
+        let families: [(&str, &str, Sample); 4] = [
             (
                 "spate_quota_throttle_time_ms_total",
                 "Milliseconds of throttling answered to a quota entity.",

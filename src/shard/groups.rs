@@ -339,7 +339,7 @@ impl Shard {
         if let Some(g) = op.group_id() {
             let tp = group_partition(g);
             assert!(self.owns(&tp), "shard {} got group {g} coordinated by another shard", self.id.0);
-            if !self.partitions.get(&tp).is_some_and(|p| p.replica.leader_state().is_some()) {
+            if self.partitions.get(&tp).is_none_or(|p| p.replica.leader_state().is_none()) {
                 return GroupReply::Unavailable;
             }
             if self.group_loads.contains_key(&tp.partition) {

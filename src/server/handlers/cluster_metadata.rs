@@ -42,7 +42,11 @@ pub async fn handle(ctx: &ShardContext, frame: &RequestFrame, req: FetchRequest)
     let mut partition = PartitionData::default().with_partition_index(0);
     let action = crate::security::acl::AclOperation::ClusterAction;
     let allowed = super::authz::authorize_cluster(ctx, frame, &ctx.view(), action);
-    while allowed {
+    loop {
+        if !allowed {
+            partition = partition.with_error_code(error_code::TOPIC_AUTHORIZATION_FAILED).with_high_watermark(-1);
+            break;
+        }
         let answer = {
             let reg = ctx.view();
             if !reg.is_active() {
@@ -67,9 +71,6 @@ pub async fn handle(ctx: &ShardContext, frame: &RequestFrame, req: FetchRequest)
                 break;
             }
         }
-    }
-    if !allowed {
-        partition = partition.with_error_code(error_code::TOPIC_AUTHORIZATION_FAILED).with_high_watermark(-1);
     }
     let body = FetchResponse::default().with_responses(vec![FetchableTopicResponse::default()
         .with_topic(TopicName(str_bytes(CLUSTER_METADATA_TOPIC)))
