@@ -1721,7 +1721,7 @@ mod tests {
         assert_eq!(states(&mirror, "spread"), states(&active, "spread"));
         assert_eq!(mirror.cluster_id(), active.cluster_id());
         assert_eq!(mirror.active_controller_id(), Some(NodeId(1)));
-        assert_eq!(mirror.view().live_brokers().len(), 3);
+        assert_eq!(mirror.view().live_brokers().count(), 3);
         for p in 0..6 {
             let leader = active.view().leader_of("spread", p).unwrap();
             let expect = if leader == NodeId(2) { Hosting::Leader } else { Hosting::Elsewhere };

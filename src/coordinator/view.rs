@@ -140,8 +140,8 @@ impl ClusterView {
     }
 
     /// Registered, unfenced brokers (what Metadata lists).
-    pub fn live_brokers(&self) -> Vec<BrokerInfo> {
-        self.controller.live_brokers().cloned().collect()
+    pub fn live_brokers(&self) -> impl Iterator<Item = &BrokerInfo> + '_ {
+        self.controller.live_brokers()
     }
 
     pub fn broker_info(&self, id: NodeId) -> Option<&BrokerInfo> {

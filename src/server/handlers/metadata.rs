@@ -43,7 +43,6 @@ pub async fn handle(ctx: &ShardContext, frame: &RequestFrame) -> Result<Bytes, P
     let no_listener: std::collections::BTreeSet<i32> = ctx
         .view()
         .live_brokers()
-        .into_iter()
         .filter(|b| b.id.0 != ctx.config.node_id && b.endpoint.for_listener(&frame.listener).is_none())
         .map(|b| b.id.0)
         .collect();

@@ -345,7 +345,6 @@ fn listed_brokers(
     let (my_host, my_port) = ctx.config.advertised_for(&frame.listener);
     let mut brokers: Vec<ListedBroker> = view
         .live_brokers()
-        .into_iter()
         .filter_map(|b| {
             let (host, port) = if b.id.0 == me {
                 (my_host.clone(), my_port)
