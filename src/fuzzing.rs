@@ -300,3 +300,24 @@ pub fn sasl(data: &[u8]) {
         }
     }
 }
+
+/// A PEM key store as `ssl.keystore.location` names it (a file an operator or a
+/// deployment tool wrote, read at start and on every reload): its certificates and the
+/// subject of each, its private key with and without `ssl.key.password`, with small key
+/// derivation limits so an input cannot buy seconds of PBKDF2, and the key as rustls
+/// would load it.
+pub fn pem_keystore(data: &[u8]) {
+    use crate::security::tls::{self, KdfLimits};
+    let path = Path::new("keystore.pem");
+    if let Ok(certs) = tls::certificates(path, data) {
+        for cert in certs {
+            let _ = tls::certificate_subject(&cert);
+        }
+    }
+    let limits = KdfLimits { pbkdf2_iterations_max: 4096, scrypt_bytes_max: 1 << 20 };
+    for password in [Some("s3cret"), None] {
+        if let Ok(key) = tls::private_key_within(path, data, password, limits) {
+            let _ = rustls::crypto::ring::sign::any_supported_type(&key);
+        }
+    }
+}

@@ -66,3 +66,8 @@ fn coordinator_json_corpus() {
 fn sasl_corpus() {
     assert!(replay("sasl", spate::fuzzing::sasl) >= 4);
 }
+
+#[test]
+fn pem_keystore_corpus() {
+    assert!(replay("pem_keystore", spate::fuzzing::pem_keystore) >= 4);
+}

@@ -115,7 +115,7 @@ pub(super) fn read_pem(path: &Path) -> Result<Vec<u8>, String> {
     Ok(bytes)
 }
 
-pub(super) fn certificates(path: &Path, pem: &[u8]) -> Result<Vec<CertificateDer<'static>>, String> {
+pub(crate) fn certificates(path: &Path, pem: &[u8]) -> Result<Vec<CertificateDer<'static>>, String> {
     let certs: Vec<_> = CertificateDer::pem_slice_iter(pem)
         .collect::<Result<_, _>>()
         .map_err(|e| format!("{}: bad PEM certificate: {e}", path.display()))?;
@@ -127,12 +127,38 @@ pub(super) fn certificates(path: &Path, pem: &[u8]) -> Result<Vec<CertificateDer
 
 const ENCRYPTED_KEY_LABEL: &str = "ENCRYPTED PRIVATE KEY";
 
+/// What an encrypted key's derivation may cost: its PBKDF2 iterations and scrypt memory.
+#[derive(Clone, Copy, Debug)]
+pub struct KdfLimits {
+    pub pbkdf2_iterations_max: u32,
+    pub scrypt_bytes_max: u64,
+}
+
+impl KdfLimits {
+    /// The broker's and the CLI's: the named limits.
+    pub const NAMED: KdfLimits = KdfLimits {
+        pbkdf2_iterations_max: crate::model::limits::tls_key_pbkdf2_iterations_max,
+        scrypt_bytes_max: crate::model::limits::tls_key_scrypt_bytes_max,
+    };
+}
+
 /// The private key of a PEM key store. An encrypted PKCS#8 key is decrypted with
 /// `password` (Kafka's `ssl.key.password`) after its key derivation's cost is checked
 /// against the named limits; otherwise the first unencrypted key (PKCS#8, PKCS#1 or
 /// SEC1) is taken. OpenSSL's legacy encrypted PEM (`Proc-Type: 4,ENCRYPTED`), which
 /// Kafka does not read either, is refused with how to convert it.
 pub(super) fn private_key(path: &Path, pem: &[u8], password: Option<&str>) -> Result<PrivateKeyDer<'static>, String> {
+    private_key_within(path, pem, password, KdfLimits::NAMED)
+}
+
+/// `private_key` with the key derivation's cost bounded by `limits` (the fuzz target's
+/// are small, so that each input stays quick).
+pub(crate) fn private_key_within(
+    path: &Path,
+    pem: &[u8],
+    password: Option<&str>,
+    limits: KdfLimits,
+) -> Result<PrivateKeyDer<'static>, String> {
     let at = path.display();
     if let Some(section) = pem_section(pem, ENCRYPTED_KEY_LABEL) {
         let password = password.ok_or_else(|| format!("{at}: the private key is encrypted; set ssl.key.password"))?;
@@ -140,13 +166,13 @@ pub(super) fn private_key(path: &Path, pem: &[u8], password: Option<&str>) -> Re
             .map_err(|e| format!("{at}: bad {ENCRYPTED_KEY_LABEL} PEM section: {e}"))?;
         let info = pkcs8::EncryptedPrivateKeyInfo::try_from(der.as_slice())
             .map_err(|e| format!("{at}: bad encrypted private key: {e}"))?;
-        check_key_derivation_cost(&info.encryption_algorithm).map_err(|e| format!("{at}: {e}"))?;
+        check_key_derivation_cost(&info.encryption_algorithm, limits).map_err(|e| format!("{at}: {e}"))?;
         let key = info.decrypt(password).map_err(|e| {
             format!("{at}: cannot decrypt the private key ({e}): a wrong ssl.key.password, or not PBES2 with AES-CBC")
         })?;
         return Ok(PrivateKeyDer::Pkcs8(key.as_bytes().to_vec().into()));
     }
-    if pem_has(pem, b"Proc-Type: 4,ENCRYPTED") {
+    if find(pem, b"Proc-Type: 4,ENCRYPTED").is_some() {
         return Err(format!(
             "{at}: the private key uses OpenSSL's legacy PEM encryption; convert it to encrypted PKCS#8 \
              (openssl pkcs8 -topk8 -v2 aes-256-cbc)"
@@ -156,22 +182,21 @@ pub(super) fn private_key(path: &Path, pem: &[u8], password: Option<&str>) -> Re
 }
 
 /// The key derivation of an encrypted key is the file's choice: refuse one that would
-/// take longer or more memory than the named limits allow, before running it.
-fn check_key_derivation_cost(scheme: &pkcs8::pkcs5::EncryptionScheme<'_>) -> Result<(), String> {
-    use crate::model::limits::{tls_key_pbkdf2_iterations_max, tls_key_scrypt_bytes_max};
+/// take longer or more memory than `limits` allow, before running it.
+fn check_key_derivation_cost(scheme: &pkcs8::pkcs5::EncryptionScheme<'_>, limits: KdfLimits) -> Result<(), String> {
     use pkcs8::pkcs5::pbes2::Kdf;
     let Some(params) = scheme.pbes2() else {
         return Err("the private key is encrypted with PBES1, which is not supported (use PBES2)".into());
     };
     match &params.kdf {
-        Kdf::Pbkdf2(p) if p.iteration_count > tls_key_pbkdf2_iterations_max => Err(format!(
-            "the key's PBKDF2 asks for {} iterations, more than {tls_key_pbkdf2_iterations_max}",
-            p.iteration_count
+        Kdf::Pbkdf2(p) if p.iteration_count > limits.pbkdf2_iterations_max => Err(format!(
+            "the key's PBKDF2 asks for {} iterations, more than {}",
+            p.iteration_count, limits.pbkdf2_iterations_max
         )),
         Kdf::Scrypt(p) => {
             let bytes = 128u128 * p.cost_parameter as u128 * p.block_size as u128 * p.parallelization.max(1) as u128;
-            if bytes > tls_key_scrypt_bytes_max as u128 {
-                return Err(format!("the key's scrypt asks for {bytes} bytes, more than {tls_key_scrypt_bytes_max}"));
+            if bytes > limits.scrypt_bytes_max as u128 {
+                return Err(format!("the key's scrypt asks for {bytes} bytes, more than {}", limits.scrypt_bytes_max));
             }
             Ok(())
         }
@@ -186,10 +211,6 @@ fn pem_section<'a>(pem: &'a [u8], label: &str) -> Option<&'a [u8]> {
     let start = find(pem, begin.as_bytes())?;
     let stop = start + find(&pem[start..], end.as_bytes())? + end.len();
     Some(&pem[start..stop])
-}
-
-fn pem_has(pem: &[u8], needle: &[u8]) -> bool {
-    find(pem, needle).is_some()
 }
 
 fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
@@ -337,14 +358,19 @@ mod tests {
 
         // Costs are checked on the parameters, before any derivation runs.
         let many = Parameters::pbkdf2_sha256_aes256cbc(limits::tls_key_pbkdf2_iterations_max + 1, &salt, &iv).unwrap();
-        let err = check_key_derivation_cost(&many.into()).unwrap_err();
+        let err = check_key_derivation_cost(&many.into(), KdfLimits::NAMED).unwrap_err();
         assert!(err.contains("iterations"), "{err}");
         let big = pkcs8::pkcs5::scrypt::Params::new(22, 8, 1, 32).unwrap(); // 128 x 2^22 x 8 = 4 GiB
         let err =
-            check_key_derivation_cost(&Parameters::scrypt_aes256cbc(big, &salt, &iv).unwrap().into()).unwrap_err();
+            check_key_derivation_cost(&Parameters::scrypt_aes256cbc(big, &salt, &iv).unwrap().into(), KdfLimits::NAMED)
+                .unwrap_err();
         assert!(err.contains("scrypt"), "{err}");
         let ok = pkcs8::pkcs5::scrypt::Params::new(17, 8, 1, 32).unwrap(); // 128 MiB
-        assert!(check_key_derivation_cost(&Parameters::scrypt_aes256cbc(ok, &salt, &iv).unwrap().into()).is_ok());
+        assert!(check_key_derivation_cost(
+            &Parameters::scrypt_aes256cbc(ok, &salt, &iv).unwrap().into(),
+            KdfLimits::NAMED
+        )
+        .is_ok());
 
         let legacy = "-----BEGIN RSA PRIVATE KEY-----\nProc-Type: 4,ENCRYPTED\nDEK-Info: AES-128-CBC,00\n\nAAAA\n-----END RSA PRIVATE KEY-----\n";
         let err = private_key(path, legacy.as_bytes(), Some("s3cret")).unwrap_err();
