@@ -11,6 +11,10 @@
 # Usage: bench/metadata_churn.sh SPATE_BIN [SPATE_BIN...]
 #   RATE (msg/s, 5000), DURATION (s, 20), ROUNDS (2), SIZE (bytes, 1024),
 #   CHURN_ARGS (passed to admin_churn.py: --read-only makes the same loop change nothing),
+#   CHURN_ELSEWHERE=1 (a third run per round: the same loop against a second, independent
+#   broker on the same ZooKeeper (a chroot of its own) while the first one is measured:
+#   the CPU and disk the churn takes on this machine, without the measured broker
+#   seeing any metadata change),
 #   ZK_LOG_DIR (ZooKeeper's dataLogDir, its fsynced transaction log; default: beside its
 #   snapshots under /tmp, on the broker's disk. ZooKeeper's admin guide asks for a device
 #   of its own; a tmpfs path such as /dev/shm/zk stands in for one here)
@@ -48,9 +52,18 @@ run() { # label bin churn(0|1) round
     local pid=$!
     for _ in $(seq 1 100); do (echo > /dev/tcp/127.0.0.1/$PORT) 2>/dev/null && break; sleep 0.1; done
     sleep 1
-    local admin_pid=""
-    if [ "$churn" = 1 ]; then
-        $PY $ROOT/bench/admin_churn.py 127.0.0.1:$PORT $((DURATION + 4)) ${CHURN_ARGS:-} > $WORK/admin.txt 2>&1 &
+    local admin_pid="" other_pid="" target=$PORT
+    if [ "$churn" = elsewhere ]; then
+        target=$((PORT + 1))
+        rm -rf $data-other
+        $bin serve --data-dir $data-other --listen 127.0.0.1:$target --fsync never --node-id 1 \
+            --metadata "zookeeper://127.0.0.1:$ZK_PORT/churn-other-$label-$round" > $WORK/broker-other.log 2>&1 &
+        other_pid=$!
+        for _ in $(seq 1 100); do (echo > /dev/tcp/127.0.0.1/$target) 2>/dev/null && break; sleep 0.1; done
+        sleep 1
+    fi
+    if [ "$churn" != 0 ]; then
+        $PY $ROOT/bench/admin_churn.py 127.0.0.1:$target $((DURATION + 4)) ${CHURN_ARGS:-} > $WORK/admin.txt 2>&1 &
         admin_pid=$!
     fi
     $SB --bootstrap 127.0.0.1:$PORT --topic load --partitions 8 --create-topic --producers 1 --acks 1 \
@@ -66,6 +79,7 @@ print(f"{label:>6} churn={churn}  publish ms p50 {l['p50_ms']:.3f}  p99 {l['p99_
       f"p99.9 {l['p999_ms']:.3f}  max {l['max_ms']:.3f}  n={l['count']}  admin: {admin}")
 PY
     kill $pid; wait $pid 2>/dev/null
+    if [ -n "$other_pid" ]; then kill $other_pid; wait $other_pid 2>/dev/null; fi
 }
 
 echo "rate=$RATE msg/s x $SIZE B, acks=1, 8 partitions, ${DURATION}s, fsync never, ZooKeeper metadata"
@@ -75,5 +89,6 @@ for round in $(seq 1 $ROUNDS); do
         i=$((i + 1))
         run "bin$i" "$bin" 0 $round
         run "bin$i" "$bin" 1 $round
+        if [ "${CHURN_ELSEWHERE:-0}" = 1 ]; then run "bin$i" "$bin" elsewhere $round; fi
     done
 done
