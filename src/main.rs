@@ -27,7 +27,7 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Run a broker.
-    Serve(ServeArgs),
+    Serve(Box<ServeArgs>),
     /// Create, list, describe, alter and delete topics.
     #[command(subcommand)]
     Topic(cli::TopicCommand),
@@ -344,7 +344,7 @@ fn load_config(args: ServeArgs) -> Result<BrokerConfig, String> {
         config.log_cleaner_dedupe_buffer_size = v;
     }
     if let Some(v) = args.log_cleaner_io_max_bytes_per_second {
-        if !(v > 0.0) {
+        if v.is_nan() || v <= 0.0 {
             return Err("--log-cleaner-io-max-bytes-per-second must be positive".into());
         }
         config.log_cleaner_io_max_bytes_per_second = v;
@@ -451,7 +451,7 @@ fn main() -> ExitCode {
         Command::Quota(cmd) => client_exit(cli::run_quota(cmd)),
         Command::Doctor(args) => ExitCode::from(cli::doctor::run(args)),
         Command::Serve(args) => {
-            let config = match load_config(args) {
+            let config = match load_config(*args) {
                 Ok(c) => c,
                 Err(e) => {
                     eprintln!("spate: {e}");

@@ -467,18 +467,17 @@ fn run_seed(seed: u64) -> Result<(), String> {
                                 let now = c.reassignments().find(|(t, q, ..)| *t == topic && *q == p);
                                 match now {
                                     // In progress: the target first, then the leaving ones.
-                                    Some((_, _, _, r)) => {
+                                    Some((_, _, _, r))
                                         if replicas[..target.len()] != target[..]
                                             || replicas[target.len()..] != r.removing[..]
-                                            || r.adding.iter().any(|a| !target.contains(a))
-                                        {
-                                            return Err(format!("{action}: replicas {replicas:?}, {r:?}"));
-                                        }
+                                            || r.adding.iter().any(|a| !target.contains(a)) =>
+                                    {
+                                        return Err(format!("{action}: replicas {replicas:?}, {r:?}"));
                                     }
                                     None if replicas != *target => {
                                         return Err(format!("{action}: completed as {replicas:?}"));
                                     }
-                                    None => {}
+                                    Some(_) | None => {}
                                 }
                             }
                             (Ok(ch), None) => {

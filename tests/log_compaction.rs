@@ -17,9 +17,11 @@ use spate::model::Offset;
 type Key = Vec<u8>;
 /// (offset, key, value: None for a tombstone)
 type Stored = (i64, Option<Key>, Option<Vec<u8>>);
+/// A record to write: (key, value: None for a tombstone).
+type Rec<'a> = (Option<&'a [u8]>, Option<&'a [u8]>);
 
 /// An uncompressed batch of keyed records (None values are tombstones).
-fn batch(records: &[(Option<&[u8]>, Option<&[u8]>)], ts: i64) -> Vec<u8> {
+fn batch(records: &[Rec<'_>], ts: i64) -> Vec<u8> {
     let mut body = Vec::new();
     for (i, (k, v)) in records.iter().enumerate() {
         let mut rec = vec![0u8];
@@ -287,7 +289,7 @@ proptest! {
                             (vec![b'k', *k], live.then(|| format!("v{seq}").into_bytes()))
                         })
                         .collect();
-                    let refs: Vec<(Option<&[u8]>, Option<&[u8]>)> =
+                    let refs: Vec<Rec<'_>> =
                         owned.iter().map(|(k, v)| (Some(&k[..]), v.as_deref())).collect();
                     let (mut b, origin) = match pid {
                         None => (batch(&refs, now), Origin::Plain),
@@ -394,7 +396,7 @@ fn compactable_log(dir: &Path) -> (PartitionLog, i64) {
     let mut log = PartitionLog::open(dir, LogConfig { segment_bytes: 250, ..config() }, now).unwrap();
     for round in 0..12u8 {
         let v = [b'v', round];
-        let recs: Vec<(Option<&[u8]>, Option<&[u8]>)> = vec![
+        let recs: Vec<Rec<'_>> = vec![
             (Some(b"a"), Some(&v)),
             (Some(b"b"), if round == 11 { None } else { Some(&v) }),
             (Some(b"c"), Some(&v)),
@@ -600,7 +602,7 @@ fn tombstones_go_after_a_restart_without_new_writes() {
 }
 
 /// A transactional batch of producer `pid` (epoch 0, sequence `seq`).
-fn txn_batch(records: &[(Option<&[u8]>, Option<&[u8]>)], ts: i64, pid: i64, seq: i32) -> Vec<u8> {
+fn txn_batch(records: &[Rec<'_>], ts: i64, pid: i64, seq: i32) -> Vec<u8> {
     let mut b = batch(records, ts);
     b[21..23].copy_from_slice(&0x10i16.to_be_bytes());
     b[43..51].copy_from_slice(&pid.to_be_bytes());
@@ -670,9 +672,7 @@ fn cleaning_keeps_committed_values_over_aborted_ones_and_the_aborted_index() {
         assert!(got.contains(&(5, Some(vec![0, 0, 0, 0]), Some(vec![0, 0, 0, 0, 0, 0]))), "{got:?}");
         assert!(got.contains(&(6, Some(vec![0, 0, 0, 1]), Some(vec![0, 0, 0, 0, 0, 0]))), "{got:?}");
         // What was not below the last stable offset is as it was.
-        let tail = |c: &[(i64, Option<Vec<u8>>, Option<Vec<u8>>)]| {
-            c.iter().filter(|r| r.0 >= open_at).cloned().collect::<Vec<_>>()
-        };
+        let tail = |c: &[Stored]| c.iter().filter(|r| r.0 >= open_at).cloned().collect::<Vec<_>>();
         assert_eq!(tail(&got), tail(&before));
         assert_eq!(all_aborted(&log), aborted_before, "the aborted transaction is still reported");
     }

@@ -76,7 +76,9 @@ pub fn run(cmd: GroupCommand) -> Result<(), Error> {
                     }
                 }
             }
-            let rows: Vec<(String, i32, Option<i64>, Option<i64>, Option<i64>, Option<String>)> = keys
+            // (topic, partition, committed, log end, lag, member)
+            type Row = (String, i32, Option<i64>, Option<i64>, Option<i64>, Option<String>);
+            let rows: Vec<Row> = keys
                 .iter()
                 .map(|k| {
                     let c = committed.get(k).copied();

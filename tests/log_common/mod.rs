@@ -96,6 +96,9 @@ pub fn fix_crc(b: &mut [u8]) {
 }
 
 /// A decoded batch.
+/// A decoded record: (offset, timestamp, key, value).
+pub type DecodedRecord = (i64, i64, Option<Vec<u8>>, Vec<u8>);
+
 #[derive(Debug, Clone, PartialEq)]
 pub struct Decoded {
     pub base_offset: i64,
@@ -103,8 +106,7 @@ pub struct Decoded {
     pub attributes: i16,
     pub max_timestamp: i64,
     pub size: usize,
-    /// (offset, timestamp, key, value)
-    pub records: Vec<(i64, i64, Option<Vec<u8>>, Vec<u8>)>,
+    pub records: Vec<DecodedRecord>,
 }
 
 /// Decode back-to-back batches; panics on anything malformed (CRC included).
