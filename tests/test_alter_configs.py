@@ -57,6 +57,34 @@ def test_unsupported_or_invalid_values_are_refused(broker):
     assert describe(broker.bootstrap, "alt2")["retention.ms"].value == "604800000"
 
 
+def test_values_with_spaces_are_read_as_kafka_parses_them_and_survive_kill9(broker):
+    """A number with spaces around it is a valid value for Kafka (its ConfigDef trims):
+    AlterConfigs took "720000 ", stored it, then every data core panicked reading it
+    (the request_handler fuzz target's finding), and the broker died again at each start
+    on the stored value. Now the running log reads it trimmed and a kill -9 and restart
+    on the stored value serve."""
+    create_topic(broker.bootstrap, "spaced", 1)
+    incremental(broker.bootstrap, "spaced", [
+        ConfigEntry("retention.ms", "720000 ", incremental_operation=AlterConfigOpType.SET),
+        ConfigEntry("max.message.bytes", " 2000", incremental_operation=AlterConfigOpType.SET),
+    ])
+    assert broker.alive(), f"broker died (exit {broker.proc.returncode})\n{broker.log_tail()}"
+    assert describe(broker.bootstrap, "spaced")["retention.ms"].value.strip() == "720000"
+
+    def check():
+        # The trimmed max.message.bytes is the one the running log enforces.
+        with pytest.raises(AssertionError, match="MSG_SIZE_TOO_LARGE|too large|TOO_LARGE"):
+            cf_produce(broker.bootstrap, "spaced", [{"value": b"x" * 5000}], timeout=10,
+                       **{"compression.type": "none"})
+        out = cf_produce(broker.bootstrap, "spaced", [{"value": b"small"}], timeout=10)
+        return out[0].offset
+
+    first = check()
+    broker.kill()
+    broker.restart()
+    assert check() == first + 1
+
+
 def test_kafka_python_legacy_alter_configs_replaces_the_set(broker):
     create_topic(broker.bootstrap, "alt3", 1, config={"retention.ms": "1000", "segment.bytes": "1048576"})
     a = KafkaAdminClient(bootstrap_servers=broker.bootstrap, request_timeout_ms=15000)
@@ -281,3 +309,37 @@ def test_dynamic_broker_configs_in_zookeeper(broker_factory, zookeeper, tools_cl
         assert rc == 0 and parse_configs(out) == {}, out
     finally:
         zk.stop()
+
+
+def test_topic_configs_another_tool_wrote_to_zookeeper_do_not_stop_the_broker(broker_factory, zookeeper):
+    """A topic config document in ZooKeeper is anybody's to write (Kafka's own tools
+    write it directly): values that do not check out give way to the defaults instead of
+    panicking the data cores at every start. The records written before stay readable
+    and the topic takes writes, with Kafka's default max.message.bytes."""
+    import json
+    import time
+    from kazoo.client import KazooClient
+
+    from helpers.clients import cf_consume
+    url = f"zookeeper://{zookeeper}/badcfg"
+    b = broker_factory("--metadata", url, "--node-id", "7")
+    create_topic(b.bootstrap, "hand-written", 1, config={"max.message.bytes": "2000"})
+    cf_produce(b.bootstrap, "hand-written", [{"value": b"before-%d" % i} for i in range(3)])
+    b.kill()
+    zk = KazooClient(hosts=zookeeper, timeout=10)
+    zk.start(timeout=15)
+    try:
+        deadline = time.monotonic() + 40
+        while zk.exists("/badcfg/brokers/ids/7") and time.monotonic() < deadline:
+            time.sleep(0.2)
+        bad = {"version": 1, "config": {"max.message.bytes": "lots", "retention.ms": "soon", "segment.bytes": "-1"}}
+        zk.set("/badcfg/config/topics/hand-written", json.dumps(bad).encode())
+    finally:
+        zk.stop()
+    b.restart()
+    out = cf_produce(b.bootstrap, "hand-written", [{"value": b"y" * 5000}], timeout=15,
+                     **{"compression.type": "none"})
+    assert out[0].offset == 3
+    got = cf_consume(b.bootstrap, "hand-written", 1, 4)
+    assert [m.value for m in got[0]] == [b"before-0", b"before-1", b"before-2", b"y" * 5000]
+    assert b.alive()

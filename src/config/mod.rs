@@ -945,12 +945,25 @@ impl TopicConfig {
             .collect()
     }
 
-    /// The typed config the partition log runs with.
+    /// The typed config the partition log runs with. A value is taken trimmed, as Kafka
+    /// parses it (AlterConfigs accepts `"720000 "`); one that does not check out (a
+    /// value another tool wrote to ZooKeeper was never checked here) gives way to the
+    /// broker's default, then to Kafka's, rather than stop the data core that asked.
     pub fn log_config(&self, broker_defaults: &BTreeMap<String, String>) -> LogConfig {
-        let values: BTreeMap<String, String> =
-            self.describe(broker_defaults).into_iter().map(|(k, v, _)| (k, v)).collect();
+        let values: BTreeMap<&str, String> = TOPIC_CONFIG_KEYS
+            .iter()
+            .zip(self.describe(broker_defaults))
+            .map(|(key, (_, effective, _))| {
+                let value = [Some(effective.as_str()), broker_defaults.get(key.name).map(String::as_str)]
+                    .into_iter()
+                    .flatten()
+                    .find(|v| check_value(key, v).is_ok())
+                    .unwrap_or(key.default);
+                (key.name, value.trim().to_string())
+            })
+            .collect();
         let long = |name: &str| -> i64 {
-            values.get(name).and_then(|v| v.parse::<i64>().ok()).expect("validated topic config")
+            values.get(name).and_then(|v| v.parse::<i64>().ok()).expect("a checked value, or Kafka's default")
         };
         let clamp_u32 = |v: i64| v.clamp(0, u32::MAX as i64) as u32;
         let policy = values.get("cleanup.policy").map(String::as_str).unwrap_or("delete");
@@ -989,8 +1002,8 @@ impl TopicConfig {
             max_compaction_lag_ms: long("max.compaction.lag.ms"),
             min_cleanable_dirty_ratio: values
                 .get("min.cleanable.dirty.ratio")
-                .and_then(|v| v.trim().parse::<f64>().ok())
-                .expect("validated topic config"),
+                .and_then(|v| v.parse::<f64>().ok())
+                .expect("a checked value, or Kafka's default"),
         }
     }
 }
@@ -1132,5 +1145,43 @@ mod tests {
         assert_eq!(lc.retention_ms, 1000);
         assert_eq!(lc.segment_bytes, 1048576);
         assert_eq!(lc.max_message_bytes, 1_048_588);
+    }
+
+    /// A value AlterConfigs accepts is read as it was checked (trimmed), and one that was
+    /// never checked (written to ZooKeeper by another tool) gives way to the broker's
+    /// default, then Kafka's, where the log config used to panic the data core (the
+    /// request_handler fuzz target's finding: AlterConfigs retention.ms "720000 ").
+    #[test]
+    fn log_config_reads_values_trimmed_and_never_panics_on_unchecked_ones() {
+        for key in TOPIC_CONFIG_KEYS {
+            assert!(check_value(key, key.default).is_ok(), "Kafka's default of {} checks out", key.name);
+        }
+        let checked = TopicConfig::from_pairs(
+            [("retention.ms", Some("720000 ")), ("message.timestamp.type", Some("LogAppendTime"))],
+            &BTreeMap::new(),
+        )
+        .unwrap();
+        let lc = checked.log_config(&BTreeMap::new());
+        assert_eq!((lc.retention_ms, lc.timestamp_type), (720_000, TimestampType::LogAppendTime));
+
+        let unchecked = |pairs: &[(&str, &str)]| TopicConfig {
+            overrides: pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
+            ..Default::default()
+        };
+        let mut broker = BTreeMap::new();
+        broker.insert("retention.ms".to_string(), "5000".to_string());
+        let lc = unchecked(&[
+            ("retention.ms", "abc"),
+            ("segment.bytes", "-1"),
+            ("min.cleanable.dirty.ratio", "NaN"),
+            ("segment.index.bytes", "99999999999999999999"),
+        ])
+        .log_config(&broker);
+        assert_eq!(lc.retention_ms, 5000, "the broker's default");
+        assert_eq!(lc.segment_bytes, 1_073_741_824, "Kafka's default");
+        assert_eq!(lc.min_cleanable_dirty_ratio, 0.5);
+        assert_eq!(lc.segment_index_bytes, 10_485_760);
+        broker.insert("retention.ms".to_string(), "also bad".to_string());
+        assert_eq!(unchecked(&[("retention.ms", "abc")]).log_config(&broker).retention_ms, 604_800_000);
     }
 }
