@@ -314,7 +314,10 @@ pub fn pem_keystore(data: &[u8]) {
             let _ = tls::certificate_subject(&cert);
         }
     }
-    let limits = KdfLimits { pbkdf2_iterations_max: 4096, scrypt_bytes_max: 1 << 20 };
+    /// Derivation limits of the fuzz target: a few milliseconds of PBKDF2 or scrypt
+    /// per input, well inside libFuzzer's -timeout.
+    const fuzz_kdf_limits: KdfLimits = KdfLimits { pbkdf2_iterations_max: 4096, scrypt_bytes_max: 1 << 20 };
+    let limits = fuzz_kdf_limits;
     for password in [Some("s3cret"), None] {
         if let Ok(key) = tls::private_key_within(path, data, password, limits) {
             let _ = rustls::crypto::ring::sign::any_supported_type(&key);

@@ -945,20 +945,26 @@ impl TopicConfig {
             .collect()
     }
 
-    /// The typed config the partition log runs with. A value is taken trimmed, as Kafka
-    /// parses it (AlterConfigs accepts `"720000 "`); one that does not check out (a
-    /// value another tool wrote to ZooKeeper was never checked here) gives way to the
-    /// broker's default, then to Kafka's, rather than stop the data core that asked.
+    /// The typed config the partition log runs with. Each value comes from the first
+    /// source that has one that checks out, in `describe`'s order (the topic's own, the
+    /// dynamic defaults, the broker's, Kafka's), taken trimmed as Kafka parses it
+    /// (AlterConfigs accepts `"720000 "`). A value that does not check out (one another
+    /// tool wrote to ZooKeeper was never checked here) is passed over rather than stop
+    /// the data core that asked.
     pub fn log_config(&self, broker_defaults: &BTreeMap<String, String>) -> LogConfig {
         let values: BTreeMap<&str, String> = TOPIC_CONFIG_KEYS
             .iter()
-            .zip(self.describe(broker_defaults))
-            .map(|(key, (_, effective, _))| {
-                let value = [Some(effective.as_str()), broker_defaults.get(key.name).map(String::as_str)]
-                    .into_iter()
-                    .flatten()
-                    .find(|v| check_value(key, v).is_ok())
-                    .unwrap_or(key.default);
+            .map(|key| {
+                let value = [
+                    self.overrides.get(key.name),
+                    self.dynamic_defaults.get(key.name).map(|(v, _)| v),
+                    broker_defaults.get(key.name),
+                ]
+                .into_iter()
+                .flatten()
+                .map(String::as_str)
+                .find(|v| check_value(key, v).is_ok())
+                .unwrap_or(key.default);
                 (key.name, value.trim().to_string())
             })
             .collect();
@@ -1181,6 +1187,10 @@ mod tests {
         assert_eq!(lc.segment_bytes, 1_073_741_824, "Kafka's default");
         assert_eq!(lc.min_cleanable_dirty_ratio, 0.5);
         assert_eq!(lc.segment_index_bytes, 10_485_760);
+        // A bad override gives way to the next source in describe's order.
+        let mut dynamic = unchecked(&[("retention.ms", "abc")]);
+        dynamic.dynamic_defaults.insert("retention.ms".into(), ("7000".into(), ConfigSource::DynamicDefaultBroker));
+        assert_eq!(dynamic.log_config(&broker).retention_ms, 7000, "the dynamic default first");
         broker.insert("retention.ms".to_string(), "also bad".to_string());
         assert_eq!(unchecked(&[("retention.ms", "abc")]).log_config(&broker).retention_ms, 604_800_000);
     }
