@@ -8,6 +8,7 @@ read_committed reader of the output sees every input record transformed exactly 
 and the group's committed offsets are the input's end (they agree with the output)."""
 
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -61,9 +62,23 @@ def test_consume_transform_produce_is_exactly_once_through_kills(broker_factory,
 
     log = open(tmp_path / "processor.log", "w")
     proc = start_processor(boot, log)
+
+    def stalled(e):
+        # Where the processor is (its Python stack, by faulthandler) and what librdkafka
+        # did last, in the failure (CI keeps no files): one CI run saw it go silent for
+        # two minutes after the coordinator's broker was killed.
+        proc.send_signal(signal.SIGUSR1)
+        time.sleep(1)
+        log.flush()
+        tail = open(tmp_path / "processor.log", errors="replace").read().splitlines()[-150:]
+        return AssertionError(f"{e}\n--- processor log, last lines ---\n" + "\n".join(tail))
+
     try:
         for step, at in enumerate((N // 5, 2 * N // 5, 3 * N // 5)):
-            wait_committed(boot, at, 120)
+            try:
+                wait_committed(boot, at, 120)
+            except AssertionError as e:
+                raise stalled(e) from None
             if step == 1:
                 # The broker leading the transaction coordinator's partition.
                 tp = java_hash_partition(TXN_ID)
@@ -74,7 +89,10 @@ def test_consume_transform_produce_is_exactly_once_through_kills(broker_factory,
                 proc.kill()
                 proc.wait(10)
                 proc = start_processor(boot, log)
-        assert wait_committed(boot, N, 180) == N
+        try:
+            assert wait_committed(boot, N, 180) == N
+        except AssertionError as e:
+            raise stalled(e) from None
     finally:
         proc.kill()
         proc.wait(10)

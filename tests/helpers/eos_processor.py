@@ -9,6 +9,8 @@ coordinator's timeout.
 Usage: eos_processor.py BOOTSTRAP IN_TOPIC OUT_TOPIC GROUP TRANSACTIONAL_ID
 Prints "committed N" after each commit."""
 
+import faulthandler
+import signal
 import sys
 import time
 
@@ -16,6 +18,8 @@ from confluent_kafka import Consumer, Producer
 
 
 def main():
+    # SIGUSR1 prints where the process is (the test sends it before giving up on a stall).
+    faulthandler.register(signal.SIGUSR1, all_threads=True)
     bootstrap, in_topic, out_topic, group, txn_id = sys.argv[1:6]
     consumer = Consumer({
         "bootstrap.servers": bootstrap,
@@ -24,7 +28,9 @@ def main():
         "auto.offset.reset": "earliest",
         "isolation.level": "read_committed",
     })
-    producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": txn_id})
+    # debug=eos only logs (librdkafka's transaction state changes), for the test's failure
+    # report; it changes no behaviour.
+    producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": txn_id, "debug": "eos"})
     producer.init_transactions(60)
     consumer.subscribe([in_topic])
     done = 0
