@@ -75,10 +75,7 @@ def test_consume_transform_produce_is_exactly_once_through_kills(broker_factory,
 
     try:
         for step, at in enumerate((N // 5, 2 * N // 5, 3 * N // 5)):
-            try:
-                wait_committed(boot, at, 120)
-            except AssertionError as e:
-                raise stalled(e) from None
+            wait_committed(boot, at, 120)
             if step == 1:
                 # The broker leading the transaction coordinator's partition.
                 tp = java_hash_partition(TXN_ID)
@@ -89,10 +86,9 @@ def test_consume_transform_produce_is_exactly_once_through_kills(broker_factory,
                 proc.kill()
                 proc.wait(10)
                 proc = start_processor(boot, log)
-        try:
-            assert wait_committed(boot, N, 180) == N
-        except AssertionError as e:
-            raise stalled(e) from None
+        assert wait_committed(boot, N, 180) == N
+    except AssertionError as e:
+        raise stalled(e) from None
     finally:
         proc.kill()
         proc.wait(10)

@@ -175,9 +175,9 @@ async fn read_frame<R: AsyncRead + Unpin>(
 
 /// Read a body of `len` bytes: first what was read ahead, appended (not zeroed first),
 /// then from the socket into room zeroed just before, which grows (doubling) as bytes
-/// arrive, from at most `frame_read_initial_bytes_max`. A produce request of 16 KiB used
-/// to be zeroed whole and then written over; `bench/callgrind.sh` counted that memset
-/// at about a quarter of the shard's instructions per produced record.
+/// arrive, from at most `frame_read_initial_bytes_max`. So a body is not zeroed whole and
+/// then written over (`bench/callgrind.sh`: a quarter of the shard's instructions per
+/// produced record at 16 KiB requests).
 async fn read_body<R: AsyncRead + Unpin>(
     reader: &mut ReadAhead<R>,
     len: usize,
