@@ -630,6 +630,35 @@ impl Controller {
         self.brokers.insert(id, broker);
     }
 
+    /// Restore a broker whose registration survived a coordinator restart or failover
+    /// (its registration epoch kept): it counts as live and heartbeating at `now_ms`, and
+    /// is fenced by `tick` if it does not heartbeat in time.
+    pub fn restore_registration(
+        &mut self,
+        id: NodeId,
+        endpoint: Endpoint,
+        rack: Option<String>,
+        shards: u32,
+        registration_epoch: BrokerEpoch,
+        now_ms: u64,
+    ) {
+        self.raise_registration_epoch(registration_epoch);
+        let broker =
+            BrokerInfo { id, endpoint, rack, shards, last_heartbeat_ms: now_ms, fenced: false, registration_epoch };
+        self.brokers.insert(id, broker);
+    }
+
+    /// Registration epochs handed out from now on are above `epoch` (the last one a
+    /// previous coordinator handed out).
+    pub fn raise_registration_epoch(&mut self, epoch: BrokerEpoch) {
+        self.registration_epoch_last = self.registration_epoch_last.max(epoch);
+    }
+
+    /// The last registration epoch handed out.
+    pub fn registration_epoch_last(&self) -> BrokerEpoch {
+        self.registration_epoch_last
+    }
+
     /// A live, unfenced broker with the next registration epoch.
     fn new_registration(
         &mut self,

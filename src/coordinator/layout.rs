@@ -39,6 +39,15 @@
 //! - `/controller_epoch`: the epoch as decimal text, e.g. `3`.
 //! - `/admin/delete_topics/<t>`: empty; its presence asks for the topic's deletion.
 //! - `/brokers/topics/<t>/partitions` and `/brokers/topics/<t>/partitions/<p>`: empty.
+//!
+//! One node is Spate's own, not Kafka's (Kafka's tools ignore it):
+//! - `/spate/registrations`, version 1: the live brokers the active coordinator knows,
+//!   except itself, with their registration epochs and incarnation ids, and the last
+//!   registration epoch handed out:
+//!   `{"version":1,"registration_epoch":7,"brokers":[{"id":2,"endpoint":{"host":"h","port":9093},`
+//!   `"rack":null,"shards":2,"registration_epoch":5,"incarnation":"<uuid>"}]}`.
+//!   A coordinator that restarts (or a broker that becomes the coordinator without a
+//!   snapshot) reads it, so that brokers that did not restart keep their leaderships.
 
 use std::collections::BTreeMap;
 
@@ -47,7 +56,7 @@ use uuid::Uuid;
 
 use super::controller::{AdvertisedListener, Endpoint, PartitionState, Reassignment};
 use super::store::{base64_decode, base64_encode};
-use crate::model::{LeaderEpoch, NodeId, PartitionEpoch};
+use crate::model::{BrokerEpoch, LeaderEpoch, NodeId, PartitionEpoch};
 
 /// Znode paths, as `kafka.zk.ZkData` names them.
 pub mod paths {
@@ -72,6 +81,9 @@ pub mod paths {
     /// operator, followed by the active coordinator.
     pub const REASSIGN_PARTITIONS: &str = "/admin/reassign_partitions";
     pub const CLUSTER_ID: &str = "/cluster/id";
+    /// Spate's own (not Kafka's): the registrations the active coordinator holds, kept
+    /// persistent because `/brokers/ids/<id>` is ephemeral (see `encode_registrations`).
+    pub const REGISTRATIONS: &str = "/spate/registrations";
 
     pub fn broker(id: NodeId) -> String {
         format!("{BROKER_IDS}/{id}")
@@ -528,6 +540,45 @@ struct ControllerDocOut {
 #[derive(Deserialize)]
 struct ControllerDocIn {
     brokerid: i32,
+}
+
+// ---- /spate/registrations ----
+
+pub const REGISTRATIONS_DOC_VERSION: i32 = 1;
+
+/// One live broker's registration as the coordinator holds it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RegistrationDoc {
+    pub id: NodeId,
+    pub endpoint: Endpoint,
+    pub rack: Option<String>,
+    pub shards: u32,
+    pub registration_epoch: BrokerEpoch,
+    /// The id the broker's process gave when it registered (a new one per start).
+    pub incarnation: Uuid,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RegistrationsDoc {
+    pub version: i32,
+    /// The last registration epoch handed out, so that epochs keep growing across a
+    /// coordinator restart.
+    pub registration_epoch: BrokerEpoch,
+    pub brokers: Vec<RegistrationDoc>,
+}
+
+pub fn encode_registrations(registration_epoch: BrokerEpoch, brokers: Vec<RegistrationDoc>) -> Vec<u8> {
+    to_bytes(&RegistrationsDoc { version: REGISTRATIONS_DOC_VERSION, registration_epoch, brokers })
+}
+
+/// Reads version 1; a later version is refused (it may mean something else).
+pub fn decode_registrations(bytes: &[u8]) -> Result<RegistrationsDoc, LayoutError> {
+    const KIND: &str = "registrations";
+    let d: RegistrationsDoc = serde_json::from_slice(bytes).map_err(|e| invalid(KIND, e))?;
+    if d.version != REGISTRATIONS_DOC_VERSION {
+        return Err(invalid(KIND, format!("version {}", d.version)));
+    }
+    Ok(d)
 }
 
 pub fn encode_controller(broker_id: NodeId, timestamp_ms: u64) -> Vec<u8> {

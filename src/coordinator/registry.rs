@@ -172,6 +172,19 @@ pub const SNAPSHOT_CACHE_FILE: &str = "cluster-snapshot.json";
 /// Tries to reserve a producer id block when other coordinators keep winning the race.
 const producer_id_block_attempts_max: usize = 10;
 
+/// Brokers a new active coordinator takes as live (see `take_over`), with their
+/// incarnation ids where known, and the last registration epoch handed out.
+struct Known {
+    brokers: Vec<(BrokerInfo, Option<uuid::Uuid>)>,
+    registration_epoch_last: BrokerEpoch,
+}
+
+impl Default for Known {
+    fn default() -> Self {
+        Self { brokers: Vec::new(), registration_epoch_last: BrokerEpoch(0) }
+    }
+}
+
 pub struct Registry {
     role: Role,
     /// Kafka's cluster id (`/cluster/id`); empty on a mirror without a snapshot.
@@ -276,13 +289,71 @@ impl Registry {
         config: ControllerConfig,
     ) -> Result<Self, RegistryError> {
         let gone = self.active_controller_id();
-        let known: Vec<(BrokerInfo, Option<uuid::Uuid>)> = self
+        let known = Known {
+            brokers: self
+                .controller
+                .live_brokers()
+                .filter(|b| Some(b.id) != gone && b.id != self.broker.id)
+                .map(|b| (b.clone(), self.incarnations.get(&b.id).copied()))
+                .collect(),
+            registration_epoch_last: self.controller.registration_epoch_last(),
+        };
+        Self::open_inner(store, self.broker.clone(), now_ms, config, Some(known))
+    }
+
+    /// The registrations the previous active coordinator wrote (`paths::REGISTRATIONS`),
+    /// except this broker's own. An unreadable document is logged and skipped: the
+    /// brokers then register as new processes (their old incarnations fenced first,
+    /// leaderships moved), which is safe, only slower.
+    fn stored_registrations(store: &dyn MetaStore, own: NodeId) -> Result<Known, RegistryError> {
+        let Some(node) = store.get(paths::REGISTRATIONS)? else { return Ok(Known::default()) };
+        match layout::decode_registrations(&node.data) {
+            Ok(doc) => Ok(Known {
+                brokers: doc
+                    .brokers
+                    .into_iter()
+                    .filter(|r| r.id != own)
+                    .map(|r| {
+                        let info = BrokerInfo {
+                            id: r.id,
+                            endpoint: r.endpoint,
+                            rack: r.rack,
+                            shards: r.shards,
+                            last_heartbeat_ms: 0,
+                            fenced: false,
+                            registration_epoch: r.registration_epoch,
+                        };
+                        (info, Some(r.incarnation))
+                    })
+                    .collect(),
+                registration_epoch_last: doc.registration_epoch,
+            }),
+            Err(e) => {
+                tracing::warn!(path = paths::REGISTRATIONS, error = %e, "ignoring the stored broker registrations");
+                Ok(Known::default())
+            }
+        }
+    }
+
+    /// What `paths::REGISTRATIONS` holds for this coordinator's state now.
+    fn registrations_doc(&self) -> Vec<u8> {
+        let brokers = self
             .controller
             .live_brokers()
-            .filter(|b| Some(b.id) != gone && b.id != self.broker.id)
-            .map(|b| (b.clone(), self.incarnations.get(&b.id).copied()))
+            .filter(|b| b.id != self.broker.id)
+            .filter_map(|b| {
+                let incarnation = *self.incarnations.get(&b.id)?;
+                Some(layout::RegistrationDoc {
+                    id: b.id,
+                    endpoint: b.endpoint.clone(),
+                    rack: b.rack.clone(),
+                    shards: b.shards,
+                    registration_epoch: b.registration_epoch,
+                    incarnation,
+                })
+            })
             .collect();
-        Self::open_inner(store, self.broker.clone(), now_ms, config, Some(known))
+        layout::encode_registrations(self.controller.registration_epoch_last(), brokers)
     }
 
     fn open_inner(
@@ -290,7 +361,7 @@ impl Registry {
         broker: LocalBroker,
         now_ms: u64,
         config: ControllerConfig,
-        known: Option<Vec<(BrokerInfo, Option<uuid::Uuid>)>>,
+        known: Option<Known>,
     ) -> Result<Self, RegistryError> {
         // Election: the ephemeral /controller node. A leftover node of this same broker
         // (a LocalStore never keeps ephemerals; a ZooKeeper session may linger after a
@@ -335,17 +406,32 @@ impl Registry {
         };
         let mut controller = Controller::new(config);
         let mut changes = controller.becomes_active(epoch)?;
-        // A process start (not a takeover): this broker's previous incarnation may have
-        // lost its unsynced suffix, so it must not keep leading with the epochs it had.
-        // It counts as its old self until the topics are loaded; its registration below
-        // then fences the old incarnation first (leaderships go to other in-sync
-        // replicas, or come back to it with a new epoch where it was the last one).
-        if known.is_none() {
-            controller.restore_broker(broker.id, broker.endpoint.clone(), broker.rack.clone(), broker.shards, now_ms);
-        }
+        let process_start = known.is_none();
+        // Brokers the previous coordinator held live keep their registrations (and so
+        // their leaderships) as `take_over` describes; on a process start they come from
+        // the store, where every active coordinator keeps them.
+        let known = match known {
+            Some(known) => known,
+            None => Self::stored_registrations(store.as_ref(), broker.id)?,
+        };
+        controller.raise_registration_epoch(known.registration_epoch_last);
+        // This broker is live from the start. On a process start it counts as its
+        // previous incarnation until the topics are loaded; that one may have lost its
+        // unsynced suffix, so it must not keep leading with the epochs it had: the
+        // registration below fences it first (leaderships go to other in-sync replicas,
+        // or come back to it with a new epoch where it was the last one). On a takeover
+        // it is the same process and keeps its leaderships.
+        controller.restore_broker(broker.id, broker.endpoint.clone(), broker.rack.clone(), broker.shards, now_ms);
         let mut incarnations = BTreeMap::new();
-        for (b, incarnation) in known.unwrap_or_default() {
-            controller.restore_broker(b.id, b.endpoint.clone(), b.rack.clone(), b.shards, now_ms);
+        for (b, incarnation) in known.brokers {
+            controller.restore_registration(
+                b.id,
+                b.endpoint.clone(),
+                b.rack.clone(),
+                b.shards,
+                b.registration_epoch,
+                now_ms,
+            );
             if let Some(i) = incarnation {
                 incarnations.insert(b.id, i);
             }
@@ -396,14 +482,21 @@ impl Registry {
         for (entity_path, configs) in load_entity_configs(store.as_ref())? {
             controller.set_entity_configs(&entity_path, configs);
         }
-        changes.extend(controller.register_broker(
-            broker.id,
-            broker.endpoint.clone(),
-            broker.rack.clone(),
-            broker.shards,
-            now_ms,
-        )?);
+        // Partitions led by brokers not restored (a coordinator that is gone) are
+        // re-elected first.
         changes.extend(controller.reconcile());
+        if process_start {
+            changes.extend(controller.register_broker(
+                broker.id,
+                broker.endpoint.clone(),
+                broker.rack.clone(),
+                broker.shards,
+                now_ms,
+            )?);
+        } else {
+            let this = controller.broker(broker.id).expect("restored").clone();
+            changes.push(Change::BrokerRegistered { broker: this });
+        }
 
         let mut registry = Self {
             role: Role::Active { store, changes: 0 },
@@ -748,6 +841,18 @@ impl Registry {
         if changes.is_empty() {
             return Ok(());
         }
+        let registrations = changes
+            .iter()
+            .any(|c| {
+                matches!(
+                    c,
+                    Change::BrokerRegistered { .. }
+                        | Change::BrokerFenced { .. }
+                        | Change::BrokerUnfenced { .. }
+                        | Change::BrokerUnregistered { .. }
+                )
+            })
+            .then(|| self.registrations_doc());
         let Role::Active { store, changes: count } = &mut self.role else {
             return Err(RegistryError::NotController(self.active_controller_id()));
         };
@@ -755,8 +860,15 @@ impl Registry {
         self.generation += 1;
         let s = store.as_ref();
         // One durable step for the whole decision (a topic's N partition states are N
-        // writes; the embedded store then writes its file once, not N times).
-        s.batch(&mut || write_changes(s, changes))?;
+        // writes; the embedded store then writes its file once, not N times), the
+        // registrations with it when they moved.
+        s.batch(&mut || {
+            write_changes(s, changes)?;
+            match &registrations {
+                Some(doc) => s.put(paths::REGISTRATIONS, doc),
+                None => Ok(()),
+            }
+        })?;
         Ok(())
     }
 
@@ -1785,6 +1897,60 @@ mod tests {
         // Controlled shutdown of a broker removes it at once.
         r.unregister_remote(NodeId(3)).unwrap();
         assert!(r.view().broker_info(NodeId(3)).is_none());
+    }
+
+    /// The embedded coordinator's process dies (kill -9) and starts again: brokers that
+    /// did not restart keep their leaderships, leader epochs and broker epochs; the
+    /// coordinator's own partitions get new leader epochs (its unsynced suffix may be
+    /// gone); a broker that restarted meanwhile is fenced first; one that never comes
+    /// back is fenced after the session timeout.
+    #[test]
+    fn a_restarted_coordinator_keeps_the_leaderships_of_brokers_that_did_not_restart() {
+        let dir = tempfile::tempdir().unwrap();
+        let (r, incarnations) = cluster(dir.path());
+        let before = states(&r, "spread");
+        let epoch = |r: &Registry, id| r.view().broker_info(NodeId(id)).unwrap().registration_epoch;
+        let (epoch_2, epoch_3) = (epoch(&r, 2), epoch(&r, 3));
+        drop(r);
+
+        let mut r = Registry::open(Box::new(LocalStore::open(dir.path()).unwrap()), broker(), 5_000).unwrap();
+        let check = |r: &Registry| {
+            for (p, (b, a)) in before.iter().zip(states(r, "spread")).enumerate() {
+                if b.0 == 1 {
+                    assert!(a.1 > b.1, "partition {p} of the restarted coordinator gets a new leader epoch");
+                } else {
+                    assert_eq!(&a, b, "partition {p} keeps its leader and leader epoch");
+                }
+            }
+        };
+        check(&r); // before brokers 2 and 3 heard of the restart
+        assert_eq!(r.register_remote(remote(2), incarnations[0], 5_000).unwrap(), epoch_2);
+        assert_eq!(r.register_remote(remote(3), incarnations[1], 5_000).unwrap(), epoch_3);
+        check(&r);
+
+        // Broker 3's process restarted too: its old incarnation is fenced first, and
+        // epochs keep growing past every one handed out before the coordinator restart.
+        let led_by_3 = r.view().broker_info(NodeId(3)).map(|_| states(&r, "spread")).unwrap();
+        let epoch_3_new = r.register_remote(remote(3), uuid::Uuid::new_v4(), 6_000).unwrap();
+        assert!(epoch_3_new > epoch_2.max(epoch_3), "{epoch_3_new:?}");
+        for (p, (b, a)) in led_by_3.iter().zip(states(&r, "spread")).enumerate() {
+            if b.0 == 3 {
+                assert!(a.1 > b.1, "partition {p} of the restarted broker gets a new leader epoch");
+            }
+        }
+
+        // The coordinator restarts again and broker 2 never comes back: fenced after the
+        // session timeout, its leaderships moved.
+        drop(r);
+        let mut r = Registry::open(Box::new(LocalStore::open(dir.path()).unwrap()), broker(), 10_000).unwrap();
+        assert!(!r.view().broker_info(NodeId(2)).unwrap().fenced);
+        let timeout = ControllerConfig::default().broker_session_timeout_ms;
+        for now in (10_000..=10_000 + timeout + 1_000).step_by(1_000) {
+            r.heartbeat_remote(NodeId(3), epoch_3_new, now).unwrap();
+            r.tick(now).unwrap();
+        }
+        assert!(r.view().broker_info(NodeId(2)).unwrap().fenced);
+        assert!(states(&r, "spread").iter().all(|(leader, _)| *leader != 2));
     }
 
     #[test]
