@@ -203,6 +203,7 @@ pub fn coordinator_json(data: &[u8]) {
     let _ = layout::decode_cluster_id(data);
     let _ = layout::decode_controller_epoch(data);
     let _ = layout::decode_reassign_partitions(data);
+    let _ = layout::decode_registrations(data);
     let _ = crate::txn::producer_id::ProducerIdBlock::decode(data);
     let _ = crate::coordinator::acl_store::decode_acls(data);
     let _ = crate::coordinator::acl_store::decode_change(data, false);

@@ -618,6 +618,28 @@ pub fn decode_controller_epoch(bytes: &[u8]) -> Result<i32, LayoutError> {
 mod tests {
     use super::*;
 
+    #[test]
+    fn registrations_round_trip_and_a_later_version_is_refused() {
+        let doc = RegistrationDoc {
+            id: NodeId(2),
+            endpoint: Endpoint::new("h", 9093),
+            rack: Some("r1".into()),
+            shards: 2,
+            registration_epoch: BrokerEpoch(5),
+            incarnation: Uuid::from_u128(7),
+        };
+        let bytes = encode_registrations(BrokerEpoch(7), vec![doc.clone()]);
+        assert_eq!(
+            std::str::from_utf8(&bytes).unwrap(),
+            r#"{"version":1,"registration_epoch":7,"brokers":[{"id":2,"endpoint":{"host":"h","port":9093},"rack":"r1","shards":2,"registration_epoch":5,"incarnation":"00000000-0000-0000-0000-000000000007"}]}"#
+        );
+        let back = decode_registrations(&bytes).unwrap();
+        assert_eq!((back.registration_epoch, back.brokers), (BrokerEpoch(7), vec![doc]));
+        let later = String::from_utf8(bytes).unwrap().replace(r#""version":1"#, r#""version":2"#);
+        assert!(decode_registrations(later.as_bytes()).is_err());
+        assert!(decode_registrations(br#"{"version":1,"registration_epoch":1,"brokers":[{"id":2}]}"#).is_err());
+    }
+
     // Documents as Kafka wrote them (copied from ZooKeeper shells of Kafka 2.8 to 3.9).
 
     #[test]
