@@ -69,7 +69,9 @@ def test_values_with_spaces_are_read_as_kafka_parses_them_and_survive_kill9(brok
         ConfigEntry("max.message.bytes", " 2000", incremental_operation=AlterConfigOpType.SET),
     ])
     assert broker.alive(), f"broker died (exit {broker.proc.returncode})\n{broker.log_tail()}"
-    assert describe(broker.bootstrap, "spaced")["retention.ms"].value.strip() == "720000"
+    # DescribeConfigs shows the value as parsed, as Kafka's does (it used to echo "720000 ").
+    shown = describe(broker.bootstrap, "spaced")
+    assert (shown["retention.ms"].value, shown["max.message.bytes"].value) == ("720000", "2000")
 
     def check():
         # The trimmed max.message.bytes is the one the running log enforces.
@@ -342,4 +344,8 @@ def test_topic_configs_another_tool_wrote_to_zookeeper_do_not_stop_the_broker(br
     assert out[0].offset == 3
     got = cf_consume(b.bootstrap, "hand-written", 1, 4)
     assert [m.value for m in got[0]] == [b"before-0", b"before-1", b"before-2", b"y" * 5000]
+    # DescribeConfigs shows what the log runs with: Kafka's defaults, not the bad values.
+    shown = describe(b.bootstrap, "hand-written")
+    assert (shown["max.message.bytes"].value, shown["retention.ms"].value) == ("1048588", "604800000")
+    assert shown["max.message.bytes"].is_default
     assert b.alive()

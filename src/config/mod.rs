@@ -927,52 +927,49 @@ impl TopicConfig {
         )
     }
 
-    /// Every supported config with its effective value and source.
+    /// Every supported config with the value the partition log runs with and its source
+    /// (see `effective`), as DescribeConfigs shows it.
     pub fn describe(&self, broker_defaults: &BTreeMap<String, String>) -> Vec<(String, String, ConfigSource)> {
         TOPIC_CONFIG_KEYS
             .iter()
-            .map(|k| {
-                if let Some(v) = self.overrides.get(k.name) {
-                    (k.name.to_string(), v.clone(), ConfigSource::Topic)
-                } else if let Some((v, source)) = self.dynamic_defaults.get(k.name) {
-                    (k.name.to_string(), v.clone(), *source)
-                } else if let Some(v) = broker_defaults.get(k.name) {
-                    (k.name.to_string(), v.clone(), ConfigSource::StaticBroker)
-                } else {
-                    (k.name.to_string(), k.default.to_string(), ConfigSource::Default)
-                }
+            .map(|key| {
+                let (value, source) = self.effective(key, broker_defaults);
+                (key.name.to_string(), value.to_string(), source)
             })
             .collect()
     }
 
-    /// The typed config the partition log runs with. Each value comes from the first
-    /// source that has one that checks out, in `describe`'s order (the topic's own, the
-    /// dynamic defaults, the broker's, Kafka's), taken trimmed as Kafka parses it
-    /// (AlterConfigs accepts `"720000 "`). A value that does not check out (one another
-    /// tool wrote to ZooKeeper was never checked here) is passed over rather than stop
-    /// the data core that asked.
+    /// The value of one config and where it comes from: the first source, in precedence
+    /// order (the topic's own, the dynamic defaults, the broker's, Kafka's), whose value
+    /// checks out, taken trimmed as Kafka parses it (AlterConfigs accepts `"720000 "`). A
+    /// value that does not check out (one another tool wrote to ZooKeeper was never checked
+    /// here) is passed over rather than stop the data core that asked.
+    fn effective<'a>(
+        &'a self,
+        key: &TopicConfigKey,
+        broker_defaults: &'a BTreeMap<String, String>,
+    ) -> (&'a str, ConfigSource) {
+        [
+            self.overrides.get(key.name).map(|v| (v, ConfigSource::Topic)),
+            self.dynamic_defaults.get(key.name).map(|(v, source)| (v, *source)),
+            broker_defaults.get(key.name).map(|v| (v, ConfigSource::StaticBroker)),
+        ]
+        .into_iter()
+        .flatten()
+        .find(|(v, _)| check_value(key, v).is_ok())
+        .map(|(v, source)| (v.trim(), source))
+        .unwrap_or((key.default, ConfigSource::Default))
+    }
+
+    /// The typed config the partition log runs with, from each config's `effective` value.
     pub fn log_config(&self, broker_defaults: &BTreeMap<String, String>) -> LogConfig {
-        let values: BTreeMap<&str, String> = TOPIC_CONFIG_KEYS
-            .iter()
-            .map(|key| {
-                let value = [
-                    self.overrides.get(key.name),
-                    self.dynamic_defaults.get(key.name).map(|(v, _)| v),
-                    broker_defaults.get(key.name),
-                ]
-                .into_iter()
-                .flatten()
-                .map(String::as_str)
-                .find(|v| check_value(key, v).is_ok())
-                .unwrap_or(key.default);
-                (key.name, value.trim().to_string())
-            })
-            .collect();
+        let values: BTreeMap<&str, &str> =
+            TOPIC_CONFIG_KEYS.iter().map(|key| (key.name, self.effective(key, broker_defaults).0)).collect();
         let long = |name: &str| -> i64 {
             values.get(name).and_then(|v| v.parse::<i64>().ok()).expect("a checked value, or Kafka's default")
         };
         let clamp_u32 = |v: i64| v.clamp(0, u32::MAX as i64) as u32;
-        let policy = values.get("cleanup.policy").map(String::as_str).unwrap_or("delete");
+        let policy = values.get("cleanup.policy").copied().unwrap_or("delete");
         LogConfig {
             segment_bytes: long("segment.bytes").max(14) as u64,
             segment_ms: long("segment.ms"),
@@ -981,7 +978,7 @@ impl TopicConfig {
             max_message_bytes: clamp_u32(long("max.message.bytes")).min(limits::message_bytes_max),
             retention_ms: long("retention.ms"),
             retention_bytes: long("retention.bytes"),
-            timestamp_type: if values.get("message.timestamp.type").map(String::as_str) == Some("LogAppendTime") {
+            timestamp_type: if values.get("message.timestamp.type").copied() == Some("LogAppendTime") {
                 TimestampType::LogAppendTime
             } else {
                 TimestampType::CreateTime
@@ -993,7 +990,7 @@ impl TopicConfig {
                 .min(long("message.timestamp.difference.max.ms")),
             timestamp_after_max_ms: long("message.timestamp.after.max.ms")
                 .min(long("message.timestamp.difference.max.ms")),
-            compression: match values.get("compression.type").map(String::as_str) {
+            compression: match values.get("compression.type").copied() {
                 Some("uncompressed") => Some(0),
                 Some("gzip") => Some(1),
                 Some("snappy") => Some(2),
@@ -1193,5 +1190,31 @@ mod tests {
         assert_eq!(dynamic.log_config(&broker).retention_ms, 7000, "the dynamic default first");
         broker.insert("retention.ms".to_string(), "also bad".to_string());
         assert_eq!(unchecked(&[("retention.ms", "abc")]).log_config(&broker).retention_ms, 604_800_000);
+    }
+
+    #[test]
+    fn describe_shows_the_value_and_source_the_log_runs_with() {
+        let shown = |c: &TopicConfig, broker: &BTreeMap<String, String>, name: &str| {
+            c.describe(broker).into_iter().find(|(k, ..)| k == name).map(|(_, v, source)| (v, source)).unwrap()
+        };
+        let spaced = TopicConfig::from_pairs(
+            [("retention.ms", Some("720000 ")), ("cleanup.policy", Some(" compact, delete"))],
+            &BTreeMap::new(),
+        )
+        .unwrap();
+        let none = BTreeMap::new();
+        assert_eq!(shown(&spaced, &none, "retention.ms"), ("720000".to_string(), ConfigSource::Topic));
+        assert_eq!(shown(&spaced, &none, "cleanup.policy"), ("compact, delete".to_string(), ConfigSource::Topic));
+
+        // A value another tool wrote unchecked is passed over here as in log_config.
+        let mut broker = BTreeMap::new();
+        broker.insert("retention.ms".to_string(), " 5000".to_string());
+        let bad = TopicConfig {
+            overrides: [("retention.ms".to_string(), "soon".to_string())].into_iter().collect(),
+            ..Default::default()
+        };
+        assert_eq!(shown(&bad, &broker, "retention.ms"), ("5000".to_string(), ConfigSource::StaticBroker));
+        assert_eq!(bad.log_config(&broker).retention_ms, 5000);
+        assert_eq!(shown(&bad, &none, "retention.ms"), ("604800000".to_string(), ConfigSource::Default));
     }
 }
