@@ -139,13 +139,12 @@ impl ShardContext {
     /// Run `op` on the partition's owner: here, or across the mesh.
     pub async fn call(&self, op: PartitionOp) -> Result<PartitionReply, PartitionError> {
         let owner = owner_shard(op.tp(), self.nr_shards);
-        let tp = op.tp().clone();
         if owner == self.id {
-            if self.shard.borrow_mut().parks(&tp) {
+            if self.shard.borrow_mut().parks(op.tp()) {
                 let (reply, rx) = oneshot::channel();
                 self.shard.borrow_mut().park(op, reply);
                 self.start_queued_opens();
-                return rx.await.unwrap_or_else(|_| Err(shard_gone(tp)));
+                return rx.await.unwrap_or_else(|_| Err(shard_gone(owner)));
             }
             let result = self.shard.borrow_mut().execute(op);
             self.wakeup();
@@ -153,9 +152,9 @@ impl ShardContext {
         }
         let (reply, rx) = oneshot::channel();
         if self.senders.send_to(owner.0, ShardMessage::Partition { op, reply }).await.is_err() {
-            return Err(shard_gone(tp));
+            return Err(shard_gone(owner));
         }
-        rx.await.unwrap_or_else(|_| Err(shard_gone(tp)))
+        rx.await.unwrap_or_else(|_| Err(shard_gone(owner)))
     }
 
     /// Run a group operation on the group's coordinator shard (`shard` when the op names
@@ -426,6 +425,8 @@ impl ShardContext {
     }
 }
 
-fn shard_gone(tp: TopicPartition) -> PartitionError {
-    PartitionError::Log(crate::log::LogError::Offline(format!("owner shard of {tp} is shutting down")))
+/// The partition's owner shard is gone (the broker is shutting down). It names the
+/// shard, not the partition: `call` keeps no copy of the op's partition for this path.
+fn shard_gone(owner: ShardId) -> PartitionError {
+    PartitionError::Log(crate::log::LogError::Offline(format!("owner shard {} is shutting down", owner.0)))
 }

@@ -81,9 +81,8 @@ pub async fn handle(ctx: &ShardContext, frame: &RequestFrame) -> Result<Option<R
             if let Some(reason) = ctx.disk.produce_refusal() {
                 return Err((error_code::KAFKA_STORAGE_ERROR, Some(reason)));
             }
-            let tp = TopicPartition::new(topic, p.index);
             let op = |verification| PartitionOp::Produce {
-                tp: tp.clone(),
+                tp: TopicPartition::new(topic, p.index),
                 records: records.clone(),
                 now_ms: now_ms(),
                 durable,
@@ -101,6 +100,7 @@ pub async fn handle(ctx: &ShardContext, frame: &RequestFrame) -> Result<Option<R
             {
                 let producer = ProducerIdAndEpoch { producer_id: *producer_id, epoch: *producer_epoch };
                 let guard = *guard;
+                let tp = TopicPartition::new(topic, p.index);
                 if let Err((code, message)) = verify_in_transaction(ctx, txn_id, producer, &tp).await {
                     tracing::debug!(
                         topic,
