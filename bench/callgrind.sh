@@ -99,7 +99,9 @@ report() { # PHASE PART RECORDS
       c = $1; gsub(",", "", c); fn = $0; sub(/^ *[0-9,]+ +\([^)]*\) +/, "", fn); sub(/ \[.*$/, "", fn)
       printf "    %8.0f  %s\n", c / n, substr(fn, 1, 110); shown++ }'
 }
-echo "callgrind on $SPATE_BIN ($(git -C "$ROOT" rev-parse --short HEAD 2> /dev/null || echo '?')), --cores 1, fsync never"
+# The binary is named by its hash and build time: the repository's HEAD need not be what
+# built it (an older binary measured for a before/after).
+echo "callgrind on $SPATE_BIN (sha256 $(sha256sum "$SPATE_BIN" | cut -c1-12), built $(date -r "$SPATE_BIN" -u +%FT%TZ); repository at $(git -C "$ROOT" rev-parse --short HEAD 2> /dev/null || echo '?')), --cores 1, fsync never"
 echo "produce: $produced records in $requests requests"
 report produce 1 "$produced"
 report fetch 2 "$fetched"
