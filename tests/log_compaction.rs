@@ -936,3 +936,39 @@ fn a_swap_interrupted_keeps_the_aborted_index_with_the_aborted_records() {
         }
     }
 }
+
+/// When tombstones were the log's last batch and a segment.ms roll (with no append) left
+/// the active segment empty, the pass that removes them keeps that batch, emptied: a log
+/// ending in a gap leaves a reader at the gap with nothing to read below the log end
+/// offset (librdkafka never reported the partition's end; CI's test_compaction.py once
+/// timed out on it). A batch that is not the log's last is dropped when emptied.
+#[test]
+fn the_logs_last_batch_stays_empty_when_its_tombstones_go() {
+    let dir = tempfile::tempdir().unwrap();
+    let now = 5_000_000;
+    let mut log = PartitionLog::open(dir.path(), LogConfig { segment_bytes: 250, ..config() }, now).unwrap();
+    for round in 0..6u8 {
+        let v = [b'v', round];
+        log.append(&mut batch(&[(Some(b"a"), Some(&v)), (Some(b"b"), Some(&v))], now + round as i64), now).unwrap();
+    }
+    // Tombstones for both keys in their own batches: b's first (not the log's last), then a's.
+    log.append(&mut batch(&[(Some(b"b"), None)], now + 10), now).unwrap();
+    log.append(&mut batch(&[(Some(b"a"), None)], now + 11), now).unwrap();
+    let end = log.log_end_offset();
+    log.set_config(LogConfig { segment_ms: 1, ..config() });
+    log.maybe_roll(now + 1_000).unwrap();
+    log.set_config(LogConfig { segment_bytes: 1 << 20, ..config() });
+    clean(&mut log, now + 1_000, 1 << 20).expect("due");
+    let pass = clean(&mut log, now + 2_000, 1 << 20).expect("the horizon makes a pass due");
+    assert_eq!(pass.stats.tombstones_removed, 2);
+    assert!(contents(&log).is_empty(), "{:?}", contents(&log));
+    assert_eq!(log.log_end_offset(), end);
+    let batches = read_batches(&log, end);
+    let last = batches.last().expect("the log's last batch stays");
+    assert_eq!((last.base, last.last, last.records.len()), (end.0 - 1, end.0 - 1, 0), "{batches:?}");
+    assert!(batches.iter().all(|b| b.last == end.0 - 1 || !b.records.is_empty()), "{batches:?}");
+    let before = read_batches(&log, end);
+    drop(log);
+    let log = PartitionLog::open(dir.path(), config(), now + 3_000).unwrap();
+    assert_eq!(read_batches(&log, end), before, "the empty batch survives a reopen");
+}

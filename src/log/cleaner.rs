@@ -26,7 +26,8 @@
 //!    producer fields, their records re-encoded and recompressed with the same codec.
 //!    A batch left with no record is dropped, unless it is a live producer's last batch
 //!    (then it stays as an empty batch, as Kafka keeps it, so the producer's sequence
-//!    survives a rebuild from the log).
+//!    survives a rebuild from the log) or the log's last batch (`CleanJob::log_end_batch`:
+//!    the log never ends in a gap that readers could not get past).
 //! 3. Transactions (Kafka's `CleanedTransactionMetadata`, KIP-98): both steps walk the
 //!    batches in offset order with a `TxnWalk`, which takes the log's aborted
 //!    transactions (`CleanJob::aborted`, the `.txnindex` entries) sorted by first offset
@@ -126,6 +127,14 @@ pub struct CleanJob {
     /// the marker a rebuild from the log would find the producer at its old epoch, or
     /// not at all (`keeps_producer`).
     pub live_producers: HashMap<i64, (i16, i64)>,
+    /// The log's last offset when no batch lies above the job's segments (the active
+    /// segment is empty): the batch that ends there stays, emptied if need be, so the log
+    /// never ends in a gap. A reader fetching from a gap at the end gets nothing below the
+    /// log end offset: librdkafka never reports the partition's end and the consumer's lag
+    /// never reaches 0 until the next append. Kafka rolls only on an append, so its last
+    /// batch is always in the uncleaned active segment; Spate also rolls by segment.ms
+    /// with no append (`Shard::tick`).
+    pub log_end_batch: Option<i64>,
     /// Every aborted transaction of the log: their batches never enter the key map (an
     /// aborted record must not make a committed one of its key look superseded).
     pub aborted: Vec<AbortedTxn>,
@@ -421,7 +430,8 @@ pub struct BatchRules<'a> {
     pub map_end: i64,
     pub now_ms: i64,
     pub delete_retention_ms: i64,
-    /// The batch is a live producer's last: kept (empty if need be).
+    /// The batch is a live producer's last, or the log's last (`CleanJob::log_end_batch`):
+    /// kept (empty if need be).
     pub keep_empty: bool,
 }
 
@@ -799,7 +809,8 @@ fn run_pass(job: &CleanJob) -> std::io::Result<CleanOutcome> {
                 cancelled(job)?;
                 stats.bytes_read += whole.len() as u64;
                 throttle.account(whole.len() as u64);
-                let rules = rules_base(keeps_producer(&job.live_producers, h));
+                let rules =
+                    rules_base(keeps_producer(&job.live_producers, h) || job.log_end_batch == Some(h.last_offset()));
                 let mut aborted = false;
                 let verdict = if h.attributes & batch::ATTR_CONTROL != 0 {
                     let fate = walk.on_marker(h, batch::control_marker(whole, h).map(|m| m.commit));

@@ -1658,6 +1658,7 @@ impl PartitionLog {
             segment_index_bytes: self.config.segment_index_bytes,
             batch_bytes_max: limits::message_bytes_max as usize,
             live_producers: self.producers.live(),
+            log_end_batch: (n == rolled.len() && self.active().is_empty()).then(|| self.log_end_offset().0 - 1),
             map_bytes_max: settings.map_bytes_max,
             io_bytes_per_second: settings.io_bytes_per_second,
             cancel: Arc::new(std::sync::atomic::AtomicBool::new(false)),
