@@ -54,22 +54,8 @@ if [ -z "${SKIP_TANSU:-}" ] && [ -z "${TANSU_BIN:-}" ]; then
   fi
 fi
 
-if [ -z "${SKIP_RDKAFKA:-}" ] && [ -z "${RDKAFKA_PERF:-}" ]; then
-  RDKAFKA_PERF="$CACHE/librdkafka/examples/rdkafka_performance"
-  if [ ! -x "$RDKAFKA_PERF" ]; then
-    SRC=$(ls -d "$HOME"/.cargo/registry/src/*/rdkafka-sys-*/librdkafka 2>/dev/null | tail -1 || true)
-    if [ -z "$SRC" ]; then
-      log "fetching rdkafka-sys sources (throwaway crate)"
-      T=$(mktemp -d); mkdir -p "$T/src"; echo 'fn main(){}' > "$T/src/main.rs"
-      printf '[package]\nname="rdk"\nversion="0.1.0"\nedition="2021"\n[dependencies]\nrdkafka-sys="4"\n' > "$T/Cargo.toml"
-      (cd "$T" && cargo fetch >&2)
-      SRC=$(ls -d "$HOME"/.cargo/registry/src/*/rdkafka-sys-*/librdkafka | tail -1)
-    fi
-    log "building rdkafka_performance from $SRC (several minutes on 2 cores)"
-    rm -rf "$CACHE/librdkafka"; cp -r "$SRC" "$CACHE/librdkafka"
-    (cd "$CACHE/librdkafka" && ./configure --disable-ssl --disable-gssapi --disable-curl --disable-zstd --disable-lz4-ext >&2 \
-      && make -j"$(nproc)" libs >&2 && make -C examples rdkafka_performance >&2) || { log "rdkafka_performance build failed; skipping it"; RDKAFKA_PERF=""; }
-  fi
+if [ -z "${SKIP_RDKAFKA:-}" ]; then
+  RDKAFKA_PERF=$(CACHE="$CACHE" "$ROOT/bench/rdkafka_perf.sh") || { log "rdkafka_performance build failed; skipping it"; RDKAFKA_PERF=""; }
 fi
 [ -n "${RDKAFKA_PERF:-}" ] && [ ! -x "$RDKAFKA_PERF" ] && RDKAFKA_PERF=""
 

@@ -10,9 +10,10 @@
 # otherwise, beside a Spate broker at its defaults. Both run for the whole phase; each
 # workload then runs against one, then the other, ROUNDS times, the order swapped every
 # round, so drift on this noisy machine hits both alike. The same clients drive both:
-# spate-bench (our load generator, raw Kafka protocol) and Kafka's own
-# kafka-producer-perf-test / kafka-consumer-perf-test (the Java client at its defaults:
-# acks=all, idempotence on).
+# spate-bench (our load generator, raw Kafka protocol), librdkafka's rdkafka_performance
+# (built once by bench/rdkafka_perf.sh; librdkafka's defaults: acks=all, random
+# partitions) and Kafka's own kafka-producer-perf-test / kafka-consumer-perf-test (the
+# Java client at its defaults: acks=all, idempotence on).
 #
 # Phases:
 #   fsync never  (Kafka's default; Spate --fsync never)
@@ -20,17 +21,19 @@
 #     produce keyed (random keys), 8 partitions, acks=1
 #     consume the 8-partition backlog from the start
 #     produce at 1,000 partitions; produce from 200 producer connections (8 partitions)
+#     rdkafka_performance: produce for DURATION s, then consume that backlog, 8 partitions
 #     kafka-producer-perf-test / kafka-consumer-perf-test, 8 partitions
 #     latency: 1 producer + 1 consumer at half the slower system's acks=1 maximum, LONG
 #       seconds each, percentiles per BUCKET seconds (so a tail that grows shows), SVG plots
 #   fsync on every batch (Kafka log.flush.interval.messages=1 = flush.messages=1;
 #     Spate --fsync always, group commit)
-#     produce flat out, 8 partitions, acks=1; kafka-producer-perf-test
+#     produce flat out, 8 partitions, acks=1; rdkafka_performance; kafka-producer-perf-test
 #
 # Environment (all optional):
 #   DURATION=15  seconds per flat-out workload     ROUNDS=2   runs per system and workload
 #   LONG=600     seconds of the latency run          BUCKET=60  seconds per latency bucket
 #   PERF_RECORDS=1000000  records per perf-tool run  SKIP_LONG=1 / SKIP_FSYNC=1 / SKIP_JAVA=1
+#   SKIP_RDKAFKA=1  no rdkafka_performance (RDKAFKA_PERF=path: use that binary)
 #   WORKLOADS=regex  only the spate-bench workloads whose name matches (grep -E)
 #   SYSCALLS=1   trace each broker's system calls over each spate-bench run (perf trace -s,
 #                its own cost shows in the MB/s): per request and per MB in syscalls.txt
@@ -93,6 +96,9 @@ classpath() { # POM-DIR -> classpath (resolved online once, offline after)
     || { mvn -q -B dependency:go-offline >&2 && mvn -o -q -B dependency:build-classpath -Dmdep.outputFile="$OUT/cp.txt" >&2; }; })
   cat "$OUT/cp.txt"
 }
+if [ -z "${SKIP_RDKAFKA:-}" ]; then
+  RDKAFKA_PERF=$("$ROOT/bench/rdkafka_perf.sh") || { log "no rdkafka_performance: its runs are skipped"; RDKAFKA_PERF=""; }
+fi
 KAFKA_CP=$(classpath "$ROOT/bench/kafka-broker")
 TOOLS_CP=$(classpath "$ROOT/tests/kafka-tools")
 tool() { java -Dorg.slf4j.simpleLogger.defaultLogLevel=warn -cp "$TOOLS_CP" "org.apache.kafka.tools.$1" "${@:2}"; }
@@ -310,6 +316,35 @@ run_java() { # FSYNC ROUND (the Java clients need groups and InitProducerId: not
   done
 }
 
+rdk_row() { # SYSTEM FSYNC WORKLOAD ROUND LOG (rdkafka_performance's last "N msgs/s": its summary)
+  "$PY" - "$@" >> "$RESULTS" <<'PY'
+import re, sys
+system, fsync, workload, rnd, path = sys.argv[1:6]
+m = re.findall(r"([\d.]+) msgs/s", open(path, errors="replace").read())
+if m:
+    msgs = m[-1]
+    print("\t".join([system, fsync, workload, "rdkafka_performance", rnd, f"{float(msgs) * 1024 / 1e6:.1f}",
+                     f"{float(msgs):.0f}", "-", "-", "-", "-", "-"]))
+PY
+}
+run_rdkafka() { # FSYNC ROUND: produce DURATION s at librdkafka's defaults, then (fsync never) consume it
+  local fsync=$1 r=$2 parts="" p
+  for p in 0 1 2 3 4 5 6 7; do parts="$parts -p $p"; done
+  for sys in $(order "$r" Spate Kafka); do
+    local d="${DIR[$sys]}" b="127.0.0.1:${PORT[$sys]}"
+    log "$sys fsync=$fsync rdkafka_performance (round $r)"
+    create_topic "${PORT[$sys]}" rdk 8
+    timeout -s INT "$DURATION" "$RDKAFKA_PERF" -P -t rdk -b "$b" -s $MSG -c 1000000000 -q \
+      > "$d/rdk-produce-$r.log" 2>&1 || true
+    rdk_row "$sys" "$fsync" "produce 1 KiB x8p (librdkafka defaults: acks=all)" "$r" "$d/rdk-produce-$r.log"
+    if [ "$fsync" = never ]; then
+      timeout 120 "$RDKAFKA_PERF" -C -t rdk -b "$b" $parts -o beginning -e -q > "$d/rdk-consume-$r.log" 2>&1 || true
+      rdk_row "$sys" "$fsync" "consume backlog x8p (librdkafka)" "$r" "$d/rdk-consume-$r.log"
+    fi
+    delete_topics "${PORT[$sys]}"
+  done
+}
+
 # ---------------------------------------------------------------- fsync never
 phase_start never Spate Kafka Null
 sb never "produce 1 KiB x8p acks=1" 0 p8 8 --producers 1 --acks 1 "${COMMON[@]}"
@@ -319,6 +354,7 @@ sb never "produce 1 KiB x8p acks=1 keyed" 1 pkey 8 --producers 1 --acks 1 --key-
 sb never "produce 1 KiB x1000p acks=1" 1 p1000 1000 --producers 1 --acks 1 "${COMMON[@]}"
 sb never "produce 1 KiB x8p acks=1, 200 producers" 1 p200 8 --producers 200 --acks 1 \
   --batch-bytes 16384 --linger-ms 5 --in-flight 5 --warmup "$WARMUP" --duration "$DURATION"
+if [ -n "${RDKAFKA_PERF:-}" ]; then for r in $(seq "$ROUNDS"); do run_rdkafka never "$r"; done; fi
 if [ -z "${SKIP_JAVA:-}" ]; then for r in $(seq "$ROUNDS"); do run_java never "$r"; done; fi
 
 if [ -z "${SKIP_LONG:-}" ]; then
@@ -353,6 +389,7 @@ phase_stop
 if [ -z "${SKIP_FSYNC:-}" ]; then
   phase_start always Spate Kafka
   sb always "produce 1 KiB x8p acks=1" 1 p8 8 --producers 1 --acks 1 "${COMMON[@]}"
+  if [ -n "${RDKAFKA_PERF:-}" ]; then for r in $(seq "$ROUNDS"); do run_rdkafka always "$r"; done; fi
   if [ -z "${SKIP_JAVA:-}" ]; then for r in $(seq "$ROUNDS"); do run_java always "$r"; done; fi
   phase_stop
 fi
