@@ -7,7 +7,9 @@
 # `valgrind --tool=callgrind` with collection off; spate-bench (native speed) creates the
 # topic and warms the partition up. Then, each with the counters zeroed first:
 #   produce  spate-bench, one producer flat out, acks=1, 1 KiB records, 16 KiB batches
-#            (16 records per request), for $SECONDS_PER_PHASE s
+#            (16 records per request), for $SECONDS_PER_PHASE s; PRODUCERS=N runs N
+#            producers (one connection each) with LINGER_MS (default 5) instead, as
+#            vs_kafka.sh's "200 producers" workload does
 #   fetch    kcat reads the whole partition from the earliest offset (librdkafka's
 #            default fetch sizes)
 # Under callgrind the broker runs ~50x slower than natively, so it is the bottleneck
@@ -23,7 +25,7 @@
 # close to the bytes they move, not to their CPU time. They are printed apart.
 #
 #   cargo build --release && cargo build --release -p spate-bench
-#   bench/callgrind.sh [SPATE_BIN]     # SECONDS_PER_PHASE=10 DATA=/var/tmp/spate-callgrind PORT=39511
+#   bench/callgrind.sh [SPATE_BIN]     # SECONDS_PER_PHASE=10 DATA=/var/tmp/spate-callgrind PORT=39511 PRODUCERS=1
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 BIN="${CARGO_TARGET_DIR:-$ROOT/target}/release"
@@ -31,6 +33,9 @@ SPATE_BIN="${1:-$BIN/spate}"
 SECONDS_PER_PHASE="${SECONDS_PER_PHASE:-10}"
 DATA="${DATA:-/var/tmp/spate-callgrind}"
 PORT="${PORT:-39511}"
+PRODUCERS="${PRODUCERS:-1}"
+LINGER=()
+if [ "$PRODUCERS" != 1 ]; then LINGER=(--linger-ms "${LINGER_MS:-5}"); fi
 BENCH="$BIN/spate-bench"
 TOPIC=cg
 
@@ -64,8 +69,8 @@ measure() { # PHASE COMMAND...: counters zeroed, collected while COMMAND runs, d
 }
 
 produce() {
-  "$BENCH" --bootstrap "127.0.0.1:$PORT" --topic $TOPIC --producers 1 --acks 1 \
-    --duration "$SECONDS_PER_PHASE" --message-size 1024 --batch-bytes 16384 > "$DATA/produce.txt" 2>&1
+  "$BENCH" --bootstrap "127.0.0.1:$PORT" --topic $TOPIC --producers "$PRODUCERS" --acks 1 \
+    --duration "$SECONDS_PER_PHASE" --message-size 1024 --batch-bytes 16384 "${LINGER[@]}" > "$DATA/produce.txt" 2>&1
 }
 fetch() {
   kcat -b "127.0.0.1:$PORT" -C -t $TOPIC -o beginning -e -q -f '%o\n' > "$DATA/fetch.txt" 2> "$DATA/kcat.err"
@@ -102,6 +107,6 @@ report() { # PHASE PART RECORDS
 # The binary is named by its hash and build time: the repository's HEAD need not be what
 # built it (an older binary measured for a before/after).
 echo "callgrind on $SPATE_BIN (sha256 $(sha256sum "$SPATE_BIN" | cut -c1-12), built $(date -r "$SPATE_BIN" -u +%FT%TZ); repository at $(git -C "$ROOT" rev-parse --short HEAD 2> /dev/null || echo '?')), --cores 1, fsync never"
-echo "produce: $produced records in $requests requests"
+echo "produce: $produced records in $requests requests ($PRODUCERS producers)"
 report produce 1 "$produced"
 report fetch 2 "$fetched"

@@ -969,6 +969,16 @@ fn the_logs_last_batch_stays_empty_when_its_tombstones_go() {
     assert!(batches.iter().all(|b| b.last == end.0 - 1 || !b.records.is_empty()), "{batches:?}");
     let before = read_batches(&log, end);
     drop(log);
-    let log = PartitionLog::open(dir.path(), config(), now + 3_000).unwrap();
+    let mut log = PartitionLog::open(dir.path(), config(), now + 3_000).unwrap();
     assert_eq!(read_batches(&log, end), before, "the empty batch survives a reopen");
+    // Once it is no longer the log's last, a later pass drops it.
+    log.append(&mut batch(&[(Some(b"c"), Some(b"1"))], now + 3_000), now + 3_000).unwrap();
+    log.set_config(LogConfig { segment_ms: 1, ..config() });
+    log.maybe_roll(now + 4_000).unwrap();
+    log.set_config(config());
+    clean(&mut log, now + 4_000, 1 << 20).expect("the new record makes a pass due");
+    let end2 = log.log_end_offset();
+    let batches = read_batches(&log, end2);
+    assert!(batches.iter().all(|b| !b.records.is_empty()), "{batches:?}");
+    assert_eq!(contents(&log), [(end.0, Some(b"c".to_vec()), Some(b"1".to_vec()))], "{batches:?}");
 }

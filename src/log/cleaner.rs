@@ -27,7 +27,8 @@
 //!    A batch left with no record is dropped, unless it is a live producer's last batch
 //!    (then it stays as an empty batch, as Kafka keeps it, so the producer's sequence
 //!    survives a rebuild from the log) or the log's last batch (`CleanJob::log_end_batch`:
-//!    the log never ends in a gap that readers could not get past).
+//!    the log never ends in a gap that readers could not get past). A later pass drops
+//!    such an empty batch once neither holds (Kafka's `DELETE_EMPTY`).
 //! 3. Transactions (Kafka's `CleanedTransactionMetadata`, KIP-98): both steps walk the
 //!    batches in offset order with a `TxnWalk`, which takes the log's aborted
 //!    transactions (`CleanJob::aborted`, the `.txnindex` entries) sorted by first offset
@@ -480,11 +481,13 @@ pub fn clean_batch(batch: &[u8], h: &BatchHeader, rules: &BatchRules) -> std::io
     }
     let tombstones_left = kept.iter().any(|r| r.value.is_none());
     let new_horizon = tombstones_left && horizon.is_none();
+    if kept.is_empty() && !rules.keep_empty {
+        // Also a batch an earlier pass left empty (a producer's last, or the log's last)
+        // that no longer has to stay (Kafka's DELETE_EMPTY).
+        return Ok(Verdict::Drop { records: removed, tombstones: tombstones_removed });
+    }
     if removed == 0 && !new_horizon {
         return Ok(Verdict::Keep);
-    }
-    if kept.is_empty() && !rules.keep_empty {
-        return Ok(Verdict::Drop { records: removed, tombstones: tombstones_removed });
     }
     let mut attributes = h.attributes;
     let base_timestamp = if new_horizon {
@@ -1123,6 +1126,10 @@ mod tests {
         };
         let (eh, _) = batch::check_structure(&empty, 1 << 20).unwrap();
         assert_eq!((eh.base_offset, eh.last_offset(), eh.records_count, eh.base_sequence), (4, 4, 0, 10));
+        // Kept empty while it has to stay; dropped by the first pass after it need not.
+        assert_eq!(clean_batch(&empty, &eh, &rules).unwrap(), Verdict::Keep);
+        rules.keep_empty = false;
+        assert_eq!(clean_batch(&empty, &eh, &rules).unwrap(), Verdict::Drop { records: 0, tombstones: 0 });
     }
 
     #[test]
