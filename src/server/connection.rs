@@ -28,9 +28,9 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use std::sync::Arc;
 
+use futures::channel::oneshot;
 use futures_lite::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use glommio::net::TcpStream;
-use glommio::task::JoinHandle;
 
 use crate::model::limits;
 use crate::protocol::zero_copy::{Response, ResponsePart};
@@ -46,9 +46,31 @@ use crate::security::Principal;
 /// How often a connection waiting for request byte budget tries again.
 const queued_bytes_retry_interval_ms: u64 = 2;
 
+type Answer = Result<Option<Response>, ProtocolError>;
+
 /// An answer still being computed, or the signal to hang up.
 enum Pending {
-    Answer(JoinHandle<Result<Option<Response>, ProtocolError>>),
+    Answer(oneshot::Receiver<Answer>),
+}
+
+/// Run `answer` on a task of its own and hand back where its answer arrives.
+///
+/// The task is detached at once and its answer comes back through a oneshot whose
+/// both ends live on this shard. A glommio `JoinHandle` is never kept: glommio 0.9's
+/// `JoinHandle::drop` destroys a finished task when it *reads* a reference count of
+/// 0, while a waker dropped on another thread (a cross-shard reply's oneshot, the
+/// coordinator's) counts down to 0 and only then takes a reference again to send it
+/// home. A JoinHandle dropped in that window freed the task, and the waker freed it a
+/// second time: the broker aborted with "free(): double free detected in tcache 2"
+/// after 312 s at 95,000 records/s (bench/vs_kafka.sh's latency run, 2026-12-04).
+/// A task with no JoinHandle is freed only by counting down, on its own thread.
+fn spawn_answer(answer: impl std::future::Future<Output = Answer> + 'static) -> oneshot::Receiver<Answer> {
+    let (tx, rx) = oneshot::channel();
+    glommio::spawn_local(async move {
+        let _ = tx.send(answer.await);
+    })
+    .detach();
+    rx
 }
 
 /// Why reading a connection stopped.
@@ -336,7 +358,7 @@ async fn run<S>(
                 }
             };
             while let Some(Pending::Answer(task)) = rx.recv().await {
-                let answer = task.await;
+                let answer = task.await.ok();
                 pending.set(pending.get().saturating_sub(1));
                 match answer {
                     Some(Ok(Some(response))) => {
@@ -476,13 +498,12 @@ async fn run<S>(
                     principal = gate.principal();
                 }
                 pending.set(pending.get() + 1);
-                let task = glommio::spawn_local(async move {
+                let task = spawn_answer(async move {
                     if delay_ms > 0 {
                         glommio::timer::sleep(Duration::from_millis(delay_ms)).await;
                     }
                     Ok(Some(Response::from(response)))
-                })
-                .detach();
+                });
                 if tx.send(Pending::Answer(task)).await.is_err() || then_close {
                     break;
                 }
@@ -508,7 +529,7 @@ async fn run<S>(
         unsent.set(unsent.get() + 1);
         let task = {
             let ctx = ctx.clone();
-            glommio::spawn_local(async move {
+            spawn_answer(async move {
                 let (api_key, started) = (frame.api_key, std::time::Instant::now());
                 let answer = handlers::handle(&ctx, frame).await;
                 drop(reservation); // the request's bytes go back to the budget
@@ -516,7 +537,6 @@ async fn run<S>(
                 ctx.in_flight.set(ctx.in_flight.get() - 1);
                 answer
             })
-            .detach()
         };
         if tx.send(Pending::Answer(task)).await.is_err() {
             break; // the writer hung up
