@@ -72,6 +72,9 @@ dev=$(lsblk -no PKNAME "$(df --output=source "$OUT" | tail -1)" 2>/dev/null | he
 RA_BEFORE=$([ -n "$RA_FILE" ] && cat "$RA_FILE" || echo unknown)
 cleanup() {
   for p in "${PIDS[@]:-}"; do [ -n "$p" ] && kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true
+  # The brokers' data (tens of GB after a latency run), also when the script stops early;
+  # logs and results stay.
+  rm -rf "$OUT"/*-never/data "$OUT"/*-always/data
   if [ -n "${READ_AHEAD_KB:-}" ] && [ -n "$RA_FILE" ]; then echo "$RA_BEFORE" > "$RA_FILE" || true; fi
 }
 trap cleanup EXIT
