@@ -135,3 +135,43 @@ def test_fsync_always_acks_wait_for_the_fsync(broker_factory):
     flushed = ack_latencies(b.bootstrap, "flushed-each")
     assert min(flushed) >= delay_s, \
         f"flush.messages=1: answered in {min(flushed):.3f} s, before the {delay_s} s fsync: {flushed}"
+
+
+def test_fsync_always_acks_wait_when_a_round_covers_many_partitions(broker_factory):
+    """A group-commit round's partitions are synced by several blocking jobs at once
+    (`limits::group_commit_sync_jobs_max`, 6), each job's fsync slowed by D. Sixteen
+    producers, a partition and a connection each, send one record at once, half a
+    second into a round started by a seventeenth: they all share the next round, dealt
+    over the jobs. Every ack must come no sooner than D after its send, whatever round
+    it fell in; a round that released a job's partitions before that job's fsync would
+    ack most of them after D minus the half second. Every record is read back."""
+    delay_s = FSYNC_DELAY_MS / 1000
+    b = broker_factory("--fsync", "always", "--test-fsync-delay-ms", str(FSYNC_DELAY_MS), cores=1)
+    parts = 16
+    create_topic(b.bootstrap, "wide", parts + 1)
+    producers = [Producer({"bootstrap.servers": b.bootstrap, "acks": 1, "linger.ms": 0}) for _ in range(parts + 1)]
+    try:
+        for i, p in enumerate(producers):  # connections and metadata, before the timed sends
+            p.produce("wide", b"warm", partition=i)
+        assert all(p.flush(60) == 0 for p in producers)
+        acked = {}
+        producers[parts].produce("wide", b"blocker", partition=parts)
+        producers[parts].poll(0)
+        time.sleep(0.5)  # not synchronization: the assertion below holds at any timing
+        for i in range(parts):
+            sent = time.monotonic()
+            producers[i].produce("wide", f"w{i}".encode(), partition=i,
+                                 on_delivery=lambda err, msg, sent=sent:
+                                 acked.__setitem__(msg.partition(), (err, time.monotonic() - sent)))
+            producers[i].poll(0)
+        assert all(p.flush(60) == 0 for p in producers)
+    finally:
+        for p in producers:
+            p.flush(10)
+    assert sorted(acked) == list(range(parts)), acked
+    assert all(err is None for err, _ in acked.values()), acked
+    early = {q: round(t, 3) for q, (_, t) in acked.items() if t < delay_s}
+    assert not early, f"acked before the {delay_s} s fsync: {early}"
+    got = cf_consume(b.bootstrap, "wide", parts + 1, count=2 * parts + 2)
+    want = [b"warm"] * (parts + 1) + [b"blocker"] + [f"w{i}".encode() for i in range(parts)]
+    assert sorted(m.value for ms in got.values() for m in ms) == sorted(want)

@@ -307,9 +307,16 @@ pub mod limits {
     pub const log_recovery_threads_max: usize = 32;
     /// Threads in each shard's blocking pool (glommio's `spawn_blocking`), unbound to
     /// any CPU: fsync rounds, checkpoint writes, log opens, group-load reads and trash
-    /// removal. More than one, so that a slow job (a load's read from a cold disk, a
-    /// burst of opens) never holds back the fsync round that acks wait for.
-    pub const shard_blocking_threads: usize = 4;
+    /// removal. More than a round's sync jobs (`group_commit_sync_jobs_max`), so that a
+    /// slow job (a load's read from a cold disk, a burst of opens) never holds back the
+    /// fsync round that acks wait for.
+    pub const shard_blocking_threads: usize = 8;
+    /// A group-commit round's partitions are split over at most this many blocking-pool
+    /// jobs, which fdatasync at once (each partition's files in order, in one job):
+    /// concurrent fdatasyncs share the file system's journal commits and keep the disk's
+    /// queue full, where one after another each waits for its own (closing 1,000
+    /// partitions: see `log_recovery_threads_max`).
+    pub const group_commit_sync_jobs_max: usize = 6;
     /// ACL entries one resource pattern's document (`/kafka-acl/<type>/<name>`) may hold;
     /// a longer stored document is refused as corrupt, a CreateAcls past it is refused.
     pub const acl_entries_per_resource_max: usize = 10_000;

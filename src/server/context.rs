@@ -12,7 +12,7 @@ use glommio::channels::channel_mesh::Senders;
 use crate::config::BrokerConfig;
 use crate::coordinator::owner::Metadata;
 use crate::coordinator::view::ClusterView;
-use crate::model::{ShardId, TopicPartition};
+use crate::model::{limits, ShardId, TopicPartition};
 use crate::shard::{
     group_partition, owner_shard, GroupOp, GroupReply, PartitionError, PartitionOp, PartitionReply, Shard,
 };
@@ -372,13 +372,18 @@ impl ShardContext {
             let batch = self.shard.borrow_mut().take_flush_batch();
             let started = std::time::Instant::now();
             let test_delay = std::time::Duration::from_millis(self.config.test_fsync_delay_ms);
-            let results = self
-                .run_blocking(move || {
-                    let results = batch
-                        .items
-                        .into_iter()
-                        .map(|(tp, handle)| (tp, handle.flushed, handle.sync()))
-                        .collect::<Vec<_>>();
+            // The partitions dealt round-robin over up to `group_commit_sync_jobs_max`
+            // jobs that fdatasync at the same time; a partition's files stay in one job,
+            // in order (its directory last).
+            let jobs = batch.items.len().clamp(1, limits::group_commit_sync_jobs_max);
+            let mut dealt: Vec<Vec<_>> = (0..jobs).map(|_| Vec::new()).collect();
+            for (i, item) in batch.items.into_iter().enumerate() {
+                dealt[i % jobs].push(item);
+            }
+            let syncs = dealt.into_iter().map(|items| {
+                self.run_blocking(move || {
+                    let results =
+                        items.into_iter().map(|(tp, handle)| (tp, handle.flushed, handle.sync())).collect::<Vec<_>>();
                     // Tests only (`--test-fsync-delay-ms`): a slow disk's fsync, on the
                     // blocking thread, before the round's acks are released.
                     if !test_delay.is_zero() {
@@ -386,7 +391,8 @@ impl ShardContext {
                     }
                     results
                 })
-                .await;
+            });
+            let results = futures::future::join_all(syncs).await.into_iter().flatten().collect();
             self.metrics.record_fsync(self.id, started.elapsed());
             self.shard.borrow_mut().complete_flush(results);
         }
