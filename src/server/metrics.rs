@@ -236,9 +236,12 @@ impl Metrics {
         );
         counter(&mut out, "spate_bytes_in_total", "Request bytes read.", &|s| s.bytes_in.load(Ordering::Relaxed));
         counter(&mut out, "spate_bytes_out_total", "Response bytes written.", &|s| s.bytes_out.load(Ordering::Relaxed));
-        counter(&mut out, "spate_fsyncs_total", "fdatasync calls on partition logs.", &|s| {
-            s.fsyncs.load(Ordering::Relaxed)
-        });
+        counter(
+            &mut out,
+            "spate_fsyncs_total",
+            "Group-commit rounds (each fdatasyncs every partition log with appends to sync).",
+            &|s| s.fsyncs.load(Ordering::Relaxed),
+        );
         counter(&mut out, "spate_appends_written_total", "Produce appends written through the append ring.", &|s| {
             s.appends_written.load(Ordering::Relaxed)
         });
@@ -273,7 +276,7 @@ impl Metrics {
         }
         let _ = writeln!(
             out,
-            "# HELP spate_fsync_duration_seconds fdatasync latency of partition logs.\n\
+            "# HELP spate_fsync_duration_seconds Group-commit round length: its partition logs' fdatasyncs.\n\
              # TYPE spate_fsync_duration_seconds histogram"
         );
         for (i, s) in self.shards.iter().enumerate() {
