@@ -317,6 +317,7 @@ pub mod limits {
     /// queue full, where one after another each waits for its own (closing 1,000
     /// partitions: see `log_recovery_threads_max`).
     pub const group_commit_sync_jobs_max: usize = 6;
+    const _: () = assert!(group_commit_sync_jobs_max < shard_blocking_threads, "a pool thread stays free of fsyncs");
     /// ACL entries one resource pattern's document (`/kafka-acl/<type>/<name>`) may hold;
     /// a longer stored document is refused as corrupt, a CreateAcls past it is refused.
     pub const acl_entries_per_resource_max: usize = 10_000;
