@@ -40,31 +40,7 @@ trap cleanup EXIT
 
 free_port() { "$PY" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 topic() { # PORT create|delete NAME: create (8 partitions, every leader known) or delete it
-  "$PY" - "$@" <<'PY'
-import sys, time
-from confluent_kafka.admin import AdminClient, NewTopic
-port, what, name = sys.argv[1:4]
-a = AdminClient({"bootstrap.servers": f"127.0.0.1:{port}", "log_level": 0})
-deadline = time.time() + 60
-if what == "delete":
-    for f in a.delete_topics([name], operation_timeout=60).values():
-        f.result()
-    while name in a.list_topics(timeout=10).topics:
-        if time.time() > deadline:
-            raise SystemExit(f"{name} still listed after 60 s")
-        time.sleep(0.2)
-    raise SystemExit(0)
-while True:
-    try:
-        a.create_topics([NewTopic(name, 8, 1)], operation_timeout=60)[name].result()
-        break
-    except Exception:
-        if time.time() > deadline:
-            raise
-        time.sleep(0.2)
-while not all(p.leader >= 0 for p in a.list_topics(topic=name, timeout=5).topics[name].partitions.values()):
-    time.sleep(0.1)
-PY
+  if [ "$2" = create ]; then "$PY" "$ROOT/bench/topic.py" create "$1" "$3" 8; else "$PY" "$ROOT/bench/topic.py" delete "$1" "$3"; fi
 }
 
 for c in $CORES; do

@@ -35,22 +35,15 @@ one() { # LABEL BIN WORKLOAD ROUND: a fresh broker, one workload, one TSV row
   for _ in $(seq 100); do (exec 3<>"/dev/tcp/127.0.0.1/$PORT") 2>/dev/null && break; sleep 0.1; done
   case $workload in
     rdkafka*)
-      "$PY" - "$PORT" <<'PY' ;;
-import sys, time
-from confluent_kafka.admin import AdminClient, NewTopic
-a = AdminClient({"bootstrap.servers": f"127.0.0.1:{sys.argv[1]}", "log_level": 0})
-a.create_topics([NewTopic("rdk", 8, 1)], operation_timeout=60)["rdk"].result()
-while not all(p.leader >= 0 for p in a.list_topics(topic="rdk", timeout=5).topics["rdk"].partitions.values()):
-    time.sleep(0.1)
-PY
+      "$PY" "$ROOT/bench/topic.py" create "$PORT" rdk 8 ;;
   esac
   curl -s "127.0.0.1:$MPORT/metrics" > "$OUT/m0"
   case $workload in
-    "8 partitions") "$SB" --bootstrap "127.0.0.1:$PORT" --topic p --partitions 8 --create-topic --producers 1 --acks 1 \
-        --batch-bytes 131072 --linger-ms 1 --in-flight 5 --warmup 2 --duration "$DURATION" --json "$OUT/j.json" > /dev/null 2>&1
-      mbs=$(python3 -c 'import json,sys; print(round(json.load(open(sys.argv[1]))["produce"]["mb_per_sec"], 1))' "$OUT/j.json") ;;
-    "$PARTS_MANY partitions") "$SB" --bootstrap "127.0.0.1:$PORT" --topic p --partitions "$PARTS_MANY" --create-topic --producers 1 \
-        --acks 1 --batch-bytes 16384 --linger-ms 1 --in-flight 5 --warmup 2 --duration "$DURATION" --json "$OUT/j.json" > /dev/null 2>&1
+    *partitions) # 8 partitions with 128 KiB batches, PARTS_MANY with 16 KiB
+      local parts=${workload%% *} batch=16384
+      [ "$parts" = 8 ] && batch=131072
+      "$SB" --bootstrap "127.0.0.1:$PORT" --topic p --partitions "$parts" --create-topic --producers 1 --acks 1 \
+        --batch-bytes "$batch" --linger-ms 1 --in-flight 5 --warmup 2 --duration "$DURATION" --json "$OUT/j.json" > /dev/null 2>&1
       mbs=$(python3 -c 'import json,sys; print(round(json.load(open(sys.argv[1]))["produce"]["mb_per_sec"], 1))' "$OUT/j.json") ;;
     rdkafka*) timeout 300 "$RDKAFKA_PERF" -P -t rdk -b "127.0.0.1:$PORT" -s 1024 -c "$RDK_RECORDS" -q > "$OUT/rdk.log" 2>&1 || true
       mbs=$(python3 -c '

@@ -26,22 +26,7 @@ rm -rf "$OUT"; mkdir -p "$OUT"
   --fsync always ${EXTRA:-} > "$OUT/broker.log" 2>&1 &
 B=$!
 trap 'kill $B 2>/dev/null || true; rm -rf "$OUT/data"' EXIT
-"$PY" - "$PORT" <<'PY'
-import sys, time
-from confluent_kafka.admin import AdminClient, NewTopic
-a = AdminClient({"bootstrap.servers": f"127.0.0.1:{sys.argv[1]}", "log_level": 0})
-deadline = time.time() + 60
-while True:
-    try:
-        a.create_topics([NewTopic("rdk", 8, 1)], operation_timeout=60)["rdk"].result()
-        break
-    except Exception:
-        if time.time() > deadline:
-            raise
-        time.sleep(0.2)
-while not all(p.leader >= 0 for p in a.list_topics(topic="rdk", timeout=5).topics["rdk"].partitions.values()):
-    time.sleep(0.1)
-PY
+"$PY" "$ROOT/bench/topic.py" create "$PORT" rdk 8
 threads() { for t in /proc/$B/task/*; do echo "$(cat "$t/comm")@${t##*/} $(cat "$t/schedstat")"; done; }
 threads > "$OUT/sched0.txt"
 curl -s "127.0.0.1:$MPORT/metrics" > "$OUT/metrics0.txt"
