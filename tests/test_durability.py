@@ -175,3 +175,38 @@ def test_fsync_always_acks_wait_when_a_round_covers_many_partitions(broker_facto
     got = cf_consume(b.bootstrap, "wide", parts + 1, count=2 * parts + 2)
     want = [b"warm"] * (parts + 1) + [b"blocker"] + [f"w{i}".encode() for i in range(parts)]
     assert sorted(m.value for ms in got.values() for m in ms) == sorted(want)
+
+
+
+def test_fsync_always_a_record_sent_during_a_round_waits_for_the_next(broker_factory):
+    """A group-commit round covers the offsets written when it was taken. One
+    producer's record starts a round slowed by D; a second producer's record to the
+    same partition, sent half a second in, lands at the very next offset. It must wait
+    for the next round: acked no sooner than D after the first ack. (The round's end is
+    exclusive and the shard compared with <=: that record was acked by the round that
+    had not synced it, 2.002 s against the blocker's 2.002 s.) Both read back."""
+    delay_s = FSYNC_DELAY_MS / 1000
+    b = broker_factory("--fsync", "always", "--test-fsync-delay-ms", str(FSYNC_DELAY_MS), cores=1)
+    create_topic(b.bootstrap, "next-round", 1)
+    first = Producer({"bootstrap.servers": b.bootstrap, "acks": 1, "linger.ms": 0})
+    second = Producer({"bootstrap.servers": b.bootstrap, "acks": 1, "linger.ms": 0})
+    for p in (first, second):  # connections and metadata, before the timed sends
+        p.produce("next-round", b"warm", partition=0)
+        assert p.flush(60) == 0
+    acked = {}
+    t0 = time.monotonic()
+    first.produce("next-round", b"blocker", partition=0,
+                  on_delivery=lambda err, msg: acked.__setitem__("blocker", (err, time.monotonic() - t0)))
+    first.poll(0)
+    time.sleep(0.5)  # into the blocker's round; the ack times below show it was
+    sent = time.monotonic() - t0
+    second.produce("next-round", b"during", partition=0,
+                   on_delivery=lambda err, msg: acked.__setitem__("during", (err, time.monotonic() - t0)))
+    assert first.flush(60) == 0 and second.flush(60) == 0
+    assert acked["blocker"][0] is None and acked["during"][0] is None, acked
+    blocker_at, during_at = acked["blocker"][1], acked["during"][1]
+    assert sent < blocker_at, f"sent at {sent:.3f} s, after the blocker's round ended ({blocker_at:.3f} s)"
+    assert during_at >= blocker_at + delay_s, \
+        f"acked at {during_at:.3f} s, by the round that was out when it was sent (the blocker's, {blocker_at:.3f} s)"
+    got = cf_consume(b.bootstrap, "next-round", 1, count=4)
+    assert [m.value for m in got[0]] == [b"warm", b"warm", b"blocker", b"during"]

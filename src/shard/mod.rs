@@ -1276,12 +1276,14 @@ impl Shard {
             let Some(p) = self.partitions.get_mut(&tp) else {
                 continue;
             };
+            // The round covered offsets below `upto` (the written end when it was
+            // taken); a waiter holds the last offset it needs synced.
             let upto = flushed.upto;
             // A failed fsync takes the log offline, which it logs once.
             let outcome = p.log.mark_flushed(flushed, result).map_err(|e| e.to_string());
             let waiters = std::mem::take(&mut p.durable_waiters);
             for (offset, w) in waiters {
-                if outcome.is_err() || offset <= upto {
+                if outcome.is_err() || offset < upto {
                     let _ = w.send(outcome.clone());
                 } else {
                     p.durable_waiters.push((offset, w));

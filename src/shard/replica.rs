@@ -861,6 +861,59 @@ mod tests {
         assert_eq!(shard.partitions[&tp].log.log_end_offset(), Offset(1), "one record in the new log");
     }
 
+    /// A group-commit round covers the offsets written when it was taken, and releases
+    /// only the acks waiting for those: a record appended while the round was out waits
+    /// for the next round. (The next record's ack, one offset past the round's end, was
+    /// released by it unsynced: `offset <= upto` against an exclusive end.)
+    #[test]
+    fn an_fsync_round_releases_only_the_acks_it_covers() {
+        let (store, data) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+        let mut reg = Registry::open(Box::new(LocalStore::open(store.path()).unwrap()), broker(1), 1_000).unwrap();
+        reg.create("synced", 1, TopicConfig::default()).unwrap();
+        let metadata = Metadata::start(reg).unwrap();
+        let mut shard = Shard::new(
+            ShardId(0),
+            1,
+            data.path().to_path_buf(),
+            metadata,
+            Default::default(),
+            crate::group::GroupConfig::default(),
+        );
+        shard.sync_registry();
+        let jobs = shard.take_open_jobs();
+        shard.install_opened_later(super::super::open_logs(jobs, 1_000), 1_000);
+        let tp = TopicPartition::new("synced", 0);
+        let produce = |shard: &mut Shard, value| {
+            let op = super::super::PartitionOp::Produce {
+                tp: tp.clone(),
+                records: batch(value),
+                now_ms: 1_000,
+                durable: true,
+                acks: 1,
+                verification: crate::log::TxnVerification::Off,
+            };
+            match shard.execute(op).unwrap() {
+                super::super::PartitionReply::Produced { durable: Some(d), written: None, .. } => d,
+                _ => panic!("no fsync wait, or a ring write"),
+            }
+        };
+        let sync = |batch: super::super::FlushBatch| {
+            batch.items.into_iter().map(|(tp, handle)| (tp, handle.flushed, handle.sync())).collect::<Vec<_>>()
+        };
+        let mut first = produce(&mut shard, b"first");
+        let round = shard.take_flush_batch();
+        assert_eq!(round.items.len(), 1);
+        let mut second = produce(&mut shard, b"second"); // while the round is out
+        shard.complete_flush(sync(round));
+        assert!(matches!(first.try_recv(), Ok(Some(Ok(())))), "the round's own record");
+        assert!(matches!(second.try_recv(), Ok(None)), "released by a round taken before it was written");
+        assert!(shard.has_flush_work());
+        let round = shard.take_flush_batch();
+        shard.complete_flush(sync(round));
+        assert!(matches!(second.try_recv(), Ok(Some(Ok(())))), "the next round's");
+        assert!(!shard.has_flush_work());
+    }
+
     #[test]
     fn hw_checkpoints_round_trip_and_merge() {
         let dir = tempfile::tempdir().unwrap();
