@@ -11,8 +11,9 @@
 # workload then runs against one, then the other, ROUNDS times, the order swapped every
 # round, so drift on this noisy machine hits both alike. The same clients drive both:
 # spate-bench (our load generator, raw Kafka protocol), librdkafka's rdkafka_performance
-# (built once by bench/rdkafka_perf.sh; librdkafka's defaults: acks=all, random
-# partitions) and Kafka's own kafka-producer-perf-test / kafka-consumer-perf-test (the
+# (built once by bench/rdkafka_perf.sh; librdkafka's defaults: acks=all, its sticky
+# partitioner, which with rdkafka_performance's linger.ms=1000 puts nearly every record
+# in one partition, so its rows are "~1 partition") and Kafka's own kafka-producer-perf-test / kafka-consumer-perf-test (the
 # Java client at its defaults: acks=all, idempotence on).
 #
 # Phases:
@@ -21,7 +22,8 @@
 #     produce keyed (random keys), 8 partitions, acks=1
 #     consume the 8-partition backlog from the start
 #     produce at 1,000 partitions; produce from 200 producer connections (8 partitions)
-#     rdkafka_performance: produce for DURATION s, then consume that backlog, 8 partitions
+#     rdkafka_performance: produce for DURATION s to an 8-partition topic (~1 partition
+#       gets the records), then consume that backlog
 #     kafka-producer-perf-test / kafka-consumer-perf-test, 8 partitions
 #     latency: 1 producer + 1 consumer at half the slower system's acks=1 maximum, LONG
 #       seconds each, percentiles per BUCKET seconds (so a tail that grows shows), SVG plots
@@ -339,10 +341,10 @@ run_rdkafka() { # FSYNC ROUND: produce DURATION s at librdkafka's defaults, then
     create_topic "${PORT[$sys]}" rdk 8
     timeout -s INT "$DURATION" "$RDKAFKA_PERF" -P -t rdk -b "$b" -s $MSG -c 1000000000 -q \
       > "$d/rdk-produce-$r.log" 2>&1 || true
-    rdk_row "$sys" "$fsync" "produce 1 KiB x8p (librdkafka defaults: acks=all)" "$r" "$d/rdk-produce-$r.log"
+    rdk_row "$sys" "$fsync" "produce 1 KiB x8p topic, ~1p filled (librdkafka defaults: acks=all, sticky)" "$r" "$d/rdk-produce-$r.log"
     if [ "$fsync" = never ]; then
       timeout 120 "$RDKAFKA_PERF" -C -t rdk -b "$b" $parts -o beginning -e -q > "$d/rdk-consume-$r.log" 2>&1 || true
-      rdk_row "$sys" "$fsync" "consume backlog x8p (librdkafka)" "$r" "$d/rdk-consume-$r.log"
+      rdk_row "$sys" "$fsync" "consume backlog x8p topic, ~1p filled (librdkafka)" "$r" "$d/rdk-consume-$r.log"
     fi
     delete_topics "${PORT[$sys]}"
   done
