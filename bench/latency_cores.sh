@@ -13,22 +13,7 @@ for cores in ${CORES:-2 1}; do
   P=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
   ./target/release/spate serve --data-dir "$D/data" --listen "127.0.0.1:$P" --cores "$cores" > "$D/broker.log" 2>&1 &
   B=$!
-  .venv/bin/python - "$P" <<'PY'
-import sys, time
-from confluent_kafka.admin import AdminClient, NewTopic
-a = AdminClient({"bootstrap.servers": f"127.0.0.1:{sys.argv[1]}", "log_level": 0})
-deadline = time.time() + 60
-while True:
-    try:
-        a.create_topics([NewTopic("lat", 8, 1)])["lat"].result()
-        break
-    except Exception:
-        if time.time() > deadline:
-            raise
-        time.sleep(0.2)
-while not all(p.leader >= 0 for p in a.list_topics(topic="lat", timeout=5).topics["lat"].partitions.values()):
-    time.sleep(0.1)
-PY
+  .venv/bin/python bench/topic.py create "$P" lat 8
   ./target/release/spate-bench --bootstrap "127.0.0.1:$P" --topic lat --producers 1 --consumers 1 --acks 1 \
     --rate "${RATE:-54078}" --warmup 5 --duration "${SECS:-45}" --batch-bytes 131072 --linger-ms 1 --in-flight 5 \
     > "$D/out.txt" 2> /dev/null

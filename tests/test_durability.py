@@ -12,7 +12,8 @@ from confluent_kafka import Producer
 
 from helpers.metrics import metric_sum, scrape
 from helpers.broker import free_port
-from helpers.clients import cf_consume, cf_produce, create_topic
+from helpers.clients import cf_conf, cf_consume, cf_produce, create_topic
+from helpers.wire import connect, parse_write_txn_markers, recv_frame, write_txn_markers
 
 
 def produce_concurrently(bootstrap, topic, producers, per_producer):
@@ -210,3 +211,39 @@ def test_fsync_always_a_record_sent_during_a_round_waits_for_the_next(broker_fac
         f"acked at {during_at:.3f} s, by the round that was out when it was sent (the blocker's, {blocker_at:.3f} s)"
     got = cf_consume(b.bootstrap, "next-round", 1, count=4)
     assert [m.value for m in got[0]] == [b"warm", b"warm", b"blocker", b"during"]
+
+
+def test_fsync_always_transactions_wait_for_the_fsync(broker_factory):
+    """Under `--fsync always` the broker's own writes for a transaction wait for an
+    fsync as produce does. The coordinator's PrepareCommit record: commit_transaction is
+    answered only after a slowed round (D). A partition leader's marker: a
+    WriteTxnMarkers request (sent raw here, as a coordinator sends it) is answered only
+    after one. (Both were answered from the page cache: a power loss after
+    commit_transaction returned could turn the committed transaction into an aborted
+    one.) The committed record reads back under read_committed."""
+    delay_s = FSYNC_DELAY_MS / 1000
+    b = broker_factory("--fsync", "always", "--test-fsync-delay-ms", str(FSYNC_DELAY_MS), cores=1)
+    create_topic(b.bootstrap, "txn-durable", 1)
+    create_topic(b.bootstrap, "marked", 1)
+    p = Producer(cf_conf(b.bootstrap, **{"transactional.id": "tx-durable"}))
+    p.init_transactions(60)
+    p.begin_transaction()
+    p.produce("txn-durable", b"committed", partition=0)
+    assert p.flush(60) == 0
+    t0 = time.monotonic()
+    p.commit_transaction(60)
+    took = time.monotonic() - t0
+    assert took >= delay_s, f"commit_transaction answered in {took:.3f} s, before the {delay_s} s fsync"
+    got = cf_consume(b.bootstrap, "txn-durable", 1, count=1, isolation_level="read_committed")
+    assert [m.value for m in got[0]] == [b"committed"]
+
+    s = connect(b.port, timeout=30)
+    try:
+        t0 = time.monotonic()
+        s.sendall(write_txn_markers([(4242, 0, True, 0, {"marked": [0]})], correlation_id=7))
+        answer = parse_write_txn_markers(recv_frame(s, timeout=30))
+        took = time.monotonic() - t0
+    finally:
+        s.close()
+    assert answer == {(4242, "marked", 0): 0}, answer
+    assert took >= delay_s, f"WriteTxnMarkers answered in {took:.3f} s, before the {delay_s} s fsync"

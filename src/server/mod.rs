@@ -582,6 +582,7 @@ async fn run_shard(
     shard.set_zero_copy_bytes_min(config.fetch_zero_copy_bytes_min);
     shard.set_replica_lag_time_max_ms(config.replica_lag_time_max_ms);
     shard.set_producer_id_expiration_ms(config.producer_id_expiration_ms);
+    shard.set_fsync_always(config.fsync == crate::config::FsyncMode::Always);
     shard.set_cleaner(config.log_cleaner_enable.then_some(crate::log::CleanerSettings {
         map_bytes_max: config.log_cleaner_dedupe_buffer_size,
         io_bytes_per_second: config.log_cleaner_io_max_bytes_per_second,

@@ -411,6 +411,9 @@ pub struct Shard {
     producer_id_bound: Option<i64>,
     /// producer.id.expiration.ms (broker-wide).
     producer_id_expiration_ms: i64,
+    /// `--fsync always`: the broker's own writes (transaction state records, markers)
+    /// wait for a group-commit round as produce does.
+    fsync_always: bool,
     /// The logs were handed over for a clean close: nothing may open them again.
     closing: bool,
     /// Partitions newly hosted here whose logs are being opened off the data core
@@ -469,6 +472,7 @@ impl Shard {
             hw_checkpointed: Vec::new(),
             producer_id_bound: None,
             producer_id_expiration_ms: crate::model::limits::producer_id_expiration_ms_default,
+            fsync_always: false,
             closing: false,
             opening: Default::default(),
             open_queue: Vec::new(),
@@ -637,6 +641,12 @@ impl Shard {
     /// producer.id.expiration.ms: idle producer ids are forgotten after this long.
     pub fn set_producer_id_expiration_ms(&mut self, ms: i64) {
         self.producer_id_expiration_ms = ms;
+    }
+
+    /// `--fsync always`: transaction state records and markers are answered only once
+    /// an fsync covers them, as produce and offset commits are (their handlers ask).
+    pub fn set_fsync_always(&mut self, on: bool) {
+        self.fsync_always = on;
     }
 
     /// A topic's log config, with the broker-wide settings the log also needs.
@@ -1003,7 +1013,8 @@ impl Shard {
                 if tp.topic == crate::group::OFFSETS_TOPIC {
                     self.offsets_txn_marker(&tp, producer_id, producer_epoch, commit);
                 }
-                self.write_appended(tp, records, appended, false, -1, now_ms)
+                let durable = self.fsync_always;
+                self.write_appended(tp, records, appended, durable, -1, now_ms)
             }
             PartitionOp::Fetch {
                 read_committed,

@@ -175,16 +175,17 @@ impl Shard {
         }
     }
 
-    /// Append `record` for `txn_id` with acks=all. A failed append is a failed write
-    /// (`written(false)`), answered at once.
+    /// Append `record` for `txn_id` with acks=all (and, under `--fsync always`, an fsync).
+    /// A failed append is a failed write (`written(false)`), answered at once.
     fn append_txn_record(&mut self, txn_id: &str, load: u64, record: &TxnRecord, now_ms: i64) -> TxnReply {
         let tp = txn_partition(txn_id);
+        let durable = self.fsync_always;
         let appended = encode_batch(txn_id, record, now_ms).map_err(PartitionError::Log).and_then(|batch| {
             self.execute(PartitionOp::Produce {
                 tp: tp.clone(),
                 records: Bytes::from(batch),
                 now_ms,
-                durable: false,
+                durable,
                 acks: -1,
                 verification: crate::log::TxnVerification::Off,
             })
