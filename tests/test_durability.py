@@ -13,7 +13,9 @@ from confluent_kafka import Producer
 from helpers.metrics import metric_sum, scrape
 from helpers.broker import free_port
 from helpers.clients import cf_conf, cf_consume, cf_produce, create_topic
-from helpers.wire import connect, parse_write_txn_markers, recv_frame, write_txn_markers
+from helpers.wire import (call, connect, init_producer_id, parse_init_producer_id, parse_produce_v3,
+                          parse_write_txn_markers, produce_v3, produce_v3_settled, record_batch, recv_frame,
+                          write_txn_markers)
 
 
 def produce_concurrently(bootstrap, topic, producers, per_producer):
@@ -247,3 +249,36 @@ def test_fsync_always_transactions_wait_for_the_fsync(broker_factory):
         s.close()
     assert answer == {(4242, "marked", 0): 0}, answer
     assert took >= delay_s, f"WriteTxnMarkers answered in {took:.3f} s, before the {delay_s} s fsync"
+
+
+def test_fsync_always_a_retried_idempotent_batch_waits_for_the_fsync(broker_factory):
+    """An idempotent producer's retry of a batch whose original still waits for its
+    round is answered with the original's offsets, but only once an fsync covers them.
+    Connection A sends a batch into a round slowed by D; connection B sends the same
+    batch (same producer id, epoch and sequence) half a second later, as a client
+    resending over a new connection does. Both answers carry the same offset, and B's
+    comes no sooner than D after A's send. (B's came at once: the duplicate was acked
+    from the page cache, before the original's fsync.)"""
+    delay_s = FSYNC_DELAY_MS / 1000
+    b = broker_factory("--fsync", "always", "--test-fsync-delay-ms", str(FSYNC_DELAY_MS), cores=1)
+    create_topic(b.bootstrap, "retried", 1)
+    assert produce_v3_settled(b.port, "retried", 0, record_batch([b"warm"]), acks=1) == (0, 0)
+    err, pid, epoch = parse_init_producer_id(call(b.port, init_producer_id()))
+    assert err == 0, err
+    batch = record_batch([b"once"], producer_id=pid, producer_epoch=epoch, base_sequence=0)
+    a, c = connect(b.port, timeout=30), connect(b.port, timeout=30)
+    try:
+        t0 = time.monotonic()
+        a.sendall(produce_v3("retried", 0, batch, correlation_id=1, acks=1))
+        time.sleep(0.5)  # into the original's round; the answers below show it was
+        c.sendall(produce_v3("retried", 0, batch, correlation_id=2, acks=1))
+        retry = parse_produce_v3(recv_frame(c, timeout=30))
+        retry_at = time.monotonic() - t0
+        first = parse_produce_v3(recv_frame(a, timeout=30))
+    finally:
+        a.close()
+        c.close()
+    assert first == (0, 1) and retry == (0, 1), (first, retry)
+    assert retry_at >= delay_s, f"the retry was answered {retry_at:.3f} s after the original, before its fsync"
+    got = cf_consume(b.bootstrap, "retried", 1, count=2)
+    assert [m.value for m in got[0]] == [b"warm", b"once"]

@@ -977,11 +977,19 @@ impl Shard {
                 let (info, write, patches) = match p.log.append_produced(&records, epoch.0, now_ms, verification) {
                     Err(LogError::DuplicateBatch(info)) => {
                         // A producer's retry: its original offsets, once a consumer could
-                        // read them (and the in-sync replicas have them, for acks=all).
+                        // read them (and the in-sync replicas have them, for acks=all),
+                        // and, where this write would have waited for an fsync, once one
+                        // covers the original (still unsynced if its own ack is pending).
                         let readable = replica::high_watermark(p);
                         let replicated = (acks == -1 || info.last_offset >= readable).then(|| {
                             let (tx, rx) = oneshot::channel();
                             replica::wait_for_hw(p, info.last_offset, tx);
+                            rx
+                        });
+                        let unsynced = info.last_offset >= p.log.recovery_point();
+                        let durable = ((durable || p.log.flush_due(now_ms)) && unsynced).then(|| {
+                            let (tx, rx) = oneshot::channel();
+                            p.durable_waiters.push((info.last_offset, tx));
                             rx
                         });
                         let log_start_offset = p.log.log_start_offset();
@@ -989,7 +997,7 @@ impl Shard {
                             info,
                             log_start_offset,
                             written: None,
-                            durable: None,
+                            durable,
                             replicated,
                             duplicate: true,
                         });
