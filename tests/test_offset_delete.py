@@ -134,3 +134,34 @@ def test_offset_delete_refuses_topics_an_active_member_consumes(topics):
 def test_offset_delete_of_an_unknown_group(broker):
     with pytest.raises(Errors.GroupIdNotFoundError):
         delete_offsets(broker.bootstrap, "nobody", [("t1", 0)])
+
+
+def test_fsync_always_deletions_wait_for_the_fsync(broker_factory):
+    """OffsetDelete and DeleteGroups are answered once their tombstones are written and,
+    under `--fsync always`, fsynced, as Kafka answers after its local append (and its
+    flush, with flush.messages=1). With each group-commit round slowed by 2 s
+    (`--test-fsync-delay-ms`) each answer takes at least that. (Both were answered
+    before the tombstones were even written, in any mode.) After kill -9 and a restart
+    the deletions hold."""
+    delay_s = 2.0
+    b = broker_factory("--fsync", "always", "--test-fsync-delay-ms", str(int(delay_s * 1000)), cores=1)
+    create_topic(b.bootstrap, "t1", 2)
+    commit(b.bootstrap, "trimmed", {("t1", 0): 5, ("t1", 1): 7})
+    commit(b.bootstrap, "doomed", {("t1", 0): 3})
+
+    t0 = time.monotonic()
+    res = delete_offsets(b.bootstrap, "trimmed", [("t1", 0)])
+    took = time.monotonic() - t0
+    assert res == {("t1", 0): Errors.NoError}, res
+    assert took >= delay_s, f"OffsetDelete answered in {took:.3f} s, before the {delay_s} s fsync"
+
+    a = admin(b.bootstrap)
+    t0 = time.monotonic()
+    a.delete_consumer_groups(["doomed"], request_timeout=30)["doomed"].result(30)
+    took = time.monotonic() - t0
+    assert took >= delay_s, f"DeleteGroups answered in {took:.3f} s, before the {delay_s} s fsync"
+
+    b.kill()
+    b.restart()
+    assert cf_committed(b.bootstrap, "trimmed", [("t1", 0), ("t1", 1)]) == {("t1", 0): -1001, ("t1", 1): 7}
+    assert cf_committed(b.bootstrap, "doomed", [("t1", 0)]) == {("t1", 0): -1001}

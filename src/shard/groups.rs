@@ -86,14 +86,19 @@ pub enum GroupOp {
     Describe {
         group_id: String,
     },
+    /// DeleteGroups; the answer waits for the tombstones' write (and, when `durable`,
+    /// their fsync), as Kafka answers after its local append.
     Delete {
         group_id: String,
         now_ms: i64,
+        durable: bool,
     },
+    /// OffsetDelete; waits as `Delete`.
     DeleteOffsets {
         group_id: String,
         partitions: Vec<(String, i32)>,
         now_ms: i64,
+        durable: bool,
     },
 }
 
@@ -153,8 +158,15 @@ pub enum GroupReply {
     Offsets(OffsetList),
     List(Vec<(String, String, GroupState)>),
     Describe(Option<GroupDescription>),
-    Delete(Result<(), GroupError>),
-    DeleteOffsets(Result<Vec<Result<(), GroupError>>, GroupError>),
+    /// `waits`: the tombstones' write and fsync; None when they could not be appended.
+    Delete {
+        result: Result<(), GroupError>,
+        waits: Option<Vec<DurableWait>>,
+    },
+    DeleteOffsets {
+        result: Result<Vec<Result<(), GroupError>>, GroupError>,
+        waits: Option<Vec<DurableWait>>,
+    },
     /// This shard does not lead the group's offsets partition (yet, or any more): its
     /// groups are not loaded here. Answered COORDINATOR_NOT_AVAILABLE or NOT_COORDINATOR.
     Unavailable,
@@ -317,9 +329,16 @@ impl Shard {
         }
     }
 
-    /// Write what the coordinator produced (group metadata, tombstones). Best effort:
-    /// a failure is logged; the in-memory state stays authoritative until restart.
+    /// Write what the coordinator produced (group metadata, tombstones), not waited for.
+    /// Best effort: a failure is logged; the in-memory state stays authoritative until
+    /// restart.
     fn flush_group_records(&mut self, now_ms: i64) {
+        let _ = self.write_group_records(now_ms, false);
+    }
+
+    /// Write what the coordinator produced with acks=1 (an fsync too when `durable`):
+    /// the write and fsync waits, or None when an append failed (logged).
+    fn write_group_records(&mut self, now_ms: i64, durable: bool) -> Option<Vec<DurableWait>> {
         let pending = self.groups.take_pending_records();
         let mut by_group: Vec<(String, Vec<PendingRecord>)> = Vec::new();
         for r in pending {
@@ -328,11 +347,21 @@ impl Shard {
                 None => by_group.push((r.group_id.clone(), vec![r])),
             }
         }
+        let mut waits = Some(Vec::new());
         for (group, recs) in by_group {
-            if let Err(e) = self.append_group_records(&recs, now_ms, false, 1, None) {
-                tracing::error!(group, error = %e, "writing group records failed");
+            match self.append_group_records(&recs, now_ms, durable, 1, None) {
+                Ok((w, _, _)) => {
+                    if let Some(all) = waits.as_mut() {
+                        all.extend(w);
+                    }
+                }
+                Err(e) => {
+                    tracing::error!(group, error = %e, "writing group records failed");
+                    waits = None;
+                }
             }
         }
+        waits
     }
 
     pub fn execute_group(&mut self, op: GroupOp) -> GroupReply {
@@ -411,13 +440,13 @@ impl Shard {
             GroupOp::List if !self.group_loads.is_empty() => GroupReply::Loading,
             GroupOp::List => GroupReply::List(self.groups.list()),
             GroupOp::Describe { group_id } => GroupReply::Describe(self.groups.describe(&group_id)),
-            GroupOp::Delete { group_id, now_ms } => {
-                now = now_ms;
-                GroupReply::Delete(self.groups.delete_group(&group_id))
+            GroupOp::Delete { group_id, now_ms, durable } => {
+                let result = self.groups.delete_group(&group_id);
+                return GroupReply::Delete { result, waits: self.write_group_records(now_ms, durable) };
             }
-            GroupOp::DeleteOffsets { group_id, partitions, now_ms } => {
-                now = now_ms;
-                GroupReply::DeleteOffsets(self.groups.delete_offsets(&group_id, &partitions, subscription_names))
+            GroupOp::DeleteOffsets { group_id, partitions, now_ms, durable } => {
+                let result = self.groups.delete_offsets(&group_id, &partitions, subscription_names);
+                return GroupReply::DeleteOffsets { result, waits: self.write_group_records(now_ms, durable) };
             }
         };
         self.flush_group_records(now);

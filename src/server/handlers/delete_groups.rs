@@ -1,11 +1,14 @@
-//! DeleteGroups: removes empty groups and their committed offsets.
+//! DeleteGroups: removes empty groups and their committed offsets. Answered once the
+//! tombstones are written (fsynced under `--fsync always`), as Kafka answers after its
+//! local append.
 
 use bytes::Bytes;
 use kafka_protocol::messages::delete_groups_response::DeletableGroupResult;
 use kafka_protocol::messages::{ApiKey, DeleteGroupsRequest, DeleteGroupsResponse};
 
+use crate::config::FsyncMode;
 use crate::protocol::{decode_body, error_code, ProtocolError, RequestFrame};
-use crate::shard::{GroupOp, GroupReply};
+use crate::shard::{DurableWait, GroupOp, GroupReply};
 
 use super::super::context::ShardContext;
 use super::super::now_ms;
@@ -30,12 +33,30 @@ pub async fn handle(ctx: &ShardContext, frame: &RequestFrame) -> Result<Bytes, P
             );
             continue;
         }
-        let code = match ctx.call_group(GroupOp::Delete { group_id: id.to_string(), now_ms: now_ms() }, None).await {
-            Some(GroupReply::Delete(Ok(()))) => error_code::NONE,
-            Some(GroupReply::Delete(Err(e))) => group_error_code(&e),
+        let op = GroupOp::Delete {
+            group_id: id.to_string(),
+            now_ms: now_ms(),
+            durable: ctx.config.fsync == FsyncMode::Always,
+        };
+        let code = match ctx.call_group(op, None).await {
+            Some(GroupReply::Delete { result, waits }) => match (result, tombstones_written(waits).await) {
+                (Err(e), _) => group_error_code(&e),
+                (Ok(()), false) => error_code::COORDINATOR_NOT_AVAILABLE,
+                (Ok(()), true) => error_code::NONE,
+            },
             other => ctx.group_unavailable_code(id, &other),
         };
         results.push(DeletableGroupResult::default().with_group_id(id.clone()).with_error_code(code));
     }
     respond(ApiKey::DeleteGroups, frame, &DeleteGroupsResponse::default().with_results(results))
+}
+
+/// Whether the tombstones were appended, written and (when asked) fsynced.
+pub(super) async fn tombstones_written(waits: Option<Vec<DurableWait>>) -> bool {
+    let Some(waits) = waits else { return false };
+    let mut ok = true;
+    for wait in waits {
+        ok &= matches!(wait.await, Ok(Ok(())));
+    }
+    ok
 }

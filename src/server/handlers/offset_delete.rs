@@ -1,9 +1,11 @@
 //! OffsetDelete: drop a group's committed offsets for partitions it no longer consumes.
+//! Answered once the tombstones are written (fsynced under `--fsync always`).
 
 use bytes::Bytes;
 use kafka_protocol::messages::offset_delete_response::{OffsetDeleteResponsePartition, OffsetDeleteResponseTopic};
 use kafka_protocol::messages::{ApiKey, OffsetDeleteRequest, OffsetDeleteResponse};
 
+use crate::config::FsyncMode;
 use crate::protocol::{decode_body, error_code, ProtocolError, RequestFrame};
 use crate::shard::{GroupOp, GroupReply};
 
@@ -31,13 +33,19 @@ pub async fn handle(ctx: &ShardContext, frame: &RequestFrame) -> Result<Bytes, P
         .iter()
         .flat_map(|t| t.partitions.iter().map(move |p| (t.name.to_string(), p.partition_index)))
         .collect();
-    let op = GroupOp::DeleteOffsets { group_id: req.group_id.to_string(), partitions, now_ms: now_ms() };
+    let durable = ctx.config.fsync == FsyncMode::Always;
+    let op = GroupOp::DeleteOffsets { group_id: req.group_id.to_string(), partitions, now_ms: now_ms(), durable };
     let mut body = OffsetDeleteResponse::default();
     let codes: Vec<i16> = match ctx.call_group(op, None).await {
-        Some(GroupReply::DeleteOffsets(Ok(results))) => {
-            results.iter().map(|r| r.as_ref().err().map(group_error_code).unwrap_or(error_code::NONE)).collect()
+        Some(GroupReply::DeleteOffsets { result: Ok(results), waits }) => {
+            if super::delete_groups::tombstones_written(waits).await {
+                results.iter().map(|r| r.as_ref().err().map(group_error_code).unwrap_or(error_code::NONE)).collect()
+            } else {
+                body.error_code = error_code::COORDINATOR_NOT_AVAILABLE;
+                Vec::new()
+            }
         }
-        Some(GroupReply::DeleteOffsets(Err(e))) => {
+        Some(GroupReply::DeleteOffsets { result: Err(e), .. }) => {
             body.error_code = group_error_code(&e);
             Vec::new()
         }
