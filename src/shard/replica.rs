@@ -801,6 +801,22 @@ mod tests {
         buf.freeze()
     }
 
+    /// Broker 1 alone, `topic` (one partition) created, and its one shard, logs not opened.
+    fn single_broker_shard(store: &Path, data: &Path, topic: &str) -> (Arc<Metadata>, Shard) {
+        let mut reg = Registry::open(Box::new(LocalStore::open(store).unwrap()), broker(1), 1_000).unwrap();
+        reg.create(topic, 1, TopicConfig::default()).unwrap();
+        let metadata = Metadata::start(reg).unwrap();
+        let shard = Shard::new(
+            ShardId(0),
+            1,
+            data.to_path_buf(),
+            metadata.clone(),
+            Default::default(),
+            crate::group::GroupConfig::default(),
+        );
+        (metadata, shard)
+    }
+
     /// A write through the io_uring append ring that completes after its topic was
     /// deleted and created again under the same name belongs to the old log: the new
     /// log (whose write ids start over) must not take it for one of its own. (It did:
@@ -808,17 +824,7 @@ mod tests {
     #[test]
     fn a_write_completing_after_its_topic_was_recreated_is_not_the_new_logs() {
         let (store, data) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
-        let mut reg = Registry::open(Box::new(LocalStore::open(store.path()).unwrap()), broker(1), 1_000).unwrap();
-        reg.create("again", 1, TopicConfig::default()).unwrap();
-        let metadata = Metadata::start(reg).unwrap();
-        let mut shard = Shard::new(
-            ShardId(0),
-            1,
-            data.path().to_path_buf(),
-            metadata.clone(),
-            Default::default(),
-            crate::group::GroupConfig::default(),
-        );
+        let (metadata, mut shard) = single_broker_shard(store.path(), data.path(), "again");
         let Ok(ring) = super::super::AppendRing::new() else { return }; // no io_uring here
         shard.set_append_ring(ring);
         let open = |shard: &mut Shard| {
@@ -868,17 +874,7 @@ mod tests {
     #[test]
     fn an_fsync_round_releases_only_the_acks_it_covers() {
         let (store, data) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
-        let mut reg = Registry::open(Box::new(LocalStore::open(store.path()).unwrap()), broker(1), 1_000).unwrap();
-        reg.create("synced", 1, TopicConfig::default()).unwrap();
-        let metadata = Metadata::start(reg).unwrap();
-        let mut shard = Shard::new(
-            ShardId(0),
-            1,
-            data.path().to_path_buf(),
-            metadata,
-            Default::default(),
-            crate::group::GroupConfig::default(),
-        );
+        let (_metadata, mut shard) = single_broker_shard(store.path(), data.path(), "synced");
         shard.sync_registry();
         let jobs = shard.take_open_jobs();
         shard.install_opened_later(super::super::open_logs(jobs, 1_000), 1_000);

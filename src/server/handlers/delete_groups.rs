@@ -51,12 +51,11 @@ pub async fn handle(ctx: &ShardContext, frame: &RequestFrame) -> Result<Bytes, P
     respond(ApiKey::DeleteGroups, frame, &DeleteGroupsResponse::default().with_results(results))
 }
 
-/// Whether the tombstones were appended, written and (when asked) fsynced.
+/// Whether the tombstones were appended (`waits` is None when not), written and, when
+/// asked, fsynced.
 pub(super) async fn tombstones_written(waits: Option<Vec<DurableWait>>) -> bool {
-    let Some(waits) = waits else { return false };
-    let mut ok = true;
-    for wait in waits {
-        ok &= matches!(wait.await, Ok(Ok(())));
+    match waits {
+        Some(waits) => super::writes_succeeded(waits).await,
+        None => false,
     }
-    ok
 }

@@ -364,3 +364,13 @@ fn listed_brokers(
 fn str_bytes(s: impl Into<String>) -> kafka_protocol::protocol::StrBytes {
     kafka_protocol::protocol::StrBytes::from_string(s.into())
 }
+
+/// Whether every write (and fsync) a group coordinator's records waited for succeeded:
+/// commits and deletions answer COORDINATOR_NOT_AVAILABLE otherwise.
+pub(super) async fn writes_succeeded(waits: Vec<crate::shard::DurableWait>) -> bool {
+    let mut ok = true;
+    for wait in waits {
+        ok &= matches!(wait.await, Ok(Ok(())));
+    }
+    ok
+}

@@ -137,11 +137,7 @@ pub async fn handle(ctx: &ShardContext, frame: &RequestFrame) -> Result<Bytes, P
     } else {
         match ctx.call_group(op, None).await {
             Some(GroupReply::TxnCommit { results: Ok(results), waits, replicated }) => {
-                let mut flushed = true;
-                for wait in waits {
-                    flushed &= matches!(wait.await, Ok(Ok(())));
-                }
-                let failed = if !flushed {
+                let failed = if !super::writes_succeeded(waits).await {
                     Some(error_code::COORDINATOR_NOT_AVAILABLE)
                 } else {
                     match replicated {
