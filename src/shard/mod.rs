@@ -267,6 +267,8 @@ impl FetchRecords {
 }
 
 /// Resolves when an fsync covering the append completed (Err: the log went offline).
+/// For an fsync wait, a dropped sender (Canceled) means a follower's truncation took
+/// the records away before any round synced them (`replica::drop_truncated_waiters`).
 pub type DurableWait = oneshot::Receiver<Result<(), String>>;
 /// acks=all: resolves when the high watermark passes the batch (Err: a Kafka error
 /// code, NOT_ENOUGH_REPLICAS_AFTER_APPEND or NOT_LEADER_OR_FOLLOWER).
@@ -333,7 +335,8 @@ struct Partition {
     replica: replica::Replica,
     /// Fetch long-polls waiting for the log end offset to move.
     data_waiters: Vec<oneshot::Sender<()>>,
-    /// Produce acks waiting for an fsync that covers their last offset.
+    /// Produce acks waiting for an fsync that covers their last offset (dropped when a
+    /// truncation removes that offset).
     durable_waiters: Vec<(Offset, oneshot::Sender<Result<(), String>>)>,
     /// Produce acks waiting for their io_uring write, by write id.
     write_waiters: Vec<(u64, oneshot::Sender<Result<(), String>>)>,

@@ -434,6 +434,7 @@ impl Shard {
         // Always: even with no record to drop, epochs starting at the cut must go.
         let hw = high_watermark(p);
         p.log.truncate_to(Offset(offset), hw)?;
+        drop_truncated_waiters(p, offset);
         p.replica.on_truncated(offset);
         p.replica.follower_mut(leader, leader_epoch).expect("followed").on_truncated(done);
         Ok(())
@@ -475,6 +476,7 @@ impl Shard {
             tracing::warn!(partition = %tp, log_end = log.log_end_offset, leader_log_start = offset,
                 "log ends below the leader's log start: starting over at the leader's log start");
             p.log.truncate_fully_and_start_at(Offset(offset))?;
+            drop_truncated_waiters(p, 0); // every record went
             p.replica.on_started_over(offset);
         }
         Ok(decision)
@@ -570,6 +572,16 @@ pub fn load_hw_checkpoints(data_dir: &std::path::Path) -> std::collections::Hash
         }
     }
     out
+}
+
+/// Acks that wait for an fsync of records a truncation removed (their last offset at
+/// or past `cut`) are dropped unanswered, which answers their produce
+/// NOT_LEADER_OR_FOLLOWER: left waiting, the first round after the new leader's records
+/// filled the same offsets released them as synced (a demoted leader under `--fsync
+/// always` acked records it had just thrown away). Waiters below the cut, and those
+/// for a flush alone (offset -1), stay.
+fn drop_truncated_waiters(p: &mut Partition, cut: i64) {
+    p.durable_waiters.retain(|(offset, _)| offset.0 < cut);
 }
 
 impl Shard {
@@ -763,6 +775,58 @@ mod tests {
         shard.follower_epoch_answer(&tp, leader, epoch, LeaderEpoch(0), (LeaderEpoch(0), 1)).unwrap();
         assert_eq!(shard.partitions[&tp].log.log_end_offset(), Offset(1));
         assert_eq!(step(&mut shard), Some(FollowerStep::Fetch));
+    }
+
+    /// A demoted leader's ack waiting for an fsync (`--fsync always`, acks=1) must not be
+    /// released once its record is truncated away: the first round after the new
+    /// leader's record filled the same offset released it as synced (found by reading
+    /// `complete_flush`; `drop_truncated_waiters` drops it, answered NOT_LEADER).
+    #[test]
+    fn a_truncated_record_is_never_acked_by_a_round_over_the_new_leaders() {
+        let (store, cache, data) =
+            (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+        let mut coordinator = coordinator(store.path());
+        let (metadata, mut shard) = restarted_broker_2(&coordinator, cache.path(), data.path());
+        metadata.write_blocking(|r| r.set_registered());
+        shard.sync_registry();
+        let view = metadata.view();
+        let tp = tps().find(|tp| view.leader_of(&tp.topic, tp.partition) == Some(NodeId(2))).expect("broker 2 leads");
+        let op = super::super::PartitionOp::Produce {
+            tp: tp.clone(),
+            records: batch(b"mine"),
+            now_ms: 1_000,
+            durable: true,
+            acks: 1,
+            verification: crate::log::TxnVerification::Off,
+        };
+        let mut ack = match shard.execute(op).unwrap() {
+            super::super::PartitionReply::Produced { durable: Some(d), written: None, .. } => d,
+            _ => panic!("no fsync wait, or a ring write"),
+        };
+        // Broker 2 shuts down and comes back before a round ran: it follows now.
+        coordinator.unregister_remote(NodeId(2)).unwrap();
+        coordinator.register_remote(broker(2), uuid::Uuid::new_v4(), 2_000).unwrap();
+        let json = coordinator.view().snapshot_json().unwrap().1;
+        metadata.write_blocking(move |r| r.apply_snapshot(&json)).unwrap();
+        shard.sync_registry();
+        let (leader, epoch) = {
+            let view = metadata.view();
+            let (_, s) = view.partition(&tp.topic, tp.partition).unwrap();
+            (s.leader, s.leader_epoch)
+        };
+        assert_ne!(leader, NodeId(2));
+        assert!(shard.follows(&tp, leader, epoch), "{tp} follows {leader} in epoch {epoch}");
+        // The new leader never had the record: cut, and its own record fills offset 0.
+        shard.replica_truncate(&tp, leader, epoch, 0, true).unwrap();
+        shard.replica_append(&tp, leader, epoch, &batch(b"theirs"), 0, 2_000).unwrap();
+        assert_eq!(shard.partitions[&tp].log.log_end_offset(), Offset(1));
+        let round = shard.take_flush_batch();
+        let synced = round.items.into_iter().map(|(tp, h)| (tp, h.flushed, h.sync())).collect::<Vec<_>>();
+        shard.complete_flush(synced);
+        assert!(
+            matches!(ack.try_recv(), Err(oneshot::Canceled)),
+            "the truncated record's ack is dropped, not answered as synced"
+        );
     }
 
     /// A housekeeping tick while the logs close (a slow close: a large dirty page cache)

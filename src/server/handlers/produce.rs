@@ -283,11 +283,21 @@ pub(super) async fn await_append(
     replicated: Option<ReplicatedWait>,
     timeout: Duration,
 ) -> Result<(), (i16, Option<String>)> {
-    for wait in written.into_iter().chain(durable) {
+    if let Some(wait) = written {
         match wait.await {
             Ok(Ok(())) => {}
             Ok(Err(e)) => return Err((error_code::KAFKA_STORAGE_ERROR, Some(e))),
             Err(_) => return Err((error_code::KAFKA_STORAGE_ERROR, Some("write abandoned".into()))),
+        }
+    }
+    if let Some(wait) = durable {
+        match wait.await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => return Err((error_code::KAFKA_STORAGE_ERROR, Some(e))),
+            // A follower's truncation removed the records before a round synced them.
+            Err(_) => {
+                return Err((error_code::NOT_LEADER_OR_FOLLOWER, Some("truncated before it was fsynced".into())))
+            }
         }
     }
     if let Some(wait) = replicated {
