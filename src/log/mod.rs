@@ -1792,8 +1792,8 @@ impl PartitionLog {
     ///
     /// Refused, by panicking, while any append is still being written
     /// (`has_pending_writes()`): an in-flight write could land past the cut, and the cut
-    /// is found by reading headers that may not be in the file yet. The caller (the
-    /// follower's fetch loop on the owning shard) waits for `write_done` first.
+    /// is found by reading headers that may not be in the file yet. The caller
+    /// (`Shard::replica_truncate`, for the follower's fetcher) refuses until they are.
     ///
     /// `high_watermark`: the replica's, before the cut. The producer state is rebuilt
     /// from a snapshot at or below it and the cut (`producers::rebuild`).

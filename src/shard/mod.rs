@@ -73,6 +73,10 @@ pub enum PartitionError {
     /// A follower's fetch from an incarnation older than one the leader has seen (KIP-903).
     #[error("{tp}: fetch from broker {replica} with broker epoch {broker_epoch}, older than {current}")]
     StaleBrokerEpoch { tp: TopicPartition, replica: NodeId, broker_epoch: BrokerEpoch, current: BrokerEpoch },
+    /// A follower's truncation asked while appends this broker made as leader are still
+    /// being written (io_uring): the fetcher backs off and truncates again.
+    #[error("{0}: appends still being written; truncating later")]
+    WritesInFlight(TopicPartition),
     #[error("{0}")]
     Log(#[from] LogError),
 }

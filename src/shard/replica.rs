@@ -418,7 +418,8 @@ impl Shard {
     }
 
     /// A follower truncates to `offset` (by leader epoch, before fetching from a new
-    /// leader); `done`: it may fetch after this.
+    /// leader); `done`: it may fetch after this. Refused (`WritesInFlight`; the fetcher
+    /// retries after its backoff) while appends made as leader are still being written.
     pub fn replica_truncate(
         &mut self,
         tp: &TopicPartition,
@@ -428,6 +429,10 @@ impl Shard {
         done: bool,
     ) -> Result<(), PartitionError> {
         let p = self.followed(tp, leader, leader_epoch)?;
+        // Appends made as leader still out in io_uring: cut once they are in the file.
+        if p.log.has_pending_writes() {
+            return Err(PartitionError::WritesInFlight(tp.clone()));
+        }
         if offset < p.log.log_end_offset().0 {
             tracing::info!(partition = %tp, from = p.log.log_end_offset().0, to = offset, "truncating by leader epoch");
         }
@@ -473,6 +478,9 @@ impl Shard {
         let decision =
             p.replica.follower_mut(leader, leader_epoch).expect("followed").on_out_of_range(leader_log_start, &log);
         if let OutOfRange::StartOver(offset) = decision {
+            if p.log.has_pending_writes() {
+                return Err(PartitionError::WritesInFlight(tp.clone()));
+            }
             tracing::warn!(partition = %tp, log_end = log.log_end_offset, leader_log_start = offset,
                 "log ends below the leader's log start: starting over at the leader's log start");
             p.log.truncate_fully_and_start_at(Offset(offset))?;
@@ -827,6 +835,61 @@ mod tests {
             matches!(ack.try_recv(), Err(oneshot::Canceled)),
             "the truncated record's ack is dropped, not answered as synced"
         );
+    }
+
+    /// A demoted leader's follower truncates only once its appends are in the file: a
+    /// truncation with an io_uring write still out panicked the shard (the log's
+    /// assertion). Now it is refused (the fetcher backs off and truncates again), and
+    /// once the write completes it goes through.
+    #[test]
+    fn a_truncation_waits_for_the_demoted_leaders_writes() {
+        let (store, cache, data) =
+            (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+        let mut coordinator = coordinator(store.path());
+        let (metadata, mut shard) = restarted_broker_2(&coordinator, cache.path(), data.path());
+        let Ok(ring) = super::super::AppendRing::new() else { return }; // no io_uring here
+        shard.set_append_ring(ring);
+        metadata.write_blocking(|r| r.set_registered());
+        shard.sync_registry();
+        let view = metadata.view();
+        let tp = tps().find(|tp| view.leader_of(&tp.topic, tp.partition) == Some(NodeId(2))).expect("broker 2 leads");
+        let op = super::super::PartitionOp::Produce {
+            tp: tp.clone(),
+            records: batch(b"mine"),
+            now_ms: 1_000,
+            durable: false,
+            acks: 1,
+            verification: crate::log::TxnVerification::Off,
+        };
+        let written = match shard.execute(op).unwrap() {
+            super::super::PartitionReply::Produced { written: Some(w), .. } => w,
+            _ => panic!("not a ring write"),
+        };
+        coordinator.unregister_remote(NodeId(2)).unwrap();
+        coordinator.register_remote(broker(2), uuid::Uuid::new_v4(), 2_000).unwrap();
+        let json = coordinator.view().snapshot_json().unwrap().1;
+        metadata.write_blocking(move |r| r.apply_snapshot(&json)).unwrap();
+        shard.sync_registry();
+        let (leader, epoch) = {
+            let view = metadata.view();
+            let (_, s) = view.partition(&tp.topic, tp.partition).unwrap();
+            (s.leader, s.leader_epoch)
+        };
+        assert!(shard.follows(&tp, leader, epoch), "{tp} follows {leader} in epoch {epoch}");
+        assert!(
+            matches!(shard.replica_truncate(&tp, leader, epoch, 0, true), Err(PartitionError::WritesInFlight(_))),
+            "truncated under a write still out"
+        );
+        assert_eq!(shard.partitions[&tp].log.log_end_offset(), Offset(1), "nothing cut yet");
+        for _ in 0..1_000 {
+            if !shard.process_io().1 && !shard.has_io_work() {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        assert!(matches!(futures::executor::block_on(written), Ok(Ok(()))), "the write completed");
+        shard.replica_truncate(&tp, leader, epoch, 0, true).unwrap();
+        assert_eq!(shard.partitions[&tp].log.log_end_offset(), Offset(0), "cut once written");
     }
 
     /// A housekeeping tick while the logs close (a slow close: a large dirty page cache)

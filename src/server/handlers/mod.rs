@@ -206,7 +206,7 @@ fn respond<T: Encodable>(key: ApiKey, frame: &RequestFrame, body: &T) -> Result<
 fn partition_error_code(e: &PartitionError) -> i16 {
     match e {
         PartitionError::UnknownTopicOrPartition(_) => error_code::UNKNOWN_TOPIC_OR_PARTITION,
-        PartitionError::NotLeader(_) => error_code::NOT_LEADER_OR_FOLLOWER,
+        PartitionError::NotLeader(_) | PartitionError::WritesInFlight(_) => error_code::NOT_LEADER_OR_FOLLOWER,
         // Kafka's answer to a fetch from a dead incarnation (KIP-903).
         PartitionError::StaleBrokerEpoch { .. } => error_code::NOT_LEADER_OR_FOLLOWER,
         PartitionError::FencedLeaderEpoch { .. } => error_code::FENCED_LEADER_EPOCH,
