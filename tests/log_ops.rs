@@ -140,7 +140,8 @@ fn a_truncation_is_durable_once_a_later_flush_is() {
     let round = log.flush_handle();
     log.truncate_to(Offset(1), Offset(1)).unwrap(); // while that round runs
     round.sync().unwrap();
-    log.mark_flushed(round.flushed, Ok(())).unwrap();
+    let upto = log.mark_flushed(round.flushed, Ok(())).unwrap();
+    assert_eq!(upto, Offset(1), "the round covers only what stayed below the cut");
     assert!(!log.truncation_durable(), "the round began before the second truncation");
     assert_eq!(log.recovery_point(), Offset(1));
     log.flush().unwrap();

@@ -1411,7 +1411,7 @@ impl PartitionLog {
         self.check_online()?;
         let handle = self.flush_handle();
         let result = handle.sync();
-        self.mark_flushed(handle.flushed, result)
+        self.mark_flushed(handle.flushed, result).map(|_| ())
     }
 
     /// A handle to do the fdatasync on another thread (group commit): the files to sync
@@ -1435,7 +1435,10 @@ impl PartitionLog {
         FlushHandle { files, flushed: Flushed { upto: self.written_end_offset(), dir_changes: self.dir_changes } }
     }
 
-    pub fn mark_flushed(&mut self, flushed: Flushed, result: std::io::Result<()>) -> Result<(), LogError> {
+    /// Record a flush round's outcome. Returns the offset below which the round made
+    /// the log durable: its `upto`, lowered to a truncation made while it ran (the
+    /// records the new ones replaced at those offsets were what it synced).
+    pub fn mark_flushed(&mut self, flushed: Flushed, result: std::io::Result<()>) -> Result<Offset, LogError> {
         self.check_online()?;
         if let Err(e) = result {
             return Err(self.go_offline(io_err_string("fdatasync", &e)));
@@ -1457,7 +1460,7 @@ impl PartitionLog {
                 self.checkpointed_recovery_point = rp;
             }
         }
-        Ok(())
+        Ok(Offset(upto))
     }
 
     /// Roll if segment.bytes / segment.ms say so (also checked on append).

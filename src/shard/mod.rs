@@ -1303,10 +1303,12 @@ impl Shard {
                 continue;
             };
             // The round covered offsets below `upto` (the written end when it was
-            // taken); a waiter holds the last offset it needs synced.
-            let upto = flushed.upto;
-            // A failed fsync takes the log offline, which it logs once.
+            // taken, lowered to a truncation made meanwhile: records appended again
+            // at those offsets were not synced); a waiter holds the last offset it
+            // needs synced. A failed fsync takes the log offline, which it logs once.
             let outcome = p.log.mark_flushed(flushed, result).map_err(|e| e.to_string());
+            let upto = outcome.as_ref().map_or(Offset(i64::MAX), |upto| *upto);
+            let outcome = outcome.map(|_| ());
             let waiters = std::mem::take(&mut p.durable_waiters);
             for (offset, w) in waiters {
                 if outcome.is_err() || offset < upto {

@@ -1037,6 +1037,53 @@ mod tests {
         assert!(!shard.has_flush_work());
     }
 
+    /// A round taken before a truncation covers only what stayed below the cut: a
+    /// record appended again at a cut offset while the round ran (the broker led again)
+    /// waits for the next round. (`complete_flush` compared acks with the round's own
+    /// end, so it released that record unsynced.)
+    #[test]
+    fn a_round_over_a_truncation_releases_no_ack_past_the_cut() {
+        let (store, data) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+        let (_metadata, mut shard) = single_broker_shard(store.path(), data.path(), "cut");
+        shard.sync_registry();
+        let jobs = shard.take_open_jobs();
+        shard.install_opened_later(super::super::open_logs(jobs, 1_000), 1_000);
+        let tp = TopicPartition::new("cut", 0);
+        let produce = |shard: &mut Shard, value| {
+            let op = super::super::PartitionOp::Produce {
+                tp: tp.clone(),
+                records: batch(value),
+                now_ms: 1_000,
+                durable: true,
+                acks: 1,
+                verification: crate::log::TxnVerification::Off,
+            };
+            match shard.execute(op).unwrap() {
+                super::super::PartitionReply::Produced { durable: Some(d), written: None, .. } => d,
+                _ => panic!("no fsync wait, or a ring write"),
+            }
+        };
+        let mut kept = produce(&mut shard, b"kept");
+        let mut cut = produce(&mut shard, b"cut");
+        let round = shard.take_flush_batch();
+        // While the round runs: a follower's cut at offset 1 (as `replica_truncate`),
+        // then, leading again, a new record at offset 1.
+        let p = shard.partitions.get_mut(&tp).unwrap();
+        p.log.truncate_to(Offset(1), Offset(1)).unwrap();
+        drop_truncated_waiters(p, 1);
+        let mut again = produce(&mut shard, b"again");
+        assert_eq!(shard.partitions[&tp].log.log_end_offset(), Offset(2));
+        let synced = round.items.into_iter().map(|(tp, h)| (tp, h.flushed, h.sync())).collect::<Vec<_>>();
+        shard.complete_flush(synced);
+        assert!(matches!(kept.try_recv(), Ok(Some(Ok(())))), "below the cut: synced by the round");
+        assert!(matches!(cut.try_recv(), Err(oneshot::Canceled)), "cut away");
+        assert!(matches!(again.try_recv(), Ok(None)), "released by a round that synced the record it replaced");
+        let round = shard.take_flush_batch();
+        let synced = round.items.into_iter().map(|(tp, h)| (tp, h.flushed, h.sync())).collect::<Vec<_>>();
+        shard.complete_flush(synced);
+        assert!(matches!(again.try_recv(), Ok(Some(Ok(())))), "the next round's");
+    }
+
     #[test]
     fn hw_checkpoints_round_trip_and_merge() {
         let dir = tempfile::tempdir().unwrap();
