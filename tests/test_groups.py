@@ -412,3 +412,57 @@ def test_admin_group_operations(broker_factory, members):
                "live-group empty after its member closed")
     a.delete_consumer_groups(["live-group"], request_timeout=15)["live-group"].result(20)
     assert cf_committed(b.bootstrap, "live-group", topic) == {p: -1001 for p in range(PARTS)}
+
+
+def test_fsync_always_sync_group_waits_for_the_group_record(broker_factory):
+    """SyncGroup answers once the group's metadata record, written when the leader brings
+    the assignment, is stored: on the offsets partition's in-sync replicas and, under
+    `--fsync always`, fsynced (each group-commit round slowed by 2 s here), as Kafka
+    answers after its store. It was answered at once (appended with acks=1, not
+    awaited), so a crash could bring back an older generation whose number the next
+    rebalance hands out again. After kill -9 and a restart the member's generation
+    holds."""
+    from kafka.protocol.consumer.group import (HeartbeatRequest, HeartbeatResponse, JoinGroupRequest,
+                                               JoinGroupResponse, SyncGroupRequest, SyncGroupResponse)
+    from kafka.protocol.metadata.find_coordinator import FindCoordinatorRequest, FindCoordinatorResponse
+    from helpers.wire import kp_call
+
+    delay_s, group, instance = 2.0, "stored-group", "m1"
+    b = broker_factory("--fsync", "always", "--test-fsync-delay-ms", str(int(delay_s * 1000)), *GROUP_ARGS,
+                       cores=1)
+
+    def coordinator_found():
+        req = FindCoordinatorRequest(version=3, key=group, key_type=0)
+        return kp_call(b.port, req, FindCoordinatorResponse, 3).error_code == 0
+    wait_until(coordinator_found, 60, f"a coordinator for {group}")
+
+    P = JoinGroupRequest.JoinGroupRequestProtocol
+    join = JoinGroupRequest(version=5, group_id=group, session_timeout_ms=60_000, rebalance_timeout_ms=10_000,
+                            member_id="", group_instance_id=instance, protocol_type="consumer",
+                            protocols=[P(name="range", metadata=b"")])
+    joined = kp_call(b.port, join, JoinGroupResponse, 5)
+    assert joined.error_code == 0, joined
+    member, generation = joined.member_id, joined.generation_id
+    A = SyncGroupRequest.SyncGroupRequestAssignment
+    sync = SyncGroupRequest(version=3, group_id=group, generation_id=generation, member_id=member,
+                            group_instance_id=instance, assignments=[A(member_id=member, assignment=b"mine")])
+    t0 = time.monotonic()
+    synced = kp_call(b.port, sync, SyncGroupResponse, 3)
+    took = time.monotonic() - t0
+    assert synced.error_code == 0 and synced.assignment == b"mine", synced
+    assert took >= delay_s, f"SyncGroup answered in {took:.3f} s, before the {delay_s} s fsync"
+
+    b.kill()
+    b.restart()
+    heartbeat = HeartbeatRequest(version=3, group_id=group, generation_id=generation, member_id=member,
+                                 group_instance_id=instance)
+    answers = []
+
+    def answered():
+        try:
+            answers.append(kp_call(b.port, heartbeat, HeartbeatResponse, 3, timeout=10).error_code)
+        except OSError:
+            return False
+        return answers[-1] not in (14, 15, 16)  # loading, not available, not coordinator
+    wait_until(answered, 60, "the reloaded group to answer a heartbeat")
+    assert answers[-1] == 0, f"the member's generation {generation} after kill -9: error {answers[-1]}"

@@ -33,7 +33,7 @@ from kafka.protocol.producer.transaction import (
 
 from group_helpers import wait_until
 from helpers.clients import create_topic
-from helpers.wire import api_versions_request, connect, parse_api_versions_v0, recv_frame
+from helpers.wire import api_versions_request, connect, kp_call, parse_api_versions_v0, recv_frame
 from helpers.kafka_hash import java_hash_partition
 
 NONE = 0
@@ -51,14 +51,7 @@ GROUP_ARGS = ("--group-initial-rebalance-delay-ms", "100")
 
 
 def call(port, req, resp_cls, version, timeout=30):
-    req.with_header(correlation_id=7, client_id="spate-txn-offsets")
-    s = connect(port, timeout=timeout)
-    try:
-        s.sendall(bytes(req.encode(version=version, header=True, framed=True)))
-        data = recv_frame(s, timeout=timeout)
-    finally:
-        s.close()
-    return resp_cls.decode(data, version=version, header=True)
+    return kp_call(port, req, resp_cls, version, timeout, client_id="spate-txn-offsets")
 
 
 def coordinator_ready(port):

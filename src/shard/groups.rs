@@ -19,7 +19,9 @@ use crate::log::LogError;
 use crate::model::{Offset, ProducerEpoch, ProducerId, TopicPartition};
 use crate::txn::producer_state::{increment_sequence, NO_SEQUENCE};
 
-use super::{DurableWait, PartitionError, PartitionOp, PartitionReply, ReplicatedWait, Shard};
+use futures::channel::oneshot;
+
+use super::{replica, DurableWait, PartitionError, PartitionOp, PartitionReply, ReplicatedWait, Shard};
 
 /// Bytes read per step when replaying an offsets partition at startup.
 const offsets_load_read_bytes_max: usize = 1024 * 1024;
@@ -100,6 +102,13 @@ pub enum GroupOp {
         now_ms: i64,
         durable: bool,
     },
+    /// Waits for every record the group's offsets partition holds so far: replicated
+    /// to its in-sync replicas (so written here), and fsynced when `durable`. SyncGroup
+    /// answers after it, as Kafka answers once the group's metadata is stored.
+    Stored {
+        group_id: String,
+        durable: bool,
+    },
 }
 
 impl GroupOp {
@@ -115,7 +124,8 @@ impl GroupOp {
             | GroupOp::FetchOffsets { group_id, .. }
             | GroupOp::Describe { group_id }
             | GroupOp::Delete { group_id, .. }
-            | GroupOp::DeleteOffsets { group_id, .. } => Some(group_id),
+            | GroupOp::DeleteOffsets { group_id, .. }
+            | GroupOp::Stored { group_id, .. } => Some(group_id),
             GroupOp::List => None,
         }
     }
@@ -166,6 +176,12 @@ pub enum GroupReply {
     DeleteOffsets {
         result: Result<Vec<Result<(), GroupError>>, GroupError>,
         waits: Option<Vec<DurableWait>>,
+    },
+    /// `Stored`: the fsync wait (when asked and owed), and the wait for the in-sync
+    /// replicas (None when nothing is written yet).
+    Stored {
+        waits: Vec<DurableWait>,
+        replicated: Option<ReplicatedWait>,
     },
     /// This shard does not lead the group's offsets partition (yet, or any more): its
     /// groups are not loaded here. Answered COORDINATOR_NOT_AVAILABLE or NOT_COORDINATOR.
@@ -364,6 +380,24 @@ impl Shard {
         waits
     }
 
+    /// `GroupOp::Stored` on offsets partition `tp` (led here: checked by the caller).
+    fn stored_so_far(&mut self, tp: &TopicPartition, durable: bool) -> GroupReply {
+        let p = self.partitions.get_mut(tp).expect("the group's partition is led here");
+        let last = Offset(p.log.log_end_offset().0 - 1);
+        if last.0 < 0 {
+            return GroupReply::Stored { waits: Vec::new(), replicated: None };
+        }
+        let (tx, rx) = oneshot::channel();
+        replica::wait_for_hw(p, last, tx);
+        let mut waits = Vec::new();
+        if durable && last >= p.log.recovery_point() {
+            let (tx, rx) = oneshot::channel();
+            p.durable_waiters.push((last, tx));
+            waits.push(rx);
+        }
+        GroupReply::Stored { waits, replicated: Some(rx) }
+    }
+
     pub fn execute_group(&mut self, op: GroupOp) -> GroupReply {
         if let Some(g) = op.group_id() {
             let tp = group_partition(g);
@@ -444,6 +478,7 @@ impl Shard {
                 let result = self.groups.delete_group(&group_id);
                 return GroupReply::Delete { result, waits: self.write_group_records(now_ms, durable) };
             }
+            GroupOp::Stored { group_id, durable } => return self.stored_so_far(&group_partition(&group_id), durable),
             GroupOp::DeleteOffsets { group_id, partitions, now_ms, durable } => {
                 let result = self.groups.delete_offsets(&group_id, &partitions, subscription_names);
                 return GroupReply::DeleteOffsets { result, waits: self.write_group_records(now_ms, durable) };

@@ -212,6 +212,19 @@ def call(port, request, host="127.0.0.1", timeout=10):
         s.close()
 
 
+def kp_call(port, req, resp_cls, version, timeout=30, client_id="spate-test"):
+    """One request built with kafka-python's protocol classes, on its own connection:
+    the decoded answer."""
+    req.with_header(correlation_id=7, client_id=client_id)
+    s = connect(port, timeout=timeout)
+    try:
+        s.sendall(bytes(req.encode(version=version, header=True, framed=True)))
+        data = recv_frame(s, timeout=timeout)
+    finally:
+        s.close()
+    return resp_cls.decode(data, version=version, header=True)
+
+
 def produce_request_v3(topic, partition, records, acks=1, timeout_ms=30000, correlation_id=1):
     """A Produce v3 frame carrying `records` (raw record-set bytes) for one partition."""
     t = topic.encode()

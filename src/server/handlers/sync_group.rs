@@ -1,10 +1,12 @@
-//! SyncGroup: the leader brings the assignment; every member waits for its share.
+//! SyncGroup: the leader brings the assignment; every member waits for its share, and
+//! for the group's metadata record to be stored (`stored`).
 //!
 //! Needs READ on the group (GROUP_AUTHORIZATION_FAILED otherwise).
 
 use bytes::Bytes;
 use kafka_protocol::messages::{ApiKey, SyncGroupRequest, SyncGroupResponse};
 
+use crate::config::FsyncMode;
 use crate::group::{Deferred, SyncRequest, SyncResponse};
 use crate::protocol::{decode_body, error_code, ProtocolError, RequestFrame};
 use crate::shard::{GroupOp, GroupReply};
@@ -38,7 +40,13 @@ pub async fn handle(ctx: &ShardContext, frame: &RequestFrame) -> Result<Bytes, P
         }
     };
     let (code, r) = match result {
-        Some(r) => (r.error.as_ref().map(group_error_code).unwrap_or(error_code::NONE), r),
+        Some(r) => match r.error.as_ref() {
+            Some(e) => (group_error_code(e), r),
+            None => match stored(ctx, req.group_id.as_str()).await {
+                Ok(()) => (error_code::NONE, r),
+                Err(code) => (code, SyncResponse::default()),
+            },
+        },
         None => (ctx.group_unavailable_code(req.group_id.as_str(), &unserved), SyncResponse::default()),
     };
     let mut body = SyncGroupResponse::default().with_error_code(code).with_assignment(r.assignment);
@@ -47,4 +55,31 @@ pub async fn handle(ctx: &ShardContext, frame: &RequestFrame) -> Result<Bytes, P
         body.protocol_name = r.protocol_name.map(str_bytes);
     }
     respond(ApiKey::SyncGroup, frame, &body)
+}
+
+/// An assignment is answered once the group's metadata record (written when the leader
+/// brought it) is stored as Kafka stores it: on the offsets partition's in-sync replicas,
+/// and fsynced under `--fsync always`. Otherwise a coordinator failover or a crash could
+/// bring back an older generation, whose number a later rebalance would hand out again
+/// to members holding other partitions. Err: the code to answer with (the member
+/// rejoins), mapped as Kafka's group store maps append errors.
+async fn stored(ctx: &ShardContext, group: &str) -> Result<(), i16> {
+    let op = GroupOp::Stored { group_id: group.to_string(), durable: ctx.config.fsync == FsyncMode::Always };
+    match ctx.call_group(op, None).await {
+        Some(GroupReply::Stored { waits, replicated }) => {
+            if !super::writes_succeeded(waits).await {
+                return Err(error_code::COORDINATOR_NOT_AVAILABLE);
+            }
+            match replicated {
+                // Kafka's storeGroup answers a timeout COORDINATOR_NOT_AVAILABLE too.
+                Some(wait) => match super::offset_commit::replication_failure(wait).await {
+                    None => Ok(()),
+                    Some(error_code::REQUEST_TIMED_OUT) => Err(error_code::COORDINATOR_NOT_AVAILABLE),
+                    Some(code) => Err(code),
+                },
+                None => Ok(()),
+            }
+        }
+        other => Err(ctx.group_unavailable_code(group, &other)),
+    }
 }
