@@ -14,13 +14,9 @@ def test_one_produce_of_700_batches_for_one_partition(broker):
     create_topic(broker.bootstrap, topic, 1)
     values = [b"batch-%04d" % i for i in range(BATCHES)]
     records = b"".join(wire.record_batch([v], timestamp_ms=1_700_000_000_000 + i) for i, v in enumerate(values))
-    s = wire.connect(broker.port, timeout=30)
-    try:
-        s.sendall(wire.produce_request_v3(topic, 0, records))
-        answer = wire.parse_produce_response_v3(wire.recv_frame(s, timeout=30))
-    finally:
-        s.close()
-    assert answer == {(topic, 0): (0, 0)}, f"produce of {BATCHES} batches answered {answer}"
+    request = wire.produce_v3(topic, 0, records, acks=1, timeout_ms=30000)
+    answer = wire.parse_produce_v3(wire.call(broker.port, request, timeout=30))
+    assert answer == (0, 0), f"produce of {BATCHES} batches answered (error, base offset) {answer}"
 
     # Every record is there, for librdkafka through both clients...
     got = cf_consume(broker.bootstrap, topic, 1, count=BATCHES, timeout=60)

@@ -225,35 +225,6 @@ def kp_call(port, req, resp_cls, version, timeout=30, client_id="spate-test"):
     return resp_cls.decode(data, version=version, header=True)
 
 
-def produce_request_v3(topic, partition, records, acks=1, timeout_ms=30000, correlation_id=1):
-    """A Produce v3 frame carrying `records` (raw record-set bytes) for one partition."""
-    t = topic.encode()
-    body = struct.pack(">hhi", -1, acks, timeout_ms)
-    body += struct.pack(">ih", 1, len(t)) + t
-    body += struct.pack(">iii", 1, partition, len(records)) + records
-    return frame(request_header_v1(0, 3, correlation_id) + body)
-
-
-def parse_produce_response_v3(body):
-    """-> {(topic, partition): (error_code, base_offset)} from a Produce v3 response
-    (after the length prefix)."""
-    off = 4  # correlation id
-    (n_topics,) = struct.unpack(">i", body[off:off + 4])
-    off += 4
-    out = {}
-    for _ in range(n_topics):
-        (tlen,) = struct.unpack(">h", body[off:off + 2])
-        name = body[off + 2:off + 2 + tlen].decode()
-        off += 2 + tlen
-        (n_parts,) = struct.unpack(">i", body[off:off + 4])
-        off += 4
-        for _ in range(n_parts):
-            p, err, base, _append_time = struct.unpack(">ihqq", body[off:off + 22])
-            off += 22
-            out[(name, p)] = (err, base)
-    return out
-
-
 def _compact_string(s):
     b = s.encode()
     return _varint_unsigned(len(b) + 1) + b
