@@ -295,9 +295,7 @@ pub(super) async fn await_append(
             Ok(Ok(())) => {}
             Ok(Err(e)) => return Err((error_code::KAFKA_STORAGE_ERROR, Some(e))),
             // A follower's truncation removed the records before a round synced them.
-            Err(_) => {
-                return Err((error_code::NOT_LEADER_OR_FOLLOWER, Some("truncated before it was fsynced".into())))
-            }
+            Err(_) => return Err((error_code::NOT_LEADER_OR_FOLLOWER, Some("truncated before it was fsynced".into()))),
         }
     }
     if let Some(wait) = replicated {
