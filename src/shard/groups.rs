@@ -775,6 +775,64 @@ mod tests {
         b
     }
 
+    /// SyncGroup's answer waits for `GroupOp::Stored`: nothing to wait for before the
+    /// group wrote anything; after the leader's assignment, the in-sync replicas (here
+    /// the leader alone: at once) and, durable, an fsync round over the group's record.
+    #[test]
+    fn stored_waits_for_the_record_the_leaders_sync_wrote() {
+        let (store, data) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+        let mut shard = coordinator_shard(store.path(), data.path());
+        let stored =
+            |shard: &mut Shard| match shard.execute_group(GroupOp::Stored { group_id: GROUP.into(), durable: true }) {
+                GroupReply::Stored { waits, replicated } => (waits, replicated),
+                other => panic!("Stored answered {other:?}"),
+            };
+        let (waits, replicated) = stored(&mut shard);
+        assert!(waits.is_empty() && replicated.is_none(), "nothing written yet");
+
+        let join = JoinRequest {
+            group_id: GROUP.into(),
+            member_id: String::new(),
+            group_instance_id: Some("i1".into()),
+            protocol_type: "consumer".into(),
+            protocols: vec![("range".into(), Bytes::new())],
+            session_timeout_ms: 10_000,
+            rebalance_timeout_ms: 10_000,
+            client_id: "c".into(),
+            client_host: "/127.0.0.1".into(),
+            require_known_member_id: false,
+        };
+        let op = GroupOp::Join { req: join, now_ms: NOW_MS, new_member_id: "m1".into() };
+        let GroupReply::Join(Deferred::Later(mut joined)) = shard.execute_group(op) else { panic!("join") };
+        shard.group_tick(NOW_MS + 10_000); // past the initial rebalance delay
+        let joined = joined.try_recv().unwrap().expect("the join completed");
+        assert!(joined.error.is_none(), "{joined:?}");
+        let sync = SyncRequest {
+            group_id: GROUP.into(),
+            member_id: "m1".into(),
+            group_instance_id: Some("i1".into()),
+            generation_id: joined.generation_id,
+            protocol_type: None,
+            protocol_name: None,
+            assignments: vec![("m1".into(), Bytes::from_static(b"mine"))],
+        };
+        let op = GroupOp::Sync { req: sync, now_ms: NOW_MS + 10_000 };
+        let GroupReply::Sync(Deferred::Later(mut synced)) = shard.execute_group(op) else { panic!("sync") };
+        assert!(synced.try_recv().unwrap().is_some_and(|r| r.error.is_none()));
+
+        let (mut waits, replicated) = stored(&mut shard);
+        let replicated = futures::executor::block_on(replicated.expect("a record to replicate"));
+        assert!(matches!(replicated, Ok(Ok(()))), "the only in-sync replica has it");
+        assert_eq!(waits.len(), 1, "an fsync owed");
+        assert!(matches!(waits[0].try_recv(), Ok(None)), "answered before a round");
+        let round = shard.take_flush_batch();
+        let synced = round.items.into_iter().map(|(tp, h)| (tp, h.flushed, h.sync())).collect::<Vec<_>>();
+        shard.complete_flush(synced);
+        assert!(matches!(waits[0].try_recv(), Ok(Some(Ok(())))), "the round's");
+        let (waits, _) = stored(&mut shard);
+        assert!(waits.is_empty(), "nothing left to fsync");
+    }
+
     /// A new leader of an offsets partition loads it from the log (read in chunks off
     /// the core in the broker, inline here): transactional batches wait for their
     /// producer's marker (UNSTABLE_OFFSET_COMMIT for read_committed consumers until
