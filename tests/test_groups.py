@@ -414,14 +414,16 @@ def test_admin_group_operations(broker_factory, members):
     assert cf_committed(b.bootstrap, "live-group", topic) == {p: -1001 for p in range(PARTS)}
 
 
-def test_fsync_always_sync_group_waits_for_the_group_record(broker_factory):
+def test_fsync_always_sync_group_and_static_rejoin_wait_for_the_group_record(broker_factory):
     """SyncGroup answers once the group's metadata record, written when the leader brings
     the assignment, is stored: on the offsets partition's in-sync replicas and, under
     `--fsync always`, fsynced (each group-commit round slowed by 2 s here), as Kafka
     answers after its store. It was answered at once (appended with acks=1, not
     awaited), so a crash could bring back an older generation whose number the next
-    rebalance hands out again. After kill -9 and a restart the member's generation
-    holds."""
+    rebalance hands out again. So is a static member's JoinGroup that replaces its old
+    member id in a stable group (else the old id, a zombie's, could come back). After
+    kill -9 and a restart the new member id and its generation hold, and the old id is
+    fenced."""
     from kafka.protocol.consumer.group import (HeartbeatRequest, HeartbeatResponse, JoinGroupRequest,
                                                JoinGroupResponse, SyncGroupRequest, SyncGroupResponse)
     from kafka.protocol.metadata.find_coordinator import FindCoordinatorRequest, FindCoordinatorResponse
@@ -452,17 +454,29 @@ def test_fsync_always_sync_group_waits_for_the_group_record(broker_factory):
     assert synced.error_code == 0 and synced.assignment == b"mine", synced
     assert took >= delay_s, f"SyncGroup answered in {took:.3f} s, before the {delay_s} s fsync"
 
+    # The same instance back under a new member id: no rebalance, its old id fenced.
+    t0 = time.monotonic()
+    rejoined = kp_call(b.port, join, JoinGroupResponse, 5)
+    took = time.monotonic() - t0
+    assert rejoined.error_code == 0 and rejoined.generation_id == generation, rejoined
+    assert rejoined.member_id != member, rejoined
+    assert took >= delay_s, f"the static rejoin answered in {took:.3f} s, before the {delay_s} s fsync"
+
     b.kill()
     b.restart()
-    heartbeat = HeartbeatRequest(version=3, group_id=group, generation_id=generation, member_id=member,
-                                 group_instance_id=instance)
-    answers = []
 
-    def answered():
-        try:
-            answers.append(kp_call(b.port, heartbeat, HeartbeatResponse, 3, timeout=10).error_code)
-        except OSError:
-            return False
-        return answers[-1] not in (14, 15, 16)  # loading, not available, not coordinator
-    wait_until(answered, 60, "the reloaded group to answer a heartbeat")
-    assert answers[-1] == 0, f"the member's generation {generation} after kill -9: error {answers[-1]}"
+    def heartbeat(member_id):
+        req = HeartbeatRequest(version=3, group_id=group, generation_id=generation, member_id=member_id,
+                               group_instance_id=instance)
+        answers = []
+
+        def answered():
+            try:
+                answers.append(kp_call(b.port, req, HeartbeatResponse, 3, timeout=10).error_code)
+            except OSError:
+                return False
+            return answers[-1] not in (14, 15, 16)  # loading, not available, not coordinator
+        wait_until(answered, 60, "the reloaded group to answer a heartbeat")
+        return answers[-1]
+    assert heartbeat(rejoined.member_id) == 0, f"the new member id in generation {generation} after kill -9"
+    assert heartbeat(member) == 82, "the replaced member id is not fenced (FENCED_INSTANCE_ID) after kill -9"

@@ -1,5 +1,7 @@
 //! JoinGroup: handed to the group's coordinator shard; the answer waits until the
-//! rebalance's join phase completes (or comes at once: MEMBER_ID_REQUIRED, errors).
+//! rebalance's join phase completes (or comes at once: MEMBER_ID_REQUIRED, errors, a
+//! static member back in a stable group), and a static member's until the group's
+//! records are stored (`sync_group::stored`).
 //!
 //! Needs READ on the group (GROUP_AUTHORIZATION_FAILED otherwise).
 
@@ -50,7 +52,20 @@ pub async fn handle(ctx: &ShardContext, frame: &RequestFrame) -> Result<Bytes, P
             Err(())
         }
     };
-    let r = result.unwrap_or_else(|()| JoinResponse { generation_id: -1, ..Default::default() });
+    let mut r = result.unwrap_or_else(|()| JoinResponse { generation_id: -1, ..Default::default() });
+    // A static member's join may have replaced its old member id (answered at once, in
+    // a stable group): answered once that is stored, as Kafka does, so that a failover
+    // cannot bring back the old id for a zombie to commit under. (Any static join waits:
+    // nothing is owed when it wrote nothing.)
+    if req.group_instance_id.is_some() && r.error.is_none() && r.generation_id != -1 {
+        if let Err(code) = super::sync_group::stored(ctx, req.group_id.as_str()).await {
+            let body = JoinGroupResponse::default()
+                .with_error_code(code)
+                .with_generation_id(-1)
+                .with_member_id(str_bytes(std::mem::take(&mut r.member_id)));
+            return respond(ApiKey::JoinGroup, frame, &body);
+        }
+    }
     let mut body = JoinGroupResponse::default()
         .with_error_code(match (&r.error, r.generation_id) {
             (Some(e), _) => group_error_code(e),

@@ -63,7 +63,7 @@ pub async fn handle(ctx: &ShardContext, frame: &RequestFrame) -> Result<Bytes, P
 /// bring back an older generation, whose number a later rebalance would hand out again
 /// to members holding other partitions. Err: the code to answer with (the member
 /// rejoins), mapped as Kafka's group store maps append errors.
-async fn stored(ctx: &ShardContext, group: &str) -> Result<(), i16> {
+pub(super) async fn stored(ctx: &ShardContext, group: &str) -> Result<(), i16> {
     let op = GroupOp::Stored { group_id: group.to_string(), durable: ctx.config.fsync == FsyncMode::Always };
     match ctx.call_group(op, None).await {
         Some(GroupReply::Stored { waits, replicated }) => {
