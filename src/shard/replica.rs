@@ -785,33 +785,26 @@ mod tests {
         assert_eq!(step(&mut shard), Some(FollowerStep::Fetch));
     }
 
-    /// A demoted leader's ack waiting for an fsync (`--fsync always`, acks=1) must not be
-    /// released once its record is truncated away: the first round after the new
-    /// leader's record filled the same offset released it as synced (found by reading
-    /// `complete_flush`; `drop_truncated_waiters` drops it, answered NOT_LEADER).
-    #[test]
-    fn a_truncated_record_is_never_acked_by_a_round_over_the_new_leaders() {
-        let (store, cache, data) =
-            (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
-        let mut coordinator = coordinator(store.path());
-        let (metadata, mut shard) = restarted_broker_2(&coordinator, cache.path(), data.path());
+    /// Broker 2 restarted and registered (in `dirs`: store, cache, data), and a partition
+    /// it leads: (coordinator, metadata, shard, partition).
+    fn broker_2_leading(dirs: &[tempfile::TempDir; 3]) -> (Registry, Arc<Metadata>, Shard, TopicPartition) {
+        let coordinator = coordinator(dirs[0].path());
+        let (metadata, mut shard) = restarted_broker_2(&coordinator, dirs[1].path(), dirs[2].path());
         metadata.write_blocking(|r| r.set_registered());
         shard.sync_registry();
         let view = metadata.view();
         let tp = tps().find(|tp| view.leader_of(&tp.topic, tp.partition) == Some(NodeId(2))).expect("broker 2 leads");
-        let op = super::super::PartitionOp::Produce {
-            tp: tp.clone(),
-            records: batch(b"mine"),
-            now_ms: 1_000,
-            durable: true,
-            acks: 1,
-            verification: crate::log::TxnVerification::Off,
-        };
-        let mut ack = match shard.execute(op).unwrap() {
-            super::super::PartitionReply::Produced { durable: Some(d), written: None, .. } => d,
-            _ => panic!("no fsync wait, or a ring write"),
-        };
-        // Broker 2 shuts down and comes back before a round ran: it follows now.
+        (coordinator, metadata, shard, tp)
+    }
+
+    /// Broker 2 shuts down and comes back (a new incarnation): it follows `tp` now.
+    /// Returns the leader and epoch it follows.
+    fn demote_broker_2(
+        coordinator: &mut Registry,
+        metadata: &Metadata,
+        shard: &mut Shard,
+        tp: &TopicPartition,
+    ) -> (NodeId, LeaderEpoch) {
         coordinator.unregister_remote(NodeId(2)).unwrap();
         coordinator.register_remote(broker(2), uuid::Uuid::new_v4(), 2_000).unwrap();
         let json = coordinator.view().snapshot_json().unwrap().1;
@@ -823,14 +816,26 @@ mod tests {
             (s.leader, s.leader_epoch)
         };
         assert_ne!(leader, NodeId(2));
-        assert!(shard.follows(&tp, leader, epoch), "{tp} follows {leader} in epoch {epoch}");
+        assert!(shard.follows(tp, leader, epoch), "{tp} follows {leader} in epoch {epoch}");
+        (leader, epoch)
+    }
+
+    /// A demoted leader's ack waiting for an fsync (`--fsync always`, acks=1) must not be
+    /// released once its record is truncated away: the first round after the new
+    /// leader's record filled the same offset released it as synced (found by reading
+    /// `complete_flush`; `drop_truncated_waiters` drops it, answered NOT_LEADER).
+    #[test]
+    fn a_truncated_record_is_never_acked_by_a_round_over_the_new_leaders() {
+        let dirs = [(); 3].map(|_| tempfile::tempdir().unwrap());
+        let (mut coordinator, metadata, mut shard, tp) = broker_2_leading(&dirs);
+        let mut ack = durable_ack(&mut shard, &tp, b"mine");
+        // Broker 2 shuts down and comes back before a round ran.
+        let (leader, epoch) = demote_broker_2(&mut coordinator, &metadata, &mut shard, &tp);
         // The new leader never had the record: cut, and its own record fills offset 0.
         shard.replica_truncate(&tp, leader, epoch, 0, true).unwrap();
         shard.replica_append(&tp, leader, epoch, &batch(b"theirs"), 0, 2_000).unwrap();
         assert_eq!(shard.partitions[&tp].log.log_end_offset(), Offset(1));
-        let round = shard.take_flush_batch();
-        let synced = round.items.into_iter().map(|(tp, h)| (tp, h.flushed, h.sync())).collect::<Vec<_>>();
-        shard.complete_flush(synced);
+        run_flush_round(&mut shard);
         assert!(
             matches!(ack.try_recv(), Err(oneshot::Canceled)),
             "the truncated record's ack is dropped, not answered as synced"
@@ -843,50 +848,21 @@ mod tests {
     /// once the write completes it goes through.
     #[test]
     fn a_truncation_waits_for_the_demoted_leaders_writes() {
-        let (store, cache, data) =
-            (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
-        let mut coordinator = coordinator(store.path());
-        let (metadata, mut shard) = restarted_broker_2(&coordinator, cache.path(), data.path());
+        let dirs = [(); 3].map(|_| tempfile::tempdir().unwrap());
+        let (mut coordinator, metadata, mut shard, tp) = broker_2_leading(&dirs);
         let Ok(ring) = super::super::AppendRing::new() else { return }; // no io_uring here
         shard.set_append_ring(ring);
-        metadata.write_blocking(|r| r.set_registered());
-        shard.sync_registry();
-        let view = metadata.view();
-        let tp = tps().find(|tp| view.leader_of(&tp.topic, tp.partition) == Some(NodeId(2))).expect("broker 2 leads");
-        let op = super::super::PartitionOp::Produce {
-            tp: tp.clone(),
-            records: batch(b"mine"),
-            now_ms: 1_000,
-            durable: false,
-            acks: 1,
-            verification: crate::log::TxnVerification::Off,
-        };
-        let written = match shard.execute(op).unwrap() {
+        let written = match produce(&mut shard, &tp, b"mine", false) {
             super::super::PartitionReply::Produced { written: Some(w), .. } => w,
             _ => panic!("not a ring write"),
         };
-        coordinator.unregister_remote(NodeId(2)).unwrap();
-        coordinator.register_remote(broker(2), uuid::Uuid::new_v4(), 2_000).unwrap();
-        let json = coordinator.view().snapshot_json().unwrap().1;
-        metadata.write_blocking(move |r| r.apply_snapshot(&json)).unwrap();
-        shard.sync_registry();
-        let (leader, epoch) = {
-            let view = metadata.view();
-            let (_, s) = view.partition(&tp.topic, tp.partition).unwrap();
-            (s.leader, s.leader_epoch)
-        };
-        assert!(shard.follows(&tp, leader, epoch), "{tp} follows {leader} in epoch {epoch}");
+        let (leader, epoch) = demote_broker_2(&mut coordinator, &metadata, &mut shard, &tp);
         assert!(
             matches!(shard.replica_truncate(&tp, leader, epoch, 0, true), Err(PartitionError::WritesInFlight(_))),
             "truncated under a write still out"
         );
         assert_eq!(shard.partitions[&tp].log.log_end_offset(), Offset(1), "nothing cut yet");
-        for _ in 0..1_000 {
-            if !shard.process_io().1 && !shard.has_io_work() {
-                break;
-            }
-            std::thread::sleep(std::time::Duration::from_millis(1));
-        }
+        drain_ring(&mut shard);
         assert!(matches!(futures::executor::block_on(written), Ok(Ok(()))), "the write completed");
         shard.replica_truncate(&tp, leader, epoch, 0, true).unwrap();
         assert_eq!(shard.partitions[&tp].log.log_end_offset(), Offset(0), "cut once written");
@@ -926,6 +902,49 @@ mod tests {
         )
         .unwrap();
         buf.freeze()
+    }
+
+    /// One record produced to `tp` with acks=1, `durable` asking for an fsync wait.
+    fn produce(
+        shard: &mut Shard,
+        tp: &TopicPartition,
+        value: &'static [u8],
+        durable: bool,
+    ) -> super::super::PartitionReply {
+        let op = super::super::PartitionOp::Produce {
+            tp: tp.clone(),
+            records: batch(value),
+            now_ms: 1_000,
+            durable,
+            acks: 1,
+            verification: crate::log::TxnVerification::Off,
+        };
+        shard.execute(op).unwrap()
+    }
+
+    /// One record produced to `tp` (no append ring) that waits for an fsync: its wait.
+    fn durable_ack(shard: &mut Shard, tp: &TopicPartition, value: &'static [u8]) -> super::super::DurableWait {
+        match produce(shard, tp, value, true) {
+            super::super::PartitionReply::Produced { durable: Some(d), written: None, .. } => d,
+            _ => panic!("no fsync wait, or a ring write"),
+        }
+    }
+
+    /// One group-commit round, its fsyncs done inline.
+    fn run_flush_round(shard: &mut Shard) {
+        let round = shard.take_flush_batch();
+        let synced = round.items.into_iter().map(|(tp, h)| (tp, h.flushed, h.sync())).collect::<Vec<_>>();
+        shard.complete_flush(synced);
+    }
+
+    /// Run the append ring until it has nothing in flight (at most about a second).
+    fn drain_ring(shard: &mut Shard) {
+        for _ in 0..1_000 {
+            if !shard.process_io().1 && !shard.has_io_work() {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
     }
 
     /// Broker 1 alone, `topic` (one partition) created, and its one shard, logs not opened.
@@ -983,12 +1002,7 @@ mod tests {
         metadata.write_blocking(|r| r.create("again", 1, TopicConfig::default())).unwrap();
         open(&mut shard);
         let new_write = produce(&mut shard, b"new");
-        for _ in 0..1_000 {
-            if !shard.process_io().1 && !shard.has_io_work() {
-                break;
-            }
-            std::thread::sleep(std::time::Duration::from_millis(1));
-        }
+        drain_ring(&mut shard);
         assert!(futures::executor::block_on(old_write).is_err(), "the old log's write answered as written");
         assert!(matches!(futures::executor::block_on(new_write), Ok(Ok(()))), "the new log's write");
         assert_eq!(shard.partitions[&tp].log.log_end_offset(), Offset(1), "one record in the new log");
@@ -1006,33 +1020,18 @@ mod tests {
         let jobs = shard.take_open_jobs();
         shard.install_opened_later(super::super::open_logs(jobs, 1_000), 1_000);
         let tp = TopicPartition::new("synced", 0);
-        let produce = |shard: &mut Shard, value| {
-            let op = super::super::PartitionOp::Produce {
-                tp: tp.clone(),
-                records: batch(value),
-                now_ms: 1_000,
-                durable: true,
-                acks: 1,
-                verification: crate::log::TxnVerification::Off,
-            };
-            match shard.execute(op).unwrap() {
-                super::super::PartitionReply::Produced { durable: Some(d), written: None, .. } => d,
-                _ => panic!("no fsync wait, or a ring write"),
-            }
-        };
         let sync = |batch: super::super::FlushBatch| {
             batch.items.into_iter().map(|(tp, handle)| (tp, handle.flushed, handle.sync())).collect::<Vec<_>>()
         };
-        let mut first = produce(&mut shard, b"first");
+        let mut first = durable_ack(&mut shard, &tp, b"first");
         let round = shard.take_flush_batch();
         assert_eq!(round.items.len(), 1);
-        let mut second = produce(&mut shard, b"second"); // while the round is out
+        let mut second = durable_ack(&mut shard, &tp, b"second"); // while the round is out
         shard.complete_flush(sync(round));
         assert!(matches!(first.try_recv(), Ok(Some(Ok(())))), "the round's own record");
         assert!(matches!(second.try_recv(), Ok(None)), "released by a round taken before it was written");
         assert!(shard.has_flush_work());
-        let round = shard.take_flush_batch();
-        shard.complete_flush(sync(round));
+        run_flush_round(&mut shard);
         assert!(matches!(second.try_recv(), Ok(Some(Ok(())))), "the next round's");
         assert!(!shard.has_flush_work());
     }
@@ -1049,38 +1048,22 @@ mod tests {
         let jobs = shard.take_open_jobs();
         shard.install_opened_later(super::super::open_logs(jobs, 1_000), 1_000);
         let tp = TopicPartition::new("cut", 0);
-        let produce = |shard: &mut Shard, value| {
-            let op = super::super::PartitionOp::Produce {
-                tp: tp.clone(),
-                records: batch(value),
-                now_ms: 1_000,
-                durable: true,
-                acks: 1,
-                verification: crate::log::TxnVerification::Off,
-            };
-            match shard.execute(op).unwrap() {
-                super::super::PartitionReply::Produced { durable: Some(d), written: None, .. } => d,
-                _ => panic!("no fsync wait, or a ring write"),
-            }
-        };
-        let mut kept = produce(&mut shard, b"kept");
-        let mut cut = produce(&mut shard, b"cut");
+        let mut kept = durable_ack(&mut shard, &tp, b"kept");
+        let mut cut = durable_ack(&mut shard, &tp, b"cut");
         let round = shard.take_flush_batch();
         // While the round runs: a follower's cut at offset 1 (as `replica_truncate`),
         // then, leading again, a new record at offset 1.
         let p = shard.partitions.get_mut(&tp).unwrap();
         p.log.truncate_to(Offset(1), Offset(1)).unwrap();
         drop_truncated_waiters(p, 1);
-        let mut again = produce(&mut shard, b"again");
+        let mut again = durable_ack(&mut shard, &tp, b"again");
         assert_eq!(shard.partitions[&tp].log.log_end_offset(), Offset(2));
         let synced = round.items.into_iter().map(|(tp, h)| (tp, h.flushed, h.sync())).collect::<Vec<_>>();
         shard.complete_flush(synced);
         assert!(matches!(kept.try_recv(), Ok(Some(Ok(())))), "below the cut: synced by the round");
         assert!(matches!(cut.try_recv(), Err(oneshot::Canceled)), "cut away");
         assert!(matches!(again.try_recv(), Ok(None)), "released by a round that synced the record it replaced");
-        let round = shard.take_flush_batch();
-        let synced = round.items.into_iter().map(|(tp, h)| (tp, h.flushed, h.sync())).collect::<Vec<_>>();
-        shard.complete_flush(synced);
+        run_flush_round(&mut shard);
         assert!(matches!(again.try_recv(), Ok(Some(Ok(())))), "the next round's");
     }
 
