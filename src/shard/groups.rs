@@ -345,9 +345,10 @@ impl Shard {
         }
     }
 
-    /// Write what the coordinator produced (group metadata, tombstones), not waited for.
-    /// Best effort: a failure is logged; the in-memory state stays authoritative until
-    /// restart.
+    /// Write what the coordinator produced (group metadata, tombstones), not waited for
+    /// here (SyncGroup and a static member's JoinGroup then wait through
+    /// `GroupOp::Stored`). Best effort: a failure is logged; the in-memory state stays
+    /// authoritative until restart.
     fn flush_group_records(&mut self, now_ms: i64) {
         let _ = self.write_group_records(now_ms, false);
     }
