@@ -92,6 +92,11 @@ class Broker:
                "--listen", self.bootstrap, "--advertise", self.bootstrap]
         if self.cores is not None:
             cmd += ["--cores", str(self.cores)]
+        if not any(a.startswith("--disk-free-min-percent") for a in self.extra_args):
+            # The produce floor is the default --disk-free-min-bytes (1 GiB) on every
+            # machine, not 1% of whatever disk the suite runs on (2.5 GB of a 252 GB
+            # CI disk); tests of the floor (test_disk_full.py) set their own.
+            cmd += ["--disk-free-min-percent", "0"]
         cmd += self.extra_args
         return self.wrap + cmd
 
