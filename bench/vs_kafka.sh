@@ -22,8 +22,10 @@
 #     produce keyed (random keys), 8 partitions, acks=1
 #     consume the 8-partition backlog from the start
 #     produce at 1,000 partitions; produce from 200 producer connections (8 partitions)
-#     rdkafka_performance: produce for DURATION s to an 8-partition topic (~1 partition
-#       gets the records), then consume that backlog
+#     rdkafka_performance: produce RDK_RECORDS records to an 8-partition topic (~1
+#       partition gets the records), then consume that backlog (the same size on both
+#       systems: a fixed count, since rdkafka_performance's consume MB/s rises with the
+#       backlog's size, and a backlog made in DURATION s is as large as the produce was fast)
 #     kafka-producer-perf-test / kafka-consumer-perf-test, 8 partitions
 #     latency: 1 producer + 1 consumer at half the slower system's acks=1 maximum, LONG
 #       seconds each, percentiles per BUCKET seconds (so a tail that grows shows), SVG plots
@@ -35,11 +37,13 @@
 #   DURATION=15  seconds per flat-out workload     ROUNDS=2   runs per system and workload
 #   LONG=600     seconds of the latency run          BUCKET=60  seconds per latency bucket
 #   PERF_RECORDS=1000000  records per perf-tool run  SKIP_LONG=1 / SKIP_FSYNC=1 / SKIP_JAVA=1
+#   RDK_RECORDS=4000000   records per rdkafka_performance produce (at most 8 x DURATION s)
 #   SKIP_RDKAFKA=1  no rdkafka_performance (RDKAFKA_PERF=path: use that binary)
 #   WORKLOADS=regex  only the spate-bench workloads whose name matches (grep -E)
 #   SYSCALLS=1   trace each broker's system calls over each spate-bench run (perf trace -s,
 #                its own cost shows in the MB/s): per request and per MB in syscalls.txt
-#   OUT=/tmp/spate-vs-kafka-<time>   results.tsv, table.md, JSON, SVG plots, broker logs
+#   OUT=/tmp/spate-vs-kafka-<time>   results.tsv, table.md, JSON, SVG plots, broker logs,
+#                cpu.tsv (each rdkafka consume run: wall, broker and client CPU seconds)
 #   READ_AHEAD_KB=128  set the read-ahead of the disk under OUT for the run (root; restored
 #                after). Kafka writes its sparse, mmap'ed index files without
 #                MADV_RANDOM, so each first write to an index page reads around it as
@@ -58,6 +62,7 @@ ROUNDS="${ROUNDS:-2}"
 LONG="${LONG:-600}"
 BUCKET="${BUCKET:-60}"
 PERF_RECORDS="${PERF_RECORDS:-1000000}"
+RDK_RECORDS="${RDK_RECORDS:-4000000}"
 OUT="${OUT:-/tmp/spate-vs-kafka-$(date +%s)}"
 SPATE_BIN="${SPATE_BIN:-$ROOT/target/release/spate}"
 PY="$ROOT/.venv/bin/python"
@@ -321,6 +326,10 @@ run_java() { # FSYNC ROUND (the Java clients need groups and InitProducerId: not
   done
 }
 
+# CPU seconds (user + system) a process has used; cpu.tsv gets, per rdkafka consume run:
+# system, workload, round, wall s, broker CPU s, client CPU s (on 2 cores the two share
+# the machine, so a broker's CPU per MB is the client's loss).
+cpu_s() { awk -v hz="$(getconf CLK_TCK)" '{printf "%.2f", ($14 + $15) / hz}' "/proc/$1/stat"; }
 rdk_row() { # SYSTEM FSYNC WORKLOAD ROUND LOG (rdkafka_performance's last "N msgs/s": its summary)
   "$PY" - "$@" >> "$RESULTS" <<'PY'
 import re, sys
@@ -332,19 +341,25 @@ if m:
                      f"{float(msgs):.0f}", "-", "-", "-", "-", "-"]))
 PY
 }
-run_rdkafka() { # FSYNC ROUND: produce DURATION s at librdkafka's defaults, then (fsync never) consume it
+run_rdkafka() { # FSYNC ROUND: produce RDK_RECORDS at librdkafka's defaults, then (fsync never) consume them
   local fsync=$1 r=$2 parts="" p
   for p in 0 1 2 3 4 5 6 7; do parts="$parts -p $p"; done
   for sys in $(order "$r" Spate Kafka); do
     local d="${DIR[$sys]}" b="127.0.0.1:${PORT[$sys]}"
     log "$sys fsync=$fsync rdkafka_performance (round $r)"
     create_topic "${PORT[$sys]}" rdk 8
-    timeout -s INT "$DURATION" "$RDKAFKA_PERF" -P -t rdk -b "$b" -s $MSG -c 1000000000 -q \
+    timeout -s INT $((8 * DURATION)) "$RDKAFKA_PERF" -P -t rdk -b "$b" -s $MSG -c "$RDK_RECORDS" -q \
       > "$d/rdk-produce-$r.log" 2>&1 || true
     rdk_row "$sys" "$fsync" "produce 1 KiB x8p topic, ~1p filled (librdkafka defaults: acks=all, sticky)" "$r" "$d/rdk-produce-$r.log"
     if [ "$fsync" = never ]; then
-      timeout 120 "$RDKAFKA_PERF" -C -t rdk -b "$b" $parts -o beginning -e -q > "$d/rdk-consume-$r.log" 2>&1 || true
+      local b0 t0 c1
+      b0=$(cpu_s "${PID[$sys]}"); t0=$(date +%s.%N)
+      /usr/bin/time -f "%U %S" -o "$d/rdk-consume-$r.time" \
+        timeout 120 "$RDKAFKA_PERF" -C -t rdk -b "$b" $parts -o beginning -e -q > "$d/rdk-consume-$r.log" 2>&1 || true
       rdk_row "$sys" "$fsync" "consume backlog x8p topic, ~1p filled (librdkafka)" "$r" "$d/rdk-consume-$r.log"
+      c1=$(tail -1 "$d/rdk-consume-$r.time" | awk '{printf "%.2f", $1 + $2}')
+      printf '%s\t%s\t%s\t%.2f\t%.2f\t%s\n' "$sys" "rdkafka consume" "$r" "$(date +%s.%N | awk -v t="$t0" '{print $1 - t}')" \
+        "$(awk -v a="$b0" -v b="$(cpu_s "${PID[$sys]}")" 'BEGIN{print b - a}')" "$c1" >> "$OUT/cpu.tsv"
     fi
     delete_topics "${PORT[$sys]}"
   done
