@@ -63,12 +63,13 @@ def pytest_configure(config):
     config.addinivalue_line("markers", "slow: a test that takes more than a few seconds")
 
 
-# Test brokers refuse produce below 1 GiB free on their data dir's file system (the
-# default --disk-free-min-bytes; helpers/broker.py sets --disk-free-min-percent 0). Below
-# this much free space no test is started: the suite stops with the reading, instead of
-# every later test failing with KAFKA_STORAGE_ERROR until CI's time runs out (stop 42:
-# 30 tests failed that way on a CI machine whose disk had filled).
-MIN_FREE_BYTES = 1024**3 + 512 * 1024**2
+# Test brokers refuse produce below this much free space on their data dir's file system
+# (the default --disk-free-min-bytes; helpers/broker.py sets --disk-free-min-percent 0).
+BROKER_FREE_FLOOR_BYTES = 1024**3
+# Below this no test is started: the suite stops with the reading, instead of every
+# later test failing with KAFKA_STORAGE_ERROR until CI's time runs out (stop 42: 30
+# tests failed that way on a CI machine whose disk had filled).
+MIN_FREE_BYTES = BROKER_FREE_FLOOR_BYTES + 512 * 1024**2
 
 
 def pytest_runtest_setup(item):
@@ -78,7 +79,8 @@ def pytest_runtest_setup(item):
     free = shutil.disk_usage(where).free
     if free < MIN_FREE_BYTES:
         pytest.exit(f"only {free / 1024**2:.0f} MiB free on the file system of {where} before {item.nodeid}: "
-                    f"test brokers refuse produce below 1024 MiB, so the suite stops here (need "
+                    f"test brokers refuse produce below {BROKER_FREE_FLOOR_BYTES / 1024**2:.0f} MiB, so the suite "
+                    f"stops here (need "
                     f"{MIN_FREE_BYTES / 1024**2:.0f} MiB; free disk space and run again)", returncode=3)
 
 
