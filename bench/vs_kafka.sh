@@ -50,6 +50,12 @@
 #                far as the read-ahead: at this VM's 8192 KiB, Kafka at 1,000 partitions
 #                ran at ~3 MB/s, at Linux's default of 128 KiB ~320 MB/s. The value in
 #                force is printed and kept in $OUT/read_ahead_kb either way.
+#   SPATE_UNPINNED=1  also run a second Spate with `--pin-shards false` ("Spate-unpinned")
+#                through the fsync-never spate-bench workloads and the latency run: on a
+#                host whose cores the broker shares with the clients, as here, pinned
+#                shards wait for the client's threads on their own core
+#   RATE=N       the latency run's records/s (default: half the slower acks=1 maximum;
+#                set it when WORKLOADS leaves the acks=1 run out)
 #   SPATE_BIN, SPATE_BENCH_BIN
 # Needs java 17 and mvn (scripts/install-deps resolves tests/kafka-tools; this script
 # resolves bench/kafka-broker itself), .venv (confluent-kafka, to delete topics between
@@ -139,9 +145,10 @@ EOF
   java "${KAFKA_JVM[@]}" -cp "$KAFKA_CP" kafka.Kafka "$dir/server.properties" > "$dir/broker.log" 2>&1 &
   LAST_PID=$!
 }
-start_spate() { # FSYNC DIR PORT; sets LAST_PID
+start_spate() { # FSYNC DIR PORT [FLAG...]; sets LAST_PID
   mkdir -p "$2"
-  "$SPATE_BIN" serve --data-dir "$2/data" --listen "127.0.0.1:$3" --fsync "$1" --max-broker-partitions 10000 > "$2/broker.log" 2>&1 &
+  "$SPATE_BIN" serve --data-dir "$2/data" --listen "127.0.0.1:$3" --fsync "$1" --max-broker-partitions 10000 "${@:4}" \
+    > "$2/broker.log" 2>&1 &
   LAST_PID=$!
 }
 wait_ready() { # PORT: Metadata answered (an open port alone is not a ready Kafka)
@@ -257,6 +264,7 @@ phase_start() { # FSYNC SYSTEM...
     PORT[$sys]=$(free_port); DIR[$sys]="$OUT/$sys-$fsync"
     case $sys in
       Spate) start_spate "$fsync" "${DIR[$sys]}" "${PORT[$sys]}" ;;
+      Spate-unpinned) start_spate "$fsync" "${DIR[$sys]}" "${PORT[$sys]}" --pin-shards false ;;
       Kafka) start_kafka "$fsync" "${DIR[$sys]}" "${PORT[$sys]}" ;;
       Null) start_null "${DIR[$sys]}" "${PORT[$sys]}" ;;
     esac
@@ -366,7 +374,7 @@ run_rdkafka() { # FSYNC ROUND: produce RDK_RECORDS at librdkafka's defaults, the
 }
 
 # ---------------------------------------------------------------- fsync never
-phase_start never Spate Kafka Null
+phase_start never Spate ${SPATE_UNPINNED:+Spate-unpinned} Kafka Null
 sb never "produce 1 KiB x8p acks=1" 0 p8 8 --producers 1 --acks 1 "${COMMON[@]}"
 sb never "consume backlog x8p" 2 p8 0 --producers 0 --consumers 1 --consume-from earliest --duration "$DURATION"
 sb never "produce 1 KiB x8p acks=all" 1 pall 8 --producers 1 --acks -1 "${COMMON[@]}"
@@ -378,8 +386,9 @@ if [ -n "${RDKAFKA_PERF:-}" ]; then for r in $(seq "$ROUNDS"); do run_rdkafka ne
 if [ -z "${SKIP_JAVA:-}" ]; then for r in $(seq "$ROUNDS"); do run_java never "$r"; done; fi
 
 if [ -z "${SKIP_LONG:-}" ]; then
-  # Half of the slower system's acks=1 maximum (the median over rounds).
-  HALF=$("$PY" - "$RESULTS" <<'PY'
+  # Half of the slower system's acks=1 maximum (the median over rounds), unless RATE is set.
+  HALF=${RATE:-}
+  [ -n "$HALF" ] || HALF=$("$PY" - "$RESULTS" <<'PY'
 import statistics, sys
 rows = [l.rstrip("\n").split("\t") for l in open(sys.argv[1]) if l.strip()]
 m = {s: statistics.median(float(r[6]) for r in rows if r[0] == s and r[2] == "produce 1 KiB x8p acks=1")
@@ -387,7 +396,7 @@ m = {s: statistics.median(float(r[6]) for r in rows if r[0] == s and r[2] == "pr
 print(int(min(m.values()) / 2))
 PY
 )
-  for sys in $(order 1 Spate Kafka); do
+  for sys in $(order 1 Spate ${SPATE_UNPINNED:+Spate-unpinned} Kafka); do
     j="${DIR[$sys]}/latency.json"
     log "$sys latency at $HALF msg/s for $LONG s"
     create_topic "${PORT[$sys]}" lat 8
@@ -440,7 +449,19 @@ for k in keys:
     if nv:
         runs += ", N " + "/".join(f"{v:.0f}" for v in nv)
     lines.append("| " + " | ".join([k[0], k[1], k[2], fmt(s), fmt(kf), ratio, fmt(nl), nratio] + [fmt(v) for v in lat] + [runs]) + " |")
-for system in ("Spate", "Kafka"):
+if any(r[0] == "Spate-unpinned" for r in rows):
+    lines += ["", "Spate with --pin-shards false (Spate-unpinned), against the same Kafka runs:", "",
+              "| fsync | workload | tool | Spate-unpinned MB/s | Spate-unpinned/Kafka | p99 ms | p99.9 | p99.99 | runs (MB/s) |",
+              "|---|---|---|---|---|---|---|---|---|"]
+    for k in keys:
+        u, uv = med("Spate-unpinned", k, 5)
+        if not uv:
+            continue
+        kf = med("Kafka", k, 5)[0]
+        lines.append("| " + " | ".join([k[0], k[1], k[2], fmt(u), f"{u/kf:.2f}x" if u and kf else "-"]
+                     + [fmt(med("Spate-unpinned", k, c)[0]) for c in (8, 9, 10)]
+                     + ["/".join(f"{v:.0f}" for v in uv)]) + " |")
+for system in ("Spate", "Spate-unpinned", "Kafka"):
     p = os.path.join(out_dir, f"latency-{system}.json")
     if not os.path.exists(p):
         continue

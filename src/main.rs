@@ -78,9 +78,12 @@ struct ServeArgs {
     /// inter.broker.listener.name [default: PLAINTEXT, else the first listener]
     #[arg(long)]
     inter_broker_listener_name: Option<String>,
-    /// Number of cores (one pinned shard each) [default: all]
+    /// Number of cores (one shard each) [default: all]
     #[arg(long)]
     cores: Option<usize>,
+    /// Pin each shard to its own CPU; false lets the kernel place them (a host shared with busy clients) [default: true]
+    #[arg(long)]
+    pin_shards: Option<bool>,
     /// This broker's node id [default: 1]
     #[arg(long)]
     node_id: Option<i32>,
@@ -119,6 +122,9 @@ struct ServeArgs {
     /// With io_uring appends: write them on the shard while the kernel's dirty pages are well below its throttling point, through the ring past it [default: true]
     #[arg(long)]
     append_inline: Option<bool>,
+    /// With io_uring appends and --fsync never: hand each segment's appended pages to the kernel's writeback every N bytes (sync_file_range; durability is unchanged), 0 = off [default: 1048576]
+    #[arg(long)]
+    write_behind_bytes: Option<u64>,
     /// Cluster metadata store: `local` (in the data dir) or zookeeper://HOST:PORT[,HOST:PORT...]/CHROOT [default: local]
     #[arg(long)]
     metadata: Option<String>,
@@ -250,6 +256,9 @@ fn load_config(args: ServeArgs) -> Result<BrokerConfig, String> {
         }
         config.cores = Some(v);
     }
+    if let Some(v) = args.pin_shards {
+        config.pin_shards = v;
+    }
     if let Some(v) = args.node_id {
         config.node_id = v;
     }
@@ -276,6 +285,9 @@ fn load_config(args: ServeArgs) -> Result<BrokerConfig, String> {
     }
     if let Some(v) = args.append_inline {
         config.append_inline = v;
+    }
+    if let Some(v) = args.write_behind_bytes {
+        config.write_behind_bytes = v;
     }
     if let Some(v) = args.fetch_zero_copy_bytes_min {
         config.fetch_zero_copy_bytes_min = v;

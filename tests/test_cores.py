@@ -1,6 +1,8 @@
 """--cores 2: partitions spread over two shards, connections spread by SO_REUSEPORT;
-every partition must work from every connection."""
+every partition must work from every connection. Shards are pinned to a CPU each unless
+--pin-shards false."""
 
+import os
 import threading
 
 import pytest
@@ -77,3 +79,68 @@ def test_two_cores_topic_created_on_one_connection_used_on_others(broker):
         got = cf_consume(broker.bootstrap, topic, PARTITIONS, PARTITIONS)
         assert {p: [m.value for m in got[p]] for p in got} == {
             p: [b"%d" % p] for p in range(PARTITIONS)}
+
+
+def cpu_list(text):
+    """The CPUs of a /proc cpu list such as "0-2,5"."""
+    cpus = set()
+    for part in text.strip().split(","):
+        lo, _, hi = part.partition("-")
+        cpus.update(range(int(lo), int(hi or lo) + 1))
+    return frozenset(cpus)
+
+
+def allowed_cpus(pid, tid):
+    for line in open(f"/proc/{pid}/task/{tid}/status"):
+        if line.startswith("Cpus_allowed_list:"):
+            return cpu_list(line.split(":", 1)[1])
+    raise AssertionError(f"no Cpus_allowed_list for thread {tid}")
+
+
+def shard_threads(pid):
+    """{"spate-shard-N": the CPUs its executor thread may run on}, from /proc. glommio
+    names a shard's blocking-pool threads as the shard ("spate-shard-N-<executor id>");
+    the executor thread is the first of them (the lowest thread id): it starts its pool."""
+    by_name = {}
+    for tid in sorted(int(t) for t in os.listdir(f"/proc/{pid}/task")):
+        try:
+            name = open(f"/proc/{pid}/task/{tid}/comm").read().strip()
+            if name.startswith("spate-shard-"):
+                shard = "-".join(name.split("-")[:3])
+                by_name.setdefault(shard, allowed_cpus(pid, tid))
+        except FileNotFoundError:  # a thread that ended meanwhile
+            pass
+    return by_name
+
+
+def two_cpus_or_skip():
+    if len(os.sched_getaffinity(0)) < 2:
+        pytest.skip("pinning two shards needs two CPUs")
+
+
+def produce_and_read_back(bootstrap, topic):
+    create_topic(bootstrap, topic, PARTITIONS)
+    cf_produce(bootstrap, topic, [{"value": b"%d" % p, "partition": p} for p in range(PARTITIONS)])
+    got = cf_consume(bootstrap, topic, PARTITIONS, PARTITIONS)
+    assert {p: [m.value for m in got[p]] for p in got} == {p: [b"%d" % p] for p in range(PARTITIONS)}
+
+
+@pytest.mark.broker_args("--cores", "2")
+def test_two_cores_each_shard_pinned_to_its_own_cpu(broker):
+    two_cpus_or_skip()
+    shards = shard_threads(broker.pid)
+    assert sorted(shards) == ["spate-shard-0", "spate-shard-1"], shards
+    assert all(len(cpus) == 1 for cpus in shards.values()), shards
+    assert shards["spate-shard-0"] != shards["spate-shard-1"], shards
+    produce_and_read_back(broker.bootstrap, "pinned")
+
+
+@pytest.mark.broker_args("--cores", "2", "--pin-shards", "false")
+def test_two_cores_unpinned_shards_may_run_on_every_cpu(broker):
+    two_cpus_or_skip()
+    process_cpus = allowed_cpus(broker.pid, broker.pid)
+    assert len(process_cpus) >= 2
+    shards = shard_threads(broker.pid)
+    assert sorted(shards) == ["spate-shard-0", "spate-shard-1"], shards
+    assert all(cpus == process_cpus for cpus in shards.values()), (process_cpus, shards)
+    produce_and_read_back(broker.bootstrap, "unpinned")

@@ -8,6 +8,7 @@ cache whether or not the ack waited for the disk."""
 import threading
 import time
 
+import pytest
 from confluent_kafka import Producer
 
 from helpers.metrics import metric_sum, scrape
@@ -90,6 +91,36 @@ def test_flush_ms_flushes_an_idle_partition(broker_factory):
     while metric_sum(scrape(mport), "spate_fsyncs_total") == base:
         assert time.monotonic() < deadline, "no fsync 30 s after the last append, with flush.ms=1000"
         time.sleep(0.2)
+
+
+@pytest.mark.parametrize("args, per_round, calls_min", [
+    ((), 200, 3),
+    (("--write-behind-bytes", "65536"), 100, 3),
+    (("--write-behind-bytes", "0"), 100, 0),
+    (("--fsync", "always"), 100, 0),
+])
+def test_write_behind_hands_appended_pages_to_writeback_under_fsync_never(broker_factory, args, per_round, calls_min):
+    """Under --fsync never the broker hands each segment's appended pages to the kernel's
+    writeback every --write-behind-bytes (default 1 MiB; sync_file_range, so the flusher
+    never meets ~30 s of appends at once). Four rounds of records 0.3 s apart, each
+    more than the threshold (2 MB at the default, 1 MB at 64 KiB), make at least 3 such
+    calls (one per file at a time: a call due while one is out waits for the next
+    append). None with --write-behind-bytes 0, none under --fsync always (group commit
+    writes every byte); the records read back the same either way."""
+    mport = free_port()
+    b = broker_factory("--metrics-listen", f"127.0.0.1:{mport}", *args)
+    create_topic(b.bootstrap, "wb", 1)
+    records = [{"value": b"%06d" % i + b"x" * 9_994} for i in range(4 * per_round)]
+    for r in range(4):
+        cf_produce(b.bootstrap, "wb", records[r * per_round:(r + 1) * per_round], timeout=60)
+        time.sleep(0.3)
+    calls = metric_sum(scrape(mport), "spate_write_behind_calls_total")
+    if calls_min:
+        assert calls >= calls_min, calls
+    else:
+        assert calls == 0, calls
+    got = cf_consume(b.bootstrap, "wb", 1, len(records))
+    assert [m.value for m in got[0]] == [r["value"] for r in records]
 
 
 FSYNC_DELAY_MS = 2000

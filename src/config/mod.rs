@@ -33,6 +33,10 @@ pub struct BrokerConfig {
     pub listen: String,
     pub advertise: Option<String>,
     pub cores: Option<usize>,
+    /// Pin each shard's thread to its own CPU (one per core, while there are at least
+    /// as many CPUs as shards). false leaves placement to the kernel's scheduler: for
+    /// hosts whose cores the broker shares with other busy processes.
+    pub pin_shards: bool,
     pub node_id: i32,
     pub auto_create_topics: bool,
     pub num_partitions: i32,
@@ -68,6 +72,10 @@ pub struct BrokerConfig {
     /// With the ring: write appends on the shard itself (pwritev) while the kernel would
     /// not throttle page-cache writers, and through the ring only past that point.
     pub append_inline: bool,
+    /// With the ring, under `--fsync never`: hand each segment's appended pages to the
+    /// kernel's writeback every this many bytes (sync_file_range, not an fsync), so the
+    /// flusher never meets a large backlog of them at once. 0 = leave it to the flusher.
+    pub write_behind_bytes: u64,
     /// Where cluster metadata lives: `local` (embedded in the data dir) or
     /// `zookeeper://HOST:PORT[,HOST:PORT...]/CHROOT`.
     pub metadata: String,
@@ -298,6 +306,7 @@ impl Default for BrokerConfig {
             listen: "127.0.0.1:9092".to_string(),
             advertise: None,
             cores: None,
+            pin_shards: true,
             node_id: 1,
             auto_create_topics: true,
             num_partitions: 1,
@@ -311,6 +320,7 @@ impl Default for BrokerConfig {
             fetch_zero_copy_bytes_min: 16 * 1024,
             append_io_uring: true,
             append_inline: true,
+            write_behind_bytes: 1024 * 1024,
             metadata: "local".to_string(),
             metrics_listen: None,
             coordinator: None,

@@ -97,6 +97,8 @@ pub struct ShardCounters {
     pub appends_written: AtomicU64,
     pub append_writes: AtomicU64,
     pub append_writes_inline: AtomicU64,
+    /// sync_file_range calls of the append ring's write-behind.
+    pub write_behind_calls: AtomicU64,
     /// Published by the shard once a second: its partitions and groups.
     pub status: Mutex<crate::shard::ShardStatus>,
     /// Record bytes produced to / fetched from each topic through this shard.
@@ -253,6 +255,12 @@ impl Metrics {
             "spate_append_writes_inline_total",
             "Of those, written on the shard (the kernel was not throttling writers) rather than through io_uring.",
             &|s| s.append_writes_inline.load(Ordering::Relaxed),
+        );
+        counter(
+            &mut out,
+            "spate_write_behind_calls_total",
+            "sync_file_range calls handing appended pages to writeback (--write-behind-bytes).",
+            &|s| s.write_behind_calls.load(Ordering::Relaxed),
         );
 
         let _ = writeln!(

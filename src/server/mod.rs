@@ -101,7 +101,7 @@ pub fn run(config: BrokerConfig) -> anyhow::Result<()> {
         metrics::serve(addr, metrics.clone(), metadata.clone(), config.data_dir.clone(), shutdown.clone())?;
     }
     tracing::info!(
-        listen = %config.listen, advertise = %config.advertised(), shards = nr_shards,
+        listen = %config.listen, advertise = %config.advertised(), shards = nr_shards, pin_shards = config.pin_shards,
         data_dir = %config.data_dir.display(), node_id = config.node_id, fsync = ?config.fsync,
         "spate starting"
     );
@@ -116,7 +116,10 @@ pub fn run(config: BrokerConfig) -> anyhow::Result<()> {
         MeshBuilder::full(nr_shards, crate::model::limits::shard_channel_depth_max);
     let mut handles = Vec::new();
     for shard in 0..nr_shards {
-        let placement = if nr_shards <= cores.len() { Placement::Fixed(cores[shard]) } else { Placement::Unbound };
+        let placement = match shard_cpu(&config, shard, nr_shards, &cores) {
+            Some(cpu) => Placement::Fixed(cpu),
+            None => Placement::Unbound,
+        };
         let listeners = listeners.clone();
         let (config, metadata, shutdown, mesh, metrics, cluster_id, admission, disk) = (
             config.clone(),
@@ -170,6 +173,12 @@ pub fn run(config: BrokerConfig) -> anyhow::Result<()> {
     metadata.write_blocking(|reg| reg.close());
     tracing::info!("spate stopped cleanly");
     Ok(())
+}
+
+/// The CPU shard `shard` is pinned to: its own, while pinning is on and every shard can
+/// have one; None leaves the thread to the kernel's scheduler.
+fn shard_cpu(config: &BrokerConfig, shard: usize, nr_shards: usize, cpus: &[usize]) -> Option<usize> {
+    (config.pin_shards && nr_shards <= cpus.len()).then(|| cpus[shard])
 }
 
 /// Remove deleted partitions' directories and retention's segments (blocking: run it
@@ -588,8 +597,12 @@ async fn run_shard(
         io_bytes_per_second: config.log_cleaner_io_max_bytes_per_second,
     }));
     if config.append_io_uring {
+        // Group commit already writes every appended byte within its round.
+        let write_behind = if config.fsync == crate::config::FsyncMode::Always { 0 } else { config.write_behind_bytes };
         match crate::shard::AppendRing::new() {
-            Ok(ring) => shard.set_append_ring(ring.with_inline_writes(config.append_inline)),
+            Ok(ring) => {
+                shard.set_append_ring(ring.with_inline_writes(config.append_inline).with_write_behind(write_behind))
+            }
             Err(e) => tracing::warn!(shard = id.0, error = %e, "io_uring unavailable: appends are written in place"),
         }
     }
@@ -868,4 +881,22 @@ async fn run_shard(
     tracing::info!(shard = id.0, close_ms = now_ms() - closing_ms, "partition logs closed");
     tracing::info!(shard = id.0, "shard stopped");
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_shard_is_pinned_to_its_own_cpu_only_while_pinning_is_on_and_cpus_suffice() {
+        let cpus = [2, 5, 7];
+        let mut config = BrokerConfig::default();
+        assert_eq!((0..3).map(|s| shard_cpu(&config, s, 3, &cpus)).collect::<Vec<_>>(), [Some(2), Some(5), Some(7)]);
+        assert_eq!(shard_cpu(&config, 1, 2, &cpus), Some(5));
+        // More shards than CPUs: none is pinned (two would share a CPU).
+        assert_eq!(shard_cpu(&config, 0, 4, &cpus), None);
+        config.pin_shards = false;
+        assert_eq!(shard_cpu(&config, 0, 3, &cpus), None);
+        assert_eq!(shard_cpu(&config, 2, 3, &cpus), None);
+    }
 }

@@ -15,6 +15,16 @@
 //! point through the ring, so that dirty-page throttling blocks a kernel worker and the
 //! core keeps serving. Measured in bench/README.md ("What limits produce here").
 //!
+//! Write-behind: the kernel's flusher writes a file's dirty pages back once the oldest
+//! is `vm.dirty_expire_centisecs` old (30 s), all of them at once: at 33 MB/s into 8
+//! partitions, ~1 GB every 30 s. During such a burst an append to the file being
+//! written back waited 15-17 ms in its pwritev (ext4; `perf trace` of the broker), and
+//! with the write on the shard so did every request of that core. So a ring built
+//! `with_write_behind(n)` hands each file's written pages to writeback itself, every `n`
+//! bytes, with `sync_file_range(SYNC_FILE_RANGE_WRITE)` through the ring: io_uring runs
+//! it on a worker, the shard does not wait, and nothing is made durable by it (durability
+//! is still the fsync mode's; RocksDB's `bytes_per_sync` is the same idea).
+//!
 //! Runtime-free: the server's poller calls `submit` and `reap`; nothing here waits
 //! except the inline writes just described.
 
@@ -23,7 +33,7 @@ use std::fs::File;
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::FileExt;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 
 use bytes::Bytes;
 use io_uring::{opcode, types, IoUring};
@@ -32,6 +42,22 @@ use crate::model::{limits, TopicPartition};
 
 /// Submission queue entries of the ring.
 const ring_entries: u32 = 256;
+
+/// Write-behind covers whole pages only: the page an append ends in is left out, since
+/// the next append writes into it.
+const write_behind_page_bytes: u64 = 4096;
+
+/// user_data of write-behind requests carry this bit (writes count up from 0).
+const write_behind_tag: u64 = 1 << 63;
+
+/// How many files' write-behind positions are kept before those of closed files are
+/// dropped.
+const write_behind_files_pruned_at: usize = 4096;
+
+/// Write-behind requests in flight per ring, and per file one. sync_file_range waits
+/// when the disk's queue is full, holding an io_uring worker: past these, a file's
+/// pages wait for its next append (which hands over all of them since).
+const write_behind_in_flight_max: usize = 4;
 
 /// Whether a page-cache write would now go through without the kernel throttling its
 /// writer (dirty pages well below its thresholds). Set by the server's writeback monitor
@@ -175,6 +201,15 @@ pub struct AppendRing {
     bytes_max: usize,
     /// Write on the caller's thread while `writers_unthrottled` says so.
     inline_writes: bool,
+    /// Hand a file's written pages to writeback every this many bytes (0: never; the
+    /// module doc).
+    write_behind_bytes: u64,
+    /// Per file (by its `Arc`'s address): how far its pages were handed to writeback.
+    write_behind: HashMap<usize, (Weak<File>, u64)>,
+    /// Write-behind requests in io_uring, holding their files open until reaped.
+    syncs_in_flight: HashMap<u64, Arc<File>>,
+    /// Write-behind requests submitted since start.
+    pub write_behind_calls: u64,
     /// Appends written since start, and the writev calls that carried them (through the
     /// ring or on the shard); `writes_inline` of those on the shard.
     pub appends_written: u64,
@@ -202,6 +237,10 @@ impl AppendRing {
             iovecs_max,
             bytes_max,
             inline_writes: false,
+            write_behind_bytes: 0,
+            write_behind: HashMap::new(),
+            syncs_in_flight: HashMap::new(),
+            write_behind_calls: 0,
             appends_written: 0,
             writes_submitted: 0,
             writes_inline: 0,
@@ -214,16 +253,28 @@ impl AppendRing {
         self
     }
 
+    /// Hand each file's written pages to writeback every `bytes` (0: never).
+    pub fn with_write_behind(mut self, bytes: u64) -> Self {
+        self.write_behind_bytes = bytes;
+        self
+    }
+
     pub fn stage(&mut self, write: StagedWrite) {
         self.staged.push(write);
     }
 
     pub fn is_idle(&self) -> bool {
-        self.staged.is_empty() && self.in_flight.is_empty()
+        self.staged.is_empty() && self.in_flight.is_empty() && self.syncs_in_flight.is_empty()
     }
 
+    /// Appends in flight in io_uring (write-behind requests not counted).
     pub fn has_in_flight(&self) -> bool {
         !self.in_flight.is_empty()
+    }
+
+    /// Write-behind requests in flight in io_uring.
+    pub fn has_write_behind_in_flight(&self) -> bool {
+        !self.syncs_in_flight.is_empty()
     }
 
     /// Submit everything staged, merging contiguous appends to the same file, each run
@@ -316,6 +367,12 @@ impl AppendRing {
             return;
         }
         let Some(r) = self.runs.remove(&run) else { return };
+        if r.error.is_none() {
+            if let Some(last) = r.writes.last() {
+                let (file, end) = (last.file.clone(), last.position + last.len() as u64);
+                self.write_behind_after(&file, end);
+            }
+        }
         for w in r.writes {
             self.appends_written += 1;
             let result = match &r.error {
@@ -326,12 +383,65 @@ impl AppendRing {
         }
     }
 
+    /// `file` is written up to `end`: once `write_behind_bytes` of whole pages past what
+    /// was handed to writeback before are there, hand them over (submitted with the next
+    /// `ring.submit`).
+    fn write_behind_after(&mut self, file: &Arc<File>, end: u64) {
+        if self.write_behind_bytes == 0 {
+            return;
+        }
+        let key = Arc::as_ptr(file) as usize;
+        if !self.write_behind.contains_key(&key) && self.write_behind.len() >= write_behind_files_pruned_at {
+            self.write_behind.retain(|_, (f, _)| f.strong_count() > 0);
+        }
+        let entry = self.write_behind.entry(key).or_insert_with(|| (Arc::downgrade(file), 0));
+        if !std::ptr::eq(entry.0.as_ptr(), Arc::as_ptr(file)) || entry.0.strong_count() == 0 {
+            *entry = (Arc::downgrade(file), 0); // a closed file's address, reused
+        }
+        let from = entry.1;
+        let upto = end / write_behind_page_bytes * write_behind_page_bytes;
+        if upto < from.saturating_add(self.write_behind_bytes)
+            || self.syncs_in_flight.len() >= write_behind_in_flight_max
+            || self.syncs_in_flight.values().any(|f| Arc::ptr_eq(f, file))
+        {
+            return;
+        }
+        let len = (upto - from).min(u32::MAX as u64 / write_behind_page_bytes * write_behind_page_bytes);
+        let user_data = write_behind_tag | self.next_user_data;
+        self.next_user_data += 1;
+        let sqe = opcode::SyncFileRange::new(types::Fd(file.as_raw_fd()), len as u32)
+            .offset(from)
+            .flags(libc::SYNC_FILE_RANGE_WRITE)
+            .build()
+            .user_data(user_data);
+        // SAFETY: the request points at no memory; its file is held until it is reaped.
+        if unsafe { self.ring.submission().push(&sqe) }.is_ok() {
+            entry.1 = from + len;
+            self.write_behind_calls += 1;
+            self.syncs_in_flight.insert(user_data, file.clone());
+        } // else the queue is full: the next append's run tries again
+    }
+
+    /// How far `file`'s pages were handed to writeback (tests).
+    #[cfg(test)]
+    fn write_behind_position(&self, file: &Arc<File>) -> Option<u64> {
+        self.write_behind.get(&(Arc::as_ptr(file) as usize)).map(|(_, at)| *at)
+    }
+
     /// Collect finished writes. A short write is finished synchronously (it only
     /// happens near a full disk, where the retry then reports the error).
     pub fn reap(&mut self) -> Vec<Completed> {
         let mut done = Vec::new();
+        let write_behind_calls = self.write_behind_calls;
         let cqes: Vec<(u64, i32)> = self.ring.completion().map(|c| (c.user_data(), c.result())).collect();
         for (user_data, res) in cqes {
+            if user_data & write_behind_tag != 0 {
+                if self.syncs_in_flight.remove(&user_data).is_some() && res < 0 {
+                    let error = std::io::Error::from_raw_os_error(-res);
+                    tracing::debug!(%error, "write-behind sync_file_range failed (the flusher writes those pages)");
+                }
+                continue;
+            }
             let Some(chunk) = self.in_flight.remove(&user_data) else {
                 tracing::error!(user_data, "completion for an unknown append write");
                 continue;
@@ -349,6 +459,11 @@ impl AppendRing {
                 Ok(())
             };
             self.finish_chunk(chunk.run, result, &mut done);
+        }
+        if self.write_behind_calls != write_behind_calls {
+            if let Err(e) = self.ring.submit() {
+                tracing::warn!(error = %e, "io_uring submit failed; will retry");
+            }
         }
         done
     }
@@ -561,5 +676,69 @@ mod tests {
             }
             assert_eq!(joined, parts.concat());
         }
+    }
+
+    /// Write `sizes` one append after another to `file` from position `from`, each its
+    /// own submit (as produce requests arrive), waiting after each until the ring is
+    /// idle, write-behind included.
+    fn append_each(ring: &mut AppendRing, file: &Arc<File>, from: u64, sizes: &[usize]) -> (Vec<Completed>, Vec<u8>) {
+        let tp = TopicPartition::new("t", 0);
+        let (mut done, mut expected, mut pos) = (Vec::new(), Vec::new(), from);
+        for (i, &len) in sizes.iter().enumerate() {
+            let bytes = vec![i as u8; len];
+            ring.stage(staged(&tp, i as u64, file, pos, vec![Bytes::copy_from_slice(&bytes)]));
+            expected.extend_from_slice(&bytes);
+            pos += len as u64;
+            done.extend(ring.submit());
+            while !ring.is_idle() {
+                done.extend(ring.reap());
+            }
+        }
+        (done, expected)
+    }
+
+    /// Write-behind hands a file's whole pages to writeback each time another
+    /// `write_behind_bytes` of them are written, never the page the last append ends in,
+    /// and does not change what appends report or what the file holds.
+    #[test]
+    fn write_behind_hands_over_whole_written_pages_every_n_bytes() {
+        let n = 64 * 1024u64;
+        let mut ring = AppendRing::new().unwrap().with_write_behind(n);
+        let file = Arc::new(tempfile::tempfile().unwrap());
+        let sizes: Vec<usize> = (0..40).map(|i| 10_000 + i * 37).collect();
+        let (done, expected) = append_each(&mut ring, &file, 0, &sizes);
+        // The same decisions, worked out from the sizes alone.
+        let (mut end, mut handed, mut calls) = (0u64, 0u64, 0u64);
+        for &len in &sizes {
+            end += len as u64;
+            let whole = end / 4096 * 4096;
+            if whole >= handed + n {
+                (handed, calls) = (whole, calls + 1);
+            }
+        }
+        assert!(calls >= 5, "the sizes cross the threshold several times: {calls}");
+        assert_eq!(ring.write_behind_calls, calls);
+        assert_eq!(ring.write_behind_position(&file), Some(handed));
+        assert!(handed <= end / 4096 * 4096, "never past the last whole page");
+        assert_eq!(done.len(), sizes.len(), "write-behind completions are not appends");
+        assert!(done.iter().all(|c| c.result.is_ok()));
+        let mut content = Vec::new();
+        (&*file).read_to_end(&mut content).unwrap();
+        assert_eq!(content, expected);
+    }
+
+    #[test]
+    fn write_behind_is_off_unless_asked_for_and_below_its_threshold() {
+        let file = Arc::new(tempfile::tempfile().unwrap());
+        let mut ring = AppendRing::new().unwrap();
+        append_each(&mut ring, &file, 0, &[300_000, 300_000]);
+        assert_eq!(ring.write_behind_calls, 0);
+        let file = Arc::new(tempfile::tempfile().unwrap());
+        let mut ring = AppendRing::new().unwrap().with_write_behind(1 << 20);
+        append_each(&mut ring, &file, 0, &[300_000, 300_000, 300_000]);
+        assert_eq!(ring.write_behind_calls, 0, "900,000 bytes: under 1 MiB");
+        append_each(&mut ring, &file, 900_000, &[300_000]);
+        assert_eq!(ring.write_behind_calls, 1);
+        assert_eq!(ring.write_behind_position(&file), Some(1_200_000 / 4096 * 4096));
     }
 }

@@ -530,14 +530,22 @@ impl Shard {
         (progress, in_flight)
     }
 
+    /// Write-behind requests (`AppendRing::with_write_behind`) in flight, no append.
+    pub fn has_write_behind_in_flight(&self) -> bool {
+        self.ring.as_ref().is_some_and(|r| r.has_write_behind_in_flight())
+    }
+
     pub fn has_io_work(&self) -> bool {
         self.ring.as_ref().is_some_and(|r| !r.is_idle())
     }
 
     /// (appends written, writev calls, of those written on the shard) since start: the
     /// first two's ratio is the coalescing.
-    pub fn append_write_counts(&self) -> (u64, u64, u64) {
-        self.ring.as_ref().map(|r| (r.appends_written, r.writes_submitted, r.writes_inline)).unwrap_or((0, 0, 0))
+    pub fn append_write_counts(&self) -> (u64, u64, u64, u64) {
+        self.ring
+            .as_ref()
+            .map(|r| (r.appends_written, r.writes_submitted, r.writes_inline, r.write_behind_calls))
+            .unwrap_or((0, 0, 0, 0))
     }
 
     fn complete_writes(&mut self, done: Vec<append_ring::Completed>) {
