@@ -199,11 +199,13 @@ fn produce_loop(
             let mut value = BytesMut::with_capacity(cfg.message_size);
             value.put_u64(intended_us);
             value.put_slice(&payload[8..]);
-            let batch = open[partition as usize].get_or_insert_with(|| OpenBatch {
-                records: Vec::new(),
-                bytes: 0,
-                opened: Instant::now(),
-            });
+            // At a fixed rate a batch opens at its first record's intended time: records
+            // may be generated later than that (step 3 sleeps past them while a sticky
+            // batch is open), and its linger runs from when the record was due.
+            let opened =
+                if cfg.rate > 0.0 { start + Duration::from_secs_f64(msg_index as f64 / cfg.rate) } else { Instant::now() };
+            let batch =
+                open[partition as usize].get_or_insert_with(|| OpenBatch { records: Vec::new(), bytes: 0, opened });
             let offset = batch.records.len() as i64;
             batch.bytes += cfg.message_size + key.as_ref().map_or(0, |k| k.len()) + 20;
             batch.records.push(Record {
@@ -290,11 +292,29 @@ fn produce_loop(
             continue;
         }
 
-        // 3. Nothing to send: at a fixed rate, sleep until the next message or linger expiry.
+        // 3. Nothing to send: at a fixed rate, sleep until the next message or linger
+        // expiry. Without keys every record joins the open sticky batch, so while one is
+        // open it sleeps until that batch is due (its linger, or the record that fills
+        // it) and generates the records due meanwhile then, into the same batch as one
+        // by one: the requests are the same, without a wakeup per record (~33,000 a
+        // second at 32,883 records/s, most of a core on a 2-core machine).
         if cfg.rate > 0.0 && msg_index >= due {
             let next_due = start + Duration::from_secs_f64(msg_index as f64 / cfg.rate);
             let linger_due = open.iter().flatten().map(|b| b.opened + cfg.linger).min();
-            let wake = linger_due.map_or(next_due, |l| l.min(next_due));
+            let sticky_open = match cfg.key_distribution {
+                KeyDistribution::None => open[sticky as usize].as_ref(),
+                _ => None,
+            };
+            let wake = match sticky_open {
+                Some(b) => {
+                    let record_bytes = (cfg.message_size + 20) as u64;
+                    let to_fill = (cfg.batch_bytes as u64).saturating_sub(b.bytes as u64).div_ceil(record_bytes);
+                    let full_due =
+                        start + Duration::from_secs_f64((msg_index + to_fill.saturating_sub(1)) as f64 / cfg.rate);
+                    (b.opened + cfg.linger).min(full_due)
+                }
+                None => linger_due.map_or(next_due, |l| l.min(next_due)),
+            };
             let now = Instant::now();
             if wake > now {
                 thread::sleep((wake - now).min(idle_sleep_max));
