@@ -202,8 +202,11 @@ fn produce_loop(
             // At a fixed rate a batch opens at its first record's intended time: records
             // may be generated later than that (step 3 sleeps past them while a sticky
             // batch is open), and its linger runs from when the record was due.
-            let opened =
-                if cfg.rate > 0.0 { start + Duration::from_secs_f64(msg_index as f64 / cfg.rate) } else { Instant::now() };
+            let opened = if cfg.rate > 0.0 {
+                start + Duration::from_secs_f64(msg_index as f64 / cfg.rate)
+            } else {
+                Instant::now()
+            };
             let batch =
                 open[partition as usize].get_or_insert_with(|| OpenBatch { records: Vec::new(), bytes: 0, opened });
             let offset = batch.records.len() as i64;
