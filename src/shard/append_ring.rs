@@ -18,7 +18,7 @@
 //! Write-behind: the kernel's flusher writes a file's dirty pages back once the oldest
 //! is `vm.dirty_expire_centisecs` old (30 s), all of them at once: at 33 MB/s into 8
 //! partitions, ~1 GB every 30 s. During such a burst an append to the file being
-//! written back waited 15-17 ms in its pwritev (ext4; `perf trace` of the broker), and
+//! written back waited 15-36 ms in its pwritev (ext4; `perf trace` of the broker), and
 //! with the write on the shard so did every request of that core. So a ring built
 //! `with_write_behind(n)` hands each file's written pages to writeback itself, every `n`
 //! bytes, with `sync_file_range(SYNC_FILE_RANGE_WRITE)` through the ring: io_uring runs
@@ -369,8 +369,7 @@ impl AppendRing {
         let Some(r) = self.runs.remove(&run) else { return };
         if r.error.is_none() {
             if let Some(last) = r.writes.last() {
-                let (file, end) = (last.file.clone(), last.position + last.len() as u64);
-                self.write_behind_after(&file, end);
+                self.write_behind_after(&last.file, last.position + last.len() as u64);
             }
         }
         for w in r.writes {
@@ -394,10 +393,9 @@ impl AppendRing {
         if !self.write_behind.contains_key(&key) && self.write_behind.len() >= write_behind_files_pruned_at {
             self.write_behind.retain(|_, (f, _)| f.strong_count() > 0);
         }
+        // The Weak keeps the address from being reused while the entry is there, so a
+        // live file's key is its own.
         let entry = self.write_behind.entry(key).or_insert_with(|| (Arc::downgrade(file), 0));
-        if !std::ptr::eq(entry.0.as_ptr(), Arc::as_ptr(file)) || entry.0.strong_count() == 0 {
-            *entry = (Arc::downgrade(file), 0); // a closed file's address, reused
-        }
         let from = entry.1;
         let upto = end / write_behind_page_bytes * write_behind_page_bytes;
         if upto < from.saturating_add(self.write_behind_bytes)
