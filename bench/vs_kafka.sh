@@ -54,6 +54,9 @@
 #                through the fsync-never spate-bench workloads and the latency run: on a
 #                host whose cores the broker shares with the clients, as here, pinned
 #                shards wait for the client's threads on their own core
+#   SPATE_TUNED='FLAGS'  also run a Spate started with these extra flags ("Spate-tuned"),
+#                through the same workloads as Spate-unpinned; e.g. SPATE_TUNED='--pin-shards
+#                false --drop-behind-bytes 1073741824' for a VM shared with its clients
 #   RATE=N       the latency run's records/s (default: half the slower acks=1 maximum;
 #                set it when WORKLOADS leaves the acks=1 run out)
 #   SPATE_BIN, SPATE_BENCH_BIN
@@ -265,6 +268,8 @@ phase_start() { # FSYNC SYSTEM...
     case $sys in
       Spate) start_spate "$fsync" "${DIR[$sys]}" "${PORT[$sys]}" ;;
       Spate-unpinned) start_spate "$fsync" "${DIR[$sys]}" "${PORT[$sys]}" --pin-shards false ;;
+      # shellcheck disable=SC2086 # a list of flags
+      Spate-tuned) start_spate "$fsync" "${DIR[$sys]}" "${PORT[$sys]}" $SPATE_TUNED ;;
       Kafka) start_kafka "$fsync" "${DIR[$sys]}" "${PORT[$sys]}" ;;
       Null) start_null "${DIR[$sys]}" "${PORT[$sys]}" ;;
     esac
@@ -374,7 +379,7 @@ run_rdkafka() { # FSYNC ROUND: produce RDK_RECORDS at librdkafka's defaults, the
 }
 
 # ---------------------------------------------------------------- fsync never
-phase_start never Spate ${SPATE_UNPINNED:+Spate-unpinned} Kafka Null
+phase_start never Spate ${SPATE_UNPINNED:+Spate-unpinned} ${SPATE_TUNED:+Spate-tuned} Kafka Null
 sb never "produce 1 KiB x8p acks=1" 0 p8 8 --producers 1 --acks 1 "${COMMON[@]}"
 sb never "consume backlog x8p" 2 p8 0 --producers 0 --consumers 1 --consume-from earliest --duration "$DURATION"
 sb never "produce 1 KiB x8p acks=all" 1 pall 8 --producers 1 --acks -1 "${COMMON[@]}"
@@ -396,7 +401,7 @@ m = {s: statistics.median(float(r[6]) for r in rows if r[0] == s and r[2] == "pr
 print(int(min(m.values()) / 2))
 PY
 )
-  for sys in $(order 1 Spate ${SPATE_UNPINNED:+Spate-unpinned} Kafka); do
+  for sys in $(order 1 Spate ${SPATE_UNPINNED:+Spate-unpinned} ${SPATE_TUNED:+Spate-tuned} Kafka); do
     j="${DIR[$sys]}/latency.json"
     log "$sys latency at $HALF msg/s for $LONG s"
     create_topic "${PORT[$sys]}" lat 8
@@ -449,19 +454,22 @@ for k in keys:
     if nv:
         runs += ", N " + "/".join(f"{v:.0f}" for v in nv)
     lines.append("| " + " | ".join([k[0], k[1], k[2], fmt(s), fmt(kf), ratio, fmt(nl), nratio] + [fmt(v) for v in lat] + [runs]) + " |")
-if any(r[0] == "Spate-unpinned" for r in rows):
-    lines += ["", "Spate with --pin-shards false (Spate-unpinned), against the same Kafka runs:", "",
-              "| fsync | workload | tool | Spate-unpinned MB/s | Spate-unpinned/Kafka | p99 ms | p99.9 | p99.99 | runs (MB/s) |",
+variants = {"Spate-unpinned": "--pin-shards false", "Spate-tuned": os.environ.get("SPATE_TUNED", "")}
+for variant, flags in variants.items():
+    if not any(r[0] == variant for r in rows):
+        continue
+    lines += ["", f"Spate with {flags} ({variant}), against the same Kafka runs:", "",
+              f"| fsync | workload | tool | {variant} MB/s | {variant}/Kafka | p99 ms | p99.9 | p99.99 | runs (MB/s) |",
               "|---|---|---|---|---|---|---|---|---|"]
     for k in keys:
-        u, uv = med("Spate-unpinned", k, 5)
+        u, uv = med(variant, k, 5)
         if not uv:
             continue
         kf = med("Kafka", k, 5)[0]
         lines.append("| " + " | ".join([k[0], k[1], k[2], fmt(u), f"{u/kf:.2f}x" if u and kf else "-"]
-                     + [fmt(med("Spate-unpinned", k, c)[0]) for c in (8, 9, 10)]
+                     + [fmt(med(variant, k, c)[0]) for c in (8, 9, 10)]
                      + ["/".join(f"{v:.0f}" for v in uv)]) + " |")
-for system in ("Spate", "Spate-unpinned", "Kafka"):
+for system in ("Spate", "Spate-unpinned", "Spate-tuned", "Kafka"):
     p = os.path.join(out_dir, f"latency-{system}.json")
     if not os.path.exists(p):
         continue

@@ -125,6 +125,9 @@ struct ServeArgs {
     /// With io_uring appends and --fsync never: hand each segment's appended pages to the kernel's writeback every N bytes (sync_file_range; durability is unchanged), 0 = off [default: 1048576]
     #[arg(long)]
     write_behind_bytes: Option<u64>,
+    /// With io_uring appends: each shard keeps only its N most recently appended bytes in the page cache and drops older appended pages (fadvise DONTNEED), so the page cache recycles its pages instead of growing; consumers further back read from disk (tuning.md); 0 = off [default: 0]
+    #[arg(long)]
+    drop_behind_bytes: Option<u64>,
     /// Cluster metadata store: `local` (in the data dir) or zookeeper://HOST:PORT[,HOST:PORT...]/CHROOT [default: local]
     #[arg(long)]
     metadata: Option<String>,
@@ -288,6 +291,9 @@ fn load_config(args: ServeArgs) -> Result<BrokerConfig, String> {
     }
     if let Some(v) = args.write_behind_bytes {
         config.write_behind_bytes = v;
+    }
+    if let Some(v) = args.drop_behind_bytes {
+        config.drop_behind_bytes = v;
     }
     if let Some(v) = args.fetch_zero_copy_bytes_min {
         config.fetch_zero_copy_bytes_min = v;

@@ -76,6 +76,11 @@ pub struct BrokerConfig {
     /// kernel's writeback every this many bytes (sync_file_range, not an fsync), so the
     /// flusher never meets a large backlog of them at once. 0 = leave it to the flusher.
     pub write_behind_bytes: u64,
+    /// With the ring: each shard keeps only its this many most recently appended bytes
+    /// in the page cache and drops older appended pages (fadvise DONTNEED), so the page
+    /// cache recycles pages rather than growing into free memory (tuning.md: for VMs
+    /// whose host takes free memory back). 0 = leave it to the kernel, as Kafka does.
+    pub drop_behind_bytes: u64,
     /// Where cluster metadata lives: `local` (embedded in the data dir) or
     /// `zookeeper://HOST:PORT[,HOST:PORT...]/CHROOT`.
     pub metadata: String,
@@ -321,6 +326,7 @@ impl Default for BrokerConfig {
             append_io_uring: true,
             append_inline: true,
             write_behind_bytes: 1024 * 1024,
+            drop_behind_bytes: 0,
             metadata: "local".to_string(),
             metrics_listen: None,
             coordinator: None,

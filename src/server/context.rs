@@ -35,8 +35,9 @@ const client_error_logs_per_second_max: u32 = 10;
 const partition_open_wait_ms_max: u64 = 5_000;
 /// How often completions are polled while an append write is still in flight.
 const io_poll_interval_us: u64 = 20;
-/// How often completions are polled while only write-behind requests are in flight.
-const write_behind_poll_interval_ms: u64 = 1;
+/// How often completions are polled while only write-behind or drop-behind requests are
+/// in flight.
+const background_poll_interval_ms: u64 = 1;
 
 pub struct ShardContext {
     pub id: ShardId,
@@ -328,18 +329,21 @@ impl ShardContext {
             let (progress, in_flight) = self.shard.borrow_mut().process_io();
             if progress {
                 self.flush_wakeup();
-                let (appends, writes, inline, write_behind) = self.shard.borrow().append_write_counts();
+                use std::sync::atomic::Ordering::Relaxed;
+                let n = self.shard.borrow().append_write_counts();
                 let c = self.metrics.shard(self.id);
-                c.appends_written.store(appends, std::sync::atomic::Ordering::Relaxed);
-                c.append_writes.store(writes, std::sync::atomic::Ordering::Relaxed);
-                c.append_writes_inline.store(inline, std::sync::atomic::Ordering::Relaxed);
-                c.write_behind_calls.store(write_behind, std::sync::atomic::Ordering::Relaxed);
+                c.appends_written.store(n.appends, Relaxed);
+                c.append_writes.store(n.writes, Relaxed);
+                c.append_writes_inline.store(n.inline, Relaxed);
+                c.write_behind_calls.store(n.write_behind_calls, Relaxed);
+                c.drop_behind_calls.store(n.drop_behind_calls, Relaxed);
+                c.drop_behind_bytes.store(n.drop_behind_bytes, Relaxed);
             }
             if in_flight {
                 glommio::timer::sleep(std::time::Duration::from_micros(io_poll_interval_us)).await;
-            } else if self.shard.borrow().has_write_behind_in_flight() {
+            } else if self.shard.borrow().has_background_in_flight() {
                 // Nothing waits on these: reap them at leisure (or with the next appends).
-                glommio::timer::sleep(std::time::Duration::from_millis(write_behind_poll_interval_ms)).await;
+                glommio::timer::sleep(std::time::Duration::from_millis(background_poll_interval_ms)).await;
             }
         }
     }

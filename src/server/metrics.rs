@@ -99,6 +99,9 @@ pub struct ShardCounters {
     pub append_writes_inline: AtomicU64,
     /// sync_file_range calls of the append ring's write-behind.
     pub write_behind_calls: AtomicU64,
+    /// fadvise(DONTNEED) calls of the append ring's drop-behind, and the bytes they covered.
+    pub drop_behind_calls: AtomicU64,
+    pub drop_behind_bytes: AtomicU64,
     /// Published by the shard once a second: its partitions and groups.
     pub status: Mutex<crate::shard::ShardStatus>,
     /// Record bytes produced to / fetched from each topic through this shard.
@@ -261,6 +264,18 @@ impl Metrics {
             "spate_write_behind_calls_total",
             "sync_file_range calls handing appended pages to writeback (--write-behind-bytes).",
             &|s| s.write_behind_calls.load(Ordering::Relaxed),
+        );
+        counter(
+            &mut out,
+            "spate_drop_behind_calls_total",
+            "fadvise(DONTNEED) calls dropping appended pages older than the newest --drop-behind-bytes from the page cache.",
+            &|s| s.drop_behind_calls.load(Ordering::Relaxed),
+        );
+        counter(
+            &mut out,
+            "spate_drop_behind_bytes_total",
+            "Bytes of appended data those drop-behind calls covered (pages still dirty or in use stay cached).",
+            &|s| s.drop_behind_bytes.load(Ordering::Relaxed),
         );
 
         let _ = writeln!(

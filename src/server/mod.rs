@@ -103,6 +103,7 @@ pub fn run(config: BrokerConfig) -> anyhow::Result<()> {
     tracing::info!(
         listen = %config.listen, advertise = %config.advertised(), shards = nr_shards, pin_shards = config.pin_shards,
         data_dir = %config.data_dir.display(), node_id = config.node_id, fsync = ?config.fsync,
+        write_behind_bytes = config.write_behind_bytes, drop_behind_bytes = config.drop_behind_bytes,
         "spate starting"
     );
 
@@ -600,9 +601,11 @@ async fn run_shard(
         // Group commit already writes every appended byte within its round.
         let write_behind = if config.fsync == crate::config::FsyncMode::Always { 0 } else { config.write_behind_bytes };
         match crate::shard::AppendRing::new() {
-            Ok(ring) => {
-                shard.set_append_ring(ring.with_inline_writes(config.append_inline).with_write_behind(write_behind))
-            }
+            Ok(ring) => shard.set_append_ring(
+                ring.with_inline_writes(config.append_inline)
+                    .with_write_behind(write_behind)
+                    .with_drop_behind(config.drop_behind_bytes),
+            ),
             Err(e) => tracing::warn!(shard = id.0, error = %e, "io_uring unavailable: appends are written in place"),
         }
     }

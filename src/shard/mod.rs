@@ -207,6 +207,19 @@ pub struct TxnCoordinatorStatus {
 }
 
 /// What this shard's log cleaner did since start.
+/// The append ring's counts since start: appends written and the writev calls that
+/// carried them (their ratio is the coalescing), of those written on the shard,
+/// write-behind calls, and drop-behind calls with the bytes they covered.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct AppendWriteCounts {
+    pub appends: u64,
+    pub writes: u64,
+    pub inline: u64,
+    pub write_behind_calls: u64,
+    pub drop_behind_calls: u64,
+    pub drop_behind_bytes: u64,
+}
+
 #[derive(Debug, Clone, Copy, Default)]
 pub struct CleanerTotals {
     pub passes: u64,
@@ -530,22 +543,29 @@ impl Shard {
         (progress, in_flight)
     }
 
-    /// Write-behind requests (`AppendRing::with_write_behind`) in flight, no append.
-    pub fn has_write_behind_in_flight(&self) -> bool {
-        self.ring.as_ref().is_some_and(|r| r.has_write_behind_in_flight())
+    /// Write-behind or drop-behind requests (`AppendRing::with_write_behind`,
+    /// `with_drop_behind`) in flight, no append.
+    pub fn has_background_in_flight(&self) -> bool {
+        self.ring.as_ref().is_some_and(|r| r.has_background_in_flight())
     }
 
     pub fn has_io_work(&self) -> bool {
         self.ring.as_ref().is_some_and(|r| !r.is_idle())
     }
 
-    /// (appends written, writev calls, of those written on the shard) since start: the
-    /// first two's ratio is the coalescing.
-    pub fn append_write_counts(&self) -> (u64, u64, u64, u64) {
+    /// What the append ring did since start (`AppendWriteCounts`).
+    pub fn append_write_counts(&self) -> AppendWriteCounts {
         self.ring
             .as_ref()
-            .map(|r| (r.appends_written, r.writes_submitted, r.writes_inline, r.write_behind_calls))
-            .unwrap_or((0, 0, 0, 0))
+            .map(|r| AppendWriteCounts {
+                appends: r.appends_written,
+                writes: r.writes_submitted,
+                inline: r.writes_inline,
+                write_behind_calls: r.write_behind_calls,
+                drop_behind_calls: r.drop_behind_calls,
+                drop_behind_bytes: r.drop_behind_bytes_total,
+            })
+            .unwrap_or_default()
     }
 
     fn complete_writes(&mut self, done: Vec<append_ring::Completed>) {
