@@ -12,7 +12,8 @@ follows the host, not a fixed answer:
   below the threshold: WARN with the limit and the advice);
 - the data dir's file system is found from the mount table (tmpfs: WARN, "XFS or
   ext4"; the test's own disk: the verdict its fstype and noatime call for);
-- swappiness, transparent hugepages and the clock source follow the host's files.
+- swappiness, transparent hugepages, the clock source and a virtio balloon's free
+  page reporting follow the host's files.
 """
 
 import json
@@ -26,7 +27,8 @@ from helpers.broker import DEFAULT_BIN
 SPATE = os.environ.get("SPATE_BIN", str(DEFAULT_BIN))
 
 CHECKS = ["cpu governor", "io_uring", "memlock ulimit", "open files ulimit", "data dir file system",
-          "disk scheduler", "clocksource", "transparent hugepages", "vm.swappiness", "irq affinity"]
+          "disk scheduler", "clocksource", "transparent hugepages", "vm.swappiness", "irq affinity",
+          "free page reporting"]
 OPEN_FILES_MIN = 100_000
 MEMLOCK_BYTES_MIN = 64 << 20
 
@@ -151,6 +153,15 @@ def test_kernel_settings_follow_the_host(tmp_path):
         assert c["found"] == source and c["verdict"] == ("ok" if source in ("tsc", "arch_sys_counter") else "warn"), c
     else:
         assert c["verdict"] == "unknown", c
+
+    # Free page reporting: a virtio balloon (device 0x0005) with feature bit 5.
+    reporting = any((d / "device").read_text().strip() == "0x0005"
+                    and (d / "features").read_text().strip()[5:6] == "1"
+                    for d in Path("/sys/bus/virtio/devices").glob("*")
+                    if (d / "device").exists() and (d / "features").exists())
+    c = checks["free page reporting"]
+    assert c["verdict"] == ("warn" if reporting else "ok"), c
+    assert ("--drop-behind-bytes" in c["advice"]) == reporting, c
 
     # The broker runs on io_uring; where it starts, the probe must work.
     c = checks["io_uring"]

@@ -58,6 +58,7 @@ pub fn run(args: DoctorArgs) -> u8 {
         transparent_hugepages(),
         swappiness(),
         irq_balance(),
+        free_page_reporting(),
     ];
     if args.json {
         let v: Vec<_> = checks
@@ -348,9 +349,55 @@ fn irq_balance() -> Check {
     }
 }
 
+/// virtio device id of a memory balloon.
+const virtio_balloon_device: &str = "0x0005";
+/// VIRTIO_BALLOON_F_REPORTING: the guest reports its free pages to the host.
+const virtio_balloon_free_page_reporting_bit: usize = 5;
+
+/// Whether any of these virtio devices (their `device` and `features` files, as in
+/// /sys/bus/virtio/devices/*: features one '0'/'1' character per bit, bit 0 first) is a
+/// balloon that reports free pages.
+fn reports_free_pages(devices: &[(String, String)]) -> bool {
+    devices.iter().any(|(device, features)| {
+        device == virtio_balloon_device
+            && features.as_bytes().get(virtio_balloon_free_page_reporting_bit) == Some(&b'1')
+    })
+}
+
+fn free_page_reporting() -> Check {
+    let devices: Vec<(String, String)> = std::fs::read_dir("/sys/bus/virtio/devices")
+        .map(|dir| {
+            dir.flatten()
+                .filter_map(|e| Some((read(e.path().join("device"))?, read(e.path().join("features"))?)))
+                .collect()
+        })
+        .unwrap_or_default();
+    if reports_free_pages(&devices) {
+        check(
+            "free page reporting",
+            Verdict::Warn,
+            "a virtio balloon hands free memory back to the host",
+            "spate serve --drop-behind-bytes 1073741824 (page-cache growth into free memory faults on the host; tuning.md)",
+        )
+    } else {
+        check("free page reporting", Verdict::Ok, "no virtio balloon reporting free pages", "")
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn free_page_reporting_is_bit_5_of_a_balloon_only() {
+        let dev = |d: &str, f: &str| (d.to_string(), f.to_string());
+        // This development VM's balloon: stats queue, deflate on OOM, free page reporting.
+        assert!(reports_free_pages(&[dev("0x0002", "0010001"), dev("0x0005", "0110010100000000")]));
+        assert!(!reports_free_pages(&[dev("0x0005", "0110000100000000")]), "a balloon without bit 5");
+        assert!(!reports_free_pages(&[dev("0x0001", "0000010000000000")]), "bit 5 of a network device");
+        assert!(!reports_free_pages(&[dev("0x0005", "0110")]), "features too short to say");
+        assert!(!reports_free_pages(&[]));
+    }
 
     #[test]
     fn limits_are_shown_in_their_own_units() {
