@@ -33,7 +33,7 @@
 //! cache then recycles the pages it just freed instead of growing into free memory,
 //! which on a VM whose host took that memory back costs a host fault per 4 KiB: on the
 //! development VM, page-cache writes at 100 MB/s ran at 2.2-2.6 GB/s of copy for the
-//! first ~2.5 GB and at 85-170 MB/s after, and at 2.6-2.8 GB/s throughout with 64 MiB
+//! first ~2.5 GB and at 85-170 MB/s after, and at 2.0-3.2 GB/s throughout with 64 MiB
 //! or 2 GiB kept (bench/README.md, "Drop-behind"). The kernel skips pages still dirty,
 //! under writeback, or in use by a reader, so it changes only what is cached: a
 //! consumer further back than `n` reads from disk.
@@ -71,8 +71,10 @@ const write_behind_files_pruned_at: usize = 4096;
 const drop_behind_tag: u64 = 1 << 62;
 
 /// A file's appended pages join the drop-behind queue in ranges of at least this much,
-/// so the queue holds at most `n / drop_behind_range_bytes_min` ranges.
+/// and of at least `n / drop_behind_queue_ranges_max`, so the queue holds about that
+/// many ranges (plus one per deleted file's range not yet reached) whatever `n` is.
 const drop_behind_range_bytes_min: u64 = 256 * 1024;
+const drop_behind_queue_ranges_max: u64 = 4096;
 
 /// Drop-behind requests in flight per ring; past it the queue waits for the next reap.
 const drop_behind_in_flight_max: usize = 4;
@@ -494,10 +496,11 @@ impl AppendRing {
         if self.drop_behind_bytes == 0 {
             return;
         }
+        let range_min = (self.drop_behind_bytes / drop_behind_queue_ranges_max).max(drop_behind_range_bytes_min);
         let pages = self.file_pages(file);
         let from = pages.queued;
         let upto = end / write_behind_page_bytes * write_behind_page_bytes;
-        if upto >= from.saturating_add(drop_behind_range_bytes_min) {
+        if upto >= from.saturating_add(range_min) {
             pages.queued = upto;
             self.drop_queue.push_back((Arc::downgrade(file), from, upto));
             self.drop_queued_bytes += upto - from;
@@ -945,5 +948,19 @@ mod tests {
         let mut content = Vec::new();
         (&*a).read_to_end(&mut content).unwrap();
         assert_eq!(content, expected, "a reads back from disk (the same sizes, the same bytes)");
+    }
+
+    /// The queue's ranges grow with the budget, so its length stays bounded: at 4 GiB a
+    /// range is at least 1 MiB.
+    #[test]
+    fn drop_behind_ranges_are_at_least_a_4096th_of_the_budget() {
+        let file = Arc::new(tempfile::tempfile().unwrap());
+        let mut ring = AppendRing::new().unwrap().with_drop_behind(4 << 30);
+        append_each(&mut ring, &file, 0, &[300_000, 300_000, 300_000]);
+        assert_eq!(ring.drop_queue.len(), 0, "900,000 bytes: under 1 MiB");
+        append_each(&mut ring, &file, 900_000, &[300_000]);
+        assert_eq!(ring.drop_queue.len(), 1);
+        assert_eq!(ring.drop_queued_bytes, 1_200_000 / 4096 * 4096);
+        assert_eq!(ring.drop_behind_calls, 0, "far below the budget");
     }
 }
