@@ -335,7 +335,7 @@ impl AppendRing {
         !self.syncs_in_flight.is_empty() || !self.drops_in_flight.is_empty()
     }
 
-    /// Queued ranges over the drop-behind budget, held back by the in-flight limit.
+    /// Whether more than the drop-behind budget is queued (still to be dropped).
     fn drop_behind_waiting(&self) -> bool {
         self.drop_behind_bytes > 0 && self.drop_queued_bytes > self.drop_behind_bytes
     }

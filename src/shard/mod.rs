@@ -206,7 +206,6 @@ pub struct TxnCoordinatorStatus {
     pub timed_out: u64,
 }
 
-/// What this shard's log cleaner did since start.
 /// The append ring's counts since start: appends written and the writev calls that
 /// carried them (their ratio is the coalescing), of those written on the shard,
 /// write-behind calls, and drop-behind calls with the bytes they covered.
@@ -220,6 +219,7 @@ pub struct AppendWriteCounts {
     pub drop_behind_bytes: u64,
 }
 
+/// What this shard's log cleaner did since start.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct CleanerTotals {
     pub passes: u64,
