@@ -55,8 +55,10 @@
 #                host whose cores the broker shares with the clients, as here, pinned
 #                shards wait for the client's threads on their own core
 #   SPATE_TUNED='FLAGS'  also run a Spate started with these extra flags ("Spate-tuned"),
-#                through the same workloads as Spate-unpinned; e.g. SPATE_TUNED='--pin-shards
-#                false --drop-behind-bytes 1073741824' for a VM shared with its clients
+#                through the same workloads as Spate-unpinned, the rdkafka_performance runs
+#                and the fsync-always phase (spate-bench and rdkafka_performance); e.g.
+#                SPATE_TUNED='--pin-shards false --drop-behind-bytes 268435456' for a VM
+#                shared with its clients whose host takes free memory back
 #   RATE=N       the latency run's records/s (default: half the slower acks=1 maximum;
 #                set it when WORKLOADS leaves the acks=1 run out)
 #   SPATE_BIN, SPATE_BENCH_BIN
@@ -357,7 +359,7 @@ PY
 run_rdkafka() { # FSYNC ROUND: produce RDK_RECORDS at librdkafka's defaults, then (fsync never) consume them
   local fsync=$1 r=$2 parts="" p
   for p in 0 1 2 3 4 5 6 7; do parts="$parts -p $p"; done
-  for sys in $(order "$r" Spate Kafka); do
+  for sys in $(order "$r" Spate ${SPATE_TUNED:+Spate-tuned} Kafka); do
     local d="${DIR[$sys]}" b="127.0.0.1:${PORT[$sys]}"
     log "$sys fsync=$fsync rdkafka_performance (round $r)"
     create_topic "${PORT[$sys]}" rdk 8
@@ -421,7 +423,7 @@ phase_stop
 
 # ---------------------------------------------------------------- fsync on every batch
 if [ -z "${SKIP_FSYNC:-}" ]; then
-  phase_start always Spate Kafka
+  phase_start always Spate ${SPATE_TUNED:+Spate-tuned} Kafka
   sb always "produce 1 KiB x8p acks=1" 1 p8 8 --producers 1 --acks 1 "${COMMON[@]}"
   if [ -n "${RDKAFKA_PERF:-}" ]; then for r in $(seq "$ROUNDS"); do run_rdkafka always "$r"; done; fi
   if [ -z "${SKIP_JAVA:-}" ]; then for r in $(seq "$ROUNDS"); do run_java always "$r"; done; fi
