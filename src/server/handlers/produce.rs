@@ -101,7 +101,9 @@ pub async fn handle(ctx: &ShardContext, frame: &RequestFrame) -> Result<Option<R
                 let producer = ProducerIdAndEpoch { producer_id: *producer_id, epoch: *producer_epoch };
                 let guard = *guard;
                 let tp = TopicPartition::new(topic, p.index);
-                if let Err((code, message)) = verify_in_transaction(ctx, txn_id, producer, &tp).await {
+                // Boxed: the verification's state (a call to a remote coordinator) is
+                // large and rarely needed; inline it would grow every partition's future.
+                if let Err((code, message)) = Box::pin(verify_in_transaction(ctx, txn_id, producer, &tp)).await {
                     tracing::debug!(
                         topic,
                         partition = p.index,
