@@ -37,11 +37,12 @@ use crate::model::{BrokerEpoch, LeaderEpoch, NodeId, Offset, ShardId, TopicParti
 use crate::replication::{AppendRefusal, FetchRefusal, FollowerFetchError};
 
 /// Which shard owns a partition: a stable hash of the topic name, then partitions of one
-/// topic round-robin over the shards.
+/// topic round-robin over the shards. A partition index off the wire may be negative (a
+/// hostile Fetch): it wraps to some shard, which answers that it has no such partition.
 pub fn owner_shard(tp: &TopicPartition, nr_shards: usize) -> ShardId {
     assert!(nr_shards > 0);
     let h = crc32c::crc32c(tp.topic.as_bytes()) as u64;
-    ShardId(((h + tp.partition as u64) % nr_shards as u64) as usize)
+    ShardId((h.wrapping_add(tp.partition as u64) % nr_shards as u64) as usize)
 }
 
 /// Parse a partition directory name `<topic>-<partition>`.
@@ -1462,5 +1463,15 @@ mod tests {
         let owners: std::collections::HashSet<_> =
             (0..8).map(|p| owner_shard(&TopicPartition::new("t", p), 2)).collect();
         assert_eq!(owners.len(), 2);
+    }
+
+    /// A negative partition index from a hostile Fetch once overflowed the hash's sum
+    /// (a panic with overflow checks on: test_hostile_frames.py's mutated requests under
+    /// the `ci` profile); it maps to a shard like any other.
+    #[test]
+    fn a_negative_partition_from_the_wire_still_has_an_owner() {
+        for p in [-1, -2, i32::MIN] {
+            assert!(owner_shard(&TopicPartition::new("t", p), 3).0 < 3);
+        }
     }
 }
