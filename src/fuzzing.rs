@@ -38,6 +38,14 @@ pub fn request_handler(data: &[u8]) {
     crate::server::fuzz_harness::handle_frame(data);
 }
 
+/// The bytes one client sends on one connection, to a real broker's SASL listener with
+/// the ACL authorizer on (src/server/fuzz_harness.rs): framing and its size caps, the
+/// SASL gate (SaslHandshake v0's bare tokens included), authorization, Envelope
+/// forwarding from a super user, then the handlers, as `request_handler` drives them.
+pub fn connection(data: &[u8]) {
+    crate::server::fuzz_harness::handle_connection(data);
+}
+
 /// A peer's response: i16 api key, i16 version, then the frame without its prefix, as
 /// the brokers' clients (replication fetchers, the coordinator link, the CLI) read it.
 pub fn response(data: &[u8]) {
@@ -227,6 +235,30 @@ pub fn coordinator_json(data: &[u8]) {
     let meta = dir.path().join("spate-meta");
     if std::fs::create_dir_all(&meta).and_then(|()| std::fs::write(meta.join("znodes.json"), data)).is_ok() {
         let _ = crate::coordinator::store::LocalStore::open(dir.path());
+    }
+}
+
+/// The cluster snapshot a mirror broker takes from the active coordinator
+/// (`Registry::apply_snapshot`, the peer's JSON) and reads back at start from its cache
+/// (`cluster-snapshot.json` in its data directory, `Registry::mirror`): decoded, checked
+/// against the controller epoch held, installed into the controller and turned into the
+/// topics and partitions the shards are given.
+pub fn cluster_snapshot(data: &[u8]) {
+    use crate::coordinator::registry::{LocalBroker, Registry, SNAPSHOT_CACHE_FILE};
+    let Ok(dir) = scratch_dir("snapshot") else { return };
+    let broker = || LocalBroker {
+        id: crate::model::NodeId(2),
+        endpoint: crate::coordinator::controller::Endpoint::new("127.0.0.1", 9092),
+        rack: None,
+        shards: 2,
+    };
+    // From the peer, on a mirror that has no cache yet (the cache is written then).
+    let mut from_peer = Registry::mirror(broker(), Some(dir.path()));
+    let _ = from_peer.apply_snapshot(data);
+    let _ = from_peer.apply_snapshot(data);
+    // From the cache file at start.
+    if std::fs::write(dir.path().join(SNAPSHOT_CACHE_FILE), data).is_ok() {
+        let _ = Registry::mirror(broker(), Some(dir.path()));
     }
 }
 

@@ -71,3 +71,16 @@ fn sasl_corpus() {
 fn pem_keystore_corpus() {
     assert!(replay("pem_keystore", spate::fuzzing::pem_keystore) >= 4);
 }
+
+#[test]
+fn cluster_snapshot_corpus() {
+    assert!(replay("cluster_snapshot", spate::fuzzing::cluster_snapshot) >= 3);
+}
+
+/// Every recorded connection (fuzz/corpus/connection: logins, bare SASL tokens, denied
+/// and forwarded requests) through the SASL listener of a real shard, as the
+/// `connection` fuzz target runs them.
+#[test]
+fn connection_corpus() {
+    assert!(replay("connection", spate::fuzzing::connection) >= 8);
+}

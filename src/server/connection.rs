@@ -289,17 +289,17 @@ pub async fn serve(ctx: Rc<ShardContext>, stream: TcpStream, permit: ConnectionP
 }
 
 /// What a connection knows of its socket.
-struct ConnectionInfo {
-    peer: String,
+pub(super) struct ConnectionInfo {
+    pub(super) peer: String,
     /// The client's address as Kafka shows it in group descriptions ("/127.0.0.1").
-    client_host: String,
+    pub(super) client_host: String,
     /// The socket, for sendfile and for waking a blocked reader.
-    fd: std::os::fd::RawFd,
+    pub(super) fd: std::os::fd::RawFd,
 }
 
 /// How response bytes reach the socket.
 #[derive(Clone, Copy, PartialEq, Eq)]
-enum Transport {
+pub(super) enum Transport {
     /// Plain TCP: file ranges go out with sendfile (zero-copy).
     Plain,
     /// TLS: everything goes through the TLS stream; file ranges are read into memory and
@@ -307,8 +307,9 @@ enum Transport {
     Tls,
 }
 
-/// Serve requests on an established stream (plain or TLS) until it ends.
-async fn run<S>(
+/// Serve requests on an established stream (plain or TLS) until it ends. The
+/// `connection` fuzz target (fuzz_harness.rs) drives it over an in-memory stream.
+pub(super) async fn run<S>(
     ctx: Rc<ShardContext>,
     stream: S,
     info: ConnectionInfo,
