@@ -1,12 +1,13 @@
 """Integration-test harness for Spate.
 
-Every test gets its own broker: the real binary (``target/release/spate`` unless
-``SPATE_BIN`` says otherwise) started on a free port with a fresh data directory,
-waited for until the port accepts TCP connections, and killed at teardown.  When a
+Every test gets its own broker: the real binary (``SPATE_BIN``, see below) started on a
+free port (helpers/broker.py: each pytest-xdist worker has its own range) with a fresh
+data directory, waited for until the port accepts TCP connections, and killed at teardown.  When a
 test fails, the broker's log (stderr + stdout) is attached to the pytest report.
 
 Environment knobs:
-  SPATE_BIN           path to the broker binary (default: <repo>/target/release/spate)
+  SPATE_BIN           path to the broker binary (default: the newer of <repo>/target/ci/spate,
+                      which scripts/test builds, and <repo>/target/release/spate)
   SPATE_TEST_TANSU    path to a Tansu binary: run the tests against Tansu instead
                       (debugging aid for the test code only; Tansu keeps data in
                       memory, so restart tests fail there, and spate-only flags are
@@ -61,6 +62,9 @@ def pytest_configure(config):
     config.addinivalue_line(
         "markers", "broker_args(*args): extra command-line flags for the `broker` fixture")
     config.addinivalue_line("markers", "slow: a test that takes more than a few seconds")
+    config.addinivalue_line(
+        "markers", "serial: a module that measures time, CPU or memory, or loads the machine: scripts/test "
+        "runs these alone after the parallel part (-m 'not serial' -n N, then -m serial)")
 
 
 # Test brokers refuse produce below this much free space on their data dir's file system

@@ -6,8 +6,13 @@
 //! fresh one rebuilt from the ZooKeeper documents its changes were persisted as. Invariants
 //! are checked after every step.
 //!
-//! A failure prints its seed; replay it with `SPATE_SIM_SEED=<seed> cargo test --test
-//! controller_sim sim_seeds -- --nocapture`. `SPATE_SIM_SEEDS=<n>` runs more seeds.
+//! A failure prints its seed; replay it with `SPATE_SIM_SEED=<seed> cargo test --profile ci
+//! --test controller_sim sim_seeds -- --nocapture`. `SPATE_SIM_SEEDS=<n>` runs more fixed
+//! seeds; `SPATE_TEST_SEED` (set by `scripts/test` from the commit) adds a window of
+//! `SEEDS_EXPLORED` seeds past them (tests/explore/mod.rs).
+
+#[path = "explore/mod.rs"]
+mod explore;
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -50,6 +55,8 @@ const B4: NodeId = NodeId(4);
 const B5: NodeId = NodeId(5);
 const B6: NodeId = NodeId(6);
 const STEPS_PER_SEED: usize = 250;
+/// Seeds past the fixed 300 that `sim_seeds` explores when `SPATE_TEST_SEED` is set.
+const SEEDS_EXPLORED: u64 = 300;
 /// Topic creation pauses at this many topics (deletes keep going), to bound a step's cost.
 const TOPICS_MAX: usize = 10;
 const SESSION_TIMEOUT_MS: u64 = 9_000;
@@ -718,7 +725,7 @@ fn sim_seeds() {
         Ok(s) => vec![s.parse().expect("SPATE_SIM_SEED is a u64")],
         Err(_) => {
             let n: u64 = std::env::var("SPATE_SIM_SEEDS").ok().and_then(|s| s.parse().ok()).unwrap_or(300);
-            (0..n).collect()
+            (0..n).chain(explore::window("controller_sim", SEEDS_EXPLORED, 2)).collect()
         }
     };
     for seed in seeds {

@@ -146,8 +146,9 @@
 //! fetch never reaches a leader here (`LeaderState`'s unit tests cover its refusal).
 //!
 //! `sim_seeds` runs `SEEDS_DEFAULT` seeds of `STEPS_PER_SEED` steps on the available
-//! cores. A failure prints its seed and the last events; replay it with
-//! `SPATE_SIM_SEED=<seed> cargo test --release --test replication_sim sim_seeds --
+//! cores, and under `scripts/test` a window of `SEEDS_EXPLORED` more that moves with the
+//! commit (`SPATE_TEST_SEED`, tests/explore/mod.rs). A failure prints its seed and the last events; replay it with
+//! `SPATE_SIM_SEED=<seed> cargo test --profile ci --test replication_sim sim_seeds --
 //! --nocapture`. `SPATE_SIM_SEEDS=<n>` runs seeds 0..n. Seeds past the default ones
 //! that once failed stay as regression seeds (`sim_seed_*`). The `sim_catches_*` tests
 //! put a known bug back into what the simulated broker does around the machine
@@ -158,6 +159,9 @@
 //! acknowledged record, truncation by leader epoch keeps it), KIP-279 (`kip279_*`), a
 //! restarted follower rejoining the ISR (`a_restarted_follower_rejoins_the_isr_only_after_fetching`)
 //! and an idempotent retry after a failover (`a_retry_after_a_failover_*`).
+
+#[path = "explore/mod.rs"]
+mod explore;
 
 use std::cmp::Ordering;
 use std::collections::{BTreeMap, BinaryHeap, VecDeque};
@@ -219,9 +223,13 @@ const QUIET_MS_MAX: u64 = 1_500;
 const BURST_MS_MAX: u64 = 2_000;
 const SILENCE_MS_MAX: u64 = 4_000;
 const TRACE_EVENTS_MAX: usize = 80;
-/// Seeds `sim_seeds` runs: about 5 s on two cores in release; debug builds are some
-/// twelve times slower and run a tenth.
-const SEEDS_DEFAULT: u64 = if cfg!(debug_assertions) { 100 } else { 1_000 };
+/// Fixed seeds `sim_seeds` runs: about 5 s on two cores optimised (`--profile ci` or
+/// `--release`); an unoptimised build is some twelve times slower (`SPATE_SIM_SEEDS=100`
+/// for a quick look).
+const SEEDS_DEFAULT: u64 = 1_000;
+/// Seeds past the fixed ones that `sim_seeds` explores when `SPATE_TEST_SEED` is set
+/// (tests/explore/mod.rs): a new window each commit.
+const SEEDS_EXPLORED: u64 = 1_000;
 const SIM_THREADS_MAX: usize = 8;
 /// Idempotent seeds `sim_catches_appended_retries` runs.
 const IDEMPOTENCE_GUARD_SEEDS: u64 = 20;
@@ -2646,8 +2654,8 @@ fn run_seeds(seeds: &[u64], as_spate: AsSpate) -> Option<(u64, String)> {
 }
 
 /// `SPATE_SIM_SEED=<seed>` replays one seed; `SPATE_SIM_SEEDS=<n>` runs seeds 0..n (from
-/// `SPATE_SIM_SEEDS_FROM=<m>` on, if set); see
-/// `AsSpate` for the other variables.
+/// `SPATE_SIM_SEEDS_FROM=<m>` on, if set); `SPATE_TEST_SEED` adds its window of
+/// `SEEDS_EXPLORED` seeds (tests/explore/mod.rs); see `AsSpate` for the other variables.
 #[test]
 fn sim_seeds() {
     let seeds: Vec<u64> = match std::env::var("SPATE_SIM_SEED") {
@@ -2655,7 +2663,7 @@ fn sim_seeds() {
         Err(_) => {
             let n: u64 = std::env::var("SPATE_SIM_SEEDS").ok().and_then(|s| s.parse().ok()).unwrap_or(SEEDS_DEFAULT);
             let from: u64 = std::env::var("SPATE_SIM_SEEDS_FROM").ok().and_then(|s| s.parse().ok()).unwrap_or(0);
-            (from..n).collect()
+            (from..n).chain(explore::window("replication_sim", SEEDS_EXPLORED, 1)).collect()
         }
     };
     let as_spate = AsSpate::from_env();

@@ -13,14 +13,14 @@ from confluent_kafka import KafkaError, KafkaException, Producer
 from confluent_kafka.admin import (AclBindingFilter, AclOperation, AclPermissionType, AdminClient,
                                    ResourcePatternType, ResourceType, ScramMechanism)
 
-from helpers.broker import DEFAULT_BIN, free_port
+from helpers.broker import SPATE_BIN, free_port
 from helpers.clients import admin
 from test_acls import acl_tool, parse_acl_list
 from test_kafka_tools import configs_tool, tools_classpath  # noqa: F401 (fixture)
 from test_quotas import check_scram_document, local_znode, quota_describe
 from test_txn_acls import create_topics, start_sasl_broker, user_conf
 
-SPATE = str(DEFAULT_BIN)
+SPATE = str(SPATE_BIN)
 
 
 def spate(bootstrap, *args, stdin=None, json_out=False):

@@ -22,6 +22,7 @@ import time
 import pytest
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, TopicPartition
 
+from helpers.broker import SPATE_BIN  # noqa: E402
 from helpers.clients import admin, cf_consume, cf_produce, create_topic, kcat
 from helpers.wire import connect, frame, recv_frame, request_header_v1
 from test_zookeeper import read_json as zk_json
@@ -32,7 +33,7 @@ SESSION_MS = 3000
 HEARTBEAT_MS = 300
 ZK_SESSION_MS = 4000
 
-SPATE = os.environ.get("SPATE_BIN", os.path.join(os.path.dirname(__file__), "..", "target", "release", "spate"))
+SPATE = str(SPATE_BIN)
 
 NOT_LEADER_OR_FOLLOWER = 6
 NOT_COORDINATOR = 16

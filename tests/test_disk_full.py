@@ -16,7 +16,8 @@ from confluent_kafka import KafkaError, Producer
 
 from helpers.clients import admin, cf_conf, cf_consume, cf_consumer, cf_produce, create_topic, wait_for_topic_gone
 
-pytestmark = [pytest.mark.timeout(300)]
+# Serial (scripts/test runs it alone, after the parallel part): it fills tmpfs file systems of its own and waits on the free-space floor.
+pytestmark = [pytest.mark.serial, pytest.mark.timeout(300)]
 
 THRESHOLD_BYTES = 16 * 1024 * 1024
 VALUE = b"v" * 10_000

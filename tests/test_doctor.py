@@ -22,9 +22,9 @@ import resource
 import subprocess
 from pathlib import Path
 
-from helpers.broker import DEFAULT_BIN
+from helpers.broker import SPATE_BIN
 
-SPATE = os.environ.get("SPATE_BIN", str(DEFAULT_BIN))
+SPATE = str(SPATE_BIN)
 
 CHECKS = ["cpu governor", "io_uring", "memlock ulimit", "open files ulimit", "data dir file system",
           "disk scheduler", "clocksource", "transparent hugepages", "vm.swappiness", "irq affinity",

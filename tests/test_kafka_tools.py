@@ -296,16 +296,22 @@ def test_kafka_topics_bad_assignments_are_refused(cluster, tools_classpath):
                           "--replica-assignment", "1:9,2:3")
     assert "InvalidReplicaAssignment" in out or "invalid replica assignment" in out, out
     assert "broker 9 is not registered" in out, out
-    assert "tools-bad" not in topic_names(b1.bootstrap)
 
+    # A refused change could still show up late: each negative check waits until b1 has
+    # seen a change made after the refusal (the controller orders them), so one wrongly
+    # applied would be in b1's metadata by then.
     rc, out = topics_tool(tools_classpath, b2.bootstrap, "--create", "--topic", "tools-ok",
                           "--replica-assignment", "1:2")
     assert rc == 0, out
-    wait_view(b3.bootstrap, "tools-ok", [[1, 2]])
+    wait_view(b1.bootstrap, "tools-ok", [[1, 2]])
+    assert "tools-bad" not in topic_names(b1.bootstrap), "a refused --create made the topic"
     rc, out = topics_tool(tools_classpath, b3.bootstrap, "--alter", "--topic", "tools-ok", "--partitions", "3",
                           "--replica-assignment", "1:2,2:3,3:7")
     assert "partition 2: broker 7 is not registered" in out, out
-    time.sleep(0.5)
+    rc, out = topics_tool(tools_classpath, b3.bootstrap, "--create", "--topic", "tools-after",
+                          "--replica-assignment", "3:1")
+    assert rc == 0, out
+    wait_view(b1.bootstrap, "tools-after", [[3, 1]])
     assert len(cluster_view(b1.bootstrap, "tools-ok")) == 1, "a refused --alter added partitions"
 
 
@@ -505,7 +511,10 @@ def test_admin_client_replica_assignments(cluster, tools_classpath):
         for b in (b1, b3):
             code, message = partitions_error(b.bootstrap, "cf-assigned", total, a)
             assert code == INVALID_REPLICA_ASSIGNMENT and words in message, (what, b.bootstrap, code, message)
-    time.sleep(0.5)
+    # A change made after the refusals, seen by b1: any refused one wrongly applied
+    # (the controller orders them) would be in b1's metadata by then.
+    assert create_error(b3.bootstrap, "cf-after", [[1, 3]]) == (0, "")
+    wait_view(b1.bootstrap, "cf-after", [[1, 3]])
     names = topic_names(b1.bootstrap)
     assert not names & set(bad_topics), names
     assert cluster_view(b1.bootstrap, "cf-assigned") == {p: (r[0], r, r) for p, r in enumerate(grown)}

@@ -13,6 +13,7 @@ import json
 import threading
 import time
 
+import pytest
 from confluent_kafka import Consumer, KafkaError, Producer
 from confluent_kafka.admin import (ScramCredentialInfo, ScramMechanism, UserScramCredentialDeletion,
                                    UserScramCredentialUpsertion)
@@ -23,6 +24,9 @@ from helpers.clients import admin, cf_conf, create_topic
 from helpers.metrics import metric_sum, scrape
 from test_kafka_tools import configs_tool, tools_classpath  # noqa: F401 (fixture)
 from test_security import ALICE, certs, sasl_conf, start_secure  # noqa: F401 (fixture)
+
+# Serial (scripts/test runs it alone, after the parallel part): quota windows are measured in wall time: a loaded machine would move the throttle figures.
+pytestmark = [pytest.mark.serial]
 
 MIB = 1024 * 1024
 VALUE_BYTES = 10_000

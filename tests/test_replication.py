@@ -20,11 +20,12 @@ import time
 import pytest
 from confluent_kafka import Producer
 
+from helpers.broker import SPATE_BIN  # noqa: E402
 from helpers.clients import admin, cf_consume, cf_read_partition, create_topic
 from test_cluster import SESSION_MS, cluster_args, wait_brokers, wait_for
 
 LAG_MS = 3000
-SPATE = os.environ.get("SPATE_BIN", os.path.join(os.path.dirname(__file__), "..", "target", "release", "spate"))
+SPATE = str(SPATE_BIN)
 
 
 def start_cluster(broker_factory, *more):

@@ -101,7 +101,7 @@ def test_second_broker_on_the_same_data_dir_refuses_to_start(broker, tmp_path):
     topic = "locked"
     create_topic(broker.bootstrap, topic, 1)
     cf_produce(broker.bootstrap, topic, [{"value": b"before"}])
-    binary = os.environ.get("SPATE_BIN", broker.command()[0])
+    binary = broker.command()[0]
     port = free_port()
     second = [binary, "serve", "--data-dir", str(broker.data_dir),
               "--listen", f"127.0.0.1:{port}", "--advertise", f"127.0.0.1:{port}"]
@@ -139,7 +139,7 @@ def test_data_dir_lock_is_released_by_kill9(broker_factory, tmp_path):
 def test_second_broker_on_a_port_a_live_broker_serves_refuses_at_once(broker, tmp_path):
     """Another data directory, the same port: the port's listener has a live owner, so
     the second broker refuses at once (no wait meant for a killed broker's socket)."""
-    binary = os.environ.get("SPATE_BIN", broker.command()[0])
+    binary = broker.command()[0]
     second = [binary, "serve", "--data-dir", str(tmp_path / "other"),
               "--listen", broker.bootstrap, "--advertise", broker.bootstrap]
     started = time.monotonic()

@@ -17,7 +17,8 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Producer, To
 
 from helpers.clients import admin, cf_conf, create_topic
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
+# Serial (scripts/test runs it alone, after the parallel part): it times a restart of many partitions against goals.
+pytestmark = [pytest.mark.serial, pytest.mark.slow, pytest.mark.timeout(600)]
 
 TOPICS = 4
 PARTITIONS = int(os.environ.get("SPATE_SCALE_PARTITIONS", "1000"))

@@ -17,7 +17,7 @@ import pytest
 from confluent_kafka import Consumer, KafkaException, Producer
 from confluent_kafka.admin import AdminClient
 
-from helpers.broker import DEFAULT_BIN, free_port
+from helpers.broker import SPATE_BIN, free_port
 from helpers.clients import kcat
 from helpers.metrics import metric_sum, scrape
 from helpers.wire import api_versions_request, connect, frame, outcome_after, recv_frame, request_header_v1
@@ -420,7 +420,7 @@ def test_encrypted_private_keys_open_with_ssl_key_password(broker_factory, tmp_p
                  "ssl.key.location": str(own / "client.key")}
     produce_and_read_back(with_cert, "encrypted-key", n=50)
 
-    spate = os.environ.get("SPATE_BIN", str(DEFAULT_BIN))
+    spate = str(SPATE_BIN)
     props = tmp_path / "client.properties"
     client_props = ("security.protocol=SSL\nssl.truststore.type=PEM\n"
                     f"ssl.truststore.location={own / 'ca.pem'}\n"

@@ -26,6 +26,7 @@ import pytest
 from confluent_kafka import Consumer, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from helpers.broker import SPATE_BIN  # noqa: E402
 from helpers.broker import free_port
 from helpers.wire import (api_versions_request, frame, outcome_after, parse_write_txn_markers, recv_frame,
                           request_header_v1, write_txn_markers)
@@ -274,7 +275,7 @@ def test_the_inter_broker_listener_refuses_strangers_and_wrong_passwords(broker_
     wait_for(lambda: partition_state(conf, topic), lambda s: s[2] == [1, 2, 3], 60, "broker 3 back in the ISR")
 
 
-SPATE = os.environ.get("SPATE_BIN", os.path.join(os.path.dirname(__file__), "..", "target", "release", "spate"))
+SPATE = str(SPATE_BIN)
 
 
 def spate(*args, stdin=None):

@@ -28,6 +28,9 @@ from confluent_kafka import KafkaError, Producer, TopicPartition
 from helpers.broker import REPO_ROOT
 from helpers.clients import RDKAFKA_LOGGER, cf_consume, cf_consumer, create_topic
 
+# Serial (scripts/test runs it alone, after the parallel part): it throttles a cgroup's block I/O and times what the broker does about it.
+pytestmark = [pytest.mark.serial]
+
 MiB = 1024 * 1024
 
 DISK_WRITE_BYTES_PER_S = 8 * MiB

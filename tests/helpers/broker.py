@@ -1,6 +1,7 @@
 """Start / stop / kill / restart a real broker process for the integration tests."""
 
 import os
+import random
 import shutil
 import signal
 import socket
@@ -9,16 +10,64 @@ import time
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-DEFAULT_BIN = REPO_ROOT / "target" / "release" / "spate"
+
+
+def default_bin():
+    """`SPATE_BIN`, else the newer of the `ci` profile's build (what `scripts/test`
+    builds) and the release build."""
+    if os.environ.get("SPATE_BIN"):
+        return Path(os.environ["SPATE_BIN"])
+    built = [p for p in (REPO_ROOT / "target" / "ci" / "spate", REPO_ROOT / "target" / "release" / "spate")
+             if p.exists()]
+    return max(built, key=lambda p: p.stat().st_mtime) if built else REPO_ROOT / "target" / "release" / "spate"
+
+
+# The broker binary every test runs.
+SPATE_BIN = default_bin()
 
 READY_TIMEOUT = float(os.environ.get("SPATE_READY_TIMEOUT", "30"))
 
 
-def free_port():
-    """A TCP port that was free a moment ago on 127.0.0.1."""
+# Ports for test brokers, below the kernel's ephemeral range (32768-60999 by default),
+# where no client's connect() ever picks one: each pytest-xdist worker (PYTEST_XDIST_WORKER
+# gw0, gw1, ...) and the serial run draws from its own slice, so a port one worker has
+# just found free is not handed to another's broker before it binds.
+PORT_BASE = 20000
+PORT_SLICE = 1000
+PORT_SLICES = 12
+_next_port = None
+
+
+def _port_slice():
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+    index = int(worker[2:]) + 1 if worker.startswith("gw") and worker[2:].isdigit() else 0
+    return PORT_BASE + (index % PORT_SLICES) * PORT_SLICE
+
+
+def _bindable(port):
+    """Nothing holds `port` on any address (a lingering socket of a killed broker included)."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+        try:
+            s.bind(("0.0.0.0", port))
+            return True
+        except OSError:
+            return False
+
+
+def free_port():
+    """A TCP port that was free a moment ago on every address: the next one in this
+    process's slice (see PORT_BASE) that binds. A second pytest run on the same machine
+    starts at another place in the slice and skips what the first one holds."""
+    global _next_port
+    base = _port_slice()
+    if _next_port is None:
+        _next_port = random.randrange(PORT_SLICE)
+    for _ in range(PORT_SLICE):
+        port = base + _next_port
+        _next_port = (_next_port + 1) % PORT_SLICE
+        if _bindable(port):
+            return port
+    raise RuntimeError(f"no free port in {base}..{base + PORT_SLICE}")
 
 
 def port_open(host, port, timeout=0.5):
@@ -87,7 +136,7 @@ class Broker:
             url = f"tcp://{self.bootstrap}"
             return [self.tansu, "broker", "--listener-url", url,
                     "--advertised-listener-url", url, "--storage-engine", "memory://tansu/"]
-        binary = os.environ.get("SPATE_BIN", str(DEFAULT_BIN))
+        binary = str(SPATE_BIN)
         cmd = [binary, "serve", "--data-dir", str(self.data_dir),
                "--listen", self.bootstrap, "--advertise", self.bootstrap]
         if self.cores is not None:

@@ -2,8 +2,10 @@
 //! `#[path]` by tests/log_model.rs, tests/log_replica.rs and src/txn/producer_state.rs;
 //! a new proptest uses it too). CI must be deterministic and every failure replayable:
 //!
-//! - The RNG seed is `CI_SEED` under `CI=true` (so CI runs the same cases every time),
-//!   a fresh random one otherwise (so local runs keep exploring).
+//! - The RNG seed is `SPATE_TEST_SEED` where it is set (`scripts/test` derives it from
+//!   the commit and prints it, tests/explore/mod.rs: each commit explores new cases, and
+//!   a run replays with the seed it printed), else `CI_SEED` under `CI=true`, else a fresh
+//!   random one (so local runs keep exploring).
 //! - The seed is printed as each test starts: the test harness shows a test's output
 //!   only when it fails, so a failure reads "proptest seed N: replay with
 //!   PROPTEST_RNG_SEED=N". `PROPTEST_RNG_SEED=<n>` (read here and by proptest itself)
@@ -16,13 +18,16 @@
 
 use proptest::test_runner::{Config, FileFailurePersistence, RngSeed};
 
-/// The seed under `CI=true`.
+/// The seed under `CI=true` without `SPATE_TEST_SEED`.
 pub const CI_SEED: u64 = 21;
 
 /// `cases` cases, seeded as the module comment says.
 pub fn config(cases: u32) -> Config {
     let seed = match std::env::var("PROPTEST_RNG_SEED") {
         Ok(s) => s.trim().parse().expect("PROPTEST_RNG_SEED is a u64"),
+        Err(_) if std::env::var("SPATE_TEST_SEED").is_ok() => {
+            std::env::var("SPATE_TEST_SEED").unwrap().trim().parse().expect("SPATE_TEST_SEED is a u64")
+        }
         Err(_) if std::env::var("CI").is_ok_and(|v| v == "true" || v == "1") => CI_SEED,
         Err(_) => {
             use std::hash::{BuildHasher, Hasher};
