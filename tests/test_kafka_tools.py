@@ -61,6 +61,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import ConfigResource, NewPartitions, NewTopic
 
 from helpers.broker import REPO_ROOT
+from helpers.jvm import finish_dump, tool_jvm_options
 from helpers.maven import maven_classpath
 from helpers.clients import admin, cf_conf, cf_produce, cf_read_partition
 from helpers.wire import api_versions_request, call, frame, parse_api_versions_v0, request_header_v1
@@ -86,12 +87,15 @@ def tools_classpath():
 
 
 def run_tool(classpath, main, *args, timeout=RUN_TIMEOUT_S):
-    """Runs org.apache.kafka.tools.<main>; returns (exit code, output)."""
-    cmd = ["java", "-Dorg.slf4j.simpleLogger.defaultLogLevel=warn", "-cp", classpath,
+    """Runs org.apache.kafka.tools.<main>; returns (exit code, output). The JVM starts with
+    C1 only and a class-data sharing archive of the tools (helpers/jvm.py)."""
+    jvm = tool_jvm_options(classpath, TOOLS_DIR / "target")
+    cmd = ["java", *jvm, "-Dorg.slf4j.simpleLogger.defaultLogLevel=warn", "-cp", classpath,
            f"org.apache.kafka.tools.{main}", *map(str, args)]
     try:
         r = subprocess.run(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                            stderr=subprocess.STDOUT, timeout=timeout)
+        finish_dump(jvm)
     except subprocess.TimeoutExpired as e:
         pytest.fail(f"{main} {' '.join(map(str, args))} did not finish within {timeout}s; output:\n"
                     f"{(e.stdout or b'').decode(errors='replace')}")
