@@ -13,6 +13,7 @@ import subprocess
 import sys
 import time
 
+import pytest
 from confluent_kafka import Consumer, TopicPartition
 
 from helpers.clients import cf_consume, cf_produce, create_topic
@@ -52,6 +53,9 @@ def start_processor(bootstrap, log):
                             stdout=log, stderr=subprocess.STDOUT)
 
 
+# Its own deadlines (three steps of 120 s, then 180 s) decide, with the processor's stack
+# and log in the failure: the default 180 s cut it off first under load.
+@pytest.mark.timeout(660)
 def test_consume_transform_produce_is_exactly_once_through_kills(broker_factory, tmp_path):
     brokers = start_cluster(broker_factory)
     boot = ",".join(b.bootstrap for b in brokers.values())

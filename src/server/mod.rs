@@ -52,6 +52,10 @@ const shutdown_grace_ms: u64 = 10_000;
 const group_tick_interval_ms: u64 = 100;
 /// How often each shard rolls segments by age and checks flush.ms.
 const housekeeping_interval_ms: u64 = 1_000;
+/// While a shard starts, its executor wakes at least this often (see `run_shard`).
+const startup_tick_ms: u64 = 10;
+/// A mesh join slower than this is logged: a lost wake-up the ticker made up for.
+const mesh_join_slow_ms: u64 = 1_000;
 /// glommio's registered buffer pool per shard (only DMA file I/O uses it).
 const shard_io_memory_bytes: usize = 1024 * 1024;
 
@@ -580,7 +584,27 @@ async fn run_shard(
     disk: Arc<disk::DiskSpace>,
     listeners: Vec<Arc<listener::ListenerRuntime>>,
 ) -> anyhow::Result<()> {
+    // glommio 0.9 can lose the wake-up of an executor that sleeps on a shared channel:
+    // with no timer pending it then sleeps for ever. Running, a shard always has timers
+    // (housekeeping), which bound such a loss; while it starts, this ticker does. Seen in
+    // a test run: shard 0 spinning in the mesh join's connect, shard 1 asleep in the
+    // reactor, the broker never listening; earlier, both shards asleep after an empty
+    // open handed to the blocking pool.
+    let starting = Rc::new(std::cell::Cell::new(true));
+    glommio::spawn_local({
+        let starting = starting.clone();
+        async move {
+            while starting.get() {
+                glommio::timer::sleep(Duration::from_millis(startup_tick_ms)).await;
+            }
+        }
+    })
+    .detach();
+    let joined_at = std::time::Instant::now();
     let (senders, receivers) = mesh.join().await.map_err(|_| anyhow::anyhow!("channel mesh join failed"))?;
+    if joined_at.elapsed() > Duration::from_millis(mesh_join_slow_ms) {
+        tracing::warn!(shard = id.0, join_ms = joined_at.elapsed().as_millis() as u64, "the shards' channel mesh was slow to join");
+    }
     let mut shard = Shard::new(
         id,
         nr_shards,
@@ -612,7 +636,7 @@ async fn run_shard(
     // Recovery runs on threads of the blocking pool's task, not on this data core. A
     // new broker has nothing to open: no hop to the pool then. (Once in CI, a fresh
     // broker's two shards both waited forever for an empty open here, their pool
-    // threads idle: a lost wake-up we have not found in glommio 0.9.)
+    // threads idle: a lost wake-up in glommio 0.9, which the startup ticker now bounds.)
     let jobs = shard.open_jobs()?;
     let started_ms = now_ms();
     let opened = if jobs.is_empty() {
@@ -838,6 +862,8 @@ async fn run_shard(
         }));
     }
 
+    // Started: from here this loop's timer wakes the executor (see `starting` above).
+    starting.set(false);
     while !shutdown.load(Ordering::SeqCst) {
         glommio::timer::sleep(Duration::from_millis(50)).await;
     }
