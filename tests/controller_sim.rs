@@ -1098,3 +1098,30 @@ fn a_pause_of_the_controller_fences_nobody_and_a_dead_broker_a_session_later() {
     assert!(fenced_at > resumed + session && fenced_at <= resumed + session + 1_000, "fenced at {fenced_at}");
     assert_eq!(c.take_pause(), None, "one-second ticks are no pause");
 }
+
+/// Turning `unclean.leader.election.enable` on for a topic whose partition is offline
+/// (its only ISR member fenced, another replica live) elects that replica at once, as
+/// Kafka's controller does on the config change. Before, the election waited for the
+/// next broker event, and a heartbeat in between broke the invariant ("offline although
+/// unclean election may pick a live replica"): a panic under debug assertions, caught by
+/// test_replication.py against a `--profile ci` binary.
+#[test]
+fn enabling_unclean_election_elects_an_offline_partitions_live_replica_at_once() {
+    let mut c = cluster(&[B1, B2], false);
+    c.create_topic("u", Uuid::from_u128(9), 1, 2, BTreeMap::new(), &mut zero()).unwrap();
+    heartbeat_all_but(&mut c, &[], 0);
+    let s = c.partition_state("u", 0).unwrap().clone();
+    let (leader, follower) = (s.leader, if s.leader == B1 { B2 } else { B1 });
+    c.alter_partition("u", 0, leader, s.leader_epoch, s.partition_epoch, &ids(&[leader])).unwrap();
+    // The leader misses its session; the follower, out of the ISR, heartbeats on.
+    let later = ControllerConfig::default().broker_session_timeout_ms + 1;
+    heartbeat_all_but(&mut c, &[leader], later);
+    c.tick(later);
+    assert_eq!(c.partition_state("u", 0).unwrap().leader, NO_LEADER, "offline: its only ISR member is fenced");
+    let configs = BTreeMap::from([(UNCLEAN_LEADER_ELECTION_CONFIG.to_string(), "true".to_string())]);
+    let changes = c.set_topic_configs("u", configs).unwrap();
+    let s = c.partition_state("u", 0).unwrap();
+    assert_eq!((s.leader, &s.isr[..]), (follower, &[follower][..]), "changes: {changes:?}");
+    assert!(!changes.is_empty(), "the election is a change to persist");
+    heartbeat_all_but(&mut c, &[leader], later + 1);
+}

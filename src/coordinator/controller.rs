@@ -868,12 +868,21 @@ impl Controller {
     }
 
     /// Replace a topic's config overrides (AlterConfigs); the caller writes
-    /// `/config/topics/<t>`. `unclean.leader.election.enable` takes effect at the next
-    /// election.
-    pub fn set_topic_configs(&mut self, name: &str, configs: BTreeMap<String, String>) -> Result<(), ControllerError> {
+    /// `/config/topics/<t>` and persists the changes returned. Turning
+    /// `unclean.leader.election.enable` on elects a live replica for each offline partition
+    /// at once, as Kafka's controller does when the config changes (not at the next
+    /// broker event: the invariants hold after every decision).
+    pub fn set_topic_configs(
+        &mut self,
+        name: &str,
+        configs: BTreeMap<String, String>,
+    ) -> Result<Vec<Change>, ControllerError> {
         let t = self.topics.get_mut(name).ok_or_else(|| ControllerError::UnknownTopic(name.to_string()))?;
         t.configs = configs;
-        Ok(())
+        let mut changes = Vec::new();
+        self.elect_offline(&mut changes);
+        self.debug_check();
+        Ok(changes)
     }
 
     /// The dynamic configs of broker config entity `entity` (a broker id, or `<default>`).

@@ -1157,7 +1157,8 @@ impl Registry {
             return Err(RegistryError::UnknownTopic(name.to_string()));
         }
         self.store()?.put(&paths::topic_config(name), &layout::encode_topic_config(&configs.overrides))?;
-        self.controller.set_topic_configs(name, configs.overrides.clone())?;
+        let elected = self.controller.set_topic_configs(name, configs.overrides.clone())?;
+        self.persist(&elected)?;
         if let Role::Active { changes, .. } = &mut self.role {
             *changes += 1;
         }
