@@ -15,6 +15,7 @@ import time
 
 import pytest
 from confluent_kafka import Producer
+from kazoo.exceptions import NoNodeError
 
 from helpers import wire
 from helpers.metrics import metric_sum, scrape
@@ -368,8 +369,12 @@ def test_producer_ids_never_repeat_across_a_zookeeper_coordinator_failover(broke
         brokers[active].kill()
         deadline = time.monotonic() + ZK_SESSION_MS / 1000 + 20
         while time.monotonic() < deadline:
-            if zk.exists("/fo/controller") and json.loads(zk.get("/fo/controller")[0])["brokerid"] == standby:
-                break
+            # One read: /fo/controller (ephemeral) can go between an exists() and a get().
+            try:
+                if json.loads(zk.get("/fo/controller")[0])["brokerid"] == standby:
+                    break
+            except NoNodeError:
+                pass
             time.sleep(0.1)
         else:
             raise AssertionError("the standby did not take over")
