@@ -298,7 +298,8 @@ async fn handle_one(ctx: &Rc<ShardContext>, bytes: Bytes) {
 /// `connection::serve` runs an accepted socket (with the TLS transport's writes, so that
 /// fetched file ranges are read as bytes: there is no socket to sendfile to).
 async fn connection_one(ctx: &Rc<ShardContext>, listener: &Arc<super::listener::ListenerRuntime>, bytes: Bytes) {
-    let info = super::connection::ConnectionInfo { peer: "127.0.0.1:1".into(), client_host: "/127.0.0.1".into(), fd: -1 };
+    let info =
+        super::connection::ConnectionInfo { peer: "127.0.0.1:1".into(), client_host: "/127.0.0.1".into(), fd: -1 };
     let stream = MemoryStream { input: bytes, next_read: 1 };
     let run = Box::pin(super::connection::run(
         ctx.clone(),
@@ -345,11 +346,17 @@ impl futures_lite::AsyncWrite for MemoryStream {
         std::task::Poll::Ready(Ok(buf.len()))
     }
 
-    fn poll_flush(self: std::pin::Pin<&mut Self>, _cx: &mut std::task::Context<'_>) -> std::task::Poll<std::io::Result<()>> {
+    fn poll_flush(
+        self: std::pin::Pin<&mut Self>,
+        _cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
         std::task::Poll::Ready(Ok(()))
     }
 
-    fn poll_close(self: std::pin::Pin<&mut Self>, _cx: &mut std::task::Context<'_>) -> std::task::Poll<std::io::Result<()>> {
+    fn poll_close(
+        self: std::pin::Pin<&mut Self>,
+        _cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
         std::task::Poll::Ready(Ok(()))
     }
 }

@@ -603,7 +603,11 @@ async fn run_shard(
     let joined_at = std::time::Instant::now();
     let (senders, receivers) = mesh.join().await.map_err(|_| anyhow::anyhow!("channel mesh join failed"))?;
     if joined_at.elapsed() > Duration::from_millis(mesh_join_slow_ms) {
-        tracing::warn!(shard = id.0, join_ms = joined_at.elapsed().as_millis() as u64, "the shards' channel mesh was slow to join");
+        tracing::warn!(
+            shard = id.0,
+            join_ms = joined_at.elapsed().as_millis() as u64,
+            "the shards' channel mesh was slow to join"
+        );
     }
     let mut shard = Shard::new(
         id,
