@@ -150,3 +150,45 @@ fn a_truncation_is_durable_once_a_later_flush_is() {
     let log = PartitionLog::open(dir.path(), small_config(), 0).unwrap();
     assert_eq!(log.log_end_offset(), Offset(1));
 }
+
+/// The descriptors an open log holds inside its directory (by /proc/self/fd, so other
+/// tests' files, in other directories, do not count).
+fn descriptors_into(dir: &std::path::Path) -> Vec<String> {
+    let dir = dir.canonicalize().unwrap();
+    let mut held = Vec::new();
+    for fd in std::fs::read_dir("/proc/self/fd").unwrap().flatten() {
+        if let Ok(target) = std::fs::read_link(fd.path()) {
+            if target.starts_with(&dir) {
+                held.push(target.strip_prefix(&dir).unwrap().display().to_string());
+            }
+        }
+    }
+    held.sort();
+    held
+}
+
+/// A log holds one descriptor per segment (its `.log`), none for the mmap'ed indexes,
+/// the directory or replaced checkpoint files: a broker with thousands of partitions
+/// ran out of descriptors at four per partition (issue 52).
+#[test]
+fn an_open_log_holds_a_descriptor_per_segment_and_no_more() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = LogConfig { segment_bytes: 500, ..small_config() };
+    let mut log = PartitionLog::open(dir.path(), config.clone(), 0).unwrap();
+    for i in 0..8 {
+        log.append(&mut build_batch(&recs(1, i, 200)), 0).unwrap();
+    }
+    log.assign_leader_epoch(3).unwrap();
+    let segments = log.segment_base_offsets().len();
+    assert!(segments >= 3, "{segments} segments");
+    let want: Vec<String> = log.segment_base_offsets().iter().map(|b| format!("{:020}.log", b.0)).collect();
+    assert_eq!(descriptors_into(dir.path()), want);
+    // Replaced files are synced by path: a flush opens and closes them.
+    log.flush().unwrap();
+    assert_eq!(descriptors_into(dir.path()), want);
+    log.close().unwrap();
+    assert!(descriptors_into(dir.path()).is_empty());
+    let log = PartitionLog::open(dir.path(), config, 0).unwrap();
+    assert_eq!(descriptors_into(dir.path()), want, "after a clean restart");
+    drop(log);
+}

@@ -893,7 +893,7 @@ fn run_pass(job: &CleanJob) -> std::io::Result<CleanOutcome> {
         }
         seg.become_inactive()?;
         for f in seg.sync_files(true) {
-            f.sync_all()?;
+            f.sync()?;
         }
         drop(seg);
         out_groups.push(CleanedGroup {
@@ -1012,7 +1012,7 @@ pub fn finish_swaps(dir: &Path, batch_bytes_max: usize, index_interval_bytes: u3
         seg.recover(batch_bytes_max, index_interval_bytes)?;
         seg.become_inactive()?;
         for f in seg.sync_files(true) {
-            f.sync_all()?;
+            f.sync()?;
         }
         tracing::info!(dir = %dir.display(), segment = base, "finished a cleaned segment's swap after a crash");
     }

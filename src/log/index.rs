@@ -7,9 +7,10 @@
 
 use std::fs::{File, OpenOptions};
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 
 use memmap2::MmapMut;
+
+use super::SyncTarget;
 
 pub const OFFSET_ENTRY_BYTES: usize = 8;
 pub const TIME_ENTRY_BYTES: usize = 12;
@@ -21,11 +22,13 @@ pub enum Kind {
 }
 
 /// One index file. `entries` counts the valid entries; the rest of the mapping is zeros
-/// (preallocated) or absent (trimmed).
+/// (preallocated) or absent (trimmed). No file descriptor is kept: the mapping outlives
+/// the descriptor it was made from, and the file is opened again by path for the rare
+/// resize (roll, truncation) and sync, as Kafka's indexes do. A broker with thousands of
+/// partitions would otherwise hold two descriptors per segment for nothing.
 pub struct Index {
     kind: Kind,
     path: PathBuf,
-    file: Arc<File>,
     mmap: Option<MmapMut>,
     entries: usize,
     capacity: usize,
@@ -44,17 +47,20 @@ impl Index {
     /// Returns the index and whether entries after the valid prefix were non-zero
     /// (a sign of an inconsistent file that the caller should rebuild).
     pub fn open(path: &Path, kind: Kind, log_size_bytes: u64) -> std::io::Result<(Index, bool)> {
-        let file = OpenOptions::new().read(true).write(true).create(true).truncate(false).open(path)?;
+        let file = Self::open_file(path)?;
         let len = file.metadata()?.len() as usize;
         let eb = Self::entry_bytes(kind);
         let capacity = len / eb;
-        let mut index =
-            Index { kind, path: path.to_path_buf(), file: Arc::new(file), mmap: None, entries: 0, capacity };
-        index.remap(capacity * eb)?;
+        let mut index = Index { kind, path: path.to_path_buf(), mmap: None, entries: 0, capacity };
+        index.map(&file, capacity * eb)?;
         let entries = index.valid_prefix(log_size_bytes);
         index.entries = entries;
-        let garbage = !len.is_multiple_of(eb) || index.nonzero_from(entries * eb);
+        let garbage = !len.is_multiple_of(eb) || index.nonzero_from(&file, entries * eb);
         Ok((index, garbage))
+    }
+
+    fn open_file(path: &Path) -> std::io::Result<File> {
+        OpenOptions::new().read(true).write(true).create(true).truncate(false).open(path)
     }
 
     /// Whether any byte of the mapping at or after `from` is non-zero. Only the file's
@@ -62,13 +68,13 @@ impl Index {
     /// file preallocated to `segment.index.bytes`, and faulting in its zero tail cost
     /// 20 MB of reads per partition after a kill -9 (38 s for 1,000 partitions). Where
     /// the file system cannot say, every byte is read.
-    fn nonzero_from(&self, from: usize) -> bool {
+    fn nonzero_from(&self, file: &File, from: usize) -> bool {
         use std::os::fd::AsRawFd;
         let Some(m) = &self.mmap else { return false };
-        let fd = self.file.as_raw_fd();
+        let fd = file.as_raw_fd();
         let mut pos = from;
         while pos < m.len() {
-            // SAFETY: lseek on a descriptor this index owns; it only moves the offset.
+            // SAFETY: lseek on a descriptor borrowed for the call; it only moves the offset.
             let data = unsafe { libc::lseek(fd, pos as libc::off_t, libc::SEEK_DATA) };
             if data < 0 {
                 let no_more_data = std::io::Error::last_os_error().raw_os_error() == Some(libc::ENXIO);
@@ -90,16 +96,23 @@ impl Index {
         false
     }
 
+    /// Resize the file to `len_bytes` and map it again (the file opened for the call).
     fn remap(&mut self, len_bytes: usize) -> std::io::Result<()> {
         self.mmap = None;
-        if self.file.metadata()?.len() as usize != len_bytes {
-            self.file.set_len(len_bytes as u64)?;
+        let file = Self::open_file(&self.path)?;
+        self.map(&file, len_bytes)
+    }
+
+    fn map(&mut self, file: &File, len_bytes: usize) -> std::io::Result<()> {
+        self.mmap = None;
+        if file.metadata()?.len() as usize != len_bytes {
+            file.set_len(len_bytes as u64)?;
         }
         self.capacity = len_bytes / Self::entry_bytes(self.kind);
         if len_bytes > 0 {
             // SAFETY: the file is private to this partition directory and owned by this
             // log; nothing else resizes it while mapped.
-            let mmap = unsafe { MmapMut::map_mut(&self.file)? };
+            let mmap = unsafe { MmapMut::map_mut(file)? };
             // Lookups are binary searches and appends touch the last page: random access.
             // Without this a fault reads around it as far as the device's read-ahead (8 MiB
             // on the development VM), so opening the sparse preallocated index of 1,000
@@ -269,11 +282,14 @@ impl Index {
         if let Some(m) = &self.mmap {
             m.flush()?;
         }
-        self.file.sync_data()
+        SyncTarget::Path(self.path.clone()).sync()
     }
 
-    pub fn file(&self) -> Arc<File> {
-        self.file.clone()
+    /// What to fdatasync to make the file durable (by path: no descriptor is kept). An
+    /// fdatasync through any descriptor of the file writes back the pages dirtied
+    /// through the mapping too.
+    pub fn sync_target(&self) -> SyncTarget {
+        SyncTarget::Path(self.path.clone())
     }
 
     pub fn path(&self) -> &Path {

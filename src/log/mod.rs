@@ -308,7 +308,6 @@ impl ReadPlan {
 
 pub struct PartitionLog {
     dir: PathBuf,
-    dir_file: Arc<File>,
     config: LogConfig,
     /// Sorted by base offset; the last one is the active segment. Never empty.
     segments: Vec<Segment>,
@@ -329,7 +328,7 @@ pub struct PartitionLog {
     /// Small files replaced on the data core without an fsync (`leader-epoch-checkpoint`,
     /// a roll's producer snapshot): the next flush fsyncs them, before the recovery point
     /// passes what they describe.
-    unsynced_files: Vec<Arc<File>>,
+    unsynced_files: Vec<SyncTarget>,
     /// Lowest truncation point since the last `flush_handle` (clamps `mark_flushed`).
     truncated_below: Option<i64>,
     /// `dir_changes` right after the last truncation (`truncation_durable`).
@@ -452,7 +451,6 @@ impl PartitionLog {
         high_watermark: i64,
     ) -> Result<Self, LogError> {
         std::fs::create_dir_all(dir)?;
-        let dir_file = Arc::new(File::open(dir)?);
         let marker = dir.join(CLEAN_SHUTDOWN_FILE);
         let clean = marker.exists();
         cleaner::finish_swaps(dir, limits::message_bytes_max as usize, config.index_interval_bytes)?;
@@ -487,7 +485,7 @@ impl PartitionLog {
         }
         if clean {
             std::fs::remove_file(&marker)?;
-            dir_file.sync_all()?;
+            File::open(dir)?.sync_all()?;
         }
         let recovery_point = if clean { i64::MAX } else { checkpoint.unwrap_or(0) };
 
@@ -581,7 +579,6 @@ impl PartitionLog {
         let mut log = PartitionLog {
             instance: LOG_INSTANCES.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
             dir: dir.to_path_buf(),
-            dir_file,
             config,
             segments,
             recovery_point,
@@ -921,7 +918,16 @@ impl PartitionLog {
             }
         }
         if !producer_batches.is_empty() {
-            if let Verdict::Duplicate(m) = self.producers.check(&producer_batches, self.producer_id_bound)? {
+            let verdict = self.producers.check(&producer_batches, self.producer_id_bound).inspect_err(|e| {
+                // What this replica remembers of the producer, to tell a client's gap
+                // from a lost update of the broker's own state.
+                if let crate::txn::producer_state::ProducerStateError::OutOfOrderSequence { producer_id, .. } = e {
+                    tracing::warn!(dir = %self.dir.display(), producer = producer_id.0,
+                        remembered = ?self.producers.get(*producer_id), log_end_offset = self.log_end_offset().0,
+                        pending_writes = self.pending_writes.len(), "sequence gap: the producer's state here");
+                }
+            })?;
+            if let Verdict::Duplicate(m) = verdict {
                 return Err(LogError::DuplicateBatch(AppendInfo {
                     base_offset: Offset(m.first_offset()),
                     last_offset: Offset(m.last_offset),
@@ -1115,15 +1121,19 @@ impl PartitionLog {
         check_leader_epochs(&self.leader_epochs, self.log_start_offset().0, log_end_offset);
         let path = self.dir.join(leader_epoch::CHECKPOINT_FILE);
         let r = crate::model::write_file_replacing(&path, self.leader_epochs.encode().as_bytes());
-        let file = self.offline_on_err(context, r)?;
-        self.replaced_unsynced(file);
+        self.offline_on_err(context, r)?;
+        self.replaced_unsynced(path);
         Ok(())
     }
 
     /// A small file was replaced (written and renamed) without an fsync: the next flush
-    /// syncs it and the directory.
-    fn replaced_unsynced(&mut self, file: File) {
-        self.unsynced_files.push(Arc::new(file));
+    /// syncs it (by path: whatever replaced it since is what must be durable) and the
+    /// directory. No descriptor is held meanwhile.
+    fn replaced_unsynced(&mut self, path: PathBuf) {
+        let target = SyncTarget::Path(path);
+        if !self.unsynced_files.contains(&target) {
+            self.unsynced_files.push(target);
+        }
         self.dir_changes += 1;
     }
 
@@ -1185,8 +1195,8 @@ impl PartitionLog {
         // means a longer replay from an older one at open).
         let path = producers::snapshot_path(&self.dir, next);
         let r = crate::model::write_file_replacing(&path, &self.producers.encode_snapshot());
-        let file = self.offline_on_err("roll: producer state snapshot", r)?;
-        self.replaced_unsynced(file);
+        self.offline_on_err("roll: producer state snapshot", r)?;
+        self.replaced_unsynced(path);
         let r = self.active_mut().become_inactive();
         self.offline_on_err("roll: trim indexes", r)?;
         let r = Segment::create(&self.dir, next, self.config.segment_index_bytes);
@@ -1430,7 +1440,7 @@ impl PartitionLog {
         }
         files.append(&mut self.unsynced_files);
         if dir_dirty {
-            files.push(self.dir_file.clone());
+            files.push(SyncTarget::Path(self.dir.clone()));
         }
         FlushHandle { files, flushed: Flushed { upto: self.written_end_offset(), dir_changes: self.dir_changes } }
     }
@@ -1546,8 +1556,8 @@ impl PartitionLog {
     fn replace_recovery_point(&mut self, context: &str) -> Result<(), LogError> {
         let path = self.dir.join(RECOVERY_POINT_FILE);
         let r = crate::model::write_file_replacing(&path, checkpoint_text(self.recovery_point).as_bytes());
-        let file = self.offline_on_err(context, r)?;
-        self.replaced_unsynced(file);
+        self.offline_on_err(context, r)?;
+        self.replaced_unsynced(path);
         self.checkpointed_recovery_point = self.recovery_point;
         Ok(())
     }
@@ -1741,9 +1751,10 @@ impl PartitionLog {
             self.cleaner_checkpoint = outcome.cleaned_to;
             let (topic, partition) = topic_partition_of(&self.dir);
             let text = cleaner::checkpoint_text(&topic, partition, self.cleaner_checkpoint);
-            let r = crate::model::write_file_replacing(&self.dir.join(cleaner::CHECKPOINT_FILE), text.as_bytes());
-            let file = self.offline_on_err("clean: cleaner-offset-checkpoint", r)?;
-            self.replaced_unsynced(file);
+            let path = self.dir.join(cleaner::CHECKPOINT_FILE);
+            let r = crate::model::write_file_replacing(&path, text.as_bytes());
+            self.offline_on_err("clean: cleaner-offset-checkpoint", r)?;
+            self.replaced_unsynced(path);
         }
         self.clean_horizon_ms = outcome.next_horizon_ms;
         self.last_clean_ms = Some(outcome.now_ms);
@@ -1837,7 +1848,7 @@ impl PartitionLog {
             self.log_start_offset = self.log_start_offset.min(offset);
         }
         let end = self.log_end_offset().0;
-        let active = self.active().log.clone();
+        let active = SyncTarget::File(self.active().log.clone());
         self.unsynced_files.push(active);
         if self.leader_epochs.truncate_from_end(end) {
             self.save_leader_epochs("truncate: leader-epoch-checkpoint", end)?;
@@ -1852,7 +1863,7 @@ impl PartitionLog {
         let (producers, _, written) = self.offline_on_err("truncate: producer state", r)?;
         self.producers = producers;
         self.txn_verifications.clear();
-        self.unsynced_files.extend(written);
+        self.unsynced_files.extend(written.into_iter().map(SyncTarget::File));
         self.truncated_below = Some(self.truncated_below.map_or(end, |t| t.min(end)));
         self.truncated_at_change = self.dir_changes;
         if self.recovery_point >= end {
@@ -1940,7 +1951,7 @@ impl PartitionLog {
         self.offline_on_err("close: producer state snapshot", r)?;
         let r = write_checkpoint(&self.dir, self.log_end_offset().0, false, false)
             .and_then(|_| std::fs::write(self.dir.join(CLEAN_SHUTDOWN_FILE), format!("{FORMAT_VERSION}\n")))
-            .and_then(|_| self.dir_file.sync_all());
+            .and_then(|_| File::open(&self.dir)?.sync_all());
         self.offline_on_err("close: marker", r)?;
         Ok(())
     }
@@ -1984,14 +1995,52 @@ impl DeletedSegment {
 
 /// Files to fdatasync for a group commit, and what that makes durable.
 pub struct FlushHandle {
-    pub files: Vec<std::sync::Arc<std::fs::File>>,
+    pub files: Vec<SyncTarget>,
     pub flushed: Flushed,
 }
 
 impl FlushHandle {
     /// fdatasync every file, in order (the directory last). Blocking.
     pub fn sync(&self) -> std::io::Result<()> {
-        self.files.iter().try_for_each(|f| f.sync_data())
+        self.files.iter().try_for_each(SyncTarget::sync)
+    }
+}
+
+/// A file a flush makes durable: one the log holds open (a segment's `.log`, a
+/// transaction index), or one it keeps no descriptor for (index files, replaced small
+/// files, the partition directory), opened by path on the syncing thread. A path that
+/// is gone has nothing left to make durable (retention removed the segment, or the
+/// file was replaced and its replacement is synced by the same path).
+#[derive(Debug, Clone)]
+pub enum SyncTarget {
+    File(Arc<File>),
+    Path(PathBuf),
+}
+
+impl PartialEq for SyncTarget {
+    fn eq(&self, other: &Self) -> bool {
+        match (self, other) {
+            (SyncTarget::File(a), SyncTarget::File(b)) => Arc::ptr_eq(a, b),
+            (SyncTarget::Path(a), SyncTarget::Path(b)) => a == b,
+            _ => false,
+        }
+    }
+}
+
+impl SyncTarget {
+    /// fdatasync (a directory: fsync). Blocking. Linux reports a writeback error that
+    /// no descriptor has seen yet to the first fsync after it, through a descriptor
+    /// opened later too (errseq, since 4.16), so syncing by path loses no error.
+    pub fn sync(&self) -> std::io::Result<()> {
+        match self {
+            SyncTarget::File(f) => f.sync_data(),
+            SyncTarget::Path(p) => match File::open(p) {
+                Ok(f) if f.metadata()?.is_dir() => f.sync_all(),
+                Ok(f) => f.sync_data(),
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+                Err(e) => Err(e),
+            },
+        }
     }
 }
 

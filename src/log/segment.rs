@@ -12,6 +12,7 @@ use std::sync::Arc;
 use super::batch::{self, BatchHeader, HEADER_BYTES};
 use super::index::{Index, Kind};
 use super::txn_index::TxnIndex;
+use super::SyncTarget;
 
 /// Appended to a segment's file names when retention removes it (Kafka's suffix): the
 /// files are unlinked later, off the data core, and an open removes any it finds.
@@ -374,13 +375,13 @@ impl Segment {
     }
 
     /// Files whose fdatasync makes this segment durable.
-    pub fn sync_files(&self, with_indexes: bool) -> Vec<Arc<File>> {
-        let mut files = vec![self.log.clone()];
+    pub fn sync_files(&self, with_indexes: bool) -> Vec<SyncTarget> {
+        let mut files = vec![SyncTarget::File(self.log.clone())];
         // Aborted transactions are not rebuilt below the recovery point: always synced.
-        files.extend(self.txn_index.file());
+        files.extend(self.txn_index.file().map(SyncTarget::File));
         if with_indexes {
-            files.push(self.index.file());
-            files.push(self.time_index.file());
+            files.push(self.index.sync_target());
+            files.push(self.time_index.sync_target());
         }
         files
     }

@@ -212,6 +212,15 @@ impl fmt::Display for TopicPartition {
 /// of these before it is trusted.
 #[allow(non_upper_case_globals)]
 pub mod limits {
+    /// File descriptors the default max.broker.partitions leaves to the broker's own
+    /// files and sockets besides connections and partitions (peers, the coordinator,
+    /// files opened for a moment to sync or replace them, io_uring, eventfds).
+    pub const broker_descriptors_reserved: usize = 1_000;
+    /// Descriptors the default max.broker.partitions counts per partition replica.
+    pub const partition_descriptors_budgeted: usize = 2;
+    /// The longest wait before a partition whose log failed to open is tried again
+    /// (the first retry comes after 1 s, then twice as long each time).
+    pub const open_retry_backoff_ms_max: i64 = 30_000;
     /// `socket.request.max.bytes`: the largest request frame accepted (Kafka: 100 MiB).
     pub const request_frame_bytes_max: usize = 100 * 1024 * 1024;
     /// Requests a client may have in flight on one connection before we stop reading.
@@ -402,17 +411,17 @@ fn temporary_beside(path: &std::path::Path) -> std::path::PathBuf {
 
 /// Replace `path` with `data` without waiting for the disk: a temporary file beside
 /// it, written, renamed over it. Page-cache work only (no fsync), so a data core may
-/// do it; readers and a kill -9 see the old or the new contents. Returns the new file,
-/// which the caller fsyncs later (then the directory) for the contents to survive a
-/// power loss; until then a power loss may leave the old contents or an empty or torn
-/// file, which the reader must tell apart (checksums or a strict parse).
-pub fn write_file_replacing(path: &std::path::Path, data: &[u8]) -> std::io::Result<std::fs::File> {
+/// do it; readers and a kill -9 see the old or the new contents. The caller fsyncs the
+/// file later by its path (then the directory) for the contents to survive a power
+/// loss; until then a power loss may leave the old contents or an empty or torn file,
+/// which the reader must tell apart (checksums or a strict parse).
+pub fn write_file_replacing(path: &std::path::Path, data: &[u8]) -> std::io::Result<()> {
     use std::io::Write;
     let tmp = temporary_beside(path);
     let mut f = std::fs::File::create(&tmp)?;
     f.write_all(data)?;
     std::fs::rename(&tmp, path)?;
-    Ok(f)
+    Ok(())
 }
 
 /// SplitMix64: small and seedable. For spreads (replica placement) and seeded

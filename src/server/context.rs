@@ -222,8 +222,9 @@ impl ShardContext {
         let _ = futures::future::select(installed, Box::pin(timeout)).await;
     }
 
-    /// Start opening the logs `sync_registry` queued (newly hosted partitions).
-    fn start_queued_opens(&self) {
+    /// Start opening the logs `sync_registry` queued (newly hosted partitions, failed
+    /// opens whose backoff is over).
+    pub fn start_queued_opens(&self) {
         let opens = self.shard.borrow_mut().take_open_jobs();
         if let Some(ctx) = self.me.upgrade() {
             super::replication::start_opens(&ctx, opens);

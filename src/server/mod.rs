@@ -240,12 +240,28 @@ fn controller_config(config: &BrokerConfig) -> crate::coordinator::controller::C
         broker_session_timeout_ms: config.broker_session_timeout_ms,
         preferred_leader_check_interval_ms: config.leader_imbalance_check_interval_ms,
         unclean_leader_election: config.unclean_leader_election_enable,
-        broker_partitions_max: config.max_broker_partitions.unwrap_or_else(|| open_files_limit() as usize / 4),
+        broker_partitions_max: config
+            .max_broker_partitions
+            .unwrap_or_else(|| default_broker_partitions_max(open_files_limit(), config.max_connections)),
     }
 }
 
+/// max.broker.partitions when not set: the open-files limit less what connections
+/// (`max.connections`, at most a quarter of the limit) and the broker's own files
+/// (`broker_descriptors_reserved`) may take, over `partition_descriptors_budgeted`. A
+/// partition holds one descriptor per segment (its `.log`; indexes are mapped without
+/// one, small files are opened for a write or a sync and closed), so a budget of two
+/// leaves room for a rolled segment or a transaction index each. 7,000 partitions at
+/// an open-files limit of 20,000, 4,750 at 16,384.
+fn default_broker_partitions_max(open_files: u64, connections_max: usize) -> usize {
+    use crate::model::limits::{broker_descriptors_reserved, partition_descriptors_budgeted};
+    let open_files = open_files as usize;
+    let connections = connections_max.min(open_files / 4);
+    (open_files.saturating_sub(connections + broker_descriptors_reserved) / partition_descriptors_budgeted).max(1)
+}
+
 /// The open-files limit, raised first from its soft value to the hard one (a broker
-/// holds a directory and segment files per partition, and a socket per connection).
+/// holds a segment file per partition at least, and a socket per connection).
 fn open_files_limit() -> u64 {
     let mut lim = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
     // SAFETY: getrlimit / setrlimit read and write one struct rlimit.
@@ -783,6 +799,7 @@ async fn run_shard(
                     last_retention = std::time::Instant::now();
                 }
                 ctx.shard.borrow_mut().tick(now_ms(), retention);
+                ctx.start_queued_opens();
                 // Log compaction: one pass at a time per shard, on the blocking pool;
                 // the data core only plans it and swaps the result in.
                 let task = ctx.shard.borrow_mut().take_clean_task(now_ms());
@@ -931,5 +948,18 @@ mod tests {
         config.pin_shards = false;
         assert_eq!(shard_cpu(&config, 0, 3, &cpus), None);
         assert_eq!(shard_cpu(&config, 2, 3, &cpus), None);
+    }
+
+    /// The default max.broker.partitions leaves descriptors for connections and the
+    /// broker's own files: with every partition at its budget of two, the limit holds.
+    #[test]
+    fn the_default_partition_limit_fits_the_open_files_limit() {
+        assert_eq!(default_broker_partitions_max(20_000, 10_000), 7_000);
+        assert_eq!(default_broker_partitions_max(1_048_576, 10_000), 518_788);
+        assert_eq!(default_broker_partitions_max(1_024, 10_000), 1);
+        for limit in [4_096u64, 16_384, 20_000, 65_536, 1_048_576] {
+            let partitions = default_broker_partitions_max(limit, 10_000);
+            assert!(partitions * 2 + 10_000.min(limit as usize / 4) + 1_000 <= limit as usize, "{limit}");
+        }
     }
 }

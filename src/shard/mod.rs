@@ -443,6 +443,10 @@ pub struct Shard {
     /// With each, what waits for it (see `Opening`).
     opening: HashMap<TopicPartition, Opening>,
     open_queue: Vec<OpenJob>,
+    /// Hosted partitions whose log failed to open (out of file descriptors, a disk
+    /// error): opened again with backoff by the housekeeping tick, not at every request
+    /// for them (which are refused with the error meanwhile).
+    open_failures: HashMap<TopicPartition, OpenFailure>,
     /// Deleted partitions' directories and retention's segments, moved aside, to remove
     /// off the data core (`take_trash`).
     trash: Trash,
@@ -497,6 +501,7 @@ impl Shard {
             closing: false,
             opening: Default::default(),
             open_queue: Vec::new(),
+            open_failures: HashMap::new(),
             trash: Trash::default(),
             group_loads: HashMap::new(),
             group_load_queue: Vec::new(),
@@ -834,17 +839,36 @@ impl Shard {
 
     fn install(&mut self, opened: Vec<(OpenJob, Result<PartitionLog, LogError>)>, now_ms: i64) -> usize {
         let mut count = 0usize;
+        let mut still_failing: Option<(usize, TopicPartition, u32, String)> = None;
         for (job, log) in opened {
             match log {
                 Ok(log) => {
                     count += 1;
-                    tracing::debug!(shard = self.id.0, partition = %job.tp, "opened partition");
+                    if let Some(failed) = self.open_failures.remove(&job.tp) {
+                        tracing::info!(shard = self.id.0, partition = %job.tp, failed_attempts = failed.attempts,
+                            "opened partition");
+                    } else {
+                        tracing::debug!(shard = self.id.0, partition = %job.tp, "opened partition");
+                    }
                     self.insert_partition(&job.tp, log, job.min_insync, now_ms);
                 }
                 Err(e) => {
-                    tracing::error!(shard = self.id.0, partition = %job.tp, error = %e, "cannot open partition")
+                    let failure = self.open_failures.entry(job.tp.clone()).or_default();
+                    failure.failed(e.to_string(), now_ms);
+                    if failure.attempts == 1 {
+                        tracing::error!(shard = self.id.0, partition = %job.tp, error = %e,
+                            retry_in_ms = failure.retry_at_ms - now_ms, "cannot open partition");
+                    } else {
+                        let (n, ..) = still_failing.get_or_insert((0, job.tp.clone(), failure.attempts, e.to_string()));
+                        *n += 1;
+                    }
                 }
             }
+        }
+        // Retries that fail again are said once per round, not once per partition.
+        if let Some((n, tp, attempts, error)) = still_failing {
+            tracing::warn!(shard = self.id.0, partitions = n, first = %tp, attempts, %error,
+                "partitions still cannot be opened; retrying with backoff");
         }
         count
     }
@@ -893,6 +917,10 @@ impl Shard {
             }
             if self.opening.contains_key(tp) {
                 return Err(PartitionError::NotLeader(tp.clone()));
+            }
+            if let Some(failed) = self.open_failures.get(tp) {
+                // The housekeeping tick opens it again when its backoff is over.
+                return Err(PartitionError::Log(LogError::Offline(format!("cannot open the log: {}", failed.error))));
             }
             let (config, min_insync) = self.open_config(tp)?;
             let high_watermark = self.checkpointed_hw(tp);
@@ -1248,6 +1276,14 @@ impl Shard {
 
     /// Housekeeping on a timer: roll by segment.ms, retention, flush.ms.
     pub fn tick(&mut self, now_ms: i64, run_retention: bool) {
+        let mut retry = false;
+        for f in self.open_failures.values_mut().filter(|f| !f.due && f.retry_at_ms <= now_ms) {
+            f.due = true;
+            retry = true;
+        }
+        if retry {
+            self.seen_generation = 0; // a full pass queues the failed opens that are due
+        }
         self.sync_registry();
         // A follower's broker died, or leadership moved: DeleteRecords waits settle.
         self.check_low_watermarks(None);
@@ -1396,6 +1432,27 @@ impl Shard {
 
 /// Where an operation's answer goes.
 pub type PartitionReplySender = futures::channel::oneshot::Sender<Result<PartitionReply, PartitionError>>;
+
+/// A hosted partition whose log failed to open, and when to try again.
+#[derive(Debug, Default)]
+struct OpenFailure {
+    attempts: u32,
+    retry_at_ms: i64,
+    /// The tick found the backoff over: the next registry pass queues the open.
+    due: bool,
+    error: String,
+}
+
+impl OpenFailure {
+    /// The first retry after 1 s, doubling to at most `open_retry_backoff_ms_max`.
+    fn failed(&mut self, error: String, now_ms: i64) {
+        self.attempts += 1;
+        let backoff = (1_000i64 << (self.attempts - 1).min(10)).min(crate::model::limits::open_retry_backoff_ms_max);
+        self.retry_at_ms = now_ms + backoff;
+        self.due = false;
+        self.error = error;
+    }
+}
 
 /// What waits for a partition's log to be opened off the data core.
 #[derive(Default)]

@@ -194,6 +194,12 @@ impl Shard {
             }
             (gone, hosted)
         };
+        // A failed open of a partition no longer hosted here is not retried.
+        let reg = self.view.clone();
+        self.open_failures.retain(|tp, _| {
+            reg.hosting(&tp.topic, tp.partition) != Hosting::Elsewhere
+                && reg.get(&tp.topic).is_some_and(|m| tp.partition >= 0 && tp.partition < m.partitions)
+        });
         for (tp, hosting) in gone {
             if hosting == Hosting::Elsewhere {
                 tracing::info!(shard = self.id.0, partition = %tp, "replica reassigned away: removing it");
@@ -210,7 +216,8 @@ impl Shard {
             if !self.partitions.contains_key(&tp) {
                 // Newly hosted: its log is created or recovered off the data core (a
                 // directory fsync at least), then installed with its role.
-                if !self.closing && !self.opening.contains_key(&tp) {
+                let backing_off = self.open_failures.get(&tp).is_some_and(|f| !f.due);
+                if !self.closing && !self.opening.contains_key(&tp) && !backing_off {
                     self.opening.insert(tp.clone(), Default::default());
                     let leader_epoch = self.leader_epoch_here(&tp);
                     let dir = self.data_dir.join(tp.dir_name());
@@ -961,6 +968,47 @@ mod tests {
             crate::group::GroupConfig::default(),
         );
         (metadata, shard)
+    }
+
+    /// A partition whose log fails to open (here its directory's name is taken by a
+    /// file; in the field, no file descriptors left) is refused with the error, and
+    /// opened again by the housekeeping tick once its backoff is over, not at every
+    /// request for it. (It stayed offline for good once out of descriptors.)
+    #[test]
+    fn a_log_that_failed_to_open_is_opened_again_after_a_backoff() {
+        let (store, data) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+        let (_metadata, mut shard) = single_broker_shard(store.path(), data.path(), "stuck");
+        let tp = TopicPartition::new("stuck", 0);
+        let blocker = data.path().join(tp.dir_name());
+        std::fs::write(&blocker, b"not a directory").unwrap();
+        shard.sync_registry();
+        let jobs = shard.take_open_jobs();
+        assert_eq!(jobs.len(), 1);
+        shard.install_opened_later(super::super::open_logs(jobs, 1_000), 1_000);
+        assert!(!shard.partitions.contains_key(&tp));
+        let op = |now_ms| super::super::PartitionOp::Produce {
+            tp: tp.clone(),
+            records: batch(b"v"),
+            now_ms,
+            durable: false,
+            acks: 1,
+            verification: crate::log::TxnVerification::Off,
+        };
+        match shard.execute(op(1_100)) {
+            Err(PartitionError::Log(crate::log::LogError::Offline(reason))) => {
+                assert!(reason.contains("cannot open"), "{reason}")
+            }
+            other => panic!("a produce to a log that failed to open: {:?}", other.map(|_| ())),
+        }
+        std::fs::remove_file(&blocker).unwrap();
+        shard.tick(1_500, false);
+        assert!(shard.take_open_jobs().is_empty(), "retried before its backoff was over");
+        shard.tick(2_000, false);
+        let jobs = shard.take_open_jobs();
+        assert_eq!(jobs.len(), 1, "not retried after its backoff");
+        shard.install_opened_later(super::super::open_logs(jobs, 2_000), 2_000);
+        assert!(shard.partitions.contains_key(&tp));
+        assert!(shard.execute(op(2_100)).is_ok());
     }
 
     /// A write through the io_uring append ring that completes after its topic was

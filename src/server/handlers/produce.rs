@@ -119,8 +119,8 @@ pub async fn handle(ctx: &ShardContext, frame: &RequestFrame) -> Result<Option<R
             match reply {
                 Ok(PartitionReply::Produced { info, log_start_offset, written, durable, replicated, duplicate }) => {
                     if duplicate {
-                        tracing::debug!(topic, partition = p.index, base_offset = %info.base_offset,
-                            "duplicate idempotent batch answered with its original offsets");
+                        tracing::info!(topic, partition = p.index, base_offset = %info.base_offset,
+                            last_offset = %info.last_offset, "duplicate idempotent batch answered with its original offsets");
                         ctx.metrics.shard(ctx.id).producer_batches_duplicate.fetch_add(1, Ordering::Relaxed);
                     }
                     let timeout = Duration::from_millis(req.timeout_ms.clamp(0, produce_timeout_ms_max) as u64);
