@@ -104,6 +104,10 @@ struct ServeArgs {
     /// `__consumer_offsets` partition when this broker begins to lead it) [default: 0]
     #[arg(long, hide = true)]
     test_group_load_delay_ms: Option<u64>,
+    /// Tests only: a transactional Produce's verification with its coordinator waits
+    /// this long first [default: 0]
+    #[arg(long, hide = true)]
+    test_txn_verification_delay_ms: Option<u64>,
     /// group.initial.rebalance.delay.ms [default: 3000]
     #[arg(long)]
     group_initial_rebalance_delay_ms: Option<i64>,
@@ -372,6 +376,9 @@ fn load_config(args: ServeArgs) -> Result<BrokerConfig, String> {
     }
     if let Some(v) = args.test_group_load_delay_ms {
         config.test_group_load_delay_ms = v;
+    }
+    if let Some(v) = args.test_txn_verification_delay_ms {
+        config.test_txn_verification_delay_ms = v;
     }
     if let Some(v) = args.max_connections {
         config.max_connections = v;

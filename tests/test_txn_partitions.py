@@ -17,6 +17,7 @@ NONE = 0
 UNKNOWN_TOPIC_OR_PARTITION = 3
 INVALID_PRODUCER_EPOCH = 47
 INVALID_TXN_STATE = 48
+CONCURRENT_TRANSACTIONS = 51
 
 TOPIC = "txp"
 
@@ -208,3 +209,50 @@ def test_kip890_verification_asks_a_coordinator_on_another_broker(broker_factory
     wait_for_topic(brokers[leader - 1].bootstrap, "kip890c", 2)
     kip890_scenario(brokers[leader - 1].port, brokers[coordinator - 1].port, "kip890c", txn_id)
     assert all(b.alive() for b in brokers)
+
+
+def test_a_transactions_pipelined_batches_wait_for_its_verification(broker_factory):
+    """A client that pipelines a transaction's batches to a partition (the Java client
+    and franz-go do, up to 5 in flight): the first one waits for the coordinator's
+    verification (KIP-890), slow here, and the next one must not reach the partition
+    before it. It did, out of sequence: OUT_OF_ORDER_SEQUENCE_NUMBER, fatal for the
+    producer. The broker now serves a transactional Produce before it reads the
+    connection's next request, as Kafka serves every request."""
+    b = broker_factory("--test-txn-verification-delay-ms", "300")
+    create_topic(b.bootstrap, "txn-pipelined", 1)
+    txn_id = "pipelined"
+    err, pid, epoch = init_transactional_id(b.port, txn_id)
+    assert err == NONE
+
+    def batch(seq):
+        return wire.record_batch([b"v%d" % (seq + i) for i in range(10)], pid, epoch, seq, transactional=True)
+
+    def add_partition():
+        """As a client: CONCURRENT_TRANSACTIONS (the last commit's markers still being
+        written) is retried."""
+        add = wire.add_partitions_to_txn_v1(txn_id, pid, epoch, "txn-pipelined", [0])
+        wait_for(lambda: wire.parse_add_partitions_to_txn_v1(wire.call(b.port, add)) != {0: CONCURRENT_TRANSACTIONS})
+        assert wire.parse_add_partitions_to_txn_v1(wire.call(b.port, add)) == {0: NONE}
+
+    def commit():
+        assert wire.parse_end_txn_v1(wire.call(b.port, wire.end_txn_v1(txn_id, pid, epoch, True))) == NONE
+
+    # The first transaction makes the partition know the producer's last sequence (9),
+    # so a batch that overtakes the next transaction's first one is out of sequence.
+    add_partition()
+    assert wire.produce_v3_settled(b.port, "txn-pipelined", 0, batch(0), transactional_id=txn_id) == (NONE, 0)
+    commit()
+    add_partition()
+    s = wire.connect(b.port, timeout=30)
+    try:
+        s.sendall(wire.produce_v3("txn-pipelined", 0, batch(10), correlation_id=1, transactional_id=txn_id)
+                  + wire.produce_v3("txn-pipelined", 0, batch(20), correlation_id=2, transactional_id=txn_id))
+        answers = [wire.parse_produce_v3(wire.recv_frame(s, timeout=30)) for _ in range(2)]
+    finally:
+        s.close()
+    # After the first transaction's 10 records and its marker (offset 10).
+    assert answers == [(NONE, 11), (NONE, 21)], answers
+    commit()
+    got = cf_consume(b.bootstrap, "txn-pipelined", 1, count=30)
+    assert [r.value for r in got[0]] == [b"v%d" % i for i in range(30)]
+    assert b.alive()

@@ -53,6 +53,10 @@ pub struct BrokerConfig {
     /// can see COORDINATOR_LOAD_IN_PROGRESS and a data core that goes on meanwhile. 0,
     /// the default: no sleep.
     pub test_group_load_delay_ms: u64,
+    /// Tests only (`--test-txn-verification-delay-ms`): a transactional Produce's
+    /// verification with its coordinator (KIP-890) waits this long first (a slow or
+    /// remote coordinator). 0, the default: no wait.
+    pub test_txn_verification_delay_ms: u64,
     /// Broker-wide defaults for topic configs, by Kafka name (`log.retention.ms` style
     /// broker names are accepted in their topic form: `retention.ms`).
     pub topic_defaults: BTreeMap<String, String>,
@@ -318,6 +322,7 @@ impl Default for BrokerConfig {
             fsync: FsyncMode::Never,
             test_fsync_delay_ms: 0,
             test_group_load_delay_ms: 0,
+            test_txn_verification_delay_ms: 0,
             topic_defaults: BTreeMap::new(),
             group_initial_rebalance_delay_ms: 3000,
             group_min_session_timeout_ms: 6000,

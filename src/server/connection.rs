@@ -34,7 +34,8 @@ use glommio::net::TcpStream;
 
 use crate::model::limits;
 use crate::protocol::zero_copy::{Response, ResponsePart};
-use crate::protocol::{check_frame_len, decode_frame, ProtocolError};
+use crate::protocol::{check_frame_len, decode_frame, ProtocolError, RequestFrame};
+use kafka_protocol::messages::ApiKey;
 
 use super::admission::{ByteReservation, ConnectionPermit};
 use super::context::ShardContext;
@@ -71,6 +72,21 @@ fn spawn_answer(answer: impl std::future::Future<Output = Answer> + 'static) -> 
     })
     .detach();
     rx
+}
+
+/// Whether `frame` is a Produce with a transactional id (Produce v3 and later begin
+/// with it: a nullable string, its length an int16 up to v8 and an unsigned varint of
+/// length + 1 from v9, -1 and 0 meaning null). A body too short to say is not.
+fn is_transactional_produce(frame: &RequestFrame) -> bool {
+    if frame.api_key != ApiKey::Produce as i16 || frame.api_version < 3 {
+        return false;
+    }
+    let body = &frame.body[..];
+    if frame.api_version < 9 {
+        return body.len() >= 2 && i16::from_be_bytes([body[0], body[1]]) > 0;
+    }
+    // Compact: uvarint length + 1; any value above 1 is a non-empty id.
+    body.first().is_some_and(|b| *b > 1 || (*b & 0x80 != 0))
 }
 
 /// Why reading a connection stopped.
@@ -528,6 +544,17 @@ pub(super) async fn run<S>(
         ctx.in_flight.set(ctx.in_flight.get() + 1);
         pending.set(pending.get() + 1);
         unsent.set(unsent.get() + 1);
+        // A transactional Produce is served before the next request is read, as Kafka
+        // serves every request: its first batch in a partition waits for the
+        // coordinator's verification (KIP-890), and a pipelined next batch of the same
+        // producer would otherwise reach the partition first, out of sequence (a fatal
+        // OUT_OF_ORDER_SEQUENCE_NUMBER for the client).
+        let (served, served_wait) = if is_transactional_produce(&frame) {
+            let (tx, rx) = futures::channel::oneshot::channel::<()>();
+            (Some(tx), Some(rx))
+        } else {
+            (None, None)
+        };
         let task = {
             let ctx = ctx.clone();
             spawn_answer(async move {
@@ -536,11 +563,15 @@ pub(super) async fn run<S>(
                 drop(reservation); // the request's bytes go back to the budget
                 ctx.metrics.record_request(ctx.id, api_key, started.elapsed());
                 ctx.in_flight.set(ctx.in_flight.get() - 1);
+                drop(served);
                 answer
             })
         };
         if tx.send(Pending::Answer(task)).await.is_err() {
             break; // the writer hung up
+        }
+        if let Some(served) = served_wait {
+            let _ = served.await; // the sender goes with the handler's task
         }
     }
     drop(tx);

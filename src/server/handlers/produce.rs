@@ -103,6 +103,10 @@ pub async fn handle(ctx: &ShardContext, frame: &RequestFrame) -> Result<Option<R
                 let tp = TopicPartition::new(topic, p.index);
                 // Boxed: the verification's state (a call to a remote coordinator) is
                 // large and rarely needed; inline it would grow every partition's future.
+                let delay_ms = ctx.config.test_txn_verification_delay_ms;
+                if delay_ms > 0 {
+                    glommio::timer::sleep(Duration::from_millis(delay_ms)).await; // tests only
+                }
                 if let Err((code, message)) = Box::pin(verify_in_transaction(ctx, txn_id, producer, &tp)).await {
                     tracing::debug!(
                         topic,
