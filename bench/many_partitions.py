@@ -14,7 +14,7 @@ and per broker: its CPU seconds (user, system) over the steady phase per GB take
 the file descriptors it holds at the end, and the WARN/ERROR lines in its log.
 
 Usage: bench/many_partitions.py [--partitions 5000,20000] [--brokers spate,kafka]
-  [--spate target/release/spate] [--steady 10]
+  [--spate target/release/spate] [--spate-args "--max-broker-partitions 20000"] [--steady 10]
 Needs: .venv (confluent-kafka), cargo build --release -p spate-bench, Maven (Kafka's
 classpath from bench/kafka-broker, resolved once).
 """
@@ -22,6 +22,7 @@ import argparse
 import base64
 import json
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -58,10 +59,10 @@ def kafka_classpath(work):
     return open(out).read().strip()
 
 
-def start_spate(binary, work, port):
+def start_spate(binary, work, port, extra):
     log = open(os.path.join(work, "broker.log"), "w")
     return subprocess.Popen([binary, "serve", "--data-dir", os.path.join(work, "data"),
-                             "--listen", f"127.0.0.1:{port}", "--fsync", "never"],
+                             "--listen", f"127.0.0.1:{port}", "--fsync", "never"] + extra,
                             stdout=log, stderr=subprocess.STDOUT)
 
 
@@ -164,7 +165,7 @@ def steady(bootstrap, topic, seconds, work):
 def run(broker, partitions, args, cp):
     work = tempfile.mkdtemp(prefix=f"many-{broker}-{partitions}-", dir=args.work)
     port = free_port()
-    proc = start_spate(args.spate, work, port) if broker == "spate" else start_kafka(cp, work, port)
+    proc = start_spate(args.spate, work, port, args.spate_args.split()) if broker == "spate" else start_kafka(cp, work, port)
     bootstrap = f"127.0.0.1:{port}"
     try:
         admin = wait_ready(bootstrap)
@@ -177,8 +178,9 @@ def run(broker, partitions, args, cp):
         gb = st["produce"]["bytes"] / 1e9
         user, system = cpu1[0] - cpu0[0], cpu1[1] - cpu0[1]
         held = fds(proc.pid)
+        ansi = re.compile(r"\x1b\[[0-9;]*m")
         warn = sum(1 for line in open(os.path.join(work, "broker.log"), errors="replace")
-                   if " WARN " in line or " ERROR " in line)
+                   if re.search(r" (WARN|ERROR) ", ansi.sub("", line)))
         return {"broker": broker, "partitions": partitions, "create_s": round(created_s, 1),
                 "first_writes": fw, "steady_mb_s": round(st["produce"]["mb_per_sec"], 1),
                 "steady_errors": st["produce_errors"],
@@ -201,6 +203,7 @@ def main():
     ap.add_argument("--brokers", default="spate,kafka")
     ap.add_argument("--spate", default=os.path.join(ROOT, "target", "release", "spate"))
     ap.add_argument("--steady", type=float, default=10)
+    ap.add_argument("--spate-args", default="", help="more flags for spate serve")
     ap.add_argument("--work", default=None)
     ap.add_argument("--keep", action="store_true")
     args = ap.parse_args()

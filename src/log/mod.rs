@@ -2031,15 +2031,31 @@ impl SyncTarget {
     /// fdatasync (a directory: fsync). Blocking. Linux reports a writeback error that
     /// no descriptor has seen yet to the first fsync after it, through a descriptor
     /// opened later too (errseq, since 4.16), so syncing by path loses no error.
+    /// Out of file descriptors (EMFILE, ENFILE), the open is tried again for up to a
+    /// second (this runs on a blocking thread) before the error is the flush's: a
+    /// failed flush takes the log offline.
     pub fn sync(&self) -> std::io::Result<()> {
         match self {
             SyncTarget::File(f) => f.sync_data(),
-            SyncTarget::Path(p) => match File::open(p) {
-                Ok(f) if f.metadata()?.is_dir() => f.sync_all(),
-                Ok(f) => f.sync_data(),
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
-                Err(e) => Err(e),
-            },
+            SyncTarget::Path(p) => {
+                let mut tries = 0;
+                let f = loop {
+                    match File::open(p) {
+                        Ok(f) => break f,
+                        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+                        Err(e) if matches!(e.raw_os_error(), Some(libc::EMFILE | libc::ENFILE)) && tries < 50 => {
+                            tries += 1;
+                            std::thread::sleep(std::time::Duration::from_millis(20));
+                        }
+                        Err(e) => return Err(e),
+                    }
+                };
+                if f.metadata()?.is_dir() {
+                    f.sync_all()
+                } else {
+                    f.sync_data()
+                }
+            }
         }
     }
 }

@@ -875,8 +875,13 @@ async fn run_shard(
                         }
                     }
                     Err(e) => {
-                        tracing::warn!(error = %e, "accept failed");
-                        glommio::timer::sleep(Duration::from_millis(10)).await;
+                        if ctx.client_error_log_allowed() {
+                            tracing::warn!(error = %e, "accept failed");
+                        }
+                        // Out of file descriptors, an accept at once fails again: the
+                        // connections wait in the backlog a little longer instead.
+                        let out_of_files = matches!(e.raw_os_error(), Some(libc::EMFILE | libc::ENFILE));
+                        glommio::timer::sleep(Duration::from_millis(if out_of_files { 100 } else { 10 })).await;
                     }
                 }
             }
