@@ -197,6 +197,17 @@ def run(broker, partitions, args, cp):
             shutil.rmtree(work, ignore_errors=True)
 
 
+def read_ahead_kb(path):
+    """The read-ahead of the disk under `path` (Kafka's preallocated, mmap'ed indexes
+    fault in that much per first write: bench/README.md, "Kafka at 1,000 partitions")."""
+    st = os.stat(path)
+    dev = f"/sys/dev/block/{os.major(st.st_dev)}:{os.minor(st.st_dev)}"
+    for queue in (f"{dev}/queue/read_ahead_kb", f"{dev}/../queue/read_ahead_kb"):
+        if os.path.exists(queue):
+            return open(queue).read().strip()
+    return "unknown"
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--partitions", default="5000,20000")
@@ -209,7 +220,8 @@ def main():
     args = ap.parse_args()
     brokers = args.brokers.split(",")
     cp = kafka_classpath(tempfile.mkdtemp()) if "kafka" in brokers else None
-    print(f"# {time.strftime('%Y-%m-%d %H:%M')} open-files limit {os.sysconf('SC_OPEN_MAX')}", flush=True)
+    print(f"# {time.strftime('%Y-%m-%d %H:%M')} open-files limit {os.sysconf('SC_OPEN_MAX')}, "
+          f"read_ahead_kb {read_ahead_kb(args.work or tempfile.gettempdir())}", flush=True)
     for n in [int(x) for x in args.partitions.split(",")]:
         for broker in brokers:
             print(json.dumps(run(broker, n, args, cp)), flush=True)

@@ -192,3 +192,37 @@ fn an_open_log_holds_a_descriptor_per_segment_and_no_more() {
     assert_eq!(descriptors_into(dir.path()), want, "after a clean restart");
     drop(log);
 }
+
+/// Segment files not used since the last sweep are closed, and opened again when a
+/// read, an append or a flush needs them: a broker's descriptors follow the partitions
+/// in use (issue 52: 20,000 partitions at an open-files limit of 20,000).
+#[test]
+fn idle_segment_files_close_and_open_again_when_used() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = LogConfig { segment_bytes: 500, ..small_config() };
+    let mut log = PartitionLog::open(dir.path(), config, 0).unwrap();
+    for i in 0..6 {
+        log.append(&mut build_batch(&recs(1, i, 200)), 0).unwrap();
+    }
+    let segments = log.segment_base_offsets().len();
+    assert!(segments >= 3, "{segments} segments");
+    assert_eq!(log.close_idle_files(), 0, "every file was used since it opened");
+    assert_eq!(log.close_idle_files(), segments);
+    assert!(descriptors_into(dir.path()).is_empty());
+    // A read of the first segment opens its file only.
+    let plan = log.read(Offset(0), 1 << 20, Offset(6), true).unwrap();
+    assert!(!plan.read_to_vec().unwrap().is_empty());
+    assert_eq!(descriptors_into(dir.path()), vec!["00000000000000000000.log".to_string()]);
+    drop(plan);
+    // An append opens the active one; a flush syncs closed ones by path.
+    log.append(&mut build_batch(&recs(1, 6, 10)), 0).unwrap();
+    log.flush().unwrap();
+    assert!(!log.read(Offset(6), 1 << 20, Offset(7), true).unwrap().read_to_vec().unwrap().is_empty());
+    let active = format!("{:020}.log", log.segment_base_offsets().last().unwrap().0);
+    assert!(descriptors_into(dir.path()).contains(&active));
+    // Used since the last sweep: kept once more, then closed.
+    assert_eq!(log.close_idle_files(), 0);
+    assert_eq!(log.close_idle_files(), 2);
+    assert!(descriptors_into(dir.path()).is_empty());
+    log.close().unwrap();
+}

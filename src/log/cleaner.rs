@@ -100,6 +100,8 @@ pub const ATTR_DELETE_HORIZON: i16 = 0x40;
 #[derive(Clone)]
 pub struct SegmentFile {
     pub base_offset: i64,
+    /// `Segment::id` of the segment read.
+    pub id: u64,
     pub next_offset: i64,
     pub size_bytes: u64,
     pub log: Arc<File>,
@@ -158,9 +160,9 @@ fn cancelled(job: &CleanJob) -> std::io::Result<()> {
 /// One group of segments replaced by one cleaned segment, `<base_offset>.*.cleaned`.
 pub struct CleanedGroup {
     pub base_offset: i64,
-    /// The segments it replaces (base offset, the file the job read): the core swaps
-    /// only if these are still its segments.
-    pub replaces: Vec<(i64, Arc<File>)>,
+    /// The segments it replaces (base offset, `Segment::id`): the core swaps only if
+    /// these are still its segments.
+    pub replaces: Vec<(i64, u64)>,
     pub size_bytes: u64,
 }
 
@@ -862,7 +864,7 @@ fn run_pass(job: &CleanJob) -> std::io::Result<CleanOutcome> {
                     next_horizon = Some(next_horizon.map_or(nh.base_timestamp, |t| t.min(nh.base_timestamp)));
                 }
                 let pos = seg.size_bytes;
-                seg.log.write_all_at(bytes, pos)?;
+                seg.file()?.write_all_at(bytes, pos)?;
                 seg.note_batch(pos, &nh, job.index_interval_bytes);
                 seg.size_bytes += bytes.len() as u64;
                 stats.bytes_written += bytes.len() as u64;
@@ -898,7 +900,7 @@ fn run_pass(job: &CleanJob) -> std::io::Result<CleanOutcome> {
         drop(seg);
         out_groups.push(CleanedGroup {
             base_offset: base,
-            replaces: group.iter().map(|s| (s.base_offset, s.log.clone())).collect(),
+            replaces: group.iter().map(|s| (s.base_offset, s.id)).collect(),
             size_bytes,
         });
     }

@@ -1053,6 +1053,9 @@ impl PartitionLog {
         if self.should_roll(total_bytes as u64, last_offset, now_ms) {
             self.roll()?;
         }
+        // Before any state changes: a file that cannot be opened now (no descriptor
+        // left) refuses the append, retriably, and leaves the log as it was.
+        let file = self.active().file()?;
         // Leader, follower and recovery alike: the same batches give the same state.
         for (pos, h) in batches {
             if let Some(b) = producers::producer_batch(h) {
@@ -1098,7 +1101,7 @@ impl PartitionLog {
             start_offset: self.log_end_offset().0,
             done: false,
         });
-        let write = PendingWrite { log: self.instance, id, file: self.active().log.clone(), position: write_pos };
+        let write = PendingWrite { log: self.instance, id, file, position: write_pos };
         let seg = self.active_mut();
         for (pos, h) in batches {
             seg.note_batch(write_pos + *pos as u64, h, interval);
@@ -1237,7 +1240,7 @@ impl PartitionLog {
             let seg = &self.segments[i];
             if offset >= upper.0 || offset >= seg.next_offset {
                 let empty = ReadPlan {
-                    file: seg.log.clone(),
+                    file: seg.file()?,
                     segment_base_offset: Offset(seg.base_offset),
                     position_bytes: seg.size_bytes,
                     length_bytes: 0,
@@ -1286,7 +1289,7 @@ impl PartitionLog {
             }
         }
         Ok(ReadPlan {
-            file: seg.log.clone(),
+            file: seg.file()?,
             segment_base_offset: Offset(seg.base_offset),
             position_bytes: position,
             length_bytes: length,
@@ -1336,7 +1339,7 @@ impl PartitionLog {
                 if h.max_timestamp >= ts_ms && h.last_offset() >= self.log_start_offset {
                     if !h.is_log_append_time() {
                         buf.resize(h.size_bytes() as usize, 0);
-                        seg.log.read_exact_at(&mut buf, pos)?;
+                        seg.file()?.read_exact_at(&mut buf, pos)?;
                         if let Some((offset, ts)) = batch::find_record_by_timestamp(&buf, &h, ts_ms) {
                             return Ok(Some((Offset(offset.max(self.log_start_offset)), ts)));
                         }
@@ -1384,7 +1387,7 @@ impl PartitionLog {
                 let epoch = (h.partition_leader_epoch >= 0).then_some(h.partition_leader_epoch);
                 if !h.is_log_append_time() {
                     buf.resize(h.size_bytes() as usize, 0);
-                    seg.log.read_exact_at(&mut buf, pos)?;
+                    seg.file()?.read_exact_at(&mut buf, pos)?;
                     if let Some((offset, ts)) = batch::find_record_by_timestamp(&buf, &h, h.max_timestamp) {
                         return Ok(Some((Offset(offset), ts, epoch)));
                     }
@@ -1493,7 +1496,7 @@ impl PartitionLog {
                 let largest_ms = if seg.max_timestamp_ms >= 0 {
                     seg.max_timestamp_ms
                 } else {
-                    file_mtime_ms(&seg.log).unwrap_or(now_ms)
+                    file_mtime_ms(&seg.log_path).unwrap_or(now_ms)
                 };
                 if now_ms.saturating_sub(largest_ms) <= self.config.retention_ms {
                     break;
@@ -1650,15 +1653,19 @@ impl PartitionLog {
         if !(by_ratio || by_lag || by_horizon) {
             return None;
         }
+        // A file that cannot be opened now (no descriptor left): a later tick tries.
+        let files = segs.iter().map(|s| s.file().ok()).collect::<Option<Vec<_>>>()?;
         Some(cleaner::CleanJob {
             dir: self.dir.clone(),
             segments: segs
                 .iter()
-                .map(|s| cleaner::SegmentFile {
+                .zip(files)
+                .map(|(s, log)| cleaner::SegmentFile {
                     base_offset: s.base_offset,
+                    id: s.id,
                     next_offset: s.next_offset,
                     size_bytes: s.size_bytes,
-                    log: s.log.clone(),
+                    log,
                     aborted: s.txn_index.entries().to_vec(),
                 })
                 .collect(),
@@ -1696,9 +1703,9 @@ impl PartitionLog {
             let at = self.segments.iter().position(|s| s.base_offset == g.base_offset);
             let intact = at.filter(|&i| {
                 i + g.replaces.len() < self.segments.len()
-                    && g.replaces.iter().enumerate().all(|(k, (base, file))| {
+                    && g.replaces.iter().enumerate().all(|(k, (base, id))| {
                         let s = &self.segments[i + k];
-                        s.base_offset == *base && Arc::ptr_eq(&s.log, file) && self.written_size(s) == s.size_bytes
+                        s.base_offset == *base && s.id == *id && self.written_size(s) == s.size_bytes
                     })
             });
             let Some(i) = intact else {
@@ -1848,7 +1855,7 @@ impl PartitionLog {
             self.log_start_offset = self.log_start_offset.min(offset);
         }
         let end = self.log_end_offset().0;
-        let active = SyncTarget::File(self.active().log.clone());
+        let active = self.active().log_sync_target();
         self.unsynced_files.push(active);
         if self.leader_epochs.truncate_from_end(end) {
             self.save_leader_epochs("truncate: leader-epoch-checkpoint", end)?;
@@ -1964,6 +1971,12 @@ impl PartitionLog {
         Ok(move_to_trash(&dir)?)
     }
 
+    /// Close the `.log` files of segments not used since the last call (see
+    /// `segment::log_files_sweep_due`); how many closed.
+    pub fn close_idle_files(&self) -> usize {
+        self.segments.iter().filter(|s| s.close_file_if_idle()).count()
+    }
+
     pub fn size_bytes(&self) -> u64 {
         self.segments.iter().map(|s| s.size_bytes).sum()
     }
@@ -2068,8 +2081,8 @@ pub struct Flushed {
     dir_changes: u64,
 }
 
-fn file_mtime_ms(file: &File) -> Option<i64> {
-    let modified = file.metadata().ok()?.modified().ok()?;
+fn file_mtime_ms(path: &Path) -> Option<i64> {
+    let modified = std::fs::metadata(path).ok()?.modified().ok()?;
     Some(modified.duration_since(std::time::UNIX_EPOCH).ok()?.as_millis() as i64)
 }
 

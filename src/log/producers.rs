@@ -222,7 +222,7 @@ pub fn read_marker(seg: &Segment, pos: u64, h: &BatchHeader) -> Option<ControlMa
         return None;
     }
     let mut buf = vec![0u8; h.size_bytes() as usize];
-    seg.log.read_exact_at(&mut buf, pos).ok()?;
+    seg.file().ok()?.read_exact_at(&mut buf, pos).ok()?;
     control_marker(&buf, h)
 }
 

@@ -4,9 +4,11 @@
 //! offsets strictly increase and lie in `[base_offset, next_offset)`, every position fits
 //! a u32 and every relative offset fits a u32.
 
+use std::cell::{Cell, RefCell};
 use std::fs::{File, OpenOptions};
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use super::batch::{self, BatchHeader, HEADER_BYTES};
@@ -22,10 +24,98 @@ pub fn file_name(base_offset: i64, suffix: &str) -> String {
     format!("{base_offset:020}{suffix}")
 }
 
+/// Segment `.log` files open in this process (`LogFile`), for the descriptor budget.
+static LOG_FILES_OPEN: AtomicUsize = AtomicUsize::new(0);
+/// Ids for segments (`Segment::id`).
+static NEXT_SEGMENT_ID: AtomicU64 = AtomicU64::new(1);
+
+/// Segment `.log` files this process holds open.
+pub fn log_files_open() -> usize {
+    LOG_FILES_OPEN.load(Ordering::Relaxed)
+}
+
+/// How many segment `.log` files the broker keeps open before its shards close idle
+/// ones (`set_log_files_budget`; unbounded until set).
+static LOG_FILES_BUDGET: AtomicUsize = AtomicUsize::new(usize::MAX);
+
+/// Set the descriptor budget for segment files (the server derives it from the
+/// open-files limit at start).
+pub fn set_log_files_budget(files: usize) {
+    LOG_FILES_BUDGET.store(files, Ordering::Relaxed);
+}
+
+/// More segment files open than three quarters of the budget: time to close idle ones
+/// (the quarter left absorbs the files opened before the next sweep).
+pub fn log_files_sweep_due() -> bool {
+    let budget = LOG_FILES_BUDGET.load(Ordering::Relaxed);
+    budget != usize::MAX && log_files_open() > budget / 4 * 3
+}
+
+/// A segment's `.log` file, opened when first needed and closed by `close_if_idle`
+/// when it was not used since the last call (a second-chance sweep the shard runs when
+/// the broker holds more than its budget of descriptors): a broker's descriptors follow
+/// the partitions in use, not every partition it hosts. Whoever holds an `Arc<File>`
+/// from `get` (an append in flight, a fetch's zero-copy send, a flush, the cleaner)
+/// keeps the descriptor open until done with it.
+struct LogFile {
+    path: PathBuf,
+    file: RefCell<Option<Arc<File>>>,
+    used: Cell<bool>,
+}
+
+impl LogFile {
+    fn opened(path: PathBuf, file: File) -> LogFile {
+        LOG_FILES_OPEN.fetch_add(1, Ordering::Relaxed);
+        LogFile { path, file: RefCell::new(Some(Arc::new(file))), used: Cell::new(true) }
+    }
+
+    fn get(&self) -> std::io::Result<Arc<File>> {
+        self.used.set(true);
+        if let Some(f) = &*self.file.borrow() {
+            return Ok(f.clone());
+        }
+        let f = Arc::new(OpenOptions::new().read(true).write(true).open(&self.path)?);
+        LOG_FILES_OPEN.fetch_add(1, Ordering::Relaxed);
+        *self.file.borrow_mut() = Some(f.clone());
+        Ok(f)
+    }
+
+    fn close_if_idle(&self) -> bool {
+        if self.used.replace(false) {
+            return false;
+        }
+        self.close()
+    }
+
+    fn close(&self) -> bool {
+        let closed = self.file.borrow_mut().take().is_some();
+        if closed {
+            LOG_FILES_OPEN.fetch_sub(1, Ordering::Relaxed);
+        }
+        closed
+    }
+
+    fn sync_target(&self) -> SyncTarget {
+        match &*self.file.borrow() {
+            Some(f) => SyncTarget::File(f.clone()),
+            None => SyncTarget::Path(self.path.clone()),
+        }
+    }
+}
+
+impl Drop for LogFile {
+    fn drop(&mut self) {
+        self.close();
+    }
+}
+
 pub struct Segment {
     pub base_offset: i64,
+    /// Unique in the process: tells a segment from a later one with the same base
+    /// offset (the cleaner's swap checks it).
+    pub id: u64,
     pub log_path: PathBuf,
-    pub log: Arc<File>,
+    log: LogFile,
     pub size_bytes: u64,
     pub next_offset: i64,
     pub index: Index,
@@ -56,6 +146,7 @@ impl Segment {
         let path = |suffix: &str| dir.join(file_name(base_offset, suffix) + extra);
         let log_path = path(".log");
         let log = OpenOptions::new().read(true).write(true).create(true).truncate(true).open(&log_path)?;
+        let log = LogFile::opened(log_path.clone(), log);
         for suffix in [".index", ".timeindex"] {
             let _ = std::fs::remove_file(path(suffix));
         }
@@ -66,8 +157,9 @@ impl Segment {
         let txn_index = TxnIndex::create(path(".txnindex"))?;
         Ok(Segment {
             base_offset,
+            id: NEXT_SEGMENT_ID.fetch_add(1, Ordering::Relaxed),
             log_path,
-            log: Arc::new(log),
+            log,
             size_bytes: 0,
             next_offset: base_offset,
             index,
@@ -87,6 +179,7 @@ impl Segment {
         let log_path = dir.join(file_name(base_offset, ".log"));
         let log = OpenOptions::new().read(true).write(true).open(&log_path)?;
         let size_bytes = log.metadata()?.len();
+        let log = LogFile::opened(log_path.clone(), log);
         let (index, bad_index) = Index::open(&dir.join(file_name(base_offset, ".index")), Kind::Offset, size_bytes)?;
         let (time_index, bad_time) =
             Index::open(&dir.join(file_name(base_offset, ".timeindex")), Kind::Time, size_bytes)?;
@@ -95,8 +188,9 @@ impl Segment {
         let txn_index = TxnIndex::open(dir.join(file_name(base_offset, ".txnindex")), base_offset, entries_max)?;
         let segment = Segment {
             base_offset,
+            id: NEXT_SEGMENT_ID.fetch_add(1, Ordering::Relaxed),
             log_path,
-            log: Arc::new(log),
+            log,
             size_bytes,
             next_offset: base_offset,
             index,
@@ -114,6 +208,21 @@ impl Segment {
         self.size_bytes == 0
     }
 
+    /// The `.log` file, opened if it was closed (see `LogFile`).
+    pub fn file(&self) -> std::io::Result<Arc<File>> {
+        self.log.get()
+    }
+
+    /// What to fdatasync for the `.log` file (by path while it is closed).
+    pub fn log_sync_target(&self) -> SyncTarget {
+        self.log.sync_target()
+    }
+
+    /// Close the `.log` file if it was not used since the last call; whether it closed.
+    pub fn close_file_if_idle(&self) -> bool {
+        self.log.close_if_idle()
+    }
+
     /// Read and sanity-check the header at `pos` (no CRC): Ok(None) at `limit`.
     pub fn header_at(&self, pos: u64, limit: u64) -> Result<Option<BatchHeader>, ScanStop> {
         if pos >= limit {
@@ -125,7 +234,8 @@ impl Segment {
             return Err(stop(format!("{left} bytes left, short of a batch header")));
         }
         let mut buf = [0u8; HEADER_BYTES];
-        self.log.read_exact_at(&mut buf, pos).map_err(|e| stop(format!("read failed: {e}")))?;
+        let file = self.file().map_err(|e| stop(format!("open failed: {e}")))?;
+        file.read_exact_at(&mut buf, pos).map_err(|e| stop(format!("read failed: {e}")))?;
         let h = BatchHeader::parse(&buf);
         if h.batch_length < batch::BATCH_LENGTH_MIN || h.size_bytes() > left {
             return Err(stop(format!("batchLength {} with {left} bytes left", h.batch_length)));
@@ -240,6 +350,7 @@ impl Segment {
         let limit = self.size_bytes.min(u32::MAX as u64);
         let mut pos = 0u64;
         let mut buf = Vec::new();
+        let file = self.file()?;
         let stop = loop {
             let h = match self.header_at(pos, limit) {
                 Ok(None) => break None,
@@ -257,7 +368,7 @@ impl Segment {
                 });
             }
             buf.resize(size as usize, 0);
-            if let Err(e) = self.log.read_exact_at(&mut buf, pos) {
+            if let Err(e) = file.read_exact_at(&mut buf, pos) {
                 break Some(ScanStop { position_bytes: pos, reason: format!("read failed: {e}") });
             }
             if let Err(e) = batch::check_structure(&buf, batch_bytes_max) {
@@ -270,7 +381,7 @@ impl Segment {
             None => Ok(None),
             Some(stop) => {
                 let dropped = self.size_bytes - stop.position_bytes;
-                self.log.set_len(stop.position_bytes)?;
+                file.set_len(stop.position_bytes)?;
                 self.size_bytes = stop.position_bytes;
                 Ok(Some((stop, dropped)))
             }
@@ -301,7 +412,7 @@ impl Segment {
             Ok((pos, _)) => pos,
             Err(stop) => stop.position_bytes,
         };
-        self.log.set_len(pos)?;
+        self.file()?.set_len(pos)?;
         self.size_bytes = pos;
         self.index.truncate_while(|ix, i| (ix.offset_entry(i).1 as u64) < pos);
         self.rescan_headers(index_interval_bytes);
@@ -345,6 +456,7 @@ impl Segment {
     /// `delete_files` unlinks them later.
     pub fn rename_deleted(&mut self) -> std::io::Result<()> {
         self.log_path = with_deleted_suffix(&self.log_path)?;
+        self.log.path.clone_from(&self.log_path);
         let index = with_deleted_suffix(self.index.path())?;
         self.index.renamed(index);
         let time_index = with_deleted_suffix(self.time_index.path())?;
@@ -376,7 +488,7 @@ impl Segment {
 
     /// Files whose fdatasync makes this segment durable.
     pub fn sync_files(&self, with_indexes: bool) -> Vec<SyncTarget> {
-        let mut files = vec![SyncTarget::File(self.log.clone())];
+        let mut files = vec![self.log.sync_target()];
         // Aborted transactions are not rebuilt below the recovery point: always synced.
         files.extend(self.txn_index.file().map(SyncTarget::File));
         if with_indexes {

@@ -212,12 +212,10 @@ impl fmt::Display for TopicPartition {
 /// of these before it is trusted.
 #[allow(non_upper_case_globals)]
 pub mod limits {
-    /// File descriptors the default max.broker.partitions leaves to the broker's own
-    /// files and sockets besides connections and partitions (peers, the coordinator,
-    /// files opened for a moment to sync or replace them, io_uring, eventfds).
+    /// File descriptors the segment files' budget leaves to the broker's own files and
+    /// sockets besides connections (peers, the coordinator, files opened for a moment
+    /// to sync or replace them, io_uring, eventfds).
     pub const broker_descriptors_reserved: usize = 1_000;
-    /// Descriptors the default max.broker.partitions counts per partition replica.
-    pub const partition_descriptors_budgeted: usize = 2;
     /// The longest wait before a partition whose log failed to open is tried again
     /// (the first retry comes after 1 s, then twice as long each time).
     pub const open_retry_backoff_ms_max: i64 = 30_000;

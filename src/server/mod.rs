@@ -83,6 +83,9 @@ pub fn run(config: BrokerConfig) -> anyhow::Result<()> {
         tracing::warn!(error = %e, "cannot read the free space of the data dir");
     }
     let cluster_id = cluster_id(&config.data_dir)?;
+    let segment_files = segment_files_budget(open_files_limit(), config.max_connections);
+    crate::log::segment::set_log_files_budget(segment_files);
+    tracing::info!(open_files = open_files_limit(), segment_files, "file descriptor budget");
     let (registry, locator) = open_registry(&config, nr_shards)?;
     // From here on one thread owns the registry; everyone else reads published views.
     let metadata = Metadata::start(registry)?;
@@ -242,22 +245,23 @@ fn controller_config(config: &BrokerConfig) -> crate::coordinator::controller::C
         unclean_leader_election: config.unclean_leader_election_enable,
         broker_partitions_max: config
             .max_broker_partitions
-            .unwrap_or_else(|| default_broker_partitions_max(open_files_limit(), config.max_connections)),
+            .unwrap_or_else(|| segment_files_budget(open_files_limit(), config.max_connections)),
     }
 }
 
-/// max.broker.partitions when not set: the open-files limit less what connections
-/// (`max.connections`, at most a quarter of the limit) and the broker's own files
-/// (`broker_descriptors_reserved`) may take, over `partition_descriptors_budgeted`. A
-/// partition holds one descriptor per segment (its `.log`; indexes are mapped without
-/// one, small files are opened for a write or a sync and closed), so a budget of two
-/// leaves room for a rolled segment or a transaction index each. 7,000 partitions at
-/// an open-files limit of 20,000, 4,750 at 16,384.
-fn default_broker_partitions_max(open_files: u64, connections_max: usize) -> usize {
-    use crate::model::limits::{broker_descriptors_reserved, partition_descriptors_budgeted};
+/// The descriptors segment `.log` files may take: the open-files limit less what
+/// connections (`max.connections`, at most a quarter of the limit) and the broker's
+/// own files (`broker_descriptors_reserved`) may take. A segment holds at most one
+/// descriptor (indexes are mapped without one; small files are opened for a write or
+/// a sync and closed), and shards close the files of idle segments once three quarters
+/// of this budget are open (`log::segment::log_files_sweep_due`). Also the default
+/// max.broker.partitions: a partition in use needs its active segment's file. 14,000
+/// at an open-files limit of 20,000.
+fn segment_files_budget(open_files: u64, connections_max: usize) -> usize {
+    use crate::model::limits::broker_descriptors_reserved;
     let open_files = open_files as usize;
     let connections = connections_max.min(open_files / 4);
-    (open_files.saturating_sub(connections + broker_descriptors_reserved) / partition_descriptors_budgeted).max(1)
+    open_files.saturating_sub(connections + broker_descriptors_reserved).max(1)
 }
 
 /// The open-files limit, raised first from its soft value to the hard one (a broker
@@ -955,16 +959,16 @@ mod tests {
         assert_eq!(shard_cpu(&config, 2, 3, &cpus), None);
     }
 
-    /// The default max.broker.partitions leaves descriptors for connections and the
-    /// broker's own files: with every partition at its budget of two, the limit holds.
+    /// The segment files' budget leaves descriptors for connections and the broker's
+    /// own files.
     #[test]
-    fn the_default_partition_limit_fits_the_open_files_limit() {
-        assert_eq!(default_broker_partitions_max(20_000, 10_000), 7_000);
-        assert_eq!(default_broker_partitions_max(1_048_576, 10_000), 518_788);
-        assert_eq!(default_broker_partitions_max(1_024, 10_000), 1);
+    fn the_segment_files_budget_fits_the_open_files_limit() {
+        assert_eq!(segment_files_budget(20_000, 10_000), 14_000);
+        assert_eq!(segment_files_budget(1_048_576, 10_000), 1_037_576);
+        assert_eq!(segment_files_budget(1_024, 10_000), 1);
         for limit in [4_096u64, 16_384, 20_000, 65_536, 1_048_576] {
-            let partitions = default_broker_partitions_max(limit, 10_000);
-            assert!(partitions * 2 + 10_000.min(limit as usize / 4) + 1_000 <= limit as usize, "{limit}");
+            let files = segment_files_budget(limit, 10_000);
+            assert!(files + 10_000.min(limit as usize / 4) + 1_000 <= limit as usize, "{limit}");
         }
     }
 }

@@ -1276,6 +1276,15 @@ impl Shard {
 
     /// Housekeeping on a timer: roll by segment.ms, retention, flush.ms.
     pub fn tick(&mut self, now_ms: i64, run_retention: bool) {
+        if crate::log::segment::log_files_sweep_due() {
+            let closed: usize = self.partitions.values().map(|p| p.log.close_idle_files()).sum();
+            tracing::debug!(
+                shard = self.id.0,
+                closed,
+                open = crate::log::segment::log_files_open(),
+                "closed idle segment files"
+            );
+        }
         let mut retry = false;
         for f in self.open_failures.values_mut().filter(|f| !f.due && f.retry_at_ms <= now_ms) {
             f.due = true;
