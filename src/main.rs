@@ -186,7 +186,7 @@ struct ServeArgs {
     /// unclean.leader.election.enable: elect leaders outside the ISR (data loss) [default: false]
     #[arg(long)]
     unclean_leader_election_enable: Option<bool>,
-    /// max.broker.partitions: partition replicas one broker may host [default: (open-files limit - connections - 1000) / 2]
+    /// max.broker.partitions: partition replicas one broker may host [default: open-files limit - connections - 1000]
     #[arg(long)]
     max_broker_partitions: Option<usize>,
     /// max.connections: connections the broker holds; more are closed [default: 10000]

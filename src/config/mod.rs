@@ -139,8 +139,8 @@ pub struct BrokerConfig {
     pub unclean_leader_election_enable: bool,
     /// max.broker.partitions (KIP-578's name): the most partition replicas one broker
     /// hosts; CreateTopics / CreatePartitions / auto-creation beyond it are refused
-    /// (POLICY_VIOLATION). None: derived from the open-files limit, what connections
-    /// may take and two descriptors per replica (`default_broker_partitions_max`).
+    /// (POLICY_VIOLATION). None: the segment files' descriptor budget (the open-files
+    /// limit less what connections may take and 1,000; `segment_files_budget`).
     pub max_broker_partitions: Option<usize>,
     /// max.connections: connections the broker holds; more are closed at accept.
     pub max_connections: usize,
