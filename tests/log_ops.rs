@@ -188,8 +188,9 @@ fn an_open_log_holds_a_descriptor_per_segment_and_no_more() {
     assert_eq!(descriptors_into(dir.path()), want);
     log.close().unwrap();
     assert!(descriptors_into(dir.path()).is_empty());
+    // A restart keeps the active segment's file only: the rest open again when read.
     let log = PartitionLog::open(dir.path(), config, 0).unwrap();
-    assert_eq!(descriptors_into(dir.path()), want, "after a clean restart");
+    assert_eq!(descriptors_into(dir.path()), want[want.len() - 1..], "after a clean restart");
     drop(log);
 }
 

@@ -605,6 +605,10 @@ impl PartitionLog {
             log_start_offset,
         };
         log.load_log_start_offset()?;
+        // Recovery read the rolled segments; a restart of thousands of partitions keeps
+        // only their active files (the rest open again when read).
+        let last = log.segments.len() - 1;
+        log.segments[..last].iter().for_each(Segment::close_file);
         Ok(log)
     }
 

@@ -218,6 +218,11 @@ impl Segment {
         self.log.sync_target()
     }
 
+    /// Close the `.log` file now (it opens again when needed).
+    pub fn close_file(&self) {
+        self.log.close();
+    }
+
     /// Close the `.log` file if it was not used since the last call; whether it closed.
     pub fn close_file_if_idle(&self) -> bool {
         self.log.close_if_idle()
