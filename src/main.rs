@@ -108,6 +108,9 @@ struct ServeArgs {
     /// this long first [default: 0]
     #[arg(long, hide = true)]
     test_txn_verification_delay_ms: Option<u64>,
+    /// Tests only: the descriptor budget of segment files [default: from the open-files limit]
+    #[arg(long, hide = true)]
+    test_segment_files_budget: Option<usize>,
     /// group.initial.rebalance.delay.ms [default: 3000]
     #[arg(long)]
     group_initial_rebalance_delay_ms: Option<i64>,
@@ -379,6 +382,9 @@ fn load_config(args: ServeArgs) -> Result<BrokerConfig, String> {
     }
     if let Some(v) = args.test_txn_verification_delay_ms {
         config.test_txn_verification_delay_ms = v;
+    }
+    if args.test_segment_files_budget.is_some() {
+        config.test_segment_files_budget = args.test_segment_files_budget;
     }
     if let Some(v) = args.max_connections {
         config.max_connections = v;

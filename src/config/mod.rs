@@ -57,6 +57,10 @@ pub struct BrokerConfig {
     /// verification with its coordinator (KIP-890) waits this long first (a slow or
     /// remote coordinator). 0, the default: no wait.
     pub test_txn_verification_delay_ms: u64,
+    /// Tests only (`--test-segment-files-budget`): the segment files' descriptor budget
+    /// instead of the one derived from the open-files limit, so that a test sees idle
+    /// files closed and opened again with a few partitions.
+    pub test_segment_files_budget: Option<usize>,
     /// Broker-wide defaults for topic configs, by Kafka name (`log.retention.ms` style
     /// broker names are accepted in their topic form: `retention.ms`).
     pub topic_defaults: BTreeMap<String, String>,
@@ -323,6 +327,7 @@ impl Default for BrokerConfig {
             test_fsync_delay_ms: 0,
             test_group_load_delay_ms: 0,
             test_txn_verification_delay_ms: 0,
+            test_segment_files_budget: None,
             topic_defaults: BTreeMap::new(),
             group_initial_rebalance_delay_ms: 3000,
             group_min_session_timeout_ms: 6000,

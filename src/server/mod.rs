@@ -83,7 +83,9 @@ pub fn run(config: BrokerConfig) -> anyhow::Result<()> {
         tracing::warn!(error = %e, "cannot read the free space of the data dir");
     }
     let cluster_id = cluster_id(&config.data_dir)?;
-    let segment_files = segment_files_budget(open_files_limit(), config.max_connections);
+    let segment_files = config
+        .test_segment_files_budget
+        .unwrap_or_else(|| segment_files_budget(open_files_limit(), config.max_connections));
     crate::log::segment::set_log_files_budget(segment_files);
     tracing::info!(open_files = open_files_limit(), segment_files, "file descriptor budget");
     let (registry, locator) = open_registry(&config, nr_shards)?;
