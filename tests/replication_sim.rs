@@ -2690,6 +2690,22 @@ fn sim_seed_16089_a_follower_moved_away_and_back_between_two_snapshots() {
     }
 }
 
+/// Seed 477875573592 (CI's explored window of 2026-12-06) found that the rule above
+/// missed epochs the leader learnt from its own AlterPartition answers, which carry no
+/// replicas: a reassignment [2, 3] -> [1, 2] finished (3 deleted its log) in the answer
+/// to the leader's proposal, then [1, 2] -> [3, 1, 2] came in the very next snapshot.
+/// With 3 a replica in both snapshots and no epoch skipped between them, the leader
+/// kept 3's old progress, proposed it into the ISR before it fetched, and 3 was
+/// elected with an empty log. `LeaderState` now counts from the epoch it last learnt
+/// the replicas at (`replicas_epoch`); with `partition_epoch` in its place this seed
+/// fails.
+#[test]
+fn sim_seed_477875573592_a_replica_removed_in_an_answer_and_added_back() {
+    if let Err(e) = run_seed(477_875_573_592, AsSpate::default()) {
+        panic!("{e}");
+    }
+}
+
 /// Seed 18288 (beyond `SEEDS_DEFAULT`) found the bug that `log::producers::rebuild`
 /// fixed by replaying from at or below the high watermark: broker 3 restarted with a
 /// checkpointed high watermark of 19 and a snapshot taken at a roll after the commit

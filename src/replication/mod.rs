@@ -121,6 +121,9 @@ pub struct LeaderState {
     /// As committed by the coordinator.
     isr: Vec<NodeId>,
     partition_epoch: PartitionEpoch,
+    /// The partition epoch `replicas` were last learnt at (a snapshot; an AlterPartition
+    /// answer moves `partition_epoch` without saying what the replicas were).
+    replicas_epoch: PartitionEpoch,
     followers: BTreeMap<NodeId, FollowerProgress>,
     high_watermark: i64,
     /// The log end offset when this leader epoch began.
@@ -164,6 +167,7 @@ impl LeaderState {
             replicas,
             isr,
             partition_epoch,
+            replicas_epoch: partition_epoch,
             followers,
             high_watermark: high_watermark.min(leo).max(0),
             epoch_start_offset: leo,
@@ -357,19 +361,23 @@ impl LeaderState {
         }
         if let Some(replicas) = replicas {
             self.set_replicas(replicas);
-            if partition_epoch > self.partition_epoch.next() {
-                // A snapshot that skips partition epochs hides the states between them: a
-                // follower may have been reassigned away (deleting its log) and back
+            if partition_epoch > self.replicas_epoch.next() {
+                // A snapshot that skips partition epochs hides the replicas between them:
+                // a follower may have been reassigned away (deleting its log) and back
                 // meanwhile, with the same replica list on both sides, so what it fetched
                 // before proves nothing. Kafka's brokers apply every partition change in
                 // order and start a replica added back afresh; here each follower outside
-                // the new ISR shows again, by fetching, where its log ends.
+                // the new ISR shows again, by fetching, where its log ends. Epochs learnt
+                // from AlterPartition answers count as skipped: they carry no replicas
+                // (a reassignment that removed a replica can end in one: the replication
+                // simulation's seed 477875573592 elected a re-added, empty replica).
                 for (r, f) in self.followers.iter_mut() {
                     if !isr.contains(r) {
                         *f = FollowerProgress { broker_epoch: f.broker_epoch, ..FollowerProgress::unknown(0) };
                     }
                 }
             }
+            self.replicas_epoch = partition_epoch;
         }
         if partition_epoch > self.partition_epoch {
             // A replica that left the ISR (the coordinator takes a restarted broker out)
