@@ -2023,6 +2023,11 @@ impl FlushHandle {
     }
 }
 
+/// Out of file descriptors, a sync by path tries its open this many times, this far
+/// apart (a second in all), before the flush fails.
+const SYNC_OPEN_RETRIES: u32 = 50;
+const SYNC_OPEN_RETRY_MS: u64 = 20;
+
 /// A file a flush makes durable: one the log holds open (a segment's `.log`, a
 /// transaction index), or one it keeps no descriptor for (index files, replaced small
 /// files, the partition directory), opened by path on the syncing thread. A path that
@@ -2060,9 +2065,12 @@ impl SyncTarget {
                     match File::open(p) {
                         Ok(f) => break f,
                         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
-                        Err(e) if matches!(e.raw_os_error(), Some(libc::EMFILE | libc::ENFILE)) && tries < 50 => {
+                        Err(e)
+                            if matches!(e.raw_os_error(), Some(libc::EMFILE | libc::ENFILE))
+                                && tries < SYNC_OPEN_RETRIES =>
+                        {
                             tries += 1;
-                            std::thread::sleep(std::time::Duration::from_millis(20));
+                            std::thread::sleep(std::time::Duration::from_millis(SYNC_OPEN_RETRY_MS));
                         }
                         Err(e) => return Err(e),
                     }

@@ -85,8 +85,9 @@ fn is_transactional_produce(frame: &RequestFrame) -> bool {
     if frame.api_version < 9 {
         return body.len() >= 2 && i16::from_be_bytes([body[0], body[1]]) > 0;
     }
-    // Compact: uvarint length + 1; any value above 1 is a non-empty id.
-    body.first().is_some_and(|b| *b > 1 || (*b & 0x80 != 0))
+    // Compact: uvarint length + 1; a first byte above 1 is a non-empty id (a
+    // continuation bit means a longer one).
+    body.first().is_some_and(|b| *b > 1)
 }
 
 /// Why reading a connection stopped.

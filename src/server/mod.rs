@@ -52,6 +52,9 @@ const shutdown_grace_ms: u64 = 10_000;
 const group_tick_interval_ms: u64 = 100;
 /// How often each shard rolls segments by age and checks flush.ms.
 const housekeeping_interval_ms: u64 = 1_000;
+/// The wait before the next accept after one failed; out of file descriptors, longer.
+const accept_error_backoff_ms: u64 = 10;
+const accept_out_of_files_backoff_ms: u64 = 100;
 /// While a shard starts, its executor wakes at least this often (see `run_shard`).
 const startup_tick_ms: u64 = 10;
 /// A mesh join slower than this is logged: a lost wake-up the ticker made up for.
@@ -83,11 +86,11 @@ pub fn run(config: BrokerConfig) -> anyhow::Result<()> {
         tracing::warn!(error = %e, "cannot read the free space of the data dir");
     }
     let cluster_id = cluster_id(&config.data_dir)?;
-    let segment_files = config
-        .test_segment_files_budget
-        .unwrap_or_else(|| segment_files_budget(open_files_limit(), config.max_connections));
+    let open_files = open_files_limit();
+    let segment_files =
+        config.test_segment_files_budget.unwrap_or_else(|| segment_files_budget(open_files, config.max_connections));
     crate::log::segment::set_log_files_budget(segment_files);
-    tracing::info!(open_files = open_files_limit(), segment_files, "file descriptor budget");
+    tracing::info!(open_files, segment_files, "file descriptor budget");
     let (registry, locator) = open_registry(&config, nr_shards)?;
     // From here on one thread owns the registry; everyone else reads published views.
     let metadata = Metadata::start(registry)?;
@@ -887,7 +890,9 @@ async fn run_shard(
                         // Out of file descriptors, an accept at once fails again: the
                         // connections wait in the backlog a little longer instead.
                         let out_of_files = matches!(e.raw_os_error(), Some(libc::EMFILE | libc::ENFILE));
-                        glommio::timer::sleep(Duration::from_millis(if out_of_files { 100 } else { 10 })).await;
+                        let backoff_ms =
+                            if out_of_files { accept_out_of_files_backoff_ms } else { accept_error_backoff_ms };
+                        glommio::timer::sleep(Duration::from_millis(backoff_ms)).await;
                     }
                 }
             }
