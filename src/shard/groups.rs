@@ -394,6 +394,7 @@ impl Shard {
         if durable && last >= p.log.recovery_point() {
             let (tx, rx) = oneshot::channel();
             p.durable_waiters.push((last, tx));
+            super::note_durable_waiting(&mut self.durable_waiting, tp);
             waits.push(rx);
         }
         GroupReply::Stored { waits, replicated: Some(rx) }

@@ -9,7 +9,7 @@
 //!
 //! Invariant: `execute` is only ever called with partitions this shard owns (asserted).
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -402,6 +402,11 @@ pub struct Shard {
     view: Arc<ClusterView>,
     broker_topic_defaults: BTreeMap<String, String>,
     partitions: HashMap<TopicPartition, Partition>,
+    /// The partitions that may hold durable waiters (every one that does is here; one
+    /// whose waiters are gone may linger until the next round takes its batch). Group
+    /// commit looks only at these: a scan of every partition on each append's wakeup
+    /// cost the shard O(partitions) per Produce (bench/README.md, "Many partitions").
+    durable_waiting: HashSet<TopicPartition>,
     groups: GroupCoordinator,
     /// log.cleaner.*; None: log.cleaner.enable=false.
     cleaner: Option<crate::log::CleanerSettings>,
@@ -502,6 +507,7 @@ impl Shard {
             opening: Default::default(),
             open_queue: Vec::new(),
             open_failures: HashMap::new(),
+            durable_waiting: HashSet::new(),
             trash: Trash::default(),
             group_loads: HashMap::new(),
             group_load_queue: Vec::new(),
@@ -983,6 +989,7 @@ impl Shard {
         let durable = if durable || p.log.flush_due(now_ms) {
             let (tx, rx) = oneshot::channel();
             p.durable_waiters.push((info.last_offset, tx));
+            note_durable_waiting(&mut self.durable_waiting, &tp);
             Some(rx)
         } else {
             None
@@ -1057,6 +1064,9 @@ impl Shard {
                             rx
                         });
                         let log_start_offset = p.log.log_start_offset();
+                        if durable.is_some() {
+                            note_durable_waiting(&mut self.durable_waiting, &tp);
+                        }
                         return Ok(PartitionReply::Produced {
                             info,
                             log_start_offset,
@@ -1329,6 +1339,7 @@ impl Shard {
                 // (and a compacted one never had its last rolled segment cleaned).
                 let (tx, _rx) = oneshot::channel();
                 p.durable_waiters.push((Offset(p.log.unflushed_end().0 - 1), tx));
+                note_durable_waiting(&mut self.durable_waiting, tp);
             }
         }
     }
@@ -1345,12 +1356,13 @@ impl Shard {
         let (tx, rx) = oneshot::channel();
         // Below every offset: taken by the next round whatever it covers.
         p.durable_waiters.push((Offset(-1), tx));
+        note_durable_waiting(&mut self.durable_waiting, tp);
         Some(rx)
     }
 
     /// True when some partition has acks (or a flush policy) waiting for an fsync.
     pub fn has_flush_work(&self) -> bool {
-        self.partitions.values().any(Self::flushable)
+        self.durable_waiting.iter().any(|tp| self.partitions.get(tp).is_some_and(Self::flushable))
     }
 
     /// Some ack waits for an fsync, and the data it needs is already written.
@@ -1361,11 +1373,15 @@ impl Shard {
 
     /// Group commit, step 1: collect what one fdatasync round must cover.
     pub fn take_flush_batch(&mut self) -> FlushBatch {
+        let partitions = &mut self.partitions;
+        self.durable_waiting.retain(|tp| partitions.get(tp).is_some_and(|p| !p.durable_waiters.is_empty()));
         let items = self
-            .partitions
-            .iter_mut()
-            .filter(|(_, p)| Self::flushable(p))
-            .map(|(tp, p)| (tp.clone(), p.log.flush_handle()))
+            .durable_waiting
+            .iter()
+            .filter_map(|tp| {
+                let p = partitions.get_mut(tp)?;
+                Self::flushable(p).then(|| (tp.clone(), p.log.flush_handle()))
+            })
             .collect();
         FlushBatch { items }
     }
@@ -1390,6 +1406,9 @@ impl Shard {
                 } else {
                     p.durable_waiters.push((offset, w));
                 }
+            }
+            if p.durable_waiters.is_empty() {
+                self.durable_waiting.remove(&tp);
             }
         }
     }
@@ -1509,6 +1528,14 @@ pub fn close_logs(logs: Vec<(TopicPartition, PartitionLog)>) {
             tracing::error!(partition = %tp, error = %e, "close failed");
         }
     });
+}
+
+/// Record that `tp` holds a durable waiter (`Shard::durable_waiting`), cloning its name
+/// only the first time.
+fn note_durable_waiting(waiting: &mut HashSet<TopicPartition>, tp: &TopicPartition) {
+    if !waiting.contains(tp) {
+        waiting.insert(tp.clone());
+    }
 }
 
 #[cfg(test)]
