@@ -40,6 +40,13 @@
 #   RDK_RECORDS=4000000   records per rdkafka_performance produce (at most 8 x DURATION s)
 #   SKIP_RDKAFKA=1  no rdkafka_performance (RDKAFKA_PERF=path: use that binary)
 #   WORKLOADS=regex  only the spate-bench workloads whose name matches (grep -E)
+#   SKIP_NULL=1  no null broker
+#   SB_MSG       (per workload, set in the script) spate-bench's record size, else 1 KiB
+#   Every spate-bench run also writes the broker's cost to cost.tsv (bench/cost.py: CPU
+#   user and system, page faults, context switches, per GB; and the whole machine's busy
+#   CPU less the client's, which counts the kernel threads' work for the broker, such
+#   as writeback and deferred softirqs), and table.md ends with
+#   their medians, Spate beside Kafka (not with SYSCALLS=1: the tracer's cost counts).
 #   SYSCALLS=1   trace each broker's system calls over each spate-bench run (perf trace -s,
 #                its own cost shows in the MB/s): per request and per MB in syscalls.txt
 #   OUT=/tmp/spate-vs-kafka-<time>   results.tsv, table.md, JSON, SVG plots, broker logs,
@@ -306,8 +313,13 @@ sb() {
         perf trace -s -p "${PID[$sys]}" -o "${j%.json}.syscalls" > /dev/null 2>&1 & tracer=$!
         sleep 1
       fi
-      "$SPATE_BENCH_BIN" --bootstrap "127.0.0.1:${PORT[$sys]}" --message-size $MSG --topic "$topic" "$@" --label "$sys $name" \
+      python3 "$ROOT/bench/cost.py" snap "${PID[$sys]}" > "${j%.json}.cost0"
+      /usr/bin/time -f "%U %S" -o "${j%.json}.client" \
+        "$SPATE_BENCH_BIN" --bootstrap "127.0.0.1:${PORT[$sys]}" --message-size "${SB_MSG:-$MSG}" --topic "$topic" "$@" --label "$sys $name" \
         --json "$j" > "${j%.json}.txt" 2> "${j%.json}.err" || log "$sys $name failed: $(tail -2 "${j%.json}.err")"
+      if [ -s "$j" ] && [ -z "$tracer" ]; then # the broker's cost over the run (a tracer's own cost would count)
+        python3 "$ROOT/bench/cost.py" row "$sys" "$fsync" "$name" "$r" "${j%.json}.cost0" "${PID[$sys]}" "$j" "${j%.json}.client" >> "$OUT/cost.tsv"
+      fi
       if [ -n "$tracer" ]; then
         kill -INT "$tracer"; wait "$tracer" || true
         if [ -s "$j" ]; then
@@ -381,11 +393,15 @@ run_rdkafka() { # FSYNC ROUND: produce RDK_RECORDS at librdkafka's defaults, the
 }
 
 # ---------------------------------------------------------------- fsync never
-phase_start never Spate ${SPATE_UNPINNED:+Spate-unpinned} ${SPATE_TUNED:+Spate-tuned} Kafka Null
+NULL_SYSTEM=Null; [ "${SKIP_NULL:-0}" = 1 ] && NULL_SYSTEM=""
+phase_start never Spate ${SPATE_UNPINNED:+Spate-unpinned} ${SPATE_TUNED:+Spate-tuned} Kafka $NULL_SYSTEM
 sb never "produce 1 KiB x8p acks=1" 0 p8 8 --producers 1 --acks 1 "${COMMON[@]}"
-sb never "consume backlog x8p" 2 p8 0 --producers 0 --consumers 1 --consume-from earliest --duration "$DURATION"
+sb never "consume backlog x8p" 0 p8 0 --producers 0 --consumers 1 --consume-from earliest --duration "$DURATION"
+sb never "consume backlog x8p, 8 consumers" 2 p8 0 --producers 0 --consumers 8 --consume-from earliest --duration "$DURATION"
 sb never "produce 1 KiB x8p acks=all" 1 pall 8 --producers 1 --acks -1 "${COMMON[@]}"
 sb never "produce 1 KiB x8p acks=1 keyed" 1 pkey 8 --producers 1 --acks 1 --key-distribution random "${COMMON[@]}"
+SB_MSG=100 sb never "produce 100 B x8p acks=1 keyed, 16 KiB batches" 1 psmall 8 --producers 1 --acks 1 \
+  --key-distribution random --batch-bytes 16384 --linger-ms 1 --in-flight 5 --warmup "$WARMUP" --duration "$DURATION"
 sb never "produce 1 KiB x1000p acks=1" 1 p1000 1000 --producers 1 --acks 1 "${COMMON[@]}"
 sb never "produce 1 KiB x8p acks=1, 200 producers" 1 p200 8 --producers 200 --acks 1 \
   --batch-bytes 16384 --linger-ms 5 --in-flight 5 --warmup "$WARMUP" --duration "$DURATION"
@@ -486,4 +502,8 @@ text = "\n".join(lines) + "\n"
 open(os.path.join(out_dir, "table.md"), "w").write(text)
 print(text)
 PY
+if [ -s "$OUT/cost.tsv" ]; then
+  { echo; echo "Broker CPU per GB taken in (or served, for consume), medians over rounds (cost.tsv; bench/cost.py):"; echo
+    python3 "$ROOT/bench/cost.py" table "$OUT/cost.tsv"; } | tee -a "$OUT/table.md"
+fi
 log "results in $OUT (results.tsv, table.md, per-run JSON, latency-*.svg, broker logs)"

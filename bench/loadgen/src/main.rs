@@ -127,6 +127,10 @@ struct Report {
     produce_errors: u64,
     fetch_errors: u64,
     produce_requests: u64,
+    /// Bytes acknowledged and consumed over the whole run, warm-up included: what a
+    /// broker's CPU over the run is divided by (bench/cost.py).
+    total_produced_bytes: u64,
+    total_consumed_bytes: u64,
     coordinated_omission_corrected: bool,
     buckets: Vec<Bucket>,
 }
@@ -429,6 +433,8 @@ fn run(args: Args) -> Result<()> {
         produce_errors: Counters::get(&counters.produce_errors),
         fetch_errors: Counters::get(&counters.fetch_errors),
         produce_requests: Counters::get(&counters.requests),
+        total_produced_bytes: Counters::get(&counters.acked_bytes),
+        total_consumed_bytes: Counters::get(&counters.consumed_bytes),
         coordinated_omission_corrected: args.rate > 0.0,
         buckets,
     };
