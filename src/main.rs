@@ -448,6 +448,18 @@ fn parse_cli() -> Result<Cli, ExitCode> {
     }
 }
 
+/// Let glibc's malloc keep the memory requests free and hand it to the next ones
+/// (`limits::malloc_reuse_bytes`), instead of returning it to the kernel and taking it
+/// back page fault by page fault.
+fn keep_freed_memory() {
+    let bytes = spate::model::limits::malloc_reuse_bytes as libc::c_int;
+    // SAFETY: mallopt only sets the allocator's parameters (under its own lock).
+    let set = unsafe { libc::mallopt(libc::M_MMAP_THRESHOLD, bytes) == 1 && libc::mallopt(libc::M_TRIM_THRESHOLD, bytes) == 1 };
+    if !set {
+        tracing::warn!("mallopt refused M_MMAP_THRESHOLD / M_TRIM_THRESHOLD: freed request memory goes back to the kernel");
+    }
+}
+
 /// The exit of a client subcommand.
 fn client_exit(result: Result<(), spate::client::Error>) -> ExitCode {
     match result {
@@ -482,6 +494,7 @@ fn main() -> ExitCode {
         Command::Quota(cmd) => client_exit(cli::run_quota(cmd)),
         Command::Doctor(args) => ExitCode::from(cli::doctor::run(args)),
         Command::Serve(args) => {
+            keep_freed_memory();
             let config = match load_config(*args) {
                 Ok(c) => c,
                 Err(e) => {

@@ -264,6 +264,14 @@ pub mod limits {
     /// its bytes arrive, so a frame declared long but sent slowly (or never) holds
     /// only about what arrived.
     pub const frame_read_initial_bytes_max: usize = 1024 * 1024;
+    /// glibc malloc's M_MMAP_THRESHOLD and M_TRIM_THRESHOLD for the broker (set once at
+    /// start, `main.rs`): a request body up to this size comes from the heap, and a heap
+    /// keeps up to this much free memory rather than handing it back to the kernel. With
+    /// glibc's defaults a 128 KiB Produce body was a fresh mmap, or heap memory trimmed
+    /// and faulted in again, on every request: 36,000-164,000 page faults per GB
+    /// produced, each page zeroed by the kernel and written again (bench/README.md,
+    /// "Cost per GB"). 32 MiB is the most glibc takes for the mmap threshold.
+    pub const malloc_reuse_bytes: usize = 32 * 1024 * 1024;
     /// A connection's read-ahead buffer: one socket read takes up to this many bytes, so
     /// a small request's length prefix and body come in one system call. Held for the
     /// connection's life (10,000 connections: 160 MiB); bytes read ahead of a frame are
