@@ -11,7 +11,7 @@ medians per mode are printed at the end. A read_committed consumer then checks t
 the topic holds exactly what was committed (nothing aborted here).
 
 Usage: bench/transactions.py   (needs target/release/spate: cargo build --release;
-env: ROUNDS=3 SECONDS_PER_RUN=10 FSYNC=never PORT=49293)
+env: ROUNDS=3 SECONDS_PER_RUN=10 FSYNC=never PORT=49293 SPATE_BIN=path)
 """
 
 import os
@@ -27,7 +27,7 @@ from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-BIN = os.path.join(ROOT, "target", "release", "spate")
+BIN = os.environ.get("SPATE_BIN", os.path.join(ROOT, "target", "release", "spate"))
 PORT = int(os.environ.get("PORT", "49293"))
 ROUNDS = int(os.environ.get("ROUNDS", "3"))
 SECONDS = float(os.environ.get("SECONDS_PER_RUN", "10"))
