@@ -454,9 +454,13 @@ fn parse_cli() -> Result<Cli, ExitCode> {
 fn keep_freed_memory() {
     let bytes = spate::model::limits::malloc_reuse_bytes as libc::c_int;
     // SAFETY: mallopt only sets the allocator's parameters (under its own lock).
-    let set = unsafe { libc::mallopt(libc::M_MMAP_THRESHOLD, bytes) == 1 && libc::mallopt(libc::M_TRIM_THRESHOLD, bytes) == 1 };
+    let set = unsafe {
+        libc::mallopt(libc::M_MMAP_THRESHOLD, bytes) == 1 && libc::mallopt(libc::M_TRIM_THRESHOLD, bytes) == 1
+    };
     if !set {
-        tracing::warn!("mallopt refused M_MMAP_THRESHOLD / M_TRIM_THRESHOLD: freed request memory goes back to the kernel");
+        tracing::warn!(
+            "mallopt refused M_MMAP_THRESHOLD / M_TRIM_THRESHOLD: freed request memory goes back to the kernel"
+        );
     }
 }
 
