@@ -1307,6 +1307,12 @@ impl Shard {
         // A follower's broker died, or leadership moved: DeleteRecords waits settle.
         self.check_low_watermarks(None);
         for (tp, p) in self.partitions.iter_mut() {
+            // Group commit looks only at `durable_waiting`: a waiter outside it would
+            // never be released.
+            debug_assert!(
+                p.durable_waiters.is_empty() || self.durable_waiting.contains(tp),
+                "{tp} holds durable waiters but is not in durable_waiting"
+            );
             if p.log.offline_reason().is_some() {
                 continue; // said once when it went offline; nothing to roll, retain or flush
             }
