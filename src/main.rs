@@ -117,6 +117,12 @@ struct ServeArgs {
     /// group.min.session.timeout.ms [default: 6000]
     #[arg(long)]
     group_min_session_timeout_ms: Option<i32>,
+    /// group.consumer.session.timeout.ms: consumer-protocol (KIP-848) sessions [default: 45000]
+    #[arg(long)]
+    group_consumer_session_timeout_ms: Option<i32>,
+    /// group.consumer.heartbeat.interval.ms [default: 5000]
+    #[arg(long)]
+    group_consumer_heartbeat_interval_ms: Option<i32>,
     /// offsets.retention.minutes [default: 10080]
     #[arg(long)]
     offsets_retention_minutes: Option<i64>,
@@ -283,6 +289,12 @@ fn load_config(args: ServeArgs) -> Result<BrokerConfig, String> {
     }
     if let Some(v) = args.group_min_session_timeout_ms {
         config.group_min_session_timeout_ms = v;
+    }
+    if let Some(v) = args.group_consumer_session_timeout_ms {
+        config.group_consumer_session_timeout_ms = v;
+    }
+    if let Some(v) = args.group_consumer_heartbeat_interval_ms {
+        config.group_consumer_heartbeat_interval_ms = v;
     }
     if let Some(v) = args.offsets_retention_minutes {
         config.offsets_retention_minutes = v;

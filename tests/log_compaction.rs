@@ -524,14 +524,20 @@ fn a_pass_whose_segments_changed_is_dropped() {
     assert!(before.len() > contents(&log).len());
 }
 
-/// Records without a key are refused on a compacted log (INVALID_RECORD), compressed
-/// or not; keyed ones go in.
+/// Records without a key are refused on a compacted log (INVALID_RECORD, naming each
+/// keyless record by its index: KIP-467's record errors); keyed ones go in.
 #[test]
 fn a_compacted_log_refuses_records_without_keys() {
     let dir = tempfile::tempdir().unwrap();
     let mut log = PartitionLog::open(dir.path(), config(), 0).unwrap();
     let e = log.append(&mut batch(&[(Some(b"a"), Some(b"1")), (None, Some(b"2"))], 0), 0).unwrap_err();
-    assert!(matches!(&e, spate::log::LogError::InvalidRecord(m) if m.contains("without a key")), "{e}");
+    match &e {
+        spate::log::LogError::InvalidRecords { record_errors, .. } => {
+            assert_eq!(record_errors.iter().map(|(i, _)| *i).collect::<Vec<_>>(), vec![1], "{e}");
+            assert!(record_errors[0].1.contains("without key"), "{e}");
+        }
+        other => panic!("{other}"),
+    }
     assert_eq!(log.log_end_offset(), Offset(0));
     log.append(&mut batch(&[(Some(b"a"), Some(b"1"))], 0), 0).unwrap();
     let mut plain = PartitionLog::open(&dir.path().join("plain"), LogConfig::default(), 0).unwrap();

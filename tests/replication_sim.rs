@@ -2706,6 +2706,21 @@ fn sim_seed_477875573592_a_replica_removed_in_an_answer_and_added_back() {
     }
 }
 
+/// Seed 35863512891 (explored by CI at 728574d): a reassignment removed replica 1 of
+/// p1 and added it back (partition epochs 40 and 41) while the leader kept its leader
+/// epoch. A fetch that 1 sent at offset 79 before it deleted its log reached the leader
+/// after it had forgotten 1's progress, so the leader took the re-added, empty replica
+/// into the ISR, and 1 was then elected without the committed records. The controller
+/// now moves the leader epoch when a change removes a replica, as Kafka's
+/// `PartitionChangeBuilder` does, which fences such fetches; without that bump this seed
+/// fails.
+#[test]
+fn sim_seed_35863512891_a_removed_replicas_late_fetch_after_it_is_added_back() {
+    if let Err(e) = run_seed(35_863_512_891, AsSpate::default()) {
+        panic!("{e}");
+    }
+}
+
 /// Seed 18288 (beyond `SEEDS_DEFAULT`) found the bug that `log::producers::rebuild`
 /// fixed by replaying from at or below the high watermark: broker 3 restarted with a
 /// checkpointed high watermark of 19 and a snapshot taken at a roll after the commit

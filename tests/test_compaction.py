@@ -6,7 +6,8 @@
   at the offset the producer was acknowledged for it (offsets never move); the
   partition's .log bytes shrink to a fraction; after delete.retention.ms the tombstones
   are gone too and only the 900 live keys remain. A kill -9 and restart keep it all.
-- Records without a key are refused on a compacted topic (INVALID_RECORD, as Kafka).
+- Records without a key are refused on a compacted topic (INVALID_RECORD, as Kafka), with
+  KIP-467's record_errors naming them.
 - `__consumer_offsets` is compacted: a group committing 100,000 times leaves a few
   segments' worth of bytes (small offsets.topic.segment.bytes so segments roll), and the
   last commit is what a restarted broker (kill -9) serves.
@@ -180,6 +181,17 @@ def test_a_compacted_topic_refuses_records_without_a_key(broker_factory):
     assert p.flush(30) == 0
     assert reports[0] is not None and reports[0].code() == KafkaError.INVALID_RECORD, reports
     assert reports[1] is None, reports
+    # One batch of four, two keyless: refused whole, but the answer names the keyless
+    # records (KIP-467 record_errors), so librdkafka fails them with INVALID_RECORD and
+    # the keyed ones with _INVALID_DIFFERENT_RECORD (which a producer may resend).
+    # (librdkafka 2.16 tells them apart only when there are two record errors or more.)
+    batch = []
+    for key in (b"k1", None, b"k2", None):
+        p.produce(topic, key=key, value=b"in a batch", partition=0,
+                  on_delivery=lambda err, msg: batch.append((msg.key(), err.code() if err else None)))
+    assert p.flush(30) == 0
+    assert batch == [(b"k1", KafkaError._INVALID_DIFFERENT_RECORD), (None, KafkaError.INVALID_RECORD),
+                     (b"k2", KafkaError._INVALID_DIFFERENT_RECORD), (None, KafkaError.INVALID_RECORD)], batch
     got = read_all(b.bootstrap, topic)
     assert [(k, v) for _, k, v in got] == [(b"k", b"keyed")]
 

@@ -7,9 +7,16 @@ latest) consumes and commits as it goes; the broker leading the group's offsets
 partition is killed with SIGKILL. The new leader loads the group's offsets from its
 replica: they are there before the consumer commits again, the consumer goes on, no
 record is skipped, and the final commits are the end offsets.
+
+With group.protocol=consumer (KIP-848) the group's members, epochs and assignments come
+back too (their records in `__consumer_offsets`): the member carries on at its epoch on
+the new coordinator instead of rejoining.
 """
 
+import re
 import time
+
+import pytest
 
 from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, KafkaException, TopicPartition
 
@@ -30,7 +37,8 @@ def committed_offsets(bootstrap, group, topic, parts):
     return {tp.partition: tp.offset for tp in res.topic_partitions}
 
 
-def test_group_survives_the_kill_of_its_coordinator(broker_factory):
+@pytest.mark.parametrize("protocol", ["classic", "consumer"])
+def test_group_survives_the_kill_of_its_coordinator(broker_factory, protocol):
     brokers = start_cluster(broker_factory)
     b1 = brokers[1]
     # The offsets topic: created by the active coordinator once three brokers are live.
@@ -59,7 +67,10 @@ def test_group_survives_the_kill_of_its_coordinator(broker_factory):
         first.commit(offsets=[TopicPartition(topic, p, 0) for p in range(parts)], asynchronous=False)
     finally:
         first.close()
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False})
+    conf = {"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False}
+    if protocol == "consumer":
+        conf["group.protocol"] = "consumer"
+    c = Consumer(conf)
     seen = {p: set() for p in range(parts)}
     commits_ok, commit_errors = [], []
     last_before_kill = None
@@ -114,6 +125,14 @@ def test_group_survives_the_kill_of_its_coordinator(broker_factory):
         assert not missing, f"partition {p}: {len(missing)} records skipped, e.g. {sorted(missing)[:5]}"
     final = committed_offsets(b1.bootstrap, group, topic, parts)
     assert final == ends, (final, ends)
+    if protocol == "consumer":
+        # The new coordinator loaded the member: it never had to rejoin (epoch 0) there.
+        new_coordinator = brokers[moved[gp][0]]
+        beats = [line for line in new_coordinator.log_text().splitlines()
+                 if "consumer group epoch bumped" in line and f'group="{group}"' in line]
+        assert beats, "the member's heartbeats never reached the new coordinator"
+        rejoins = [line for line in beats if re.search(r"member_epoch=0\b", line)]
+        assert not rejoins, f"the member rejoined the new coordinator: {rejoins}"
     # The killed broker comes back as a follower; the commits are still the end offsets.
     brokers[victim].restart()
     wait_states(b1.bootstrap, OFFSETS, lambda s: len(s[gp][2]) == 3, timeout=60, what="offsets partition ISR back")

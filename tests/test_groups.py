@@ -80,14 +80,15 @@ def balanced(ms, partitions=PARTS, sizes=None):
     return sizes is None or sorted(len(x) for x in a) == sorted(sizes)
 
 
-def group_kill_member_scenario(b, members, topic, group, client, assignor=None):
+def group_kill_member_scenario(b, members, topic, group, client, assignor=None, extra=(),
+                               before_close=None):
     """Three members on a 6-partition topic: two partitions each.  SIGKILL one; after
     the session timeout the other two own all six; everything is consumed at least
     once; duplicates only from the uncommitted window."""
     create_topic(b.bootstrap, topic, PARTS)
     first = produce_per_partition(b.bootstrap, topic, 100, "a")
     ms = [members(f"m{i}", b.bootstrap, group, topic, client=client, assignor=assignor,
-                  session_timeout_ms=SESSION_MS, delay_ms=15) for i in range(3)]
+                  session_timeout_ms=SESSION_MS, delay_ms=15, extra=extra) for i in range(3)]
     wait_until(lambda: balanced(ms, sizes=[2, 2, 2]), 40,
                "three members with two partitions each", diag=diag(ms))
     # Let every member get going, so the victim dies with work in flight.
@@ -116,6 +117,8 @@ def group_kill_member_scenario(b, members, topic, group, client, assignor=None):
     for p in victim_parts:
         assert any(pp == p and t > t_kill for m in survivors for pp, _, t in m.consumed()), \
             f"nobody consumed partition {p} of the killed member after the kill"
+    if before_close:
+        before_close()
     for m in survivors:
         m.close()
     print("duplicates per partition:", {p: len(v) for p, v in dups.items()})
@@ -129,6 +132,42 @@ def test_confluent_group_assignors_and_member_kill(broker_factory, members, assi
     b = broker_factory(*GROUP_ARGS)
     window_error = group_kill_member_scenario(b, members, f"cg-{assignor}", f"grp-{assignor}",
                                               "confluent", assignor)
+    assert window_error is None, window_error
+
+
+# KIP-848: the broker's session timeout for consumer-protocol members.
+CONSUMER_PROTOCOL_ARGS = ("--group-consumer-session-timeout-ms", str(SESSION_MS),
+                          "--group-consumer-heartbeat-interval-ms", "500")
+
+
+@pytest.mark.parametrize("assignor", ["uniform", "range"])
+def test_confluent_consumer_protocol_member_kill(broker_factory, members, assignor):
+    """librdkafka with group.protocol=consumer (KIP-848) and each server-side assignor:
+    three members, one SIGKILLed; the broker removes it after its session and the two
+    others take its partitions (incremental reconciliation); at-least-once delivery with
+    duplicates only from the uncommitted window."""
+    from helpers.broker import free_port
+    from helpers.metrics import scrape
+    mport = free_port()
+    b = broker_factory(*GROUP_ARGS, *CONSUMER_PROTOCOL_ARGS, "--metrics-listen", f"127.0.0.1:{mport}")
+    group = f"grp848-{assignor}"
+
+    def described():
+        # Listed and described as a consumer group (ListGroups v5, ConsumerGroupDescribe)
+        # while the two survivors hold three partitions each.
+        a = admin(b.bootstrap)
+        listed = {g.group_id: g for g in a.list_consumer_groups().result(timeout=30).valid}
+        assert group in listed, listed
+        d = a.describe_consumer_groups([group])[group].result(timeout=30)
+        assert d.partition_assignor == assignor, vars(d)
+        assert d.state == ConsumerGroupState.STABLE, vars(d)
+        assert sorted(len(m.assignment.topic_partitions) for m in d.members) == [3, 3], vars(d)
+        # /metrics shows the consumer group's own state.
+        line = f'spate_group_members{{group="{group}",state="Stable"}} 2'
+        assert line in scrape(mport).splitlines(), [x for x in scrape(mport).splitlines() if group in x]
+
+    window_error = group_kill_member_scenario(b, members, f"cgp-{assignor}", group, "confluent", assignor,
+                                              extra=("--group-protocol", "consumer"), before_close=described)
     assert window_error is None, window_error
 
 

@@ -16,7 +16,8 @@ with "PASS: ..." (exit 0) or an AssertionError naming the difference:
   zstd) read back by a consumer without a group; beginningOffsets / endOffsets /
   offsetsForTimes and the admin's listOffsets (inside compressed batches too);
   createPartitions.
-- ConsumerProtocol: `group.protocol=consumer` (KIP-848), not implemented in Spate: xfail.
+- ConsumerProtocol: `group.protocol=consumer` (KIP-848): the consumer joins through
+  ConsumerGroupHeartbeat, reads every record in order and commits (OffsetCommit v9).
 
 The module is compiled with Maven offline (scripts/install-deps resolves its
 dependencies once), only when pom.xml or a source changed. Java and Maven missing is a
@@ -120,20 +121,12 @@ def test_java_admin_client(java_classpath, setup):
     run_java(java_classpath, "AdminCheck", bootstrap, rf, brokers)
 
 
-KIP848_MISSING = "The node does not support CONSUMER_GROUP_HEARTBEAT"
-
-
 @pytest.mark.timeout(120)
 def test_java_consumer_group_protocol_kip848(java_classpath, broker_factory):
-    """An xfail for as long as Spate lacks KIP-848, and only for that reason: the Java
-    consumer must fail on the missing ConsumerGroupHeartbeat API; any other failure fails
-    the test, and it passes once Spate implements the protocol."""
+    """The Java consumer with group.protocol=consumer (KIP-848) on Spate's broker-side
+    assignor."""
     b = broker_factory(*GROUP_ARGS)
     rc, out = run_java(java_classpath, "ConsumerProtocol", b.bootstrap, timeout=90, check=False)
-    if rc != 0 and KIP848_MISSING in out:
-        pytest.xfail("KIP-848 (group.protocol=consumer: ConsumerGroupHeartbeat and the broker-side"
-                     " assignor) is not implemented in Spate, whose ApiVersions does not advertise"
-                     " ConsumerGroupHeartbeat; the Java consumer says: " + KIP848_MISSING)
     assert rc == 0, f"ConsumerProtocol exited with {rc}; output:\n{out}"
     assert "[java-check] PASS: ConsumerProtocol" in out, out
 

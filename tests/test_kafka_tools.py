@@ -63,7 +63,7 @@ from confluent_kafka.admin import ConfigResource, NewPartitions, NewTopic
 from helpers.broker import REPO_ROOT
 from helpers.jvm import finish_dump, tool_jvm_options
 from helpers.maven import maven_classpath
-from helpers.clients import admin, cf_conf, cf_produce, cf_read_partition
+from helpers.clients import admin, cf_conf, cf_produce, cf_read_partition, create_topic
 from helpers.wire import api_versions_request, call, frame, parse_api_versions_v0, request_header_v1
 from test_cluster import cluster_args, start_embedded_cluster, wait_brokers, wait_for
 
@@ -451,6 +451,62 @@ def test_kafka_broker_api_versions_lists_each_broker(cluster, tools_classpath):
         assert set(apis) - set(shown) <= {67, 82}, f"APIs {b.bootstrap} answers that the tool did not list"
 
 
+def test_kafka_features_describe_and_refused_changes(broker, tools_classpath):
+    """kafka-features.sh (FeatureCommand, through ApiVersions v4 and UpdateFeatures): the
+    features Spate finalizes, with Kafka 4.4's names and levels (src/protocol/features.rs);
+    an update to the level a feature has succeeds, any other is refused with Kafka's
+    INVALID_UPDATE_VERSION message, and a dry run is refused alike."""
+    rc, out = run_tool(tools_classpath, "FeatureCommand", "--bootstrap-server", broker.bootstrap, "describe")
+    assert rc == 0, out
+    shown = {m[1]: (m[2], m[3], m[4], m[5]) for m in re.finditer(
+        r"^Feature: (\S+)\s+SupportedMinVersion: (\S+)\s+SupportedMaxVersion: (\S+)\s+"
+        r"FinalizedVersionLevel: (\S+)\s+Epoch: (\S+)", out, flags=re.M)}
+    assert shown == {
+        "metadata.version": ("4.0-IV0", "4.0-IV0", "4.0-IV0", "1"),
+        "group.version": ("1", "1", "1", "1"),
+        "transaction.version": ("0", "0", "0", "1"),
+        "eligible.leader.replicas.version": ("0", "0", "0", "1"),
+        "share.version": ("0", "0", "0", "1"),
+        "streams.version": ("0", "0", "0", "1"),
+    }, out
+    rc, out = run_tool(tools_classpath, "FeatureCommand", "--bootstrap-server", broker.bootstrap,
+                       "upgrade", "--feature", "group.version=1")
+    assert rc == 0 and "group.version was upgraded to 1." in out, out
+    for dry in ([], ["--dry-run"]):
+        rc, out = run_tool(tools_classpath, "FeatureCommand", "--bootstrap-server", broker.bootstrap,
+                           "upgrade", "--feature", "transaction.version=2", *dry)
+        assert rc != 0, out
+        assert ("Invalid update version 2 for feature transaction.version. "
+                "This Spate broker only supports version 0 of it") in out, out
+
+
+def test_kafka_cluster_list_endpoints_with_fenced_brokers(cluster, tools_classpath):
+    """kafka-cluster list-endpoints (DescribeCluster v2, KIP-1073): a killed broker,
+    fenced once its session lapses, is left out, and listed as fenced with
+    --include-fenced-brokers."""
+    b1, b2, b3 = cluster
+    b3.kill()
+    wait_brokers(b1.bootstrap, {b1.port, b2.port})  # fenced: Metadata no longer lists it
+
+    def listed(*flags):
+        rc, out = run_tool(tools_classpath, "ClusterTool", "list-endpoints", "--bootstrap-server", b1.bootstrap,
+                           *flags)
+        assert rc == 0, out
+        rows = {}
+        for line in out.splitlines():
+            cols = line.split()
+            if cols and cols[0].isdigit():
+                rows[int(cols[0])] = cols
+        return rows, out
+
+    rows, out = listed()
+    assert set(rows) == {1, 2}, out
+    rows, out = listed("--include-fenced-brokers")
+    assert set(rows) == {1, 2, 3}, out
+    fenced = {i for i, cols in rows.items() if "fenced" in (c.lower() for c in cols)}
+    assert fenced == {3}, out
+
+
 # ---------------------------------------------------------------- confluent-kafka AdminClient
 
 def admin_error(bootstrap, topic, call):
@@ -657,6 +713,52 @@ def test_kafka_consumer_groups_and_cluster_id(cluster, tools_classpath):
     assert rc == 0, out
     cluster_id = admin(b1.bootstrap).list_topics(timeout=10).cluster_id
     assert cluster_id and f"Cluster ID: {cluster_id}" in out, (out, cluster_id)
+
+
+def test_kafka_consumer_groups_on_a_consumer_protocol_group(broker, tools_classpath):
+    """kafka-consumer-groups on a KIP-848 group (a confluent-kafka member with
+    group.protocol=consumer): --list --type consumer lists it (ListGroups v5), --describe
+    --state shows its state and assignor and --describe --members its member and
+    assignment (ConsumerGroupDescribe), --describe its committed offsets."""
+    topic, group = "tools-848", "tools-848-g"
+    create_topic(broker.bootstrap, topic, 2)
+    produce_to_each(broker.bootstrap, topic, [0, 1], "k")
+    c = Consumer(cf_conf(broker.bootstrap, **{"group.id": group, "group.protocol": "consumer",
+                                              "auto.offset.reset": "earliest", "enable.auto.commit": False}))
+    try:
+        c.subscribe([topic])
+        deadline = time.monotonic() + 30
+        while len(c.assignment()) < 2:
+            assert time.monotonic() < deadline, "no assignment with group.protocol=consumer"
+            c.poll(0.2)
+        c.commit(offsets=[TopicPartition(topic, 0, 4), TopicPartition(topic, 1, 2)], asynchronous=False)
+        tool = ("consumer.group.ConsumerGroupCommand", "--bootstrap-server", broker.bootstrap)
+        rc, out = run_tool(tools_classpath, *tool, "--list", "--type", "consumer")
+        assert rc == 0 and group in out.split(), out
+        rc, out = run_tool(tools_classpath, *tool, "--list", "--type", "classic")
+        assert rc == 0 and group not in out.split(), out
+        rc, out = run_tool(tools_classpath, *tool, "--describe", "--group", group, "--state")
+        assert rc == 0, out
+        row = next(line.split() for line in out.splitlines() if line.startswith(group))
+        assert "uniform" in row and "Stable" in row and row[-1] == "1", out
+        rc, out = run_tool(tools_classpath, *tool, "--describe", "--group", group, "--members", "--verbose")
+        assert rc == 0, out
+        member = next(line for line in out.splitlines() if line.startswith(group))
+        assert f"{topic}:0,1" in member.replace(" ", ""), out
+        rc, out = run_tool(tools_classpath, *tool, "--describe", "--group", group)
+        assert rc == 0, out
+        rows = {int(f[2]): int(f[3]) for f in (line.split() for line in out.splitlines())
+                if len(f) >= 6 and f[0] == group and f[1] == topic}
+        assert rows == {0: 4, 1: 2}, out
+        # Spate's own CLI describes it too (ConsumerGroupDescribe after DescribeGroups'
+        # GROUP_ID_NOT_FOUND).
+        from helpers.broker import SPATE_BIN
+        d = json.loads(subprocess.run([str(SPATE_BIN), "group", "describe", group, "--bootstrap", broker.bootstrap,
+                                       "--json"], check=True, capture_output=True, text=True, timeout=60).stdout)
+        assert d["state"] == "Stable" and d["protocol_type"] == "consumer" and d["protocol"] == "uniform", d
+        assert [sorted(p for _, ps in m["assignment"] for p in ps) for m in d["members"]] == [[0, 1]], d
+    finally:
+        c.close()
 
 
 # ---------------------------------------------------------------- kafka-leader-election

@@ -100,13 +100,14 @@ def test_retention_ms_deletes_expired_segments_but_not_the_active_one(broker_fac
     assert [o for o, _ in produced] == list(range(38)), produced
 
     bases = segment_bases(b, "aging")
-    assert len(bases) >= 6, f"segment.bytes={SEGMENT_BYTES} should give several segments: {bases}"
     # The segment holding the first fresh record has a fresh max timestamp: kept, with
-    # everything after it. Every segment before it holds only hour-old records.
+    # everything after it. Every segment before it holds only hour-old records. A
+    # retention pass (every CHECK_MS) may already have deleted those while the fresh
+    # records went in (CI run r14: the 38 one-by-one produces took over a second).
     keep_from = max(x for x in bases if x <= new_offsets[0])
-    assert keep_from > 0
+    assert keep_from >= 6, f"segment.bytes={SEGMENT_BYTES} should roll several segments: {bases}"
+    assert len([x for x in bases if x >= keep_from]) >= 2, bases
     doomed = [x for x in bases if x < keep_from]
-    assert doomed, bases
 
     high = wait_log_start(b.bootstrap, "aging", keep_from)
     assert high == 38

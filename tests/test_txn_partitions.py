@@ -162,8 +162,14 @@ def kip890_scenario(leader_port, coordinator_port, topic, txn_id):
     assert produce(0, b"not-added", 0)[0] == INVALID_TXN_STATE
     assert (latest(0, 0), latest(0, 1)) == (0, 0)
     # Added: appended. Another partition of the same transaction, not added: refused.
+    # A coordinator whose metadata does not name the new topic yet answers
+    # UNKNOWN_TOPIC_OR_PARTITION, which clients retry.
     add = wire.add_partitions_to_txn_v1(txn_id, pid, epoch, topic, [0])
-    assert wire.parse_add_partitions_to_txn_v1(wire.call(coordinator_port, add)) == {0: NONE}
+    deadline = time.monotonic() + 20
+    while (added := wire.parse_add_partitions_to_txn_v1(wire.call(coordinator_port, add))) == {
+            0: UNKNOWN_TOPIC_OR_PARTITION} and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert added == {0: NONE}
     assert produce(0, b"in-txn", 0) == (NONE, 0)
     assert produce(1, b"other-partition", 0)[0] == INVALID_TXN_STATE
     assert latest(1, 0) == 0

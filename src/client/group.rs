@@ -341,7 +341,54 @@ impl Client {
         Ok(out)
     }
 
+    /// A group of either protocol: DescribeGroups, and for a consumer-protocol group
+    /// (KIP-848; DescribeGroups answers GROUP_ID_NOT_FOUND) ConsumerGroupDescribe, as
+    /// Kafka's admin client does the other way round.
     pub fn describe_group(&mut self, group: &str) -> Result<GroupDescription, Error> {
+        match self.describe_classic_group(group) {
+            Err(Error::Broker { code: crate::protocol::error_code::GROUP_ID_NOT_FOUND, .. }) => {
+                self.describe_consumer_group(group)
+            }
+            other => other,
+        }
+    }
+
+    fn describe_consumer_group(&mut self, group: &str) -> Result<GroupDescription, Error> {
+        use kafka_protocol::messages::ConsumerGroupDescribeRequest;
+        let req = ConsumerGroupDescribeRequest::default().with_group_ids(vec![group_id(group)]);
+        self.with_retries(|c| {
+            let (_, resp) = c.send_coordinator(group, &req)?;
+            let g = resp
+                .groups
+                .into_iter()
+                .next()
+                .ok_or_else(|| Error::Protocol(format!("describe group '{group}': empty answer")))?;
+            check(|| format!("describe group '{group}'"), g.error_code, g.error_message.as_ref())?;
+            Ok(GroupDescription {
+                group: g.group_id.to_string(),
+                state: g.group_state.to_string(),
+                protocol_type: "consumer".to_string(),
+                protocol: g.assignor_name.to_string(),
+                members: g
+                    .members
+                    .into_iter()
+                    .map(|m| GroupMember {
+                        member_id: m.member_id.to_string(),
+                        client_id: m.client_id.to_string(),
+                        client_host: m.client_host.to_string(),
+                        assignment: m
+                            .assignment
+                            .topic_partitions
+                            .into_iter()
+                            .map(|t| (t.topic_name.to_string(), t.partitions))
+                            .collect(),
+                    })
+                    .collect(),
+            })
+        })
+    }
+
+    fn describe_classic_group(&mut self, group: &str) -> Result<GroupDescription, Error> {
         let req = DescribeGroupsRequest::default().with_groups(vec![group_id(group)]);
         self.with_retries(|c| {
             let (_, resp) = c.send_coordinator(group, &req)?;

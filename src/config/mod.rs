@@ -68,6 +68,11 @@ pub struct BrokerConfig {
     pub group_initial_rebalance_delay_ms: i64,
     /// group.min.session.timeout.ms
     pub group_min_session_timeout_ms: i32,
+    /// group.consumer.session.timeout.ms: consumer-protocol members (KIP-848) are
+    /// removed this long after their last heartbeat.
+    pub group_consumer_session_timeout_ms: i32,
+    /// group.consumer.heartbeat.interval.ms: what consumer-protocol members are told.
+    pub group_consumer_heartbeat_interval_ms: i32,
     /// offsets.retention.minutes
     pub offsets_retention_minutes: i64,
     /// Fetched record sets of at least this many bytes go from the segment file to the
@@ -331,6 +336,8 @@ impl Default for BrokerConfig {
             topic_defaults: BTreeMap::new(),
             group_initial_rebalance_delay_ms: 3000,
             group_min_session_timeout_ms: 6000,
+            group_consumer_session_timeout_ms: 45_000,
+            group_consumer_heartbeat_interval_ms: 5_000,
             offsets_retention_minutes: 7 * 24 * 60,
             fetch_zero_copy_bytes_min: 16 * 1024,
             append_io_uring: true,
@@ -393,6 +400,11 @@ impl BrokerConfig {
             initial_rebalance_delay_ms: self.group_initial_rebalance_delay_ms.max(0),
             session_timeout_min_ms: self.group_min_session_timeout_ms.max(1),
             offsets_retention_ms: self.offsets_retention_minutes.saturating_mul(60_000),
+            consumer: crate::group::consumer::ConsumerGroupConfig {
+                session_timeout_ms: self.group_consumer_session_timeout_ms.max(1),
+                heartbeat_interval_ms: self.group_consumer_heartbeat_interval_ms.max(1),
+                ..Default::default()
+            },
             ..Default::default()
         }
     }

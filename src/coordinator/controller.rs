@@ -13,7 +13,8 @@
 //!   not live appears only as the last one left of an offline partition (Kafka keeps the
 //!   last ISR member, so that it can come back and lead without losing data);
 //! - leader_epoch and partition_epoch never decrease: leader_epoch +1 and partition_epoch
-//!   +1 on every leader change, partition_epoch +1 on every ISR change;
+//!   +1 on every leader change and every change that removes a replica (its stale
+//!   fetches are fenced), partition_epoch +1 on every ISR or replica change;
 //! - fenced brokers lead nothing; the controller epoch only grows;
 //! - leaders are only elected from the ISR, unless `unclean.leader.election.enable` is
 //!   true (topic config, else `ControllerConfig::unclean_leader_election`).
@@ -1120,7 +1121,7 @@ impl Controller {
         if t.assignment[p] == replicas && t.reassignments.get(&(p as i32)) == reassignment.as_ref() {
             return;
         }
-        t.assignment[p] = replicas.clone();
+        let old_replicas = std::mem::replace(&mut t.assignment[p], replicas.clone());
         match reassignment {
             Some(r) => t.reassignments.insert(p as i32, r),
             None => t.reassignments.remove(&(p as i32)),
@@ -1131,6 +1132,11 @@ impl Controller {
             assignment: t.assignment.clone(),
             reassignments: t.reassignments.clone(),
         });
+        let removed = if old_replicas.iter().any(|r| !replicas.contains(r)) {
+            ReplicasChange::Removed
+        } else {
+            ReplicasChange::Changed
+        };
         let state = t.partitions[p].clone();
         let isr: Vec<NodeId> = state.isr.iter().copied().filter(|r| replicas.contains(r)).collect();
         assert!(!isr.is_empty(), "{topic}-{p}: no ISR member among the new replicas {replicas:?}");
@@ -1146,7 +1152,7 @@ impl Controller {
                 s.leader = leader;
                 s.isr = isr;
             },
-            true,
+            removed,
             changes,
         );
     }
@@ -1643,17 +1649,17 @@ impl Controller {
         f: impl FnOnce(&mut PartitionState),
         changes: &mut Vec<Change>,
     ) {
-        self.change_partition(topic, p, f, false, changes)
+        self.change_partition(topic, p, f, ReplicasChange::None, changes)
     }
 
     /// `update_partition`, recording a new state even when leader and ISR are unchanged
-    /// if `replicas_changed`.
+    /// if the replicas changed, and moving the leader epoch if some were removed.
     fn change_partition(
         &mut self,
         topic: &str,
         p: usize,
         f: impl FnOnce(&mut PartitionState),
-        replicas_changed: bool,
+        replicas_change: ReplicasChange,
         changes: &mut Vec<Change>,
     ) {
         let controller_epoch = self.controller_epoch;
@@ -1664,11 +1670,17 @@ impl Controller {
         f(&mut new);
         // Keep the ISR in assignment order.
         new.isr = replicas.iter().copied().filter(|r| new.isr.contains(r)).collect();
-        if new.leader == old.leader && new.isr == old.isr && !replicas_changed {
+        if new.leader == old.leader && new.isr == old.isr && replicas_change == ReplicasChange::None {
             return;
         }
         assert_eq!((new.leader_epoch, new.partition_epoch), (old.leader_epoch, old.partition_epoch));
-        if new.leader != old.leader {
+        // A removed replica's fetches still carry the old leader epoch: the new one fences
+        // them (Kafka's PartitionChangeBuilder bumps it too). Else a fetch it sent before it
+        // deleted its log could reach the leader after the replica was added back, empty,
+        // and vouch for a log end it no longer has: the leader would take it into the ISR
+        // and it could be elected without the committed records (the replication
+        // simulation's seed 35863512891).
+        if new.leader != old.leader || replicas_change == ReplicasChange::Removed {
             new.leader_epoch = old.leader_epoch.next();
         }
         new.partition_epoch = old.partition_epoch.next();
@@ -1678,6 +1690,16 @@ impl Controller {
         t.partitions[p] = new.clone();
         changes.push(Change::PartitionChanged { topic: topic.to_string(), partition: p as i32, state: new });
     }
+}
+
+/// How a partition change touches its replica list (`change_partition`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum ReplicasChange {
+    None,
+    /// Replicas were added or reordered, none removed: the partition epoch moves.
+    Changed,
+    /// At least one replica was removed: the leader epoch moves too.
+    Removed,
 }
 
 /// Quadratic, for the short lists of replicas (at most `REPLICATION_FACTOR_MAX`).
@@ -1843,6 +1865,24 @@ mod tests {
             c.alter_reassignment("t", 0, None, true),
             Err(ControllerError::NoReassignmentInProgress { .. })
         ));
+    }
+
+    #[test]
+    fn removing_a_replica_moves_the_leader_epoch_even_when_the_leader_stays() {
+        let mut c = four_brokers();
+        let before = c.partition_state("t", 0).unwrap().clone();
+        // [1,2,3] -> [1,2]: 3 leaves at once (no replica to add); 1 keeps leading, in a new
+        // leader epoch that fences the fetches 3 still has in flight.
+        c.alter_reassignment("t", 0, Some(n(&[1, 2])), true).unwrap();
+        let s = c.partition_state("t", 0).unwrap().clone();
+        assert_eq!((c.replicas("t", 0).unwrap().to_vec(), s.isr.clone()), (n(&[1, 2]), n(&[1, 2])));
+        assert_eq!((s.leader, s.leader_epoch), (NodeId(1), before.leader_epoch.next()));
+        // Adding it back removes nothing: the leader epoch stays.
+        c.alter_reassignment("t", 0, Some(n(&[1, 2, 3])), true).unwrap();
+        let t = c.partition_state("t", 0).unwrap().clone();
+        assert_eq!((t.leader, t.leader_epoch), (NodeId(1), s.leader_epoch));
+        assert_eq!(t.partition_epoch, s.partition_epoch.next());
+        c.check_invariants().unwrap();
     }
 
     #[test]

@@ -139,6 +139,11 @@ impl ClusterView {
         self.controller.live_brokers().count()
     }
 
+    /// Registered brokers, fenced ones included (DescribeCluster v2's IncludeFencedBrokers).
+    pub fn registered_brokers(&self) -> impl Iterator<Item = &BrokerInfo> + '_ {
+        self.controller.brokers()
+    }
+
     /// Registered, unfenced brokers (what Metadata lists).
     pub fn live_brokers(&self) -> impl Iterator<Item = &BrokerInfo> + '_ {
         self.controller.live_brokers()

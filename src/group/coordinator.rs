@@ -1,4 +1,6 @@
-//! The group state machine (Kafka's classic protocol).
+//! The group state machine (Kafka's classic protocol), and the coordinator that holds
+//! every group of the shard: a group of the consumer protocol (KIP-848) keeps its
+//! members in `consumer::ConsumerGroup` (`Group::consumer`), its offsets here.
 //!
 //! States, as Kafka names them:
 //!   Empty --join--> PreparingRebalance --all joined or rebalance timeout--> CompletingRebalance
@@ -13,6 +15,11 @@ use std::collections::{BTreeMap, HashMap};
 use bytes::Bytes;
 use futures::channel::oneshot;
 
+use super::consumer::{
+    ConsumerGroup, ConsumerGroupConfig, ConsumerGroupDescription, ConsumerHeartbeat, ConsumerHeartbeatResponse,
+    ConsumerRefusal, TopicsImage,
+};
+use super::consumer_records::ConsumerRecord;
 use super::records::{self, StoredGroup, StoredMember, StoredOffset};
 use super::txn_offsets::TxnOffsets;
 
@@ -48,6 +55,23 @@ pub enum GroupError {
     /// partition (KIP-447).
     #[error("UNSTABLE_OFFSET_COMMIT")]
     UnstableOffsetCommit,
+    /// KIP-848: a heartbeat's member epoch is neither the member's nor its previous one.
+    #[error("FENCED_MEMBER_EPOCH")]
+    FencedMemberEpoch,
+    /// KIP-848: OffsetCommit/OffsetFetch v9 with another epoch than the member's.
+    #[error("STALE_MEMBER_EPOCH")]
+    StaleMemberEpoch,
+    #[error("UNRELEASED_INSTANCE_ID")]
+    UnreleasedInstanceId,
+    #[error("UNSUPPORTED_ASSIGNOR")]
+    UnsupportedAssignor,
+    #[error("INVALID_REGULAR_EXPRESSION")]
+    InvalidRegularExpression,
+    #[error("INVALID_REQUEST")]
+    InvalidRequest,
+    /// KIP-848: a consumer-protocol member committing with OffsetCommit below v9.
+    #[error("UNSUPPORTED_VERSION")]
+    UnsupportedVersion,
 }
 
 #[derive(Debug, Clone)]
@@ -63,6 +87,8 @@ pub struct GroupConfig {
     pub offset_metadata_bytes_max: usize,
     /// group.max.size
     pub group_members_max: usize,
+    /// group.consumer.*: groups of the consumer protocol (KIP-848).
+    pub consumer: ConsumerGroupConfig,
 }
 
 impl Default for GroupConfig {
@@ -74,6 +100,7 @@ impl Default for GroupConfig {
             offsets_retention_ms: 7 * 24 * 3600 * 1000,
             offset_metadata_bytes_max: 4096,
             group_members_max: 1000,
+            consumer: ConsumerGroupConfig::default(),
         }
     }
 }
@@ -116,6 +143,8 @@ pub struct JoinRequest {
     pub client_host: String,
     /// JoinGroup v4+: a new dynamic member must first learn its id (KIP-394).
     pub require_known_member_id: bool,
+    /// JoinGroup v8+ (KIP-800): why the client joins, logged with the rebalance it starts.
+    pub reason: Option<String>,
 }
 
 #[derive(Debug, Clone, Default)]
@@ -172,6 +201,33 @@ pub struct MemberDescription {
     pub assignment: Bytes,
 }
 
+/// What DescribeGroups and ConsumerGroupDescribe find: a group of either protocol.
+#[derive(Debug, Clone)]
+pub enum Described {
+    Classic(GroupDescription),
+    Consumer(ConsumerGroupDescription),
+}
+
+impl Described {
+    /// The description of a classic group (None for a consumer group).
+    pub fn classic(self) -> Option<GroupDescription> {
+        match self {
+            Described::Classic(d) => Some(d),
+            Described::Consumer(_) => None,
+        }
+    }
+}
+
+/// A group as ListGroups shows it.
+#[derive(Debug, Clone)]
+pub struct ListedGroup {
+    pub group_id: String,
+    pub protocol_type: String,
+    pub state: &'static str,
+    /// ListGroups v5: "classic" or "consumer".
+    pub group_type: &'static str,
+}
+
 #[derive(Debug, Clone)]
 pub struct GroupDescription {
     pub state: GroupState,
@@ -217,6 +273,10 @@ struct Group {
     offsets: BTreeMap<(String, i32), Committed>,
     /// Join phases completed since this coordinator took the group.
     rebalances: u64,
+    /// Some: a group of the consumer protocol (KIP-848), whose members and assignments
+    /// live there; the classic fields above stay empty (state Empty). The offsets are
+    /// the group's whichever its protocol.
+    consumer: Option<ConsumerGroup>,
 }
 
 impl Group {
@@ -234,7 +294,13 @@ impl Group {
             state_timestamp_ms: now_ms,
             offsets: BTreeMap::new(),
             rebalances: 0,
+            consumer: None,
         }
+    }
+
+    /// No members of either protocol.
+    fn is_empty(&self) -> bool {
+        self.members.is_empty() && self.consumer.as_ref().is_none_or(ConsumerGroup::is_empty)
     }
 
     fn member(&self, id: &str) -> Option<&Member> {
@@ -372,7 +438,9 @@ pub struct OffsetCommit {
 #[derive(Debug, Clone)]
 pub struct GroupStatus {
     pub group_id: String,
-    pub state: GroupState,
+    /// Kafka's state name: a classic group's, or a consumer group's (KIP-848: Empty,
+    /// Assigning, Reconciling, Stable).
+    pub state: &'static str,
     pub members: usize,
     /// (topic, partition, committed offset)
     pub committed: Vec<(String, i32, i64)>,
@@ -402,7 +470,8 @@ impl GroupCoordinator {
 
     /// Join phases completed since start (a monotonic counter).
     pub fn rebalances(&self) -> u64 {
-        self.retired_rebalances + self.groups.values().map(|g| g.rebalances).sum::<u64>()
+        self.retired_rebalances
+            + self.groups.values().map(|g| g.rebalances + g.consumer.as_ref().map_or(0, |c| c.rebalances)).sum::<u64>()
     }
 
     pub fn status(&self) -> Vec<GroupStatus> {
@@ -411,8 +480,8 @@ impl GroupCoordinator {
             .iter()
             .map(|(id, g)| GroupStatus {
                 group_id: id.clone(),
-                state: g.state,
-                members: g.members.len(),
+                state: g.consumer.as_ref().map_or(g.state.name(), ConsumerGroup::state_name),
+                members: g.members.len() + g.consumer.as_ref().map_or(0, ConsumerGroup::members),
                 committed: g.offsets.iter().map(|((t, p), o)| (t.clone(), *p, o.value.offset)).collect(),
             })
             .collect();
@@ -444,6 +513,11 @@ impl GroupCoordinator {
         self.pending_records.retain(|r| super::offsets_partition_for(&r.group_id, partitions) != partition);
     }
 
+    /// Whether records wait to be appended (`take_pending_records`).
+    pub fn has_pending_records(&self) -> bool {
+        !self.pending_records.is_empty()
+    }
+
     /// Records produced since the last call, to append to `__consumer_offsets`.
     pub fn take_pending_records(&mut self) -> Vec<PendingRecord> {
         std::mem::take(&mut self.pending_records)
@@ -451,6 +525,10 @@ impl GroupCoordinator {
 
     fn persist_group(&mut self, group_id: &str) {
         let Some(g) = self.groups.get(group_id) else { return };
+        if g.consumer.is_some() {
+            // Not yet stored (issue 47): its members rejoin after a coordinator move.
+            return;
+        }
         let value = records::group_value(&g.stored());
         self.pending_records.push(PendingRecord {
             group_id: group_id.to_string(),
@@ -475,6 +553,16 @@ impl GroupCoordinator {
         let members_max = self.config.group_members_max;
         let group_id = req.group_id.clone();
         let g = self.groups.entry(req.group_id.clone()).or_insert_with(|| Group::new(now_ms));
+        match &g.consumer {
+            // A classic member cannot join a consumer group that has members (Kafka 4.4
+            // can, with group.consumer.migration.policy: not yet in Spate).
+            Some(c) if !c.is_empty() => {
+                return Deferred::Now(JoinResponse::error(GroupError::InconsistentGroupProtocol, &req.member_id));
+            }
+            // An empty consumer group becomes a classic one; its offsets stay.
+            Some(_) => g.consumer = None,
+            None => {}
+        }
         if !g.supports(&req.protocol_type, &req.protocols) {
             return Deferred::Now(JoinResponse::error(GroupError::InconsistentGroupProtocol, &req.member_id));
         }
@@ -511,7 +599,8 @@ impl GroupCoordinator {
                     }
                     let m = g.member_mut(&new_member_id).expect("just renamed");
                     m.awaiting_join = Some(tx);
-                    Self::prepare_rebalance(g, now_ms, delay_ms, &group_id, "static member rejoined");
+                    let why = join_reason("static member rejoined", &req.reason);
+                    Self::prepare_rebalance(g, now_ms, delay_ms, &group_id, &why);
                     Self::maybe_complete_join(g, now_ms, &group_id);
                     return Deferred::Later(rx);
                 }
@@ -551,7 +640,8 @@ impl GroupCoordinator {
                     }
                     _ => {
                         g.members[i].awaiting_join = Some(tx);
-                        Self::prepare_rebalance(g, now_ms, delay_ms, &group_id, "member rejoined with new metadata");
+                        let why = join_reason("member rejoined with new metadata", &req.reason);
+                        Self::prepare_rebalance(g, now_ms, delay_ms, &group_id, &why);
                         Self::maybe_complete_join(g, now_ms, &group_id);
                         Deferred::Later(rx)
                     }
@@ -600,7 +690,8 @@ impl GroupCoordinator {
         if let Some(until) = g.initial_delay_until_ms.as_mut() {
             *until = (now_ms + delay_ms).min(g.rebalance_deadline_ms);
         }
-        Self::prepare_rebalance(g, now_ms, delay_ms, group_id, "member joined");
+        let why = join_reason("member joined", &req.reason);
+        Self::prepare_rebalance(g, now_ms, delay_ms, group_id, &why);
         Self::maybe_complete_join(g, now_ms, group_id);
     }
 
@@ -831,7 +922,22 @@ impl GroupCoordinator {
         let mut tombstones = Vec::new();
         let mut persist = Vec::new();
         let mut dead = Vec::new();
+        let mut consumer_records = Vec::new();
         for (group_id, g) in self.groups.iter_mut() {
+            if let Some(c) = g.consumer.as_mut() {
+                let was_empty = c.is_empty();
+                for (member, why) in c.tick(now_ms) {
+                    tracing::info!(group = %group_id, member = %member, why, "consumer group member removed");
+                }
+                if c.is_empty() && !was_empty {
+                    // Offsets retention counts from when the group emptied.
+                    g.state_timestamp_ms = now_ms;
+                }
+                for r in c.take_records(group_id) {
+                    let (key, value) = r.encode();
+                    consumer_records.push(PendingRecord { group_id: group_id.clone(), key, value });
+                }
+            }
             g.pending_member_ids.retain(|_, until| *until > now_ms);
             let mut expired = Vec::new();
             g.members.retain(|m| {
@@ -857,7 +963,7 @@ impl GroupCoordinator {
             }
             // Offsets of an empty group expire offsets.retention.minutes after the group
             // emptied (or after their commit, whichever is later).
-            if g.state == GroupState::Empty {
+            if g.state == GroupState::Empty && g.is_empty() {
                 let expired_offsets: Vec<(String, i32)> = g
                     .offsets
                     .iter()
@@ -874,7 +980,7 @@ impl GroupCoordinator {
                 }
                 // A group whose only offsets wait in a transaction stays for its marker.
                 if g.offsets.is_empty()
-                    && g.members.is_empty()
+                    && g.is_empty()
                     && g.pending_member_ids.is_empty()
                     && !self.txn.has_group(group_id)
                 {
@@ -887,10 +993,14 @@ impl GroupCoordinator {
             if self.groups.get(&id).is_some_and(|g| g.generation > 0) {
                 tombstones.push(PendingRecord { group_id: id.clone(), key: records::group_key(&id), value: None });
             }
+            if self.groups.get(&id).is_some_and(|g| g.consumer.is_some()) {
+                tombstones.extend(Self::consumer_group_tombstones(&id));
+            }
             if let Some(g) = self.groups.remove(&id) {
                 self.retired_rebalances += g.rebalances;
             }
         }
+        self.pending_records.extend(consumer_records);
         self.pending_records.extend(tombstones);
         for id in persist {
             if self.groups.contains_key(&id) {
@@ -914,6 +1024,9 @@ impl GroupCoordinator {
         let Some(g) = self.groups.get(group_id) else {
             return if generation < 0 { Ok(()) } else { Err(GroupError::IllegalGeneration) };
         };
+        if let Some(c) = &g.consumer {
+            return Self::validate_consumer_member(c, member_id, generation, GroupError::StaleMemberEpoch);
+        }
         if generation < 0 && member_id.is_empty() {
             return if g.members.is_empty() { Ok(()) } else { Err(GroupError::UnknownMemberId) };
         }
@@ -1050,6 +1163,21 @@ impl GroupCoordinator {
                     }
                 }
             },
+            records::OffsetsRecord::Consumer(rec) => {
+                let group = rec.group().to_string();
+                if let ConsumerRecord::GroupEpoch { epoch: None, .. } = rec {
+                    // The consumer group was deleted; its offsets have their own tombstones.
+                    if let Some(g) = self.groups.get_mut(&group) {
+                        g.consumer = None;
+                        if g.offsets.is_empty() && g.members.is_empty() && !self.txn.has_group(&group) {
+                            self.groups.remove(&group);
+                        }
+                    }
+                    return;
+                }
+                let g = self.groups.entry(group).or_insert_with(|| Group::new(now_ms));
+                g.consumer.get_or_insert_with(ConsumerGroup::default).replay(rec, now_ms, &self.config.consumer);
+            }
             records::OffsetsRecord::Group { group, value } => match value {
                 None => {
                     if let Some(g) = self.groups.get_mut(&group) {
@@ -1094,6 +1222,11 @@ impl GroupCoordinator {
         let Some(g) = self.groups.get(group_id) else {
             return if generation < 0 { Ok(()) } else { Err(GroupError::IllegalGeneration) };
         };
+        if let Some(c) = &g.consumer {
+            // TxnOffsetCommit carries the member epoch as its generation; Kafka answers a
+            // stale one ILLEGAL_GENERATION there (the producer's CommitFailedException).
+            return Self::validate_consumer_member(c, member_id, generation, GroupError::IllegalGeneration);
+        }
         if generation < 0 && g.state == GroupState::Empty {
             return Ok(());
         }
@@ -1104,6 +1237,129 @@ impl GroupCoordinator {
             }
         }
         Ok(())
+    }
+
+    /// A commit (or a fetch) in a consumer group (KIP-848): without a member (epoch -1)
+    /// only while the group has no members (the admin client, a standalone consumer);
+    /// else from a member at its current epoch (`stale` otherwise).
+    fn validate_consumer_member(
+        c: &ConsumerGroup,
+        member_id: &str,
+        epoch: i32,
+        stale: GroupError,
+    ) -> Result<(), GroupError> {
+        if epoch < 0 && c.is_empty() {
+            return Ok(());
+        }
+        match c.member_epoch(member_id) {
+            None => Err(GroupError::UnknownMemberId),
+            Some(e) if e != epoch => Err(stale),
+            Some(_) => Ok(()),
+        }
+    }
+
+    /// Kafka refuses an OffsetCommit below v9 (no member epoch) from a member of a
+    /// consumer group (UNSUPPORTED_VERSION): its generation field would be read as an
+    /// epoch it does not carry.
+    pub fn check_commit_version(&self, group_id: &str, member_id: &str, member_epochs: bool) -> Result<(), GroupError> {
+        let consumer_member = self
+            .groups
+            .get(group_id)
+            .and_then(|g| g.consumer.as_ref())
+            .is_some_and(|c| c.member_epoch(member_id).is_some());
+        if consumer_member && !member_epochs {
+            return Err(GroupError::UnsupportedVersion);
+        }
+        Ok(())
+    }
+
+    /// OffsetFetch v9's member check (KIP-848): a fetch that names a member of a
+    /// consumer group must come at its epoch. Without a member id and epoch (the admin
+    /// client, older clients), and in classic groups, nothing is checked.
+    pub fn validate_fetch(&self, group_id: &str, member: Option<(&str, i32)>) -> Result<(), GroupError> {
+        let Some((member_id, epoch)) = member else { return Ok(()) };
+        match self.groups.get(group_id).and_then(|g| g.consumer.as_ref()) {
+            Some(c) => match c.member_epoch(member_id) {
+                None => Err(GroupError::UnknownMemberId),
+                Some(e) if e != epoch => Err(GroupError::StaleMemberEpoch),
+                Some(_) => Ok(()),
+            },
+            None => Ok(()),
+        }
+    }
+
+    /// ConsumerGroupHeartbeat (KIP-848). A classic group with members is not a consumer
+    /// group (GROUP_ID_NOT_FOUND, as Kafka answers without a migration policy); an empty
+    /// one becomes one, offsets kept. A heartbeat for a group this coordinator does not
+    /// know (it was not stored before a coordinator move) is answered UNKNOWN_MEMBER_ID:
+    /// the member rejoins.
+    pub fn consumer_heartbeat(
+        &mut self,
+        req: &ConsumerHeartbeat,
+        topics: &dyn TopicsImage,
+        now_ms: i64,
+        new_member_id: &str,
+    ) -> Result<ConsumerHeartbeatResponse, ConsumerRefusal> {
+        let group_id = req.group_id.as_str();
+        let unknown = || {
+            Err((GroupError::UnknownMemberId, format!("Member {} is not a member of group {group_id}.", req.member_id)))
+        };
+        match self.groups.get_mut(group_id) {
+            Some(g) if g.consumer.is_some() => {}
+            Some(g) if !g.members.is_empty() || !g.pending_member_ids.is_empty() => {
+                return Err((GroupError::GroupIdNotFound, format!("Group {group_id} is not a consumer group.")));
+            }
+            Some(g) if req.member_epoch == 0 => {
+                if g.generation > 0 {
+                    // The classic group's last metadata goes: a reload must not bring it back.
+                    self.pending_records.push(PendingRecord {
+                        group_id: group_id.to_string(),
+                        key: records::group_key(group_id),
+                        value: None,
+                    });
+                }
+                g.generation = 0;
+                g.protocol = None;
+                g.protocol_type = None;
+                g.leader = None;
+                g.consumer = Some(ConsumerGroup::default());
+                tracing::info!(group = group_id, "empty classic group converted to the consumer protocol");
+            }
+            Some(_) => return unknown(),
+            None if req.member_epoch == 0 && !group_id.is_empty() => {
+                let mut g = Group::new(now_ms);
+                g.consumer = Some(ConsumerGroup::default());
+                self.groups.insert(group_id.to_string(), g);
+            }
+            None if group_id.is_empty() => {
+                return Err((GroupError::InvalidRequest, "GroupId can't be empty.".to_string()));
+            }
+            None => return unknown(),
+        }
+        let g = self.groups.get_mut(group_id).expect("present");
+        let c = g.consumer.as_mut().expect("a consumer group");
+        let was_empty = c.is_empty();
+        let epoch_before = c.group_epoch();
+        let r = c.heartbeat(&self.config.consumer, req, topics, now_ms, new_member_id);
+        if c.group_epoch() != epoch_before {
+            tracing::info!(group = group_id, member = %req.member_id, member_epoch = req.member_epoch,
+                group_epoch = c.group_epoch(), "consumer group epoch bumped");
+        }
+        if c.is_empty() && !was_empty {
+            g.state_timestamp_ms = now_ms;
+        }
+        #[cfg(debug_assertions)]
+        c.check_invariants();
+        let recs = c.take_records(group_id);
+        self.push_consumer_records(group_id, recs);
+        r
+    }
+
+    fn push_consumer_records(&mut self, group_id: &str, recs: Vec<ConsumerRecord>) {
+        for r in recs {
+            let (key, value) = r.encode();
+            self.pending_records.push(PendingRecord { group_id: group_id.to_string(), key, value });
+        }
     }
 
     /// Apply a record of `producer_id`'s transactional batch at `record_offset` (once
@@ -1218,21 +1474,37 @@ impl GroupCoordinator {
         }
     }
 
-    pub fn list(&self) -> Vec<(String, String, GroupState)> {
+    pub fn list(&self) -> Vec<ListedGroup> {
         let mut v: Vec<_> = self
             .groups
             .iter()
-            .map(|(id, g)| (id.clone(), g.protocol_type.clone().unwrap_or_default(), g.state))
+            .map(|(id, g)| match &g.consumer {
+                Some(c) => ListedGroup {
+                    group_id: id.clone(),
+                    protocol_type: "consumer".to_string(),
+                    state: c.state_name(),
+                    group_type: "consumer",
+                },
+                None => ListedGroup {
+                    group_id: id.clone(),
+                    protocol_type: g.protocol_type.clone().unwrap_or_default(),
+                    state: g.state.name(),
+                    group_type: "classic",
+                },
+            })
             .collect();
-        v.sort_by(|a, b| a.0.cmp(&b.0));
+        v.sort_by(|a, b| a.group_id.cmp(&b.group_id));
         v
     }
 
-    pub fn describe(&self, group_id: &str) -> Option<GroupDescription> {
+    pub fn describe(&self, group_id: &str) -> Option<Described> {
         let g = self.groups.get(group_id)?;
+        if let Some(c) = &g.consumer {
+            return Some(Described::Consumer(c.describe()));
+        }
         let protocol = g.protocol.clone().unwrap_or_default();
         let stable = matches!(g.state, GroupState::Stable | GroupState::CompletingRebalance);
-        Some(GroupDescription {
+        Some(Described::Classic(GroupDescription {
             state: g.state,
             protocol_type: g.protocol_type.clone().unwrap_or_default(),
             protocol: if stable { protocol.clone() } else { String::new() },
@@ -1248,13 +1520,13 @@ impl GroupCoordinator {
                     assignment: if g.state == GroupState::Stable { m.assignment.clone() } else { Bytes::new() },
                 })
                 .collect(),
-        })
+        }))
     }
 
     /// DeleteGroups: only an empty group can go; its offsets go with it.
     pub fn delete_group(&mut self, group_id: &str) -> Result<(), GroupError> {
         let g = self.groups.get(group_id).ok_or(GroupError::GroupIdNotFound)?;
-        if g.state != GroupState::Empty {
+        if g.state != GroupState::Empty || !g.is_empty() {
             return Err(GroupError::NonEmptyGroup);
         }
         let g = self.groups.remove(group_id).expect("present");
@@ -1269,13 +1541,32 @@ impl GroupCoordinator {
                 value: None,
             });
         }
-        self.pending_records.push(PendingRecord {
-            group_id: group_id.to_string(),
-            key: records::group_key(group_id),
-            value: None,
-        });
+        if g.consumer.is_some() {
+            self.pending_records.extend(Self::consumer_group_tombstones(group_id));
+        } else {
+            self.pending_records.push(PendingRecord {
+                group_id: group_id.to_string(),
+                key: records::group_key(group_id),
+                value: None,
+            });
+        }
         tracing::info!(group = group_id, "group deleted");
         Ok(())
+    }
+
+    /// The records that delete an (empty) consumer group, as Kafka writes them: its
+    /// target assignment epoch, then its group epoch.
+    fn consumer_group_tombstones(group_id: &str) -> Vec<PendingRecord> {
+        [
+            ConsumerRecord::TargetEpoch { group: group_id.to_string(), epoch: None },
+            ConsumerRecord::GroupEpoch { group: group_id.to_string(), epoch: None },
+        ]
+        .into_iter()
+        .map(|r| {
+            let (key, value) = r.encode();
+            PendingRecord { group_id: group_id.to_string(), key, value }
+        })
+        .collect()
     }
 
     /// OffsetDelete: refused for topics the (non-empty) group is subscribed to.
@@ -1289,8 +1580,9 @@ impl GroupCoordinator {
         let protocol = g.protocol.clone().unwrap_or_default();
         let mut results = Vec::with_capacity(partitions.len());
         for (topic, partition) in partitions {
-            let in_use =
-                g.state != GroupState::Empty && g.members.iter().any(|m| subscribed(&m.metadata_for(&protocol), topic));
+            let in_use = (g.state != GroupState::Empty
+                && g.members.iter().any(|m| subscribed(&m.metadata_for(&protocol), topic)))
+                || g.consumer.as_ref().is_some_and(|c| c.subscribes_to(topic));
             if in_use {
                 results.push(Err(GroupError::GroupSubscribedToTopic));
                 continue;
@@ -1308,9 +1600,74 @@ impl GroupCoordinator {
     }
 }
 
+/// The rebalance reason of a join: what the coordinator saw, and the client's own
+/// (JoinGroup v8's Reason), as Kafka logs them.
+fn join_reason(what: &str, client: &Option<String>) -> String {
+    match client {
+        Some(r) => format!("{what}; client reason: {r}"),
+        None => what.to_string(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    struct OneTopic;
+
+    impl TopicsImage for OneTopic {
+        fn topic(&self, name: &str) -> Option<(uuid::Uuid, i32)> {
+            (name == "t").then_some((uuid::Uuid::from_u128(9), 2))
+        }
+        fn matching(&self, _: &regex::Regex) -> Vec<String> {
+            Vec::new()
+        }
+        fn generation(&self) -> u64 {
+            1
+        }
+    }
+
+    /// A consumer group (KIP-848) as the other group APIs see it: commits and fetches
+    /// at the member's epoch, OffsetCommit below v9 refused from its members, classic
+    /// members kept out, listed and described as a consumer group.
+    #[test]
+    fn a_consumer_group_seen_by_the_other_group_apis() {
+        let mut c = GroupCoordinator::new(GroupConfig::default());
+        let hb = ConsumerHeartbeat {
+            group_id: "cg".into(),
+            member_id: "m".into(),
+            member_epoch: 0,
+            instance_id: None,
+            rack_id: None,
+            rebalance_timeout_ms: 1000,
+            subscribed_topic_names: Some(vec!["t".into()]),
+            subscribed_topic_regex: None,
+            server_assignor: None,
+            owned: Some(Default::default()),
+            client_id: "c".into(),
+            client_host: "h".into(),
+        };
+        assert_eq!(c.consumer_heartbeat(&hb, &OneTopic, 0, "x").expect("join").member_epoch, 1);
+        assert_eq!(c.validate_commit("cg", "m", None, 1), Ok(()));
+        assert_eq!(c.validate_commit("cg", "m", None, 0), Err(GroupError::StaleMemberEpoch));
+        assert_eq!(c.validate_commit("cg", "other", None, 1), Err(GroupError::UnknownMemberId));
+        assert_eq!(c.validate_commit("cg", "", None, -1), Err(GroupError::UnknownMemberId), "the group has members");
+        assert_eq!(c.check_commit_version("cg", "m", false), Err(GroupError::UnsupportedVersion));
+        assert_eq!(c.check_commit_version("cg", "m", true), Ok(()));
+        assert_eq!(c.check_commit_version("cg", "", false), Ok(()), "not a member: the usual checks decide");
+        assert_eq!(c.validate_fetch("cg", Some(("m", 0))), Err(GroupError::StaleMemberEpoch));
+        assert_eq!(c.validate_fetch("cg", Some(("m", 1))), Ok(()));
+        assert_eq!(c.validate_fetch("cg", None), Ok(()));
+        assert_eq!(c.validate_txn_commit("cg", "m", None, 0), Err(GroupError::IllegalGeneration));
+        match c.join(join_req("cg", "", None), 0, "j".into()) {
+            Deferred::Now(r) => assert_eq!(r.error, Some(GroupError::InconsistentGroupProtocol)),
+            Deferred::Later(_) => panic!("a classic member joined a consumer group"),
+        }
+        let listed = c.list();
+        assert_eq!((listed[0].group_type, listed[0].state), ("consumer", "Stable"));
+        assert!(matches!(c.describe("cg"), Some(Described::Consumer(_))));
+        assert_eq!(c.delete_group("cg"), Err(GroupError::NonEmptyGroup));
+    }
 
     fn join_req(group: &str, member: &str, instance: Option<&str>) -> JoinRequest {
         JoinRequest {
@@ -1324,6 +1681,7 @@ mod tests {
             client_id: "c".into(),
             client_host: "/127.0.0.1".into(),
             require_known_member_id: true,
+            reason: None,
         }
     }
 
@@ -1385,7 +1743,7 @@ mod tests {
         ));
         assert_eq!(&ready(&mut s1).unwrap().assignment[..], b"a1");
         assert_eq!(&ready(&mut s2).unwrap().assignment[..], b"a2");
-        assert_eq!(c.describe("g").unwrap().state, GroupState::Stable);
+        assert_eq!(c.describe("g").and_then(Described::classic).unwrap().state, GroupState::Stable);
         assert!(!c.take_pending_records().is_empty(), "group metadata persisted");
 
         assert_eq!(c.heartbeat("g", "m1", None, 1, 5000), Ok(()));
@@ -1424,7 +1782,7 @@ mod tests {
         let r = now(c.join(join_req("g", "", Some(follower.1)), 100, "m9".into()));
         assert_eq!(r.generation_id, 1, "no rebalance");
         assert_eq!(r.member_id, "m9");
-        assert_eq!(c.describe("g").unwrap().state, GroupState::Stable);
+        assert_eq!(c.describe("g").and_then(Described::classic).unwrap().state, GroupState::Stable);
         assert_eq!(c.heartbeat("g", follower.0, Some(follower.1), 1, 101), Err(GroupError::FencedInstanceId));
         assert_eq!(c.heartbeat("g", &leader, None, 1, 101), Ok(()));
     }
@@ -1494,7 +1852,7 @@ mod tests {
         for r in c.take_pending_records() {
             reloaded.apply_record(records::decode(&r.key, r.value.as_ref()).unwrap(), 0, 10);
         }
-        let d = reloaded.describe("g").unwrap();
+        let d = reloaded.describe("g").and_then(Described::classic).unwrap();
         assert_eq!(d.state, GroupState::Empty);
         assert!(d.members.is_empty());
     }
@@ -1520,7 +1878,7 @@ mod tests {
             2,
         );
         let _ = c.join(join_req("g", "", Some("i2")), 3, "m2".into());
-        assert_eq!(c.describe("g").unwrap().state, GroupState::PreparingRebalance);
+        assert_eq!(c.describe("g").and_then(Described::classic).unwrap().state, GroupState::PreparingRebalance);
         assert_eq!(c.validate_commit("g", "m1", Some("i1"), gen), Ok(()));
     }
 
@@ -1533,7 +1891,7 @@ mod tests {
         assert_eq!(c.delete_group("g"), Err(GroupError::NonEmptyGroup));
         let r = c.leave("g", &[(String::new(), Some("i1".into())), ("ghost".into(), None)], 5).unwrap();
         assert_eq!(r, vec![Ok(()), Err(GroupError::UnknownMemberId)]);
-        assert_eq!(c.describe("g").unwrap().state, GroupState::Empty);
+        assert_eq!(c.describe("g").and_then(Described::classic).unwrap().state, GroupState::Empty);
         assert_eq!(c.delete_group("g"), Ok(()));
         assert_eq!(c.delete_group("g"), Err(GroupError::GroupIdNotFound));
     }

@@ -1,5 +1,7 @@
-//! Consumer groups: the classic group protocol (Join, Sync, Heartbeat, Leave), committed
-//! offsets, and their records in `__consumer_offsets`.
+//! Consumer groups: the classic group protocol (Join, Sync, Heartbeat, Leave), the
+//! consumer protocol of KIP-848 (`consumer`: ConsumerGroupHeartbeat, the broker-side
+//! assignors), committed offsets, and their records in `__consumer_offsets` (`records`,
+//! `consumer_records`).
 //!
 //! One `GroupCoordinator` per shard holds the groups whose `__consumer_offsets`
 //! partition that shard owns. It is a state machine: time comes in as `now_ms`, new
@@ -8,6 +10,8 @@
 //! oneshot receivers. It performs no I/O: records to persist are returned to the caller,
 //! which appends them to the offsets partition before acknowledging.
 
+pub mod consumer;
+pub mod consumer_records;
 pub mod coordinator;
 pub mod records;
 pub mod txn_offsets;

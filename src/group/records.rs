@@ -14,7 +14,8 @@
 //!                      members [i32 count] { member_id string, group_instance_id string?,
 //!                      client_id string, client_host string, rebalance_timeout i32,
 //!                      session_timeout i32, subscription bytes, assignment bytes }
-//! A null value (tombstone) deletes the key.
+//! A null value (tombstone) deletes the key. Key versions 3-8 are consumer groups'
+//! (KIP-848), in `consumer_records.rs`.
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 
@@ -52,15 +53,25 @@ pub struct StoredOffset {
 /// A decoded `__consumer_offsets` record.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum OffsetsRecord {
-    Offset { group: String, topic: String, partition: i32, value: Option<StoredOffset> },
-    Group { group: String, value: Option<StoredGroup> },
+    Offset {
+        group: String,
+        topic: String,
+        partition: i32,
+        value: Option<StoredOffset>,
+    },
+    Group {
+        group: String,
+        value: Option<StoredGroup>,
+    },
+    /// A consumer group's record (KIP-848; key versions 3-8, `consumer_records`).
+    Consumer(super::consumer_records::ConsumerRecord),
 }
 
 #[derive(Debug, thiserror::Error)]
 #[error("malformed __consumer_offsets record: {0}")]
 pub struct RecordError(pub String);
 
-fn put_str(b: &mut BytesMut, s: &str) {
+pub(super) fn put_str(b: &mut BytesMut, s: &str) {
     b.put_i16(s.len() as i16);
     b.put_slice(s.as_bytes());
 }
@@ -89,7 +100,7 @@ fn get_i16(b: &mut Bytes) -> Result<i16, RecordError> {
     Ok(b.get_i16())
 }
 
-fn get_i32(b: &mut Bytes) -> Result<i32, RecordError> {
+pub(super) fn get_i32(b: &mut Bytes) -> Result<i32, RecordError> {
     need(b, 4)?;
     Ok(b.get_i32())
 }
@@ -109,7 +120,7 @@ fn get_opt_str(b: &mut Bytes) -> Result<Option<String>, RecordError> {
     String::from_utf8(s.to_vec()).map(Some).map_err(|_| RecordError("string is not UTF-8".into()))
 }
 
-fn get_str(b: &mut Bytes) -> Result<String, RecordError> {
+pub(super) fn get_str(b: &mut Bytes) -> Result<String, RecordError> {
     get_opt_str(b)?.ok_or_else(|| RecordError("null string where one is required".into()))
 }
 
@@ -238,6 +249,7 @@ pub fn decode(key: &Bytes, value: Option<&Bytes>) -> Result<OffsetsRecord, Recor
             };
             Ok(OffsetsRecord::Group { group, value })
         }
+        3..=8 => super::consumer_records::decode(version, k, value).map(OffsetsRecord::Consumer),
         v => Err(RecordError(format!("unknown key version {v}"))),
     }
 }

@@ -236,6 +236,7 @@ mod tests {
             client_id: "c".into(),
             client_host: "/127.0.0.1".into(),
             require_known_member_id: false,
+            reason: None,
         };
         let mut rx = match c.join(req, 0, "m1".into()) {
             crate::group::Deferred::Later(rx) => rx,
@@ -292,13 +293,17 @@ mod tests {
             client_id: "c".into(),
             client_host: "/127.0.0.1".into(),
             require_known_member_id: false,
+            reason: None,
         };
         let crate::group::Deferred::Later(mut rx) = c.join(req, 0, "h1".into()) else {
             panic!("join answered at once")
         };
         c.tick(1);
         let generation = rx.try_recv().unwrap().expect("join complete").generation_id;
-        assert_eq!(c.describe("h").unwrap().state, crate::group::GroupState::CompletingRebalance);
+        assert_eq!(
+            c.describe("h").and_then(crate::group::Described::classic).unwrap().state,
+            crate::group::GroupState::CompletingRebalance
+        );
         assert_eq!(c.validate_commit("h", "h1", Some("j1"), generation), Err(GroupError::RebalanceInProgress));
         assert_eq!(c.validate_txn_commit("h", "h1", Some("j1"), generation), Ok(()));
     }

@@ -147,6 +147,11 @@ pub enum LogError {
     /// Structurally valid but semantically wrong (counts, deltas, timestamps) -> INVALID_RECORD.
     #[error("invalid record batch: {0}")]
     InvalidRecord(String),
+    /// Some records are refused, each for its own reason (KIP-467) -> INVALID_RECORD with
+    /// `record_errors`: (index of the record among the request's records for the
+    /// partition, why), so that a client fails those records only.
+    #[error("{message}")]
+    InvalidRecords { message: String, record_errors: Vec<(i32, String)> },
     /// A CreateTime record outside `message.timestamp.before.max.ms` /
     /// `after.max.ms` of the broker's clock -> INVALID_TIMESTAMP.
     #[error("invalid timestamp: {0}")]
@@ -911,8 +916,14 @@ impl PartitionLog {
             producer_batches.extend(producers::producer_batch(h));
         }
         if self.config.compact {
+            let mut keyless = Vec::new();
+            let mut index_base = 0i32;
             for (pos, h) in &batches {
-                check_keyed(&records[*pos..*pos + h.size_bytes() as usize], h)?;
+                check_keyed(&records[*pos..*pos + h.size_bytes() as usize], h, index_base, &mut keyless)?;
+                index_base = index_base.saturating_add(h.records_count.max(0));
+            }
+            if !keyless.is_empty() {
+                return Err(keyless_records_refused(&self.dir, keyless));
             }
         }
         let (before, after) = (self.config.timestamp_before_max_ms, self.config.timestamp_after_max_ms);
@@ -2314,16 +2325,33 @@ fn validate_replicated_set(records: &[u8], batch_bytes_max: usize) -> Result<Vec
 
 /// Records without a key cannot go to a compacted log (Kafka's INVALID_RECORD: "Compacted
 /// topic cannot accept message without key").
-fn check_keyed(whole: &[u8], h: &BatchHeader) -> Result<(), LogError> {
-    let refuse = |why: &str| Err(LogError::InvalidRecord(format!("compacted topic: {why}")));
-    let Some((inflated, _)) = cleaner::batch_records(whole, h) else {
-        return refuse("the batch's records cannot be read");
-    };
+/// A compacted topic's records must have keys: the indexes (from `index_base`, the
+/// records of earlier batches of the request) of those without one go to `keyless`. A
+/// batch whose records cannot be read is refused whole.
+fn check_keyed(whole: &[u8], h: &BatchHeader, index_base: i32, keyless: &mut Vec<i32>) -> Result<(), LogError> {
+    let unreadable = || LogError::InvalidRecord("compacted topic: the batch's records cannot be read".into());
+    let (inflated, _) = cleaner::batch_records(whole, h).ok_or_else(unreadable)?;
     let bytes = inflated.as_deref().unwrap_or(&whole[batch::HEADER_BYTES..]);
-    match cleaner::parse_records(bytes, h) {
-        None => refuse("the batch's records cannot be read"),
-        Some(rs) if rs.iter().any(|r| r.key.is_none()) => refuse("cannot accept a record without a key"),
-        Some(_) => Ok(()),
+    let records = cleaner::parse_records(bytes, h).ok_or_else(unreadable)?;
+    for (i, r) in records.iter().enumerate() {
+        if r.key.is_none() {
+            keyless.push(index_base.saturating_add(i32::try_from(i).unwrap_or(i32::MAX)));
+        }
+    }
+    Ok(())
+}
+
+/// Records refused with their reasons (KIP-467), reported as Kafka's LogValidator does:
+/// one error per keyless record, the message naming how many there are.
+fn keyless_records_refused(dir: &std::path::Path, keyless: Vec<i32>) -> LogError {
+    let partition = dir.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    let why = format!("Compacted topic cannot accept message without key in topic partition {partition}.");
+    LogError::InvalidRecords {
+        message: format!(
+            "One or more records have been rejected due to {} record errors in total: {why}",
+            keyless.len()
+        ),
+        record_errors: keyless.into_iter().map(|i| (i, why.clone())).collect(),
     }
 }
 

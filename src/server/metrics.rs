@@ -536,9 +536,7 @@ impl Metrics {
                 let _ = writeln!(
                     out,
                     "spate_group_members{{group=\"{}\",state=\"{}\"}} {}",
-                    g.group_id,
-                    g.state.name(),
-                    g.members
+                    g.group_id, g.state, g.members
                 );
             }
         }

@@ -10,10 +10,11 @@
 use bytes::{Bytes, BytesMut};
 use kafka_protocol::records::{Compression, Record, RecordBatchEncoder, RecordEncodeOptions};
 
+use crate::group::consumer::{ConsumerHeartbeat, ConsumerHeartbeatResponse, ConsumerRefusal, TopicsImage};
 use crate::group::records as group_records;
 use crate::group::{
-    offsets_partition_for, offsets_topic_partitions, Deferred, GroupDescription, GroupError, GroupState, JoinRequest,
-    JoinResponse, OffsetCommit, PendingRecord, SyncRequest, SyncResponse, OFFSETS_TOPIC,
+    offsets_partition_for, offsets_topic_partitions, Deferred, Described, GroupError, JoinRequest, JoinResponse,
+    ListedGroup, OffsetCommit, PendingRecord, SyncRequest, SyncResponse, OFFSETS_TOPIC,
 };
 use crate::log::LogError;
 use crate::model::{Offset, ProducerEpoch, ProducerId, TopicPartition};
@@ -62,6 +63,8 @@ pub enum GroupOp {
         offsets: Vec<OffsetCommit>,
         now_ms: i64,
         durable: bool,
+        /// OffsetCommit v9+: `generation` may be a consumer-protocol member's epoch.
+        member_epochs: bool,
     },
     FetchOffsets {
         group_id: String,
@@ -69,6 +72,15 @@ pub enum GroupOp {
         /// OffsetFetch v7+: partitions with offsets in an open transaction are answered
         /// UNSTABLE_OFFSET_COMMIT.
         require_stable: bool,
+        /// OffsetFetch v9: the member asking, at its epoch (checked in consumer groups).
+        member: Option<(String, i32)>,
+    },
+    /// ConsumerGroupHeartbeat (KIP-848); `new_member_id` names a member joining
+    /// without one (v0).
+    ConsumerHeartbeat {
+        req: ConsumerHeartbeat,
+        now_ms: i64,
+        new_member_id: String,
     },
     /// TxnOffsetCommit: offsets that become visible when the producer's transaction
     /// commits.
@@ -117,6 +129,7 @@ impl GroupOp {
         match self {
             GroupOp::Join { req, .. } => Some(&req.group_id),
             GroupOp::Sync { req, .. } => Some(&req.group_id),
+            GroupOp::ConsumerHeartbeat { req, .. } => Some(&req.group_id),
             GroupOp::Heartbeat { group_id, .. }
             | GroupOp::Leave { group_id, .. }
             | GroupOp::Commit { group_id, .. }
@@ -165,9 +178,16 @@ pub enum GroupReply {
         waits: Vec<DurableWait>,
         replicated: Option<ReplicatedWait>,
     },
-    Offsets(OffsetList),
-    List(Vec<(String, String, GroupState)>),
-    Describe(Option<GroupDescription>),
+    /// Err: the whole fetch refused (OffsetFetch v9's member check).
+    Offsets(Result<OffsetList, GroupError>),
+    List(Vec<ListedGroup>),
+    Describe(Option<Described>),
+    /// `wrote`: the heartbeat changed the group's records; the answer waits until they
+    /// are stored (`GroupOp::Stored`), as Kafka answers once its records are committed.
+    ConsumerHeartbeat {
+        result: Result<ConsumerHeartbeatResponse, ConsumerRefusal>,
+        wrote: bool,
+    },
     /// `waits`: the tombstones' write and fsync; None when they could not be appended.
     Delete {
         result: Result<(), GroupError>,
@@ -224,6 +244,24 @@ pub enum GroupLoadStep {
 impl std::fmt::Debug for GroupReply {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str("GroupReply")
+    }
+}
+
+/// The shard's view of the cluster's topics, as a consumer group's assignor sees them.
+struct ViewTopics<'a>(&'a super::ClusterView);
+
+impl TopicsImage for ViewTopics<'_> {
+    fn topic(&self, name: &str) -> Option<(uuid::Uuid, i32)> {
+        self.0.get(name).map(|t| (t.id, t.partitions))
+    }
+
+    /// Internal topics are never matched (Kafka's regex resolution leaves them out).
+    fn matching(&self, regex: &regex::Regex) -> Vec<String> {
+        self.0.topics().map(|(name, _)| name).filter(|t| !t.starts_with("__") && regex.is_match(t)).cloned().collect()
+    }
+
+    fn generation(&self) -> u64 {
+        self.0.generation()
     }
 }
 
@@ -428,8 +466,12 @@ impl Shard {
                 now = now_ms;
                 GroupReply::Leave(self.groups.leave(&group_id, &members, now_ms))
             }
-            GroupOp::Commit { group_id, member_id, instance, generation, offsets, now_ms, durable } => {
-                match self.groups.validate_commit(&group_id, &member_id, instance.as_deref(), generation) {
+            GroupOp::Commit { group_id, member_id, instance, generation, offsets, now_ms, durable, member_epochs } => {
+                let checked = self
+                    .groups
+                    .check_commit_version(&group_id, &member_id, member_epochs)
+                    .and_then(|()| self.groups.validate_commit(&group_id, &member_id, instance.as_deref(), generation));
+                match checked {
                     Err(e) => GroupReply::Commit { results: Err(Some(e)), waits: Vec::new(), replicated: None },
                     Ok(()) => {
                         let (recs, results) = self.groups.commit_records(&group_id, &offsets, now_ms);
@@ -469,8 +511,16 @@ impl Shard {
                 now_ms,
                 durable,
             ),
-            GroupOp::FetchOffsets { group_id, partitions, require_stable } => {
-                GroupReply::Offsets(self.groups.fetch_offsets(&group_id, partitions.as_deref(), require_stable))
+            GroupOp::FetchOffsets { group_id, partitions, require_stable, member } => GroupReply::Offsets(
+                self.groups
+                    .validate_fetch(&group_id, member.as_ref().map(|(m, e)| (m.as_str(), *e)))
+                    .map(|()| self.groups.fetch_offsets(&group_id, partitions.as_deref(), require_stable)),
+            ),
+            GroupOp::ConsumerHeartbeat { req, now_ms, new_member_id } => {
+                now = now_ms;
+                let topics = ViewTopics(&self.view);
+                let result = self.groups.consumer_heartbeat(&req, &topics, now_ms, &new_member_id);
+                GroupReply::ConsumerHeartbeat { result, wrote: self.groups.has_pending_records() }
             }
             // While a load runs, the list is not whole (Kafka answers the same).
             GroupOp::List if !self.group_loads.is_empty() => GroupReply::Loading,
@@ -736,9 +786,10 @@ mod tests {
             group_id: GROUP.into(),
             partitions: Some(partitions.iter().map(|(t, p)| (t.to_string(), *p)).collect()),
             require_stable,
+            member: None,
         };
         match shard.execute_group(op) {
-            GroupReply::Offsets(list) => {
+            GroupReply::Offsets(Ok(list)) => {
                 list.into_iter().map(|(_, _, o)| o.map(|o| o.map_or(-1, |o| o.offset))).collect()
             }
             other => panic!("FetchOffsets answered {other:?}"),
@@ -803,6 +854,7 @@ mod tests {
             client_id: "c".into(),
             client_host: "/127.0.0.1".into(),
             require_known_member_id: false,
+            reason: None,
         };
         let op = GroupOp::Join { req: join, now_ms: NOW_MS, new_member_id: "m1".into() };
         let GroupReply::Join(Deferred::Later(mut joined)) = shard.execute_group(op) else { panic!("join") };

@@ -13,8 +13,8 @@
 //!   next_producer_id i64, tag 2 client_transaction_version i16 (others are skipped).
 //! A null value (tombstone) removes the transactional id.
 //!
-//! Spate writes version 0 (transaction version 1, as Kafka without KIP-890 part 2) and
-//! reads both. The bytes come from disk: every count is checked against the bytes left
+//! Spate writes version 0 (Kafka's `transaction.version` level 0, as `protocol::features`
+//! reports; level 1 writes version 1, and level 2 is KIP-890 part 2) and reads both. The bytes come from disk: every count is checked against the bytes left
 //! before anything is allocated.
 
 use std::collections::BTreeSet;

@@ -41,6 +41,9 @@ def parse_args():
     ap.add_argument("--assignor", default=None,
                     help="confluent partition.assignment.strategy (default: the client's)")
     ap.add_argument("--instance-id", default=None, help="group.instance.id (static member)")
+    ap.add_argument("--group-protocol", choices=["classic", "consumer"], default="classic",
+                    help="confluent group.protocol; with consumer (KIP-848) the session and the"
+                         " assignor are the broker's, and --assignor is group.remote.assignor")
     ap.add_argument("--session-timeout-ms", type=int, default=4000)
     ap.add_argument("--heartbeat-interval-ms", type=int, default=500)
     ap.add_argument("--max-poll-interval-ms", type=int, default=20000)
@@ -79,12 +82,17 @@ def run_confluent(a, ctl):
         "enable.auto.offset.store": False,
         "auto.offset.reset": "earliest",
         "fetch.wait.max.ms": 100,
-        "session.timeout.ms": a.session_timeout_ms,
-        "heartbeat.interval.ms": a.heartbeat_interval_ms,
         "max.poll.interval.ms": a.max_poll_interval_ms,
     })
-    if a.assignor:
-        conf["partition.assignment.strategy"] = a.assignor
+    if a.group_protocol == "consumer":
+        conf["group.protocol"] = "consumer"
+        if a.assignor:
+            conf["group.remote.assignor"] = a.assignor
+    else:
+        conf["session.timeout.ms"] = a.session_timeout_ms
+        conf["heartbeat.interval.ms"] = a.heartbeat_interval_ms
+        if a.assignor:
+            conf["partition.assignment.strategy"] = a.assignor
     if a.instance_id:
         conf["group.instance.id"] = a.instance_id
     c = Consumer(conf)

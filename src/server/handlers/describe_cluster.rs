@@ -3,7 +3,9 @@
 //! cluster's authorized operations only when asked for (without an authorizer, every
 //! operation that applies, as Metadata answers them); otherwise Kafka's "not
 //! requested", i32::MIN. v1 names the endpoint type: brokers answer requests for
-//! brokers only (MISMATCHED_ENDPOINT_TYPE otherwise, as Kafka's brokers do).
+//! brokers only (MISMATCHED_ENDPOINT_TYPE otherwise, as Kafka's brokers do). v2
+//! (KIP-1073) lists the fenced brokers too when asked (`IncludeFencedBrokers`), each
+//! with `IsFenced`.
 
 use bytes::Bytes;
 use kafka_protocol::messages::describe_cluster_response::DescribeClusterBroker;
@@ -32,7 +34,8 @@ pub fn handle(ctx: &ShardContext, frame: &RequestFrame) -> Result<Bytes, Protoco
         return respond(ApiKey::DescribeCluster, frame, &body);
     }
     let view = ctx.view();
-    let mut brokers: Vec<DescribeClusterBroker> = super::listed_brokers(ctx, &view, frame)
+    let include_fenced = frame.api_version >= 2 && req.include_fenced_brokers;
+    let mut brokers: Vec<DescribeClusterBroker> = super::listed_brokers(ctx, &view, frame, include_fenced)
         .into_iter()
         .map(|b| {
             DescribeClusterBroker::default()
@@ -40,6 +43,7 @@ pub fn handle(ctx: &ShardContext, frame: &RequestFrame) -> Result<Bytes, Protoco
                 .with_host(str_bytes(b.host))
                 .with_port(b.port)
                 .with_rack(b.rack.map(str_bytes))
+                .with_is_fenced(b.fenced)
         })
         .collect();
     brokers.sort_by_key(|b| b.broker_id.0);

@@ -3,6 +3,9 @@
 //! static member back in a stable group), and a static member's until the group's
 //! records are stored (`sync_group::stored`).
 //!
+//! v8's Reason (KIP-800) is logged with the rebalance the join starts. v9's
+//! SkipAssignment (KIP-814) is not advertised yet.
+//!
 //! Needs READ on the group (GROUP_AUTHORIZATION_FAILED otherwise).
 
 use bytes::Bytes;
@@ -40,6 +43,7 @@ pub async fn handle(ctx: &ShardContext, frame: &RequestFrame) -> Result<Bytes, P
         client_id: client_id.clone(),
         client_host: frame.client_host.clone(),
         require_known_member_id: v >= 4,
+        reason: if v >= 8 { req.reason.as_ref().map(|r| r.to_string()) } else { None },
     };
     let new_member_id =
         format!("{}-{}", if client_id.is_empty() { "member" } else { &client_id }, uuid::Uuid::new_v4());

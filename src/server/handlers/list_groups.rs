@@ -1,4 +1,5 @@
-//! ListGroups: every shard coordinates some groups, so ask them all.
+//! ListGroups: every shard coordinates some groups, so ask them all. v4 filters by
+//! state, v5 by type ("classic", "consumer").
 
 use bytes::Bytes;
 use kafka_protocol::messages::list_groups_response::ListedGroup;
@@ -31,7 +32,8 @@ pub async fn handle(ctx: &ShardContext, frame: &RequestFrame) -> Result<Bytes, P
     for reply in futures::future::join_all(calls).await {
         loading |= matches!(reply, Some(GroupReply::Loading));
         if let Some(GroupReply::List(list)) = reply {
-            for (id, protocol_type, state) in list {
+            for listed in list {
+                let id = listed.group_id;
                 if !all
                     && !super::authz::authorize_quietly(
                         ctx,
@@ -44,13 +46,28 @@ pub async fn handle(ctx: &ShardContext, frame: &RequestFrame) -> Result<Bytes, P
                 {
                     continue;
                 }
-                if !req.states_filter.is_empty() && !req.states_filter.iter().any(|s| s.as_str() == state.name()) {
+                // As Kafka's coordinator, filters compare without regard to case.
+                if !req.states_filter.is_empty()
+                    && !req.states_filter.iter().any(|s| s.as_str().eq_ignore_ascii_case(listed.state))
+                {
                     continue;
                 }
-                let g = ListedGroup::default()
+                if frame.api_version >= 5
+                    && !req.types_filter.is_empty()
+                    && !req.types_filter.iter().any(|t| t.as_str().eq_ignore_ascii_case(listed.group_type))
+                {
+                    continue;
+                }
+                let mut g = ListedGroup::default()
                     .with_group_id(GroupId(str_bytes(id)))
-                    .with_protocol_type(str_bytes(protocol_type));
-                groups.push(if frame.api_version >= 4 { g.with_group_state(str_bytes(state.name())) } else { g });
+                    .with_protocol_type(str_bytes(listed.protocol_type));
+                if frame.api_version >= 4 {
+                    g = g.with_group_state(str_bytes(listed.state));
+                }
+                if frame.api_version >= 5 {
+                    g = g.with_group_type(str_bytes(listed.group_type));
+                }
+                groups.push(g);
             }
         }
     }

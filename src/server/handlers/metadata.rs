@@ -27,7 +27,7 @@ pub async fn handle(ctx: &ShardContext, frame: &RequestFrame) -> Result<Bytes, P
     let req: MetadataRequest = decode_body(frame)?;
     let (brokers, controller_id) = {
         let reg = ctx.view();
-        let brokers: Vec<MetadataResponseBroker> = super::listed_brokers(ctx, &reg, frame)
+        let brokers: Vec<MetadataResponseBroker> = super::listed_brokers(ctx, &reg, frame, false)
             .into_iter()
             .map(|b| {
                 MetadataResponseBroker::default()

@@ -15,6 +15,8 @@ mod broker_heartbeat;
 mod broker_registration;
 mod client_quotas;
 mod cluster_metadata;
+mod consumer_group_describe;
+mod consumer_group_heartbeat;
 mod create_partitions;
 mod create_topics;
 mod delete_groups;
@@ -47,6 +49,7 @@ mod offset_for_leader_epoch;
 mod produce;
 mod sync_group;
 mod txn_offset_commit;
+mod update_features;
 mod user_scram_credentials;
 mod write_txn_markers;
 
@@ -155,6 +158,8 @@ async fn route_other(ctx: &ShardContext, key: ApiKey, frame: RequestFrame) -> Re
         ApiKey::TxnOffsetCommit => txn_offset_commit::handle(ctx, &frame).await.map(Some),
         ApiKey::ListGroups => list_groups::handle(ctx, &frame).await.map(Some),
         ApiKey::DescribeGroups => describe_groups::handle(ctx, &frame).await.map(Some),
+        ApiKey::ConsumerGroupHeartbeat => consumer_group_heartbeat::handle(ctx, &frame).await.map(Some),
+        ApiKey::ConsumerGroupDescribe => consumer_group_describe::handle(ctx, &frame).await.map(Some),
         ApiKey::DeleteGroups => delete_groups::handle(ctx, &frame).await.map(Some),
         ApiKey::OffsetDelete => offset_delete::handle(ctx, &frame).await.map(Some),
         ApiKey::BrokerRegistration => broker_registration::handle(ctx, &frame).await.map(Some),
@@ -167,6 +172,7 @@ async fn route_other(ctx: &ShardContext, key: ApiKey, frame: RequestFrame) -> Re
         ApiKey::DescribeLogDirs => describe_log_dirs::handle(ctx, &frame).await.map(Some),
         ApiKey::AlterReplicaLogDirs => alter_replica_log_dirs::handle(ctx, &frame).map(Some),
         ApiKey::DescribeCluster => describe_cluster::handle(ctx, &frame).map(Some),
+        ApiKey::UpdateFeatures => update_features::handle(ctx, &frame).map(Some),
         ApiKey::AddPartitionsToTxn => add_partitions_to_txn::handle(ctx, &frame).await.map(Some),
         ApiKey::AddOffsetsToTxn => add_offsets_to_txn::handle(ctx, &frame).await.map(Some),
         ApiKey::EndTxn => end_txn::handle(ctx, &frame).await.map(Some),
@@ -228,7 +234,9 @@ fn partition_error_code(e: &PartitionError) -> i16 {
         PartitionError::Log(l) => match l {
             LogError::MessageTooLarge { .. } => error_code::MESSAGE_TOO_LARGE,
             LogError::Corrupt(_) => error_code::CORRUPT_MESSAGE,
-            LogError::InvalidRecord(_) | LogError::InvalidProducerFields(_) => error_code::INVALID_RECORD,
+            LogError::InvalidRecord(_) | LogError::InvalidRecords { .. } | LogError::InvalidProducerFields(_) => {
+                error_code::INVALID_RECORD
+            }
             LogError::InvalidTimestamp(_) => error_code::INVALID_TIMESTAMP,
             LogError::OffsetOutOfRange { .. } => error_code::OFFSET_OUT_OF_RANGE,
             LogError::Offline(_) | LogError::Io(_) => error_code::KAFKA_STORAGE_ERROR,
@@ -295,6 +303,13 @@ fn group_error_code(e: &GroupError) -> i16 {
         GroupError::InvalidGroupId => error_code::INVALID_GROUP_ID,
         GroupError::GroupMaxSizeReached => error_code::GROUP_MAX_SIZE_REACHED,
         GroupError::UnstableOffsetCommit => error_code::UNSTABLE_OFFSET_COMMIT,
+        GroupError::FencedMemberEpoch => error_code::FENCED_MEMBER_EPOCH,
+        GroupError::StaleMemberEpoch => error_code::STALE_MEMBER_EPOCH,
+        GroupError::UnreleasedInstanceId => error_code::UNRELEASED_INSTANCE_ID,
+        GroupError::UnsupportedAssignor => error_code::UNSUPPORTED_ASSIGNOR,
+        GroupError::InvalidRegularExpression => error_code::INVALID_REGULAR_EXPRESSION,
+        GroupError::InvalidRequest => error_code::INVALID_REQUEST,
+        GroupError::UnsupportedVersion => error_code::UNSUPPORTED_VERSION,
     }
 }
 
@@ -342,22 +357,26 @@ struct ListedBroker {
     host: String,
     port: i32,
     rack: Option<String>,
+    fenced: bool,
 }
 
-/// The brokers clients are told about: the live ones, and this broker even when
-/// it is not registered yet (clients must still be able to reach it). Each is listed at
-/// the address of its listener with the name of the one `frame` came through, as Kafka
-/// does; a broker without such a listener is left out (a broker that registered no
-/// listeners is listed at its inter-broker address).
+/// The brokers clients are told about: the live ones (with `include_fenced`, the fenced
+/// ones too: DescribeCluster v2), and this broker even when it is not registered yet
+/// (clients must still be able to reach it). Each is listed at the address of its
+/// listener with the name of the one `frame` came through, as Kafka does; a broker
+/// without such a listener is left out (a broker that registered no listeners is listed
+/// at its inter-broker address).
 fn listed_brokers(
     ctx: &ShardContext,
     view: &crate::coordinator::view::ClusterView,
     frame: &RequestFrame,
+    include_fenced: bool,
 ) -> Vec<ListedBroker> {
     let me = ctx.config.node_id;
     let (my_host, my_port) = ctx.config.advertised_for(&frame.listener);
     let mut brokers: Vec<ListedBroker> = view
-        .live_brokers()
+        .registered_brokers()
+        .filter(|b| include_fenced || b.is_live())
         .filter_map(|b| {
             let (host, port) = if b.id.0 == me {
                 (my_host.clone(), my_port)
@@ -365,11 +384,11 @@ fn listed_brokers(
                 let (host, port) = b.endpoint.for_listener(&frame.listener)?;
                 (host.to_string(), port as i32)
             };
-            Some(ListedBroker { id: b.id.0, host, port, rack: b.rack.clone() })
+            Some(ListedBroker { id: b.id.0, host, port, rack: b.rack.clone(), fenced: b.fenced })
         })
         .collect();
     if !brokers.iter().any(|b| b.id == me) {
-        brokers.push(ListedBroker { id: me, host: my_host, port: my_port, rack: None });
+        brokers.push(ListedBroker { id: me, host: my_host, port: my_port, rack: None, fenced: false });
     }
     brokers
 }

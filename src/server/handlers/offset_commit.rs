@@ -89,6 +89,7 @@ pub async fn handle(ctx: &ShardContext, frame: &RequestFrame) -> Result<Bytes, P
         offsets,
         now_ms: now_ms(),
         durable: ctx.config.fsync == FsyncMode::Always,
+        member_epochs: frame.api_version >= 9,
     };
     // One code for every known partition, or one per known partition.
     let codes: Vec<i16> = if nr_known == 0 {

@@ -2,7 +2,9 @@
 //! the group committed when no topics are named. -1 means "no committed offset".
 //! Offsets of open transactions are never shown; with `require_stable` (v7+, sent by
 //! read_committed consumers, KIP-447) a partition that has one is answered
-//! UNSTABLE_OFFSET_COMMIT (offset -1), which the client retries.
+//! UNSTABLE_OFFSET_COMMIT (offset -1), which the client retries. v9 (KIP-848): a member
+//! of a consumer group must fetch at its member epoch (STALE_MEMBER_EPOCH, or
+//! UNKNOWN_MEMBER_ID, for the group).
 
 use bytes::Bytes;
 use kafka_protocol::messages::offset_fetch_response::{
@@ -27,6 +29,7 @@ async fn fetch(
     group: &str,
     partitions: Option<Vec<(String, i32)>>,
     require_stable: bool,
+    member: Option<(String, i32)>,
 ) -> Result<Vec<(String, Vec<PartitionAnswer>)>, i16> {
     use crate::security::acl::{AclOperation, ResourceType};
     let view = ctx.view();
@@ -34,9 +37,10 @@ async fn fetch(
         return Err(error_code::GROUP_AUTHORIZATION_FAILED);
     }
     let named = partitions.is_some();
-    let op = GroupOp::FetchOffsets { group_id: group.to_string(), partitions, require_stable };
+    let op = GroupOp::FetchOffsets { group_id: group.to_string(), partitions, require_stable, member };
     let list = match ctx.call_group(op, None).await {
-        Some(GroupReply::Offsets(list)) => list,
+        Some(GroupReply::Offsets(Ok(list))) => list,
+        Some(GroupReply::Offsets(Err(e))) => return Err(group_error_code(&e)),
         other => return Err(ctx.group_unavailable_code(group, &other)),
     };
     let mut topics = by_topic(list);
@@ -88,7 +92,13 @@ pub async fn handle(ctx: &ShardContext, frame: &RequestFrame) -> Result<Bytes, P
                 ts.iter().flat_map(|t| t.partition_indexes.iter().map(move |p| (t.name.to_string(), *p))).collect()
             });
             let mut group = OffsetFetchResponseGroup::default().with_group_id(g.group_id.clone());
-            match fetch(ctx, frame, g.group_id.as_str(), wanted, req.require_stable).await {
+            // v9 (KIP-848): a consumer group's member names itself and its epoch; the
+            // admin client and older clients send no member id and epoch -1.
+            let member = match (&g.member_id, g.member_epoch) {
+                (Some(id), epoch) if v >= 9 && !(id.is_empty() && epoch < 0) => Some((id.to_string(), epoch)),
+                _ => None,
+            };
+            match fetch(ctx, frame, g.group_id.as_str(), wanted, req.require_stable, member).await {
                 Ok(list) => {
                     group.topics = list
                         .into_iter()
@@ -118,7 +128,7 @@ pub async fn handle(ctx: &ShardContext, frame: &RequestFrame) -> Result<Bytes, P
             ts.iter().flat_map(|t| t.partition_indexes.iter().map(move |p| (t.name.to_string(), *p))).collect()
         });
         // require_stable is a v7 field (false when decoded at older versions).
-        match fetch(ctx, frame, group.as_str(), wanted, v >= 7 && req.require_stable).await {
+        match fetch(ctx, frame, group.as_str(), wanted, v >= 7 && req.require_stable, None).await {
             Ok(list) => {
                 body.topics = list
                     .into_iter()

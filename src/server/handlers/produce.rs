@@ -14,7 +14,9 @@
 use std::time::Duration;
 
 use futures::future::{select, Either};
-use kafka_protocol::messages::produce_response::{PartitionProduceResponse, TopicProduceResponse};
+use kafka_protocol::messages::produce_response::{
+    BatchIndexAndErrorMessage, PartitionProduceResponse, TopicProduceResponse,
+};
 use kafka_protocol::messages::{ApiKey, ProduceRequest, ProduceResponse};
 
 use crate::config::FsyncMode;
@@ -60,26 +62,27 @@ pub async fn handle(ctx: &ShardContext, frame: &RequestFrame) -> Result<Option<R
         };
         let calls = t.partition_data.iter().map(|p| async move {
             if let Some(code) = denied {
-                return Err((code, None));
+                return Err((code, None, Vec::new()));
             }
             if !acks_valid {
-                return Err((error_code::INVALID_REQUIRED_ACKS, None));
+                return Err((error_code::INVALID_REQUIRED_ACKS, None, Vec::new()));
             }
             if topic == crate::group::OFFSETS_TOPIC {
                 return Err((
                     error_code::INVALID_TOPIC_EXCEPTION,
                     Some("cannot produce to an internal topic".to_string()),
+                    Vec::new(),
                 ));
             }
             let Some(records) = p.records.as_ref().filter(|r| !r.is_empty()) else {
-                return Err((error_code::CORRUPT_MESSAGE, Some("empty record set".to_string())));
+                return Err((error_code::CORRUPT_MESSAGE, Some("empty record set".to_string()), Vec::new()));
             };
             // A disk short of free space refuses produce, retriably: KAFKA_STORAGE_ERROR is
             // what Kafka answers when a log dir cannot take writes, and every client
             // (Java: an InvalidMetadataException; librdkafka) retries it until
             // delivery.timeout.ms, so producers resume by themselves once space is freed.
             if let Some(reason) = ctx.disk.produce_refusal() {
-                return Err((error_code::KAFKA_STORAGE_ERROR, Some(reason)));
+                return Err((error_code::KAFKA_STORAGE_ERROR, Some(reason), Vec::new()));
             }
             let op = |verification| PartitionOp::Produce {
                 tp: TopicPartition::new(topic, p.index),
@@ -116,7 +119,7 @@ pub async fn handle(ctx: &ShardContext, frame: &RequestFrame) -> Result<Option<R
                         message,
                         "transactional batch refused: not verified in its transaction"
                     );
-                    return Err((code, Some(message)));
+                    return Err((code, Some(message), Vec::new()));
                 }
                 reply = ctx.call(op(TxnVerification::Verified(guard))).await;
             }
@@ -128,7 +131,9 @@ pub async fn handle(ctx: &ShardContext, frame: &RequestFrame) -> Result<Option<R
                         ctx.metrics.shard(ctx.id).producer_batches_duplicate.fetch_add(1, Ordering::Relaxed);
                     }
                     let timeout = Duration::from_millis(req.timeout_ms.clamp(0, produce_timeout_ms_max) as u64);
-                    await_append(written, durable, replicated, timeout).await?;
+                    await_append(written, durable, replicated, timeout)
+                        .await
+                        .map_err(|(code, message)| (code, message, Vec::new()))?;
                     ctx.disk.note_appended(info.bytes as u64);
                     ctx.metrics.add_topic_bytes(ctx.id, topic, info.bytes as u64, 0);
                     Ok((info, log_start_offset))
@@ -141,7 +146,11 @@ pub async fn handle(ctx: &ShardContext, frame: &RequestFrame) -> Result<Option<R
                     } else {
                         tracing::debug!(topic, partition = p.index, error = %e, "produce refused");
                     }
-                    Err((partition_error_code(&e), Some(e.to_string())))
+                    let record_errors = match &e {
+                        PartitionError::Log(LogError::InvalidRecords { record_errors, .. }) => record_errors.clone(),
+                        _ => Vec::new(),
+                    };
+                    Err((partition_error_code(&e), Some(e.to_string()), record_errors))
                 }
             }
         });
@@ -161,14 +170,24 @@ pub async fn handle(ctx: &ShardContext, frame: &RequestFrame) -> Result<Option<R
                             r
                         }
                     }
-                    Err((code, message)) => {
+                    Err((code, message, record_errors)) => {
                         let r = r
                             .with_error_code(code)
                             .with_base_offset(-1)
                             .with_log_append_time_ms(-1)
                             .with_log_start_offset(-1);
                         if version >= 8 {
-                            r.with_error_message(message.map(str_bytes))
+                            // KIP-467: the records refused, so the client fails only them.
+                            r.with_error_message(message.map(str_bytes)).with_record_errors(
+                                record_errors
+                                    .into_iter()
+                                    .map(|(index, why)| {
+                                        BatchIndexAndErrorMessage::default()
+                                            .with_batch_index(index)
+                                            .with_batch_index_error_message(Some(str_bytes(why)))
+                                    })
+                                    .collect(),
+                            )
                         } else {
                             r
                         }
