@@ -196,6 +196,34 @@ fn a_transactional_batch_needs_verification_and_a_marker_voids_it() {
 }
 
 #[test]
+fn transaction_version_2_the_next_transaction_at_the_bumped_epoch_is_not_part_of_the_open_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut log = PartitionLog::open(dir.path(), small_config(), 0).unwrap();
+    let guard = match produce(&mut log, batch(1, 0, 0, 1, true), TxnVerification::Unverified) {
+        Err(LogError::TxnVerificationNeeded { guard, .. }) => guard,
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(produce(&mut log, batch(1, 0, 0, 2, true), TxnVerification::Verified(guard)).unwrap(), 0);
+    // EndTxn v5 answered epoch 1; the client's next transaction reaches this partition
+    // before the marker (at epoch 1) of the one open here at epoch 0: it must be added
+    // through the coordinator, not slip into the open transaction.
+    let next = match produce(&mut log, batch(1, 1, 0, 1, true), TxnVerification::Unverified) {
+        Err(LogError::TxnVerificationNeeded { producer_epoch: 1, guard, .. }) => guard,
+        other => panic!("{other:?}"),
+    };
+    // The marker at the bumped epoch ends the open transaction; the late batch of it (at
+    // epoch 0) is fenced, and the verification of the next one (at epoch 1) stands.
+    assert_eq!(marker(&mut log, 1, 1, true, 0).unwrap(), 2);
+    let late = produce(&mut log, batch(1, 0, 2, 1, true), TxnVerification::Unverified);
+    assert!(matches!(late, Err(LogError::Producer(ProducerStateError::InvalidProducerEpoch { .. }))), "{late:?}");
+    assert_eq!(lso(&mut log), 3, "nothing open");
+    // The next transaction starts at sequence 0 of the new epoch.
+    assert_eq!(produce(&mut log, batch(1, 1, 0, 1, true), TxnVerification::Verified(next)).unwrap(), 3);
+    assert_eq!(produce(&mut log, batch(1, 1, 1, 1, true), TxnVerification::Unverified).unwrap(), 4);
+    assert_eq!(lso(&mut log), 3, "the next transaction is open from 3");
+}
+
+#[test]
 fn a_crash_loses_neither_the_open_transaction_nor_the_aborted_index() {
     let dir = tempfile::tempdir().unwrap();
     {

@@ -32,26 +32,22 @@ CREATE_TOPICS = 19
 
 # key: (name, Kafka 4.4's range, Spate's range or None, why Spate does not cover Kafka's).
 GAPS = {
-    0: ("Produce", (0, 13), (3, 9), "v10-12 (KIP-951 leader discovery, KIP-890's TRANSACTION_ABORTABLE) and "
-        "v13's topic ids (KIP-516) not yet; v0-2 (magic 0/1 message sets) left out by design"),
+    0: ("Produce", (0, 13), (3, 12), "v13's topic ids (KIP-516) not yet; v0-2 (magic 0/1 message sets) left "
+        "out by design"),
     1: ("Fetch", (4, 18), (4, 12), "topic ids for clients (v13, used between Spate's brokers only), KIP-951 "
         "leader discovery (v16), KIP-853 directory ids (v17), KIP-1166 (v18) not yet"),
     2: ("ListOffsets", (1, 11), (1, 10), "v11 (KIP-1023: earliest pending upload, tiered storage) not yet"),
     3: ("Metadata", (0, 13), (0, 12), "v13's top-level error code (KIP-1102 rebootstrap) not yet"),
     8: ("OffsetCommit", (2, 10), (2, 9), "v10's topic ids: the kafka-protocol crate stops at v9"),
     9: ("OffsetFetch", (1, 10), (1, 9), "v10's topic ids: the kafka-protocol crate stops at v9"),
-    10: ("FindCoordinator", (0, 6), (0, 4), "v5's TRANSACTION_ABORTABLE (transactions v2) and v6's share "
-         "coordinator keys (share groups, issue 48) not yet"),
+    10: ("FindCoordinator", (0, 6), (0, 5), "v6's share coordinator keys (share groups, issue 48) not yet"),
     11: ("JoinGroup", (0, 9), (0, 8), "v9's SkipAssignment for a static leader's rejoin (KIP-814) not yet"),
     18: ("ApiVersions", (0, 5), (0, 4), "v5's cluster and node id checks (KIP-1242): the kafka-protocol crate "
          "stops at v4"),
     20: ("DeleteTopics", (1, 6), (1, 5), "v6's deletion by topic id not yet"),
-    25: ("AddOffsetsToTxn", (0, 4), (0, 3), "v4's TRANSACTION_ABORTABLE: transactions v2"),
-    26: ("EndTxn", (0, 5), (0, 3), "v4's TRANSACTION_ABORTABLE and v5's epoch bump per transaction: "
-         "transactions v2"),
-    27: ("WriteTxnMarkers", (1, 2), (1, 1), "v2's TransactionVersion (KIP-1228): transactions v2; the crate "
-         "stops at v1"),
-    28: ("TxnOffsetCommit", (0, 6), (0, 4), "v5 (transactions v2) and v6's topic ids (KIP-1319) not yet"),
+    27: ("WriteTxnMarkers", (1, 2), (1, 1), "v2's TransactionVersion (KIP-1228), by which a partition checks a "
+         "transactions v2 marker's epoch strictly (above the producer's): the crate stops at v1"),
+    28: ("TxnOffsetCommit", (0, 6), (0, 5), "v6's topic ids (KIP-1319) not yet"),
     35: ("DescribeLogDirs", (1, 5), (1, 4), "v5's new response fields: the kafka-protocol crate stops at v4"),
     38: ("CreateDelegationToken", (1, 3), None, "delegation tokens not implemented"),
     39: ("RenewDelegationToken", (1, 2), None, "delegation tokens not implemented"),

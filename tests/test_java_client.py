@@ -18,6 +18,10 @@ with "PASS: ..." (exit 0) or an AssertionError naming the difference:
   createPartitions.
 - ConsumerProtocol: `group.protocol=consumer` (KIP-848): the consumer joins through
   ConsumerGroupHeartbeat, reads every record in order and commits (OffsetCommit v9).
+- Transactions: the transactional producer, which runs transactions v2 (KIP-890 part
+  2) on Spate: commits, an abort, offsets sent to the transaction, the epoch bumped at
+  every end (DescribeTransactions), a fenced producer, read_committed reading exactly
+  the committed records.
 
 The module is compiled with Maven offline (scripts/install-deps resolves its
 dependencies once), only when pom.xml or a source changed. Java and Maven missing is a
@@ -129,6 +133,16 @@ def test_java_consumer_group_protocol_kip848(java_classpath, broker_factory):
     rc, out = run_java(java_classpath, "ConsumerProtocol", b.bootstrap, timeout=90, check=False)
     assert rc == 0, f"ConsumerProtocol exited with {rc}; output:\n{out}"
     assert "[java-check] PASS: ConsumerProtocol" in out, out
+
+
+@pytest.mark.timeout(RUN_TIMEOUT_S + 60)
+def test_java_transactions_v2(java_classpath, broker_factory):
+    """The transactional Java producer at its defaults on a three-broker cluster, where it
+    runs transactions v2 (KIP-890 part 2): the partitions and the group's offsets
+    partition join through their leaders (most of them on another broker than the
+    transaction coordinator), every end bumps the epoch."""
+    brokers = start_cluster(broker_factory)
+    run_java(java_classpath, "Transactions", brokers[1].bootstrap, 3)
 
 
 @pytest.mark.slow

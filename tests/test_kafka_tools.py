@@ -462,21 +462,21 @@ def test_kafka_features_describe_and_refused_changes(broker, tools_classpath):
         r"^Feature: (\S+)\s+SupportedMinVersion: (\S+)\s+SupportedMaxVersion: (\S+)\s+"
         r"FinalizedVersionLevel: (\S+)\s+Epoch: (\S+)", out, flags=re.M)}
     assert shown == {
-        "metadata.version": ("4.0-IV0", "4.0-IV0", "4.0-IV0", "1"),
-        "group.version": ("1", "1", "1", "1"),
-        "transaction.version": ("0", "0", "0", "1"),
-        "eligible.leader.replicas.version": ("0", "0", "0", "1"),
-        "share.version": ("0", "0", "0", "1"),
-        "streams.version": ("0", "0", "0", "1"),
+        "metadata.version": ("4.0-IV0", "4.0-IV0", "4.0-IV0", "2"),
+        "group.version": ("1", "1", "1", "2"),
+        "transaction.version": ("2", "2", "2", "2"),
+        "eligible.leader.replicas.version": ("0", "0", "0", "2"),
+        "share.version": ("0", "0", "0", "2"),
+        "streams.version": ("0", "0", "0", "2"),
     }, out
     rc, out = run_tool(tools_classpath, "FeatureCommand", "--bootstrap-server", broker.bootstrap,
                        "upgrade", "--feature", "group.version=1")
     assert rc == 0 and "group.version was upgraded to 1." in out, out
     for dry in ([], ["--dry-run"]):
         rc, out = run_tool(tools_classpath, "FeatureCommand", "--bootstrap-server", broker.bootstrap,
-                           "upgrade", "--feature", "transaction.version=2", *dry)
+                           "upgrade", "--feature", "share.version=1", *dry)
         assert rc != 0, out
-        assert ("Invalid update version 2 for feature transaction.version. "
+        assert ("Invalid update version 1 for feature share.version. "
                 "This Spate broker only supports version 0 of it") in out, out
 
 

@@ -849,17 +849,22 @@ impl PartitionLog {
     }
 
     /// KIP-890 part 1 for a transactional batch of `producer_id` at `epoch`: nothing to
-    /// check while its transaction is open here; otherwise the coordinator must have
-    /// said the partition is in it (`TxnVerification::Verified` with the guard handed
-    /// out for this producer and epoch, no marker since).
+    /// check while its transaction at this epoch is open here; otherwise the coordinator
+    /// must have said the partition is in it (`TxnVerification::Verified` with the guard
+    /// handed out for this producer and epoch, no marker since but one that bumped the
+    /// producer to this very epoch). Under transaction version 2 a client starts its next
+    /// transaction at E+1 while the marker (at E+1) of the last one, open here at E, may
+    /// still be on its way: that batch is not part of the open transaction.
     fn check_txn_verification(
         &mut self,
         producer_id: i64,
         epoch: i16,
         verification: TxnVerification,
     ) -> Result<(), LogError> {
-        let open =
-            self.producers.get(crate::model::ProducerId(producer_id)).is_some_and(|e| e.current_txn_first_offset >= 0);
+        let open = self
+            .producers
+            .get(crate::model::ProducerId(producer_id))
+            .is_some_and(|e| e.current_txn_first_offset >= 0 && e.epoch.0 == epoch);
         match verification {
             TxnVerification::Off => Ok(()),
             _ if open => Ok(()),
@@ -1081,7 +1086,16 @@ impl PartitionLog {
             let Some(marker) = (h.producer_id >= 0).then(|| batch::control_marker(bytes, h)).flatten() else {
                 continue;
             };
-            self.txn_verifications.remove(&h.producer_id);
+            // A marker ends what a verification was for, unless it bumps the producer to
+            // the verified epoch (transaction version 2: the next transaction was
+            // verified at E+1 before the last one's marker at E+1 landed), as Kafka.
+            let bumps_to_verified = self.txn_verifications.get(&h.producer_id).is_some_and(|(_, e)| {
+                *e == h.producer_epoch
+                    && self.producers.get(crate::model::ProducerId(h.producer_id)).is_some_and(|p| p.epoch.0 < *e)
+            });
+            if !bumps_to_verified {
+                self.txn_verifications.remove(&h.producer_id);
+            }
             let txn = self.producers.apply_marker(
                 crate::model::ProducerId(h.producer_id),
                 crate::model::ProducerEpoch(h.producer_epoch),

@@ -13,13 +13,17 @@
 //! The names and levels are Kafka 4.4's (`org.apache.kafka.server.common.Feature`):
 //! - `metadata.version` 22 is 4.0-IV0, the first Kafka 4 level, where `group.version` 1
 //!   (the consumer group protocol) became the default. The levels after it add eligible
-//!   leader replicas (KIP-966, 4.0-IV1) and transactions v2 (4.0-IV2), which Spate does
-//!   not have. Spate keeps its metadata in Kafka's ZooKeeper layout, not in a KRaft log:
+//!   leader replicas (KIP-966, 4.0-IV1), which Spate does not have, and transactions v2
+//!   (4.0-IV2): Kafka's controller finalizes `transaction.version` 2 only from 4.0-IV2,
+//!   Spate reports it beside 4.0-IV0 because it has the one and not the other (clients
+//!   read each feature on its own). Spate keeps its metadata in Kafka's ZooKeeper layout, not in a KRaft log:
 //!   the level says which Kafka behaviour clients get, not a log format.
 //! - `group.version` 1: KIP-848 consumer groups (`src/group/consumer.rs`).
-//! - `transaction.version` 0: Spate writes `__transaction_state` values in version 0
-//!   (`txn::log_records`), Kafka's level 0; level 1 would write flexible values, and
-//!   level 2 is KIP-890 part 2's epoch bump per transaction.
+//! - `transaction.version` 2: KIP-890 part 2, the epoch bump at every transaction's end
+//!   (EndTxn v5, `TxnCoordinator::end_txn_v2`), partitions added by their leaders
+//!   (Produce v12, TxnOffsetCommit v5); `__transaction_state` values in version 1 (level
+//!   1's flexible values, `txn::log_records`). Clients of transaction version 1 keep
+//!   working: the version of each request decides, as in Kafka.
 //! - `eligible.leader.replicas.version`, `share.version` and `streams.version` 0: no
 //!   eligible leader replicas (KIP-966), share groups (KIP-932) or streams groups
 //!   (KIP-1071) yet.
@@ -42,7 +46,7 @@ pub const METADATA_VERSION: &str = "metadata.version";
 pub const FEATURES: &[Feature] = &[
     Feature { name: METADATA_VERSION, level: 22 },
     Feature { name: "group.version", level: 1 },
-    Feature { name: "transaction.version", level: 0 },
+    Feature { name: "transaction.version", level: 2 },
     Feature { name: "eligible.leader.replicas.version", level: 0 },
     Feature { name: "share.version", level: 0 },
     Feature { name: "streams.version", level: 0 },
@@ -52,7 +56,7 @@ pub const FEATURES: &[Feature] = &[
 /// runs, so one epoch; raise it with any change to `FEATURES`, so that a client talking to
 /// brokers of two Spate versions during a rolling upgrade takes the newer levels (the Java
 /// client keeps the features of the highest epoch it has seen).
-pub const FINALIZED_FEATURES_EPOCH: i64 = 1;
+pub const FINALIZED_FEATURES_EPOCH: i64 = 2;
 
 /// The first ApiVersions version whose SupportedFeatures may carry a minimum of 0: older
 /// Java clients fail to read one (KAFKA-17492), so Kafka leaves those features out below
@@ -109,26 +113,26 @@ mod tests {
     #[test]
     fn finalized_lists_only_levels_above_zero() {
         let f: Vec<_> = finalized().collect();
-        assert_eq!(f, vec![(METADATA_VERSION, 22), ("group.version", 1)]);
-        assert!(!f.iter().any(|(n, _)| *n == "transaction.version"), "transactions v2 is not finalized");
+        assert_eq!(f, vec![(METADATA_VERSION, 22), ("group.version", 1), ("transaction.version", 2)]);
     }
 
     #[test]
     fn features_with_minimum_zero_only_from_version_4() {
         let v3: Vec<_> = supported(3).map(|(n, ..)| n).collect();
-        assert_eq!(v3, vec![METADATA_VERSION, "group.version"]);
+        assert_eq!(v3, vec![METADATA_VERSION, "group.version", "transaction.version"]);
         let v4: Vec<_> = supported(4).collect();
         assert_eq!(v4.len(), FEATURES.len());
-        assert!(v4.contains(&("transaction.version", 0, 0)));
+        assert!(v4.contains(&("share.version", 0, 0)));
     }
 
     #[test]
     fn an_update_to_the_finalized_level_is_accepted_and_any_other_refused() {
         assert_eq!(check_update("group.version", 1, UPGRADE), Ok(()));
         assert_eq!(check_update(METADATA_VERSION, 22, SAFE_DOWNGRADE), Ok(()));
-        let e = check_update("transaction.version", 2, UPGRADE).unwrap_err();
-        assert!(e.starts_with("Invalid update version 2 for feature transaction.version."), "{e}");
+        let e = check_update("share.version", 1, UPGRADE).unwrap_err();
+        assert!(e.starts_with("Invalid update version 1 for feature share.version."), "{e}");
         assert!(e.contains("only supports version 0"), "{e}");
+        assert_eq!(check_update("transaction.version", 2, UPGRADE), Ok(()));
         assert!(check_update("group.version", 0, SAFE_DOWNGRADE).is_err(), "the consumer protocol stays on");
         assert!(check_update("kraft.version", 1, UPGRADE).unwrap_err().contains("does not support feature"));
         assert!(check_update("group.version", -1, UPGRADE).unwrap_err().contains("less than 0"));

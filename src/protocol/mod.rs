@@ -23,7 +23,9 @@ use crate::model::limits;
 /// handled. Versions that need topic ids on the request side (Fetch 13+, Produce 13,
 /// DeleteTopics 6 by id) are left out until topic ids are used on the record path.
 pub const SUPPORTED_APIS: &[(ApiKey, i16, i16)] = &[
-    (ApiKey::Produce, 3, 9),
+    // v10-11: KIP-951's leader hints (tagged, left empty) and TRANSACTION_ABORTABLE; v12
+    // is transaction version 2 (the leader adds the partition to the transaction).
+    (ApiKey::Produce, 3, 12),
     (ApiKey::Fetch, 4, 12),
     // v7 max timestamp (KIP-734), v8 earliest local (KIP-405), v9 latest tiered (KIP-1005,
     // answered as Kafka without remote storage), v10 its TimeoutMs (nothing remote to wait on).
@@ -34,15 +36,16 @@ pub const SUPPORTED_APIS: &[(ApiKey, i16, i16)] = &[
     (ApiKey::CreateTopics, 2, 7),
     (ApiKey::DeleteTopics, 1, 5),
     (ApiKey::DescribeConfigs, 1, 4),
-    (ApiKey::FindCoordinator, 0, 4),
+    // v5: the client knows TRANSACTION_ABORTABLE (never answered here).
+    (ApiKey::FindCoordinator, 0, 5),
     (ApiKey::JoinGroup, 0, 8),
     (ApiKey::SyncGroup, 0, 5),
     (ApiKey::Heartbeat, 0, 4),
     (ApiKey::LeaveGroup, 0, 5),
     (ApiKey::OffsetCommit, 2, 9),
     (ApiKey::OffsetFetch, 1, 9),
-    // Transactional offset commits (consume-transform-produce); v5 (KIP-890) not yet.
-    (ApiKey::TxnOffsetCommit, 0, 4),
+    // Transactional offset commits (consume-transform-produce); v5 is transaction version 2.
+    (ApiKey::TxnOffsetCommit, 0, 5),
     (ApiKey::ListGroups, 0, 5),
     (ApiKey::DescribeGroups, 0, 6),
     (ApiKey::DeleteGroups, 0, 2),
@@ -66,14 +69,15 @@ pub const SUPPORTED_APIS: &[(ApiKey, i16, i16)] = &[
     (ApiKey::AlterPartition, 2, 3),
     // Followers before fetching from a new leader; consumers detecting truncation.
     (ApiKey::OffsetForLeaderEpoch, 2, 4),
-    // Idempotent and transactional producers (transaction version 1). AddPartitionsToTxn
-    // v4-5 is KIP-890 part 1's broker-to-broker verification (clients use v3 and below);
-    // EndTxn v5's epoch bump per transaction and AddOffsetsToTxn / EndTxn v4's
-    // TRANSACTION_ABORTABLE (transaction version 2) are not advertised.
+    // Idempotent and transactional producers, transaction versions 1 and 2. AddPartitionsToTxn
+    // v4-5 is between brokers (KIP-890: a leader's verification, or its add for a
+    // transaction version 2 client); clients use v3 and below. AddOffsetsToTxn v4 and EndTxn
+    // v4 say the client knows TRANSACTION_ABORTABLE; EndTxn v5 is transaction version 2's
+    // epoch bump per transaction.
     (ApiKey::InitProducerId, 0, 5),
     (ApiKey::AddPartitionsToTxn, 0, 5),
-    (ApiKey::AddOffsetsToTxn, 0, 3),
-    (ApiKey::EndTxn, 0, 3),
+    (ApiKey::AddOffsetsToTxn, 0, 4),
+    (ApiKey::EndTxn, 0, 5),
     (ApiKey::DescribeTransactions, 0, 0),
     (ApiKey::ListTransactions, 0, 1),
     (ApiKey::DescribeProducers, 0, 0),

@@ -59,6 +59,11 @@ pub enum TxnOp {
         producer: ProducerIdAndEpoch,
         commit: bool,
         now_ms: i64,
+        /// EndTxn v5+: transaction version 2's epoch bump (`TxnCoordinator::end_txn_v2`).
+        v2: bool,
+        /// For v2 at an exhausted epoch: the next producer id, from the allocator (asked
+        /// for by `TxnReply::NeedProducerId`).
+        allocated: Option<i64>,
     },
     Describe {
         txn_id: String,
@@ -241,10 +246,25 @@ impl Shard {
                     Ok(Decision::Write(record)) => self.append_txn_record(&txn_id, load, &record, now_ms),
                 }
             }
-            TxnOp::EndTxn { txn_id, producer, commit, now_ms } => {
+            TxnOp::EndTxn { txn_id, producer, commit, now_ms, v2: false, .. } => {
                 match self.txns.end_txn(&txn_id, producer, commit, now_ms) {
                     Err(e) => TxnReply::Answer(Err(e)),
                     Ok(Decision::Answer(())) => TxnReply::Answer(Ok(Answer::Done)),
+                    Ok(Decision::Write(record)) => self.append_txn_record(&txn_id, load, &record, now_ms),
+                }
+            }
+            TxnOp::EndTxn { txn_id, producer, commit, now_ms, v2: true, allocated } => {
+                // The machine allocates only at an exhausted epoch with no write in
+                // flight (`end_txn_v2`): the caller gets an id first, off this core.
+                let exhausted = self.txns.get(&txn_id).is_some_and(|r| r.producer_epoch >= i16::MAX - 1);
+                if exhausted && allocated.is_none() && !self.txns.is_pending(&txn_id) {
+                    return TxnReply::NeedProducerId;
+                }
+                let mut allocated = allocated;
+                let mut allocate = || allocated.take().expect("a producer id was allocated for this request");
+                match self.txns.end_txn_v2(&txn_id, producer, commit, now_ms, &mut allocate) {
+                    Err(e) => TxnReply::Answer(Err(e)),
+                    Ok(Decision::Answer(p)) => TxnReply::Answer(Ok(Answer::Producer(p))),
                     Ok(Decision::Write(record)) => self.append_txn_record(&txn_id, load, &record, now_ms),
                 }
             }
@@ -524,6 +544,8 @@ mod tests {
             partitions: [TopicPartition::new("t", 0)].into_iter().collect(),
             last_update_ms: 1,
             start_ms: 1,
+            next_producer_id: NO_PRODUCER_ID,
+            client_version: 0,
         }
     }
 

@@ -6,7 +6,7 @@
 //! reads: the broker persists, sends markers and keeps time; the simulation can drive the
 //! same code.
 //!
-//! Protocol, as Kafka's (transaction version 1, before KIP-890 part 2):
+//! Protocol, as Kafka's (transaction version 1; version 2 below):
 //! - Every change is first written to the id's `__transaction_state` partition; only when
 //!   the write is acknowledged (`written`) does the state move and the client get its
 //!   answer. One change is in flight per id; requests meanwhile get
@@ -22,9 +22,18 @@
 //!   producer (`expire`).
 //! - KIP-890 part 1's verification: `verify_partitions` (partition leaders ask before a
 //!   producer's first transactional batch in a partition).
+//! - Transaction version 2 (KIP-890 part 2, `end_txn_v2`, EndTxn v5): every
+//!   transaction's end bumps the epoch. Prepare* is written at epoch E+1 and the markers
+//!   carry E+1, so a late batch of the ended transaction (at E) is refused by every
+//!   partition; the client is answered with the producer id and epoch its Complete* state
+//!   will hold, (id, E+1), or a new id at epoch 0 when E+1 would exhaust the epoch
+//!   (NextProducerId). A retry (the client's epoch one below, or the old id at the last
+//!   epoch) is recognised: CONCURRENT_TRANSACTIONS until Complete* is written, then the
+//!   same answer. An abort with no transaction open is written too (an empty abort). The
+//!   partitions join through the leaders (Produce v12, TxnOffsetCommit v5), which call
+//!   `add_partitions` for the client.
 //! - Not here yet: expiring idle transactional ids (`transactional.id.expiration.ms`, the
-//!   Dead state and its tombstone), KIP-890 part 2's epoch bump per transaction
-//!   (transaction version 2).
+//!   Dead state and its tombstone).
 //!
 //! States and the states they may be entered from (Kafka's `TransactionState`):
 //!
@@ -33,7 +42,7 @@
 //! | Empty             | 0  | Empty, CompleteCommit, CompleteAbort   |
 //! | Ongoing           | 1  | Ongoing, Empty, CompleteCommit, CompleteAbort |
 //! | PrepareCommit     | 2  | Ongoing                                |
-//! | PrepareAbort      | 3  | Ongoing, PrepareEpochFence             |
+//! | PrepareAbort      | 3  | Ongoing, PrepareEpochFence; Empty, CompleteCommit, CompleteAbort (an empty abort, v2) |
 //! | CompleteCommit    | 4  | PrepareCommit                          |
 //! | CompleteAbort     | 5  | PrepareAbort                           |
 //! | Dead              | 6  | Empty, CompleteCommit, CompleteAbort   |
@@ -97,7 +106,7 @@ impl TxnState {
             Empty => matches!(from, Empty | CompleteCommit | CompleteAbort),
             Ongoing => matches!(from, Ongoing | Empty | CompleteCommit | CompleteAbort),
             PrepareCommit => from == Ongoing,
-            PrepareAbort => matches!(from, Ongoing | PrepareEpochFence),
+            PrepareAbort => matches!(from, Ongoing | PrepareEpochFence | Empty | CompleteCommit | CompleteAbort),
             CompleteCommit => from == PrepareCommit,
             CompleteAbort => from == PrepareAbort,
             Dead => matches!(from, Empty | CompleteCommit | CompleteAbort),
@@ -125,6 +134,12 @@ pub struct TxnRecord {
     pub last_update_ms: i64,
     /// When the open transaction started (its first partition), or -1.
     pub start_ms: i64,
+    /// Transaction version 2, a Prepare* state whose epoch ran out: the producer id its
+    /// Complete* state moves to (at epoch 0), else -1 (Kafka's NextProducerId).
+    pub next_producer_id: i64,
+    /// The transaction version of the client that ended the last transaction: 2 once an
+    /// EndTxn v5 did (Kafka's ClientTransactionVersion), else 0.
+    pub client_version: i16,
 }
 
 /// A producer id and epoch as a client holds them.
@@ -304,6 +319,8 @@ impl TxnCoordinator {
                 partitions: BTreeSet::new(),
                 last_update_ms: now_ms,
                 start_ms: -1,
+                next_producer_id: NO_PRODUCER_ID,
+                client_version: 0,
             };
             let answer = Answer::Producer(ProducerIdAndEpoch { producer_id: record.producer_id, epoch: 0 });
             let placeholder = TxnRecord { state: TxnState::Empty, producer_epoch: NO_PRODUCER_EPOCH, ..record.clone() };
@@ -377,6 +394,16 @@ impl TxnCoordinator {
         partitions: &[TopicPartition],
         now_ms: i64,
     ) -> Result<Decision<()>, TxnError> {
+        // Markers in flight: wait, before the producer is checked, since a transaction
+        // version 2 client already holds the id and epoch its Complete* state will
+        // (Kafka's pending Complete* transition).
+        if self
+            .txns
+            .get(txn_id)
+            .is_some_and(|t| matches!(t.record.state, TxnState::PrepareCommit | TxnState::PrepareAbort))
+        {
+            return Err(TxnError::ConcurrentTransactions);
+        }
         let txn = self.checked(txn_id, producer)?;
         let current = &txn.record;
         match current.state {
@@ -459,6 +486,69 @@ impl TxnCoordinator {
         Ok(Decision::Write(record))
     }
 
+    /// EndTxn v5+ (transaction version 2, see the module comment): commit or abort with
+    /// an epoch bump. Answered, once Prepare* is written, with the producer id and epoch
+    /// the client goes on with; the markers follow. Checks in Kafka's order: a write in
+    /// flight, the producer id, the epoch, then the state. `allocate` is called only
+    /// when the epoch is exhausted.
+    pub fn end_txn_v2(
+        &mut self,
+        txn_id: &str,
+        producer: ProducerIdAndEpoch,
+        commit: bool,
+        now_ms: i64,
+        allocate: &mut dyn FnMut() -> i64,
+    ) -> Result<Decision<ProducerIdAndEpoch>, TxnError> {
+        use TxnState::*;
+        let txn = self.txns.get_mut(txn_id).ok_or(TxnError::InvalidProducerIdMapping)?;
+        if txn.pending.is_some() {
+            return Err(TxnError::ConcurrentTransactions);
+        }
+        let current = &txn.record;
+        // The answer to an EndTxn that rotated the producer id was lost.
+        let retry_on_overflow = current.previous_producer_id == producer.producer_id
+            && producer.epoch == i16::MAX - 1
+            && current.producer_epoch == 0;
+        if current.producer_id != producer.producer_id && !retry_on_overflow {
+            return Err(TxnError::InvalidProducerIdMapping);
+        }
+        // The answer to an EndTxn that bumped the epoch was lost.
+        let retry_on_bump = !retry_on_overflow && current.producer_epoch == producer.epoch.wrapping_add(1);
+        let is_retry = retry_on_bump || retry_on_overflow;
+        let valid_epoch = match current.state {
+            Ongoing | Empty | Dead | PrepareEpochFence => producer.epoch == current.producer_epoch,
+            PrepareCommit | PrepareAbort => retry_on_bump,
+            CompleteCommit | CompleteAbort => is_retry || producer.epoch == current.producer_epoch,
+        };
+        if !valid_epoch {
+            return Err(TxnError::ProducerFenced);
+        }
+        let now_holds = ProducerIdAndEpoch { producer_id: current.producer_id, epoch: current.producer_epoch };
+        // Whether this ends an open transaction (else: an abort with none open).
+        let open = match (current.state, commit) {
+            (Ongoing, _) => true,
+            (PrepareCommit, true) | (PrepareAbort, false) => return Err(TxnError::ConcurrentTransactions),
+            (CompleteCommit, true) | (CompleteAbort, false) if is_retry => return Ok(Decision::Answer(now_holds)),
+            (Empty | CompleteCommit | CompleteAbort, false) if !is_retry => false,
+            _ => return Err(TxnError::InvalidTxnState),
+        };
+        let next_producer_id = if current.producer_epoch >= i16::MAX - 1 { allocate() } else { NO_PRODUCER_ID };
+        let record = TxnRecord {
+            producer_epoch: current.producer_epoch.saturating_add(1),
+            next_producer_id,
+            client_version: 2,
+            state: if commit { PrepareCommit } else { PrepareAbort },
+            last_update_ms: now_ms,
+            partitions: if open { current.partitions.clone() } else { BTreeSet::new() },
+            start_ms: if open { current.start_ms } else { now_ms },
+            ..current.clone()
+        };
+        let done = completed(&record);
+        let answer = ProducerIdAndEpoch { producer_id: done.producer_id, epoch: done.producer_epoch };
+        txn.pending = Some(Pending { record: record.clone(), answer: Some(Ok(Answer::Producer(answer))) });
+        Ok(Decision::Write(record))
+    }
+
     /// The write `txn_id` asked for was acknowledged (`ok`) or failed. On success the
     /// state moves; the waiting client gets its answer; a Prepare* state sends its
     /// markers. A failed write changes nothing (the client is told to retry).
@@ -509,7 +599,7 @@ impl TxnCoordinator {
             partitions: BTreeSet::new(),
             last_update_ms: now_ms,
             start_ms: -1,
-            ..txn.record.clone()
+            ..completed(&txn.record)
         };
         txn.pending = Some(Pending { record: record.clone(), answer: None });
         Some(record)
@@ -556,6 +646,21 @@ fn bump_epoch(r: &TxnRecord, allocate: &mut dyn FnMut() -> i64) -> TxnRecord {
         TxnRecord { previous_producer_id: r.producer_id, producer_id: allocate(), producer_epoch: 0, ..r.clone() }
     } else {
         TxnRecord { producer_epoch: r.producer_epoch + 1, ..r.clone() }
+    }
+}
+
+/// The producer of `r`'s Complete* state: a Prepare* state with a next producer id
+/// moves to it at epoch 0 (transaction version 2's rotation).
+fn completed(r: &TxnRecord) -> TxnRecord {
+    if r.next_producer_id == NO_PRODUCER_ID {
+        return r.clone();
+    }
+    TxnRecord {
+        previous_producer_id: r.producer_id,
+        producer_id: r.next_producer_id,
+        producer_epoch: 0,
+        next_producer_id: NO_PRODUCER_ID,
+        ..r.clone()
     }
 }
 
@@ -782,6 +887,8 @@ mod tests {
             partitions: [tp(1), tp(0)].into_iter().collect(),
             last_update_ms: 10,
             start_ms: 5,
+            next_producer_id: NO_PRODUCER_ID,
+            client_version: 0,
         };
         c.load("a", Some(record.clone()));
         c.load("b", Some(TxnRecord { state: TxnState::Ongoing, ..record.clone() }));
@@ -800,6 +907,94 @@ mod tests {
         assert_eq!(c.get("a").unwrap().state, TxnState::CompleteCommit);
     }
 
+    fn end_v2(c: &mut TxnCoordinator, p: ProducerIdAndEpoch, commit: bool, now: i64) -> Written {
+        let mut no_ids = || panic!("no producer id is needed");
+        let d = c.end_txn_v2(ID, p, commit, now, &mut no_ids);
+        write(c, d)
+    }
+
+    fn complete(c: &mut TxnCoordinator, now: i64) {
+        c.markers_written(ID, now).expect("complete");
+        c.written(ID, true);
+    }
+
+    #[test]
+    fn v2_every_end_bumps_the_epoch_and_markers_carry_the_bumped_one() {
+        let mut c = TxnCoordinator::new(TRANSACTION_MAX_TIMEOUT_MS);
+        let mut alloc = ids();
+        let p = producer(&mut c, 0, &mut alloc);
+        let d = c.add_partitions(ID, p, &[tp(0)], 1);
+        write(&mut c, d);
+        let w = end_v2(&mut c, p, true, 2);
+        let next = ProducerIdAndEpoch { producer_id: p.producer_id, epoch: 1 };
+        assert_eq!(w.answer, Some(Ok(Answer::Producer(next))), "answered with the epoch to go on with");
+        let m = w.markers.expect("markers");
+        assert_eq!((m.producer_epoch, m.commit, m.partitions.clone()), (1, true, vec![tp(0)]));
+        assert_eq!(c.get(ID).unwrap().client_version, 2);
+        // Markers in flight: a retry (the old epoch) and the next transaction wait.
+        let mut no_ids = || panic!("no producer id is needed");
+        assert_eq!(c.end_txn_v2(ID, p, true, 3, &mut no_ids), Err(TxnError::ConcurrentTransactions));
+        assert_eq!(c.add_partitions(ID, next, &[tp(1)], 3), Err(TxnError::ConcurrentTransactions));
+        // The bumped epoch ending a transaction it has not begun yet is fenced.
+        assert_eq!(c.end_txn_v2(ID, next, true, 3, &mut no_ids), Err(TxnError::ProducerFenced));
+        complete(&mut c, 4);
+        let r = c.get(ID).unwrap();
+        assert_eq!((r.state, r.producer_epoch), (TxnState::CompleteCommit, 1));
+        // A retry whose answer was lost: the same answer, nothing written; the opposite
+        // outcome is refused.
+        assert_eq!(c.end_txn_v2(ID, p, true, 5, &mut no_ids), Ok(Decision::Answer(next)));
+        assert_eq!(c.end_txn_v2(ID, p, false, 5, &mut no_ids), Err(TxnError::InvalidTxnState));
+        // The old epoch cannot open a transaction; the new one can.
+        assert_eq!(c.add_partitions(ID, p, &[tp(1)], 6), Err(TxnError::ProducerFenced));
+        let d = c.add_partitions(ID, next, &[tp(1)], 6);
+        write(&mut c, d);
+        let w = end_v2(&mut c, next, false, 7);
+        assert_eq!(w.answer, Some(Ok(Answer::Producer(ProducerIdAndEpoch { producer_id: p.producer_id, epoch: 2 }))));
+        assert_eq!(w.markers.map(|m| (m.producer_epoch, m.commit)), Some((2, false)));
+    }
+
+    #[test]
+    fn v2_an_abort_with_no_transaction_open_is_written_and_bumps_too() {
+        let mut c = TxnCoordinator::new(TRANSACTION_MAX_TIMEOUT_MS);
+        let mut alloc = ids();
+        let p = producer(&mut c, 0, &mut alloc);
+        let mut no_ids = || panic!("no producer id is needed");
+        assert_eq!(c.end_txn_v2(ID, p, true, 1, &mut no_ids), Err(TxnError::InvalidTxnState), "nothing to commit");
+        let w = end_v2(&mut c, p, false, 1);
+        assert_eq!(w.answer, Some(Ok(Answer::Producer(ProducerIdAndEpoch { producer_id: p.producer_id, epoch: 1 }))));
+        assert_eq!(w.markers.map(|m| m.partitions.len()), Some(0), "no partition to mark");
+        complete(&mut c, 2);
+        assert_eq!(state(&c), TxnState::CompleteAbort);
+        let stranger = ProducerIdAndEpoch { producer_id: 7, epoch: 0 };
+        assert_eq!(c.end_txn_v2(ID, stranger, false, 3, &mut no_ids), Err(TxnError::InvalidProducerIdMapping));
+    }
+
+    #[test]
+    fn v2_an_exhausted_epoch_moves_to_a_new_producer_id_at_the_end() {
+        let mut c = TxnCoordinator::new(TRANSACTION_MAX_TIMEOUT_MS);
+        let mut alloc = ids();
+        let first = producer(&mut c, 0, &mut alloc);
+        let mut r = c.get(ID).unwrap().clone();
+        r.producer_epoch = i16::MAX - 1;
+        c.load(ID, Some(r));
+        let old = ProducerIdAndEpoch { producer_id: first.producer_id, epoch: i16::MAX - 1 };
+        let d = c.add_partitions(ID, old, &[tp(0)], 1);
+        write(&mut c, d);
+        let d = c.end_txn_v2(ID, old, true, 2, &mut || 5000);
+        let w = write(&mut c, d);
+        let rotated = ProducerIdAndEpoch { producer_id: 5000, epoch: 0 };
+        assert_eq!(w.answer, Some(Ok(Answer::Producer(rotated))));
+        assert_eq!(w.markers.map(|m| (m.producer_id, m.producer_epoch)), Some((first.producer_id, i16::MAX)));
+        assert_eq!(c.get(ID).unwrap().next_producer_id, 5000, "kept in the Prepare state for a new coordinator");
+        complete(&mut c, 3);
+        let r = c.get(ID).unwrap();
+        assert_eq!((r.producer_id, r.producer_epoch, r.previous_producer_id), (5000, 0, first.producer_id));
+        let mut no_ids = || panic!("no producer id is needed");
+        assert_eq!(c.end_txn_v2(ID, old, true, 4, &mut no_ids), Ok(Decision::Answer(rotated)), "a retry");
+        let d = c.add_partitions(ID, rotated, &[tp(0)], 5);
+        write(&mut c, d);
+    }
+
     #[test]
     fn the_transition_table_is_kafkas() {
         use TxnState::*;
@@ -812,7 +1007,7 @@ mod tests {
             .iter()
             .flat_map(|&to| all.iter().filter(move |&&from| to.may_follow(from)).map(move |&from| (from, to)))
             .collect();
-        assert_eq!(allowed.len(), 3 + 4 + 1 + 2 + 1 + 1 + 3 + 1);
+        assert_eq!(allowed.len(), 3 + 4 + 1 + 5 + 1 + 1 + 3 + 1);
         assert!(!CompleteCommit.may_follow(PrepareAbort) && !Ongoing.may_follow(PrepareCommit));
     }
 }

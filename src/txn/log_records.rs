@@ -13,8 +13,10 @@
 //!   next_producer_id i64, tag 2 client_transaction_version i16 (others are skipped).
 //! A null value (tombstone) removes the transactional id.
 //!
-//! Spate writes version 0 (Kafka's `transaction.version` level 0, as `protocol::features`
-//! reports; level 1 writes version 1, and level 2 is KIP-890 part 2) and reads both. The bytes come from disk: every count is checked against the bytes left
+//! Spate writes version 1, as Kafka does from `transaction.version` level 1 (Spate's is 2,
+//! `protocol::features`): tag 0 when there is a previous producer id, tag 1 when there is
+//! a next one, tag 2 when the client's transaction version is not 0. It reads both
+//! versions. The bytes come from disk: every count is checked against the bytes left
 //! before anything is allocated.
 
 use std::collections::BTreeSet;
@@ -39,8 +41,58 @@ pub fn key(txn_id: &str) -> Bytes {
     b.freeze()
 }
 
-/// The value of `r`, version 0.
+/// The value of `r`, version 1 (flexible).
 pub fn value(r: &TxnRecord) -> Bytes {
+    let mut b = BytesMut::new();
+    b.put_i16(1);
+    b.put_i64(r.producer_id);
+    b.put_i16(r.producer_epoch);
+    b.put_i32(r.timeout_ms);
+    b.put_i8(r.state.id());
+    let topics = by_topic(&r.partitions);
+    put_uvarint(&mut b, topics.len() as u32 + 1);
+    for (topic, ids) in topics {
+        put_uvarint(&mut b, topic.len() as u32 + 1);
+        b.put_slice(topic.as_bytes());
+        put_uvarint(&mut b, ids.len() as u32 + 1);
+        for id in ids {
+            b.put_i32(id);
+        }
+        put_uvarint(&mut b, 0); // the entry's tagged fields
+    }
+    b.put_i64(r.last_update_ms);
+    b.put_i64(r.start_ms);
+    let mut tags: Vec<(u32, Vec<u8>)> = Vec::new();
+    if r.previous_producer_id != NO_PRODUCER_ID {
+        tags.push((0, r.previous_producer_id.to_be_bytes().to_vec()));
+    }
+    if r.next_producer_id != NO_PRODUCER_ID {
+        tags.push((1, r.next_producer_id.to_be_bytes().to_vec()));
+    }
+    if r.client_version != 0 {
+        tags.push((2, r.client_version.to_be_bytes().to_vec()));
+    }
+    put_uvarint(&mut b, tags.len() as u32);
+    for (tag, bytes) in tags {
+        put_uvarint(&mut b, tag);
+        put_uvarint(&mut b, bytes.len() as u32);
+        b.put_slice(&bytes);
+    }
+    b.freeze()
+}
+
+fn put_uvarint(b: &mut BytesMut, mut v: u32) {
+    while v >= 0x80 {
+        b.put_u8((v as u8 & 0x7f) | 0x80);
+        v >>= 7;
+    }
+    b.put_u8(v as u8);
+}
+
+/// The value of `r`, version 0 (what Kafka writes at `transaction.version` 0; Spate
+/// reads it, and writes it only in tests).
+#[cfg(test)]
+pub fn value_v0(r: &TxnRecord) -> Bytes {
     let mut b = BytesMut::new();
     b.put_i16(0);
     b.put_i64(r.producer_id);
@@ -106,11 +158,14 @@ pub fn decode_value(value: Option<&Bytes>) -> Result<Option<TxnRecord>, TxnRecor
     }
     let last_update_ms = get_i64(&mut b)?;
     let start_ms = get_i64(&mut b)?;
-    let mut previous_producer_id = NO_PRODUCER_ID;
+    let (mut previous_producer_id, mut next_producer_id, mut client_version) = (NO_PRODUCER_ID, NO_PRODUCER_ID, 0);
     if flexible {
         skip_tagged_fields(&mut b, |tag, mut field| {
-            if tag == 0 {
-                previous_producer_id = get_i64(&mut field)?;
+            match tag {
+                0 => previous_producer_id = get_i64(&mut field)?,
+                1 => next_producer_id = get_i64(&mut field)?,
+                2 => client_version = get_i16(&mut field)?,
+                _ => {}
             }
             Ok(())
         })?;
@@ -127,6 +182,8 @@ pub fn decode_value(value: Option<&Bytes>) -> Result<Option<TxnRecord>, TxnRecor
         partitions,
         last_update_ms,
         start_ms,
+        next_producer_id,
+        client_version,
     }))
 }
 
@@ -256,6 +313,8 @@ mod tests {
             partitions: [("b", 1), ("a", 2), ("a", 0)].iter().map(|(t, p)| TopicPartition::new(*t, *p)).collect(),
             last_update_ms: 1_700_000_000_123,
             start_ms: 1_700_000_000_000,
+            next_producer_id: NO_PRODUCER_ID,
+            client_version: 0,
         }
     }
 
@@ -277,8 +336,8 @@ mod tests {
         want.extend(1i32.to_be_bytes());
         want.extend(1_700_000_000_123i64.to_be_bytes());
         want.extend(1_700_000_000_000i64.to_be_bytes());
-        assert_eq!(value(&r).to_vec(), want);
-        assert_eq!(decode_value(Some(&value(&r))), Ok(Some(r)));
+        assert_eq!(value_v0(&r).to_vec(), want);
+        assert_eq!(decode_value(Some(&value_v0(&r))), Ok(Some(r)));
         assert_eq!(key("tx").to_vec(), vec![0, 0, 0, 2, b't', b'x']);
         assert_eq!(decode_key(&key("tx")), Ok("tx".to_string()));
         assert_eq!(decode_value(None), Ok(None));
@@ -305,11 +364,18 @@ mod tests {
         v.extend([1, 8]);
         v.extend(4243i64.to_be_bytes());
         v.extend([9, 1, 0xff]);
-        let r = decode_value(Some(&Bytes::from(v))).unwrap().unwrap();
+        let r = decode_value(Some(&Bytes::from(v.clone()))).unwrap().unwrap();
         assert_eq!(
-            (r.state, r.previous_producer_id, r.last_update_ms, r.start_ms),
-            (TxnState::CompleteCommit, 4000, 10, 9)
+            (r.state, r.previous_producer_id, r.next_producer_id, r.last_update_ms, r.start_ms),
+            (TxnState::CompleteCommit, 4000, 4243, 10, 9)
         );
+        // What Spate writes is these bytes, less the unknown tag.
+        let mut written = v[..v.len() - 3].to_vec();
+        let tags = written.len() - 2 * 10 - 1;
+        written[tags] = 2;
+        assert_eq!(value(&r).to_vec(), written);
+        let r2 = TxnRecord { client_version: 2, ..r.clone() };
+        assert_eq!(decode_value(Some(&value(&r2))), Ok(Some(r2)));
         assert_eq!(
             r.partitions.into_iter().collect::<Vec<_>>(),
             vec![TopicPartition::new("a", 0), TopicPartition::new("a", 5)]

@@ -1,6 +1,7 @@
-//! AddOffsetsToTxn (v0-3): the group's `__consumer_offsets` partition joins the id's
+//! AddOffsetsToTxn (v0-4): the group's `__consumer_offsets` partition joins the id's
 //! transaction (as Kafka's coordinator does), so its TxnOffsetCommits are committed or
-//! aborted by the transaction's markers.
+//! aborted by the transaction's markers. v4 only says the client knows
+//! TRANSACTION_ABORTABLE; transaction version 2 clients send none (TxnOffsetCommit v5).
 //!
 //! Needs WRITE on the transactional id (TRANSACTIONAL_ID_AUTHORIZATION_FAILED), then
 //! READ on the group (GROUP_AUTHORIZATION_FAILED), as Kafka's KafkaApis checks them.

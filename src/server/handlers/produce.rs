@@ -110,7 +110,9 @@ pub async fn handle(ctx: &ShardContext, frame: &RequestFrame) -> Result<Option<R
                 if delay_ms > 0 {
                     glommio::timer::sleep(Duration::from_millis(delay_ms)).await; // tests only
                 }
-                if let Err((code, message)) = Box::pin(verify_in_transaction(ctx, txn_id, producer, &tp)).await {
+                if let Err((code, message)) =
+                    Box::pin(verify_in_transaction(ctx, txn_id, producer, &tp, version)).await
+                {
                     tracing::debug!(
                         topic,
                         partition = p.index,
@@ -213,37 +215,53 @@ pub async fn handle(ctx: &ShardContext, frame: &RequestFrame) -> Result<Option<R
 
 /// How long a verification may wait for a coordinator on another broker.
 const verify_timeout_ms: u64 = 5_000;
-/// The AddPartitionsToTxn version a leader verifies with (v4: batched, verify_only).
+/// The AddPartitionsToTxn version a leader verifies (or adds) with (v4: batched, verify_only).
 const verify_version: i16 = 4;
+/// The first Produce version of transaction version 2 (the leader adds the partition).
+const first_v2_version: i16 = 12;
+/// The first Produce version that knows TRANSACTION_ABORTABLE.
+const first_abortable_version: i16 = 11;
+/// Transaction version 2: CONCURRENT_TRANSACTIONS from the coordinator (the last
+/// transaction's markers are being written) is retried here every 20 ms for up to
+/// 100 ms before the client gets it (Kafka's add.partitions.to.txn.retry.backoff.ms and
+/// .max.ms defaults).
+const add_retry_backoff_ms: u64 = 20;
+const add_retry_max_ms: u64 = 100;
 
-/// KIP-890 part 1, on a partition leader: ask `txn_id`'s transaction coordinator (here
-/// or on its broker) whether `tp` is in `producer`'s open transaction. Err: the Produce
-/// error code for a client of transaction version 1, as Kafka maps the coordinator's:
-/// not in it is INVALID_TXN_STATE, PRODUCER_FENCED is INVALID_PRODUCER_EPOCH, and a
-/// coordinator that cannot answer now is NOT_ENOUGH_REPLICAS, which every client retries.
+/// KIP-890, on a partition leader, before a producer's first transactional batch here.
+/// Produce v12+ (transaction version 2, part 2): `tp` joins `producer`'s transaction
+/// through `txn_id`'s coordinator (here or on its broker), for the client. Older
+/// versions (part 1): the coordinator says whether `tp` is in the open transaction.
+/// Err: the Produce error code, as Kafka maps the coordinator's: not in it is
+/// TRANSACTION_ABORTABLE (v11) or INVALID_TXN_STATE (older), PRODUCER_FENCED is
+/// INVALID_PRODUCER_EPOCH, and a coordinator that cannot answer now is
+/// NOT_ENOUGH_REPLICAS, which every client retries; so is CONCURRENT_TRANSACTIONS for
+/// part 1, while part 2 hands it on after its own retries.
 async fn verify_in_transaction(
     ctx: &ShardContext,
     txn_id: &str,
     producer: ProducerIdAndEpoch,
     tp: &TopicPartition,
+    version: i16,
 ) -> Result<(), (i16, String)> {
-    let (code, why) = if txn::coordinates(ctx, txn_id) {
-        let op = TxnOp::Verify { txn_id: txn_id.to_string(), producer, partitions: vec![tp.clone()] };
-        match txn::call(ctx, op, None).await {
-            TxnOutcome::Verified(Ok(in_txn)) if in_txn.first() == Some(&true) => (error_code::NONE, String::new()),
-            TxnOutcome::Verified(Ok(_)) => (error_code::TRANSACTION_ABORTABLE, String::new()),
-            other => (txn_outcome_code(&other), String::new()),
+    let add = version >= first_v2_version;
+    let started = std::time::Instant::now();
+    let (code, why) = loop {
+        let (code, why) = ask_coordinator(ctx, txn_id, producer, tp, add).await;
+        if !add
+            || code != error_code::CONCURRENT_TRANSACTIONS
+            || started.elapsed().as_millis() as u64 >= add_retry_max_ms
+        {
+            break (code, why);
         }
-    } else {
-        match verify_remote(ctx, txn_id, producer, tp).await {
-            Ok(code) => (code, String::new()),
-            Err(e) => (error_code::NETWORK_EXCEPTION, e),
-        }
+        glommio::timer::sleep(Duration::from_millis(add_retry_backoff_ms)).await;
     };
     let code = match code {
         error_code::NONE => return Ok(()),
+        error_code::TRANSACTION_ABORTABLE if version >= first_abortable_version => error_code::TRANSACTION_ABORTABLE,
         error_code::TRANSACTION_ABORTABLE => error_code::INVALID_TXN_STATE,
         error_code::PRODUCER_FENCED => error_code::INVALID_PRODUCER_EPOCH,
+        error_code::CONCURRENT_TRANSACTIONS if add => error_code::CONCURRENT_TRANSACTIONS,
         error_code::CONCURRENT_TRANSACTIONS
         | error_code::COORDINATOR_LOAD_IN_PROGRESS
         | error_code::COORDINATOR_NOT_AVAILABLE
@@ -252,19 +270,50 @@ async fn verify_in_transaction(
         other => other,
     };
     let message = match code {
-        error_code::INVALID_TXN_STATE => "the partition was not added to the transaction".to_string(),
+        error_code::INVALID_TXN_STATE | error_code::TRANSACTION_ABORTABLE => {
+            "the partition was not added to the transaction".to_string()
+        }
+        _ if add => format!("unable to add the partition to the transaction: code {code} {why}"),
         _ => format!("unable to verify the partition is in the transaction: code {code} {why}"),
     };
     Err((code, message))
 }
 
-/// AddPartitionsToTxn v4, verify_only, to the broker leading `txn_id`'s
+/// One question to `txn_id`'s coordinator: add `tp` (`add`) or is it in the transaction?
+/// Its code, and why when it could not be asked.
+pub(super) async fn ask_coordinator(
+    ctx: &ShardContext,
+    txn_id: &str,
+    producer: ProducerIdAndEpoch,
+    tp: &TopicPartition,
+    add: bool,
+) -> (i16, String) {
+    if !txn::coordinates(ctx, txn_id) {
+        return match verify_remote(ctx, txn_id, producer, tp, add).await {
+            Ok(code) => (code, String::new()),
+            Err(e) => (error_code::NETWORK_EXCEPTION, e),
+        };
+    }
+    let (txn_id, partitions) = (txn_id.to_string(), vec![tp.clone()]);
+    if add {
+        let op = TxnOp::AddPartitions { txn_id, producer, partitions, now_ms: super::super::now_ms() };
+        return (txn_outcome_code(&txn::call(ctx, op, None).await), String::new());
+    }
+    match txn::call(ctx, TxnOp::Verify { txn_id, producer, partitions }, None).await {
+        TxnOutcome::Verified(Ok(in_txn)) if in_txn.first() == Some(&true) => (error_code::NONE, String::new()),
+        TxnOutcome::Verified(Ok(_)) => (error_code::TRANSACTION_ABORTABLE, String::new()),
+        other => (txn_outcome_code(&other), String::new()),
+    }
+}
+
+/// AddPartitionsToTxn v4, verify_only unless `add`, to the broker leading `txn_id`'s
 /// `__transaction_state` partition: its code for `tp`.
 async fn verify_remote(
     ctx: &ShardContext,
     txn_id: &str,
     producer: ProducerIdAndEpoch,
     tp: &TopicPartition,
+    add: bool,
 ) -> Result<i16, String> {
     use kafka_protocol::messages::add_partitions_to_txn_request::{
         AddPartitionsToTxnTopic, AddPartitionsToTxnTransaction,
@@ -279,7 +328,7 @@ async fn verify_remote(
             .with_transactional_id(TransactionalId(str_bytes(txn_id.to_string())))
             .with_producer_id(WireProducerId(producer.producer_id))
             .with_producer_epoch(producer.epoch)
-            .with_verify_only(true)
+            .with_verify_only(!add)
             .with_topics(vec![AddPartitionsToTxnTopic::default()
                 .with_name(crate::client::topic_name(&tp.topic))
                 .with_partitions(vec![tp.partition])])]);

@@ -1,4 +1,4 @@
-//! TxnOffsetCommit (v0-v4): a transactional producer commits a group's offsets inside
+//! TxnOffsetCommit (v0-v5): a transactional producer commits a group's offsets inside
 //! its transaction (`sendOffsetsToTransaction`, consume-transform-produce). Routed like
 //! OffsetCommit to the shard that leads the group's `__consumer_offsets` partition,
 //! checked there against the group (v3+ carry the consumer's member id, instance id and
@@ -14,9 +14,14 @@
 //! NOT_COORDINATOR. Partitions of topics the metadata does not know are answered
 //! UNKNOWN_TOPIC_OR_PARTITION and not committed; the rest go ahead.
 //!
-//! Not done yet: Kafka's check, with the transaction coordinator, that the producer
-//! added the group's offsets partition to its transaction (AddOffsetsToTxn; KIP-890
-//! part 1's verification), and v5 (KIP-890 part 2).
+//! v5 is transaction version 2 (KIP-890 part 2): the client sends no AddOffsetsToTxn,
+//! so the group's offsets partition joins the producer's transaction here, through the
+//! transaction coordinator (AddPartitionsToTxn v4 when it is on another broker), before
+//! the commit; its refusal is every partition's code, mapped as Kafka's group
+//! coordinator maps it (CONCURRENT_TRANSACTIONS is the client's to retry).
+//!
+//! Not done yet: KIP-890 part 1's check for v4 and below (that the producer added the
+//! group's offsets partition with AddOffsetsToTxn).
 
 use bytes::Bytes;
 use kafka_protocol::messages::txn_offset_commit_response::{
@@ -28,7 +33,8 @@ use crate::config::FsyncMode;
 use crate::group::OffsetCommit;
 use crate::log::LogError;
 use crate::protocol::{decode_body, error_code, ProtocolError, RequestFrame};
-use crate::shard::{GroupOp, GroupReply, PartitionError, TxnCommitRefusal};
+use crate::shard::{group_partition, GroupOp, GroupReply, PartitionError, TxnCommitRefusal};
+use crate::txn::coordinator::ProducerIdAndEpoch;
 
 use super::super::context::ShardContext;
 use super::super::now_ms;
@@ -45,6 +51,23 @@ fn append_error_code(e: &PartitionError) -> i16 {
         PartitionError::NotLeader(_) => error_code::NOT_COORDINATOR,
         PartitionError::Log(LogError::MessageTooLarge { .. }) => error_code::INVALID_COMMIT_OFFSET_SIZE,
         other => partition_error_code(other),
+    }
+}
+
+/// The first TxnOffsetCommit version of transaction version 2.
+const first_v2_version: i16 = 5;
+
+/// The code for a commit whose offsets partition the transaction coordinator did not
+/// add, as Kafka's group coordinator maps it.
+fn add_error_code(code: i16) -> i16 {
+    match code {
+        error_code::PRODUCER_FENCED => error_code::INVALID_PRODUCER_EPOCH,
+        error_code::NETWORK_EXCEPTION => error_code::COORDINATOR_LOAD_IN_PROGRESS,
+        error_code::COORDINATOR_LOAD_IN_PROGRESS
+        | error_code::COORDINATOR_NOT_AVAILABLE
+        | error_code::NOT_COORDINATOR
+        | error_code::UNKNOWN_TOPIC_OR_PARTITION => error_code::COORDINATOR_NOT_AVAILABLE,
+        other => other,
     }
 }
 
@@ -132,8 +155,28 @@ pub async fn handle(ctx: &ShardContext, frame: &RequestFrame) -> Result<Bytes, P
         now_ms: now_ms(),
         durable: ctx.config.fsync == FsyncMode::Always,
     };
+    let added = if nr_known > 0 && frame.api_version >= first_v2_version && !req.transactional_id.is_empty() {
+        let producer = ProducerIdAndEpoch { producer_id: req.producer_id.0, epoch: req.producer_epoch };
+        let tp = group_partition(req.group_id.as_str());
+        let (code, why) =
+            super::produce::ask_coordinator(ctx, req.transactional_id.as_str(), producer, &tp, true).await;
+        if code != error_code::NONE {
+            tracing::debug!(
+                group = req.group_id.as_str(),
+                transactional_id = req.transactional_id.as_str(),
+                code,
+                why,
+                "offsets partition not added to the transaction"
+            );
+        }
+        add_error_code(code)
+    } else {
+        error_code::NONE
+    };
     let codes: Vec<i16> = if nr_known == 0 {
         Vec::new() // nothing to commit: the group is not consulted (as Kafka)
+    } else if added != error_code::NONE {
+        vec![added; nr_known]
     } else {
         match ctx.call_group(op, None).await {
             Some(GroupReply::TxnCommit { results: Ok(results), waits, replicated }) => {
