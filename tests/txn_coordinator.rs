@@ -10,7 +10,10 @@
 //! 5. a transaction aborted to fence its producer (InitProducerId during it, or its
 //!    timeout) has markers with an epoch newer than any that producer held;
 //! 6. every state the coordinator reaches is allowed after the one before (also asserted
-//!    inside the machine), and a record survives its own encoding.
+//!    inside the machine), and a record survives its own encoding;
+//! 7. transaction version 2 (EndTxn v5, `end_txn_v2`, mixed with version 1 ends): every
+//!    end hands out a newer producer and its markers carry an epoch newer than the one
+//!    that ended; a retry of an end (the epoch before) gets the producer already handed out.
 
 #[path = "proptest_config/mod.rs"]
 mod proptest_config;
@@ -31,7 +34,7 @@ const TIMEOUT_MS: i32 = 10_000;
 enum Op {
     Init { kip360: bool },
     Add { partitions: Vec<u8>, stale: bool },
-    End { commit: bool, stale: bool },
+    End { commit: bool, stale: bool, v2: bool },
     Ack { ok: bool },
     MarkersWritten,
     Tick(u16),
@@ -42,7 +45,8 @@ fn op() -> impl Strategy<Value = Op> {
         2 => any::<bool>().prop_map(|kip360| Op::Init { kip360 }),
         4 => (prop::collection::vec(0u8..6, 1..3), prop::bool::weighted(0.15))
             .prop_map(|(partitions, stale)| Op::Add { partitions, stale }),
-        2 => (any::<bool>(), prop::bool::weighted(0.15)).prop_map(|(commit, stale)| Op::End { commit, stale }),
+        2 => (any::<bool>(), prop::bool::weighted(0.15), any::<bool>())
+            .prop_map(|(commit, stale, v2)| Op::End { commit, stale, v2 }),
         5 => prop::bool::weighted(0.85).prop_map(|ok| Op::Ack { ok }),
         2 => Just(Op::MarkersWritten),
         1 => (0u16..6000).prop_map(Op::Tick),
@@ -75,6 +79,9 @@ enum Writing {
     /// Whether it starts a transaction.
     Add(bool),
     End(bool),
+    /// Transaction version 2: (commit, the producer that ended it, the decision it
+    /// replaced: an abort with no transaction open follows the last one's).
+    EndV2(bool, ProducerIdAndEpoch, Option<bool>),
     FenceAbort,
     Complete,
 }
@@ -140,6 +147,8 @@ fn run(ops: Vec<Op>) {
                     Err(TxnError::ProducerFenced) => {
                         assert!(is_stale || seen.producer_outdated(producer), "current producer fenced")
                     }
+                    // Markers in flight: any producer waits, before it is checked (Kafka).
+                    Err(TxnError::ConcurrentTransactions) if is_stale => {}
                     _ if is_stale => panic!("a fenced producer's AddPartitionsToTxn went through"),
                     Ok(Decision::Write(r)) => {
                         assert_eq!(r.state, TxnState::Ongoing);
@@ -152,7 +161,57 @@ fn run(ops: Vec<Op>) {
                     }
                 }
             }
-            Op::End { commit, stale: use_stale } => {
+            Op::End { commit, stale: use_stale, v2: true } => {
+                let Some(cur) = current else { continue };
+                let (producer, is_stale) = match (use_stale, stale) {
+                    (true, Some(s)) => (*s, true),
+                    _ => (cur, false),
+                };
+                let before = c.get(ID).unwrap().state;
+                let mut no_ids = || panic!("the sim's epochs never run out");
+                match c.end_txn_v2(ID, producer, commit, now, &mut no_ids) {
+                    Err(TxnError::ProducerFenced) => assert!(
+                        is_stale
+                            || seen.producer_outdated(producer)
+                            || matches!(before, TxnState::PrepareCommit | TxnState::PrepareAbort),
+                        "current producer fenced in {before:?}"
+                    ),
+                    // A retry whose answer was lost gets the coordinator's producer: the
+                    // one handed out, or (an abort after the coordinator aborted by
+                    // itself, as Kafka) the one its fence bumped to, which the client
+                    // now learns.
+                    Ok(Decision::Answer(p)) => {
+                        let r = c.get(ID).unwrap();
+                        assert_eq!((p.producer_id, p.epoch), (r.producer_id, r.producer_epoch));
+                        assert_eq!(producer.epoch + 1, p.epoch, "only the epoch before retries");
+                        assert_eq!(seen.decided, Some(commit), "a retry of the same decision");
+                        assert!(current == Some(p) || (seen.fenced && !commit), "{p:?} after {current:?}");
+                        if current != Some(p) {
+                            seen.producers.push(p);
+                            seen.fenced = false;
+                        }
+                    }
+                    // Refusals before the producer's epoch is checked (a write in flight)
+                    // or of a retry's opposite outcome are answered below, as to anyone.
+                    Ok(Decision::Write(_)) if is_stale => panic!("a fenced producer's EndTxn v5 went through"),
+                    Ok(Decision::Write(r)) => {
+                        let prior = seen.decided;
+                        if before.is_idle() {
+                            // An abort with no transaction open.
+                            assert!(!commit && r.partitions.is_empty());
+                            seen.open.clear();
+                            seen.decided = None;
+                        }
+                        assert_eq!(seen.decided, None, "one decision per transaction");
+                        seen.decided = Some(commit);
+                        seen.writing = Some(Writing::EndV2(commit, producer, prior));
+                    }
+                    Err(e) => {
+                        assert!(matches!(e, TxnError::ConcurrentTransactions | TxnError::InvalidTxnState), "{e:?}")
+                    }
+                }
+            }
+            Op::End { commit, stale: use_stale, v2: false } => {
                 let Some(cur) = current else { continue };
                 let (producer, is_stale) = match (use_stale, stale) {
                     (true, Some(s)) => (*s, true),
@@ -180,6 +239,7 @@ fn run(ops: Vec<Op>) {
                 let w = c.written(ID, ok);
                 if !ok {
                     match writing {
+                        Writing::EndV2(_, _, prior) => seen.decided = prior,
                         Writing::End(_) | Writing::FenceAbort => {
                             seen.decided = None;
                             seen.fence_beyond = None;
@@ -217,6 +277,17 @@ fn run(ops: Vec<Op>) {
                     Writing::End(commit) => {
                         assert_eq!(w.answer, Some(Ok(Answer::Done)));
                         check_markers(&seen, w.markers.expect("markers"), commit);
+                    }
+                    Writing::EndV2(commit, ended, _) => {
+                        let Some(Ok(Answer::Producer(p))) = w.answer else {
+                            panic!("EndTxn v5 answered {:?}", w.answer)
+                        };
+                        let last = seen.producers.last().unwrap();
+                        assert!((p.producer_id, p.epoch) > (last.producer_id, last.epoch), "{p:?} after {last:?}");
+                        seen.producers.push(p);
+                        let m = w.markers.expect("markers");
+                        assert!(m.producer_epoch > ended.epoch, "markers at {} after {ended:?}", m.producer_epoch);
+                        check_markers(&seen, m, commit);
                     }
                     Writing::FenceAbort => {
                         seen.fenced = true;

@@ -35,6 +35,7 @@ const COORDINATOR_LOAD_IN_PROGRESS: i16 = 14;
 const COORDINATOR_NOT_AVAILABLE: i16 = 15;
 const NOT_COORDINATOR: i16 = 16;
 const INVALID_REQUEST: i16 = 42;
+const INVALID_TXN_STATE: i16 = 48;
 const INVALID_TRANSACTION_TIMEOUT: i16 = 50;
 const CONCURRENT_TRANSACTIONS: i16 = 51;
 const OPERATION_NOT_ATTEMPTED: i16 = 55;
@@ -393,4 +394,41 @@ fn markers_complete_transactions() {
         std::thread::sleep(Duration::from_millis(100));
     };
     assert_eq!((pid2, e2), (pid, e + 2));
+}
+
+/// EndTxn v5 (transaction version 2): (error code, producer id, epoch) of the answer.
+fn end_v5(c: &mut Connection, id: &str, pid: i64, epoch: i16, commit: bool) -> (i16, i64, i16) {
+    let req = EndTxnRequest::default()
+        .with_transactional_id(TransactionalId(sb(id)))
+        .with_producer_id(ProducerId(pid))
+        .with_producer_epoch(epoch)
+        .with_committed(commit);
+    let resp = c.call_version(5, &req).unwrap();
+    (resp.error_code, resp.producer_id.0, resp.producer_epoch)
+}
+
+#[test]
+fn transaction_version_2_bumps_the_epoch_at_every_end() {
+    let b = start_broker();
+    let mut c = b.conn();
+    create_topic(&b, "t2", 1);
+    assert_eq!(find_txn_coordinator(&mut c, "tx-v2").0, NONE);
+    let (_, pid, e) = init(&mut c, "tx-v2", 60_000);
+    assert_eq!(add(&mut c, "tx-v2", pid, e, &[("t2", &[0])]), vec![NONE]);
+    // Answered with the epoch to go on with; the transaction completes at it.
+    assert_eq!(end_v5(&mut c, "tx-v2", pid, e, true), (NONE, pid, e + 1));
+    assert!(wait_state(&mut c, "tx-v2", "CompleteCommit", 10_000), "{:?}", state_of(&mut c, "tx-v2"));
+    assert_eq!(state_of(&mut c, "tx-v2").3, e + 1);
+    // A retry whose answer was lost gets the same answer; the opposite outcome and the
+    // old epoch's next transaction are refused.
+    assert_eq!(end_v5(&mut c, "tx-v2", pid, e, true), (NONE, pid, e + 1));
+    assert_eq!(end_v5(&mut c, "tx-v2", pid, e, false).0, INVALID_TXN_STATE);
+    assert_eq!(add(&mut c, "tx-v2", pid, e, &[("t2", &[0])]), vec![PRODUCER_FENCED]);
+    // An abort with no transaction open bumps the epoch too; a commit of nothing is refused.
+    assert_eq!(end_v5(&mut c, "tx-v2", pid, e + 1, true).0, INVALID_TXN_STATE);
+    assert_eq!(end_v5(&mut c, "tx-v2", pid, e + 1, false), (NONE, pid, e + 2));
+    assert!(wait_state(&mut c, "tx-v2", "CompleteAbort", 10_000));
+    // A stale epoch (two behind) is fenced: PRODUCER_FENCED, no producer in the answer.
+    assert_eq!(end_v5(&mut c, "tx-v2", pid, e, false), (PRODUCER_FENCED, -1, -1));
+    assert_eq!(add(&mut c, "tx-v2", pid, e + 2, &[("t2", &[0])]), vec![NONE]);
 }
