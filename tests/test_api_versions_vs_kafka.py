@@ -37,14 +37,11 @@ GAPS = {
     1: ("Fetch", (4, 18), (4, 12), "topic ids for clients (v13, used between Spate's brokers only), KIP-951 "
         "leader discovery (v16), KIP-853 directory ids (v17), KIP-1166 (v18) not yet"),
     2: ("ListOffsets", (1, 11), (1, 10), "v11 (KIP-1023: earliest pending upload, tiered storage) not yet"),
-    3: ("Metadata", (0, 13), (0, 12), "v13's top-level error code (KIP-1102 rebootstrap) not yet"),
     8: ("OffsetCommit", (2, 10), (2, 9), "v10's topic ids: the kafka-protocol crate stops at v9"),
     9: ("OffsetFetch", (1, 10), (1, 9), "v10's topic ids: the kafka-protocol crate stops at v9"),
     10: ("FindCoordinator", (0, 6), (0, 5), "v6's share coordinator keys (share groups, issue 48) not yet"),
-    11: ("JoinGroup", (0, 9), (0, 8), "v9's SkipAssignment for a static leader's rejoin (KIP-814) not yet"),
     18: ("ApiVersions", (0, 5), (0, 4), "v5's cluster and node id checks (KIP-1242): the kafka-protocol crate "
          "stops at v4"),
-    20: ("DeleteTopics", (1, 6), (1, 5), "v6's deletion by topic id not yet"),
     27: ("WriteTxnMarkers", (1, 2), (1, 1), "v2's TransactionVersion (KIP-1228), by which a partition checks a "
          "transactions v2 marker's epoch strictly (above the producer's): the crate stops at v1"),
     28: ("TxnOffsetCommit", (0, 6), (0, 5), "v6's topic ids (KIP-1319) not yet"),
@@ -56,7 +53,6 @@ GAPS = {
     42: ("DeleteGroups", (0, 3), (0, 2), "v3's per-group ErrorMessage: the kafka-protocol crate stops at v2"),
     55: ("DescribeQuorum", (0, 2), None, "no KRaft quorum: the coordinator is embedded or ZooKeeper"),
     64: ("UnregisterBroker", (0, 0), None, "not yet (a broker's registration lapses with its session)"),
-    66: ("ListTransactions", (0, 2), (0, 1), "v2's TransactionalIdPattern (KIP-1152) not yet"),
     74: ("ListConfigResources", (0, 1), None, "client metrics resources (KIP-714) not implemented"),
     75: ("DescribeTopicPartitions", (0, 0), None, "KIP-966's paginated describe not yet (kafka-topics "
          "falls back to Metadata)"),

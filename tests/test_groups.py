@@ -519,3 +519,48 @@ def test_fsync_always_sync_group_and_static_rejoin_wait_for_the_group_record(bro
         return answers[-1]
     assert heartbeat(rejoined.member_id) == 0, f"the new member id in generation {generation} after kill -9"
     assert heartbeat(member) == 82, "the replaced member id is not fenced (FENCED_INSTANCE_ID) after kill -9"
+
+
+@pytest.mark.broker_args(*GROUP_ARGS)
+def test_a_static_leader_back_in_a_stable_group_skips_the_assignment(broker):
+    """JoinGroup v9 (KIP-814): a static member that leads, back under a new member id in
+    a stable group, is told it leads (with the members, whose subscriptions it watches)
+    and to skip the assignment; its empty SyncGroup keeps every member's assignment. A v8
+    leader gets no such flag (the field is new in v9) and runs the assignment itself."""
+    from kafka.protocol.consumer.group import (JoinGroupRequest, JoinGroupResponse, SyncGroupRequest,
+                                               SyncGroupResponse)
+    from kafka.protocol.metadata.find_coordinator import FindCoordinatorRequest, FindCoordinatorResponse
+    from helpers.wire import kp_call
+
+    group = "kip814-group"
+    wait_until(lambda: kp_call(broker.port, FindCoordinatorRequest(version=3, key=group, key_type=0),
+                               FindCoordinatorResponse, 3).error_code == 0, 60, f"a coordinator for {group}")
+    P = JoinGroupRequest.JoinGroupRequestProtocol
+    A = SyncGroupRequest.SyncGroupRequestAssignment
+
+    def join(version):
+        req = JoinGroupRequest(version=version, group_id=group, session_timeout_ms=60_000,
+                               rebalance_timeout_ms=10_000, member_id="", group_instance_id="i1",
+                               protocol_type="consumer", protocols=[P(name="range", metadata=b"sub")], reason=None)
+        resp = kp_call(broker.port, req, JoinGroupResponse, version)
+        assert resp.error_code == 0, resp
+        return resp
+
+    def sync(joined, assignments):
+        req = SyncGroupRequest(version=5, group_id=group, generation_id=joined.generation_id,
+                               member_id=joined.member_id, group_instance_id="i1", protocol_type="consumer",
+                               protocol_name="range", assignments=[A(member_id=m, assignment=a) for m, a in assignments])
+        resp = kp_call(broker.port, req, SyncGroupResponse, 5)
+        assert resp.error_code == 0, resp
+        return resp.assignment
+
+    first = join(9)
+    assert (first.leader, first.skip_assignment) == (first.member_id, False), first
+    assert sync(first, [(first.member_id, b"mine")]) == b"mine"
+    back = join(9)
+    assert back.member_id != first.member_id and back.generation_id == first.generation_id, back
+    assert (back.leader, back.skip_assignment) == (back.member_id, True), back
+    assert [m.member_id for m in back.members] == [back.member_id], back
+    assert sync(back, []) == b"mine", "the assignment kept"
+    old = join(8)
+    assert old.leader == old.member_id and len(old.members) == 1, old

@@ -480,6 +480,29 @@ def test_kafka_features_describe_and_refused_changes(broker, tools_classpath):
                 "This Spate broker only supports version 0 of it") in out, out
 
 
+def test_kafka_transactions_list_by_pattern(broker, tools_classpath):
+    """kafka-transactions list --transactional-id-pattern (ListTransactions v2, KIP-1152):
+    the whole id must match, as Kafka's `Pattern.matcher(id).matches()`; a pattern that
+    does not compile is refused (INVALID_REGULAR_EXPRESSION)."""
+    from confluent_kafka import Producer
+    for txn_id in ("orders-1", "orders-2", "payments-1"):
+        p = Producer(cf_conf(broker.bootstrap, **{"transactional.id": txn_id}))
+        p.init_transactions(30)
+
+    def listed(pattern):
+        rc, out = run_tool(tools_classpath, "TransactionsCommand", "--bootstrap-server", broker.bootstrap,
+                           "list", "--transactional-id-pattern", pattern)
+        assert rc == 0, out
+        return sorted(line.split()[0] for line in out.splitlines()[1:] if line.strip()), out
+
+    assert listed("orders-.*")[0] == ["orders-1", "orders-2"]
+    assert listed(".*-1")[0] == ["orders-1", "payments-1"]
+    assert listed("orders")[0] == [], "a match of part of the id is not a match"
+    rc, out = run_tool(tools_classpath, "TransactionsCommand", "--bootstrap-server", broker.bootstrap,
+                       "list", "--transactional-id-pattern", "orders-(")
+    assert rc != 0 and "INVALID_REGULAR_EXPRESSION" in out, out
+
+
 def test_kafka_cluster_list_endpoints_with_fenced_brokers(cluster, tools_classpath):
     """kafka-cluster list-endpoints (DescribeCluster v2, KIP-1073): a killed broker,
     fenced once its session lapses, is left out, and listed as fenced with

@@ -157,6 +157,9 @@ pub struct JoinResponse {
     pub member_id: String,
     /// Only the leader gets the members: (member id, instance id, metadata).
     pub members: Vec<(String, Option<String>, Bytes)>,
+    /// KIP-814 (JoinGroup v9): the leader is a static member that rejoined a stable
+    /// group; it keeps its role (watching the metadata) but runs no assignment.
+    pub skip_assignment: bool,
 }
 
 impl JoinResponse {
@@ -380,6 +383,7 @@ impl Group {
             leader,
             member_id: member_id.to_string(),
             members,
+            skip_assignment: false,
         }
     }
 
@@ -592,8 +596,11 @@ impl GroupCoordinator {
                     }
                     tracing::info!(group = %group_id, instance, old_member = %old_id, member = %new_member_id, "static member rejoined");
                     if same_protocols && g.state == GroupState::Stable {
-                        // No rebalance: it gets its previous assignment at SyncGroup.
-                        let resp = g.join_response_for(&new_member_id);
+                        // No rebalance: it gets its previous assignment at SyncGroup. A
+                        // leader is told to skip the assignment (KIP-814, v9; older
+                        // clients run it, and SyncGroup applies what they send).
+                        let mut resp = g.join_response_for(&new_member_id);
+                        resp.skip_assignment = resp.leader == new_member_id;
                         self.persist_group(&group_id);
                         return Deferred::Now(resp);
                     }
@@ -1782,9 +1789,17 @@ mod tests {
         let r = now(c.join(join_req("g", "", Some(follower.1)), 100, "m9".into()));
         assert_eq!(r.generation_id, 1, "no rebalance");
         assert_eq!(r.member_id, "m9");
+        assert!(!r.skip_assignment && r.members.is_empty(), "a follower is no leader");
         assert_eq!(c.describe("g").and_then(Described::classic).unwrap().state, GroupState::Stable);
         assert_eq!(c.heartbeat("g", follower.0, Some(follower.1), 1, 101), Err(GroupError::FencedInstanceId));
         assert_eq!(c.heartbeat("g", &leader, None, 1, 101), Ok(()));
+        // The leader restarts: still the leader, told to skip the assignment (KIP-814),
+        // with the members (it watches their subscriptions); still no rebalance.
+        let instance = if leader == "m1" { "i1" } else { "i2" };
+        let r = now(c.join(join_req("g", "", Some(instance)), 110, "m10".into()));
+        assert_eq!((r.generation_id, r.leader.as_str(), r.skip_assignment), (1, "m10", true));
+        assert_eq!(r.members.len(), 2);
+        assert_eq!(c.describe("g").and_then(Described::classic).unwrap().state, GroupState::Stable);
     }
 
     /// Leadership of an offsets partition moved away: its groups go (a waiting join is

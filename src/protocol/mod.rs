@@ -20,8 +20,8 @@ use crate::model::limits;
 /// The APIs Spate implements, with the version ranges it advertises. These ranges are
 /// chosen so that librdkafka 2.x (Debian's kcat runs 2.0.2), kafka-python 2.x, kafkajs
 /// 2.x and the Java client 3.x each find a common version; every version listed is
-/// handled. Versions that need topic ids on the request side (Fetch 13+, Produce 13,
-/// DeleteTopics 6 by id) are left out until topic ids are used on the record path.
+/// handled. Versions that need topic ids on the record path (Fetch 13+, Produce 13) are
+/// left out until they are used there.
 pub const SUPPORTED_APIS: &[(ApiKey, i16, i16)] = &[
     // v10-11: KIP-951's leader hints (tagged, left empty) and TRANSACTION_ABORTABLE; v12
     // is transaction version 2 (the leader adds the partition to the transaction).
@@ -30,15 +30,18 @@ pub const SUPPORTED_APIS: &[(ApiKey, i16, i16)] = &[
     // v7 max timestamp (KIP-734), v8 earliest local (KIP-405), v9 latest tiered (KIP-1005,
     // answered as Kafka without remote storage), v10 its TimeoutMs (nothing remote to wait on).
     (ApiKey::ListOffsets, 1, 10),
-    (ApiKey::Metadata, 0, 12),
+    // v13: a top-level error code (KIP-1102), which Kafka 4.4, as Spate, sets only in an
+    // answer to a request that failed as a whole.
+    (ApiKey::Metadata, 0, 13),
     // v3+ report the feature flags (`features`); v4 also those whose minimum is 0.
     (ApiKey::ApiVersions, 0, 4),
     (ApiKey::CreateTopics, 2, 7),
-    (ApiKey::DeleteTopics, 1, 5),
+    // v6: by topic id too (KIP-516).
+    (ApiKey::DeleteTopics, 1, 6),
     (ApiKey::DescribeConfigs, 1, 4),
     // v5: the client knows TRANSACTION_ABORTABLE (never answered here).
     (ApiKey::FindCoordinator, 0, 5),
-    (ApiKey::JoinGroup, 0, 8),
+    (ApiKey::JoinGroup, 0, 9),
     (ApiKey::SyncGroup, 0, 5),
     (ApiKey::Heartbeat, 0, 4),
     (ApiKey::LeaveGroup, 0, 5),
@@ -79,7 +82,7 @@ pub const SUPPORTED_APIS: &[(ApiKey, i16, i16)] = &[
     (ApiKey::AddOffsetsToTxn, 0, 4),
     (ApiKey::EndTxn, 0, 5),
     (ApiKey::DescribeTransactions, 0, 0),
-    (ApiKey::ListTransactions, 0, 1),
+    (ApiKey::ListTransactions, 0, 2),
     (ApiKey::DescribeProducers, 0, 0),
     // Transactions: the coordinator's markers to partition leaders.
     (ApiKey::WriteTxnMarkers, 1, 1),

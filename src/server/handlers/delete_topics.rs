@@ -1,6 +1,10 @@
 //! DeleteTopics: remove the topic from the registry (durably), then have each owner
 //! shard delete its partitions' logs. A crash in between is finished at startup: a
 //! partition directory whose topic is not registered is removed.
+//!
+//! v6 (KIP-516) names each topic by name or by topic id (`Admin.deleteTopics` of a
+//! `TopicCollection.ofTopicIds`): an id the metadata does not know is UNKNOWN_TOPIC_ID,
+//! both a name and an id INVALID_REQUEST, as Kafka's controller answers them.
 
 use bytes::Bytes;
 use kafka_protocol::messages::delete_topics_response::DeletableTopicResult;
@@ -15,12 +19,36 @@ use super::{respond, str_bytes};
 
 pub async fn handle(ctx: &ShardContext, frame: &RequestFrame) -> Result<Bytes, ProtocolError> {
     let req: DeleteTopicsRequest = decode_body(frame)?;
+    let mut responses = Vec::with_capacity(req.topics.len().max(req.topic_names.len()));
     let names: Vec<TopicName> = if frame.api_version >= 6 {
-        req.topics.iter().filter_map(|t| t.name.clone()).collect()
+        let view = ctx.view();
+        let mut names = Vec::with_capacity(req.topics.len());
+        for t in &req.topics {
+            let refused = |code: i16, why: &str| {
+                DeletableTopicResult::default()
+                    .with_name(t.name.clone())
+                    .with_topic_id(t.topic_id)
+                    .with_error_code(code)
+                    .with_error_message(Some(str_bytes(why.to_string())))
+            };
+            match (&t.name, t.topic_id.is_nil()) {
+                (Some(name), true) => names.push(name.clone()),
+                (Some(_), false) => responses
+                    .push(refused(error_code::INVALID_REQUEST, "You may not specify both topic name and topic id.")),
+                (None, true) => {
+                    responses.push(refused(error_code::INVALID_REQUEST, "Neither topic name nor id were specified."))
+                }
+                (None, false) => match view.by_id(t.topic_id) {
+                    Some((name, _)) => names.push(TopicName(str_bytes(name.clone()))),
+                    None => responses
+                        .push(refused(error_code::UNKNOWN_TOPIC_ID, "This server does not host this topic ID.")),
+                },
+            }
+        }
+        names
     } else {
         req.topic_names.clone()
     };
-    let mut responses = Vec::with_capacity(names.len());
     for name in names {
         // Kafka's handleDeleteTopicsRequest: DELETE on the topic.
         if !super::authz::authorize(

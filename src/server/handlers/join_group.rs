@@ -4,7 +4,9 @@
 //! records are stored (`sync_group::stored`).
 //!
 //! v8's Reason (KIP-800) is logged with the rebalance the join starts. v9's
-//! SkipAssignment (KIP-814) is not advertised yet.
+//! SkipAssignment (KIP-814): a static leader back in a stable group is told it leads
+//! but runs no assignment (its SyncGroup brings none; every member keeps its own).
+//! Older leaders run one, which SyncGroup applies, as before.
 //!
 //! Needs READ on the group (GROUP_AUTHORIZATION_FAILED otherwise).
 
@@ -83,6 +85,9 @@ pub async fn handle(ctx: &ShardContext, frame: &RequestFrame) -> Result<Bytes, P
     body.protocol_name = Some(str_bytes(r.protocol_name.unwrap_or_default()));
     if v >= 7 {
         body.protocol_type = r.protocol_type.map(str_bytes);
+    }
+    if v >= 9 {
+        body.skip_assignment = r.skip_assignment;
     }
     body.members = r
         .members

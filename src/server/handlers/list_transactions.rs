@@ -1,6 +1,10 @@
-//! ListTransactions (v0-1): every shard coordinates some ids, so ask them all. Filters
+//! ListTransactions (v0-2): every shard coordinates some ids, so ask them all. Filters
 //! by state name (unknown names are listed back in `unknown_state_filters`, as Kafka),
-//! by producer id, and (v1) by duration: open transactions running longer than it.
+//! by producer id, (v1) by duration: open transactions running longer than it, and (v2,
+//! KIP-1152) by a regular expression the whole id must match (Kafka compiles it with
+//! java.util.regex; here RE2 syntax, which KIP-848's topic regexes use too: what RE2
+//! lacks, backreferences and lookaround, is refused). A pattern that does not compile
+//! answers INVALID_REGULAR_EXPRESSION with no transactions.
 //! While a shard loads a `__transaction_state` partition the answer is
 //! COORDINATOR_LOAD_IN_PROGRESS with no transactions, as Kafka's. Only the ids the
 //! principal may DESCRIBE are listed (the others are left out, not refused).
@@ -23,6 +27,17 @@ use super::{authz, respond, str_bytes};
 
 pub async fn handle(ctx: &ShardContext, frame: &RequestFrame) -> Result<Bytes, ProtocolError> {
     let req: ListTransactionsRequest = decode_body(frame)?;
+    let pattern = match req.transactional_id_pattern.as_ref().map(|p| p.as_str()).filter(|p| !p.is_empty()) {
+        None => None,
+        Some(p) => match regex::Regex::new(&format!("^(?:{p})$")) {
+            Ok(re) => Some(re),
+            Err(e) => {
+                tracing::debug!(pattern = p, error = %e, "ListTransactions: pattern refused");
+                let body = ListTransactionsResponse::default().with_error_code(error_code::INVALID_REGULAR_EXPRESSION);
+                return respond(ApiKey::ListTransactions, frame, &body);
+            }
+        },
+    };
     let unknown: Vec<_> =
         req.state_filters.iter().filter(|s| txn::state_from_name(s.as_str()).is_none()).cloned().collect();
     let calls = (0..ctx.nr_shards).map(|s| txn::call(ctx, TxnOp::List, Some(ShardId(s))));
@@ -37,7 +52,7 @@ pub async fn handle(ctx: &ShardContext, frame: &RequestFrame) -> Result<Bytes, P
         match outcome {
             TxnOutcome::List(list) => {
                 for (id, r) in list {
-                    if !describable(&id) {
+                    if !describable(&id) || pattern.as_ref().is_some_and(|re| !re.is_match(&id)) {
                         continue;
                     }
                     let name = txn::state_name(r.state);

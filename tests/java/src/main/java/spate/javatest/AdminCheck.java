@@ -337,8 +337,10 @@ public final class AdminCheck {
         Check.log("groups: list, describe, offsets, alter, delete ok");
     }
 
+    /** Deletes t2 by its topic id (DeleteTopics v6, KIP-516), then again by name and by id. */
     static void deleteTopic(Admin admin, String t2) throws Exception {
-        get(admin.deleteTopics(List.of(t2)).all());
+        Uuid id = get(admin.describeTopics(List.of(t2)).allTopicNames()).get(t2).topicId();
+        get(admin.deleteTopics(org.apache.kafka.common.TopicCollection.ofTopicIds(List.of(id))).all());
         // Each broker learns of the deletion a moment later (as in Kafka): the admin asks
         // any of them, so wait until neither listTopics nor describeTopics has it.
         Check.waitUntil(WAIT, t2 + " gone from listTopics and describeTopics", () -> {
@@ -356,5 +358,7 @@ public final class AdminCheck {
         // still be a moment behind (a loaded CI machine showed it). Deletion goes to the
         // controller, which knows.
         failure(admin.deleteTopics(List.of(t2)).all(), UnknownTopicOrPartitionException.class, "deleting " + t2 + " again");
+        failure(admin.deleteTopics(org.apache.kafka.common.TopicCollection.ofTopicIds(List.of(id))).all(),
+                org.apache.kafka.common.errors.UnknownTopicIdException.class, "deleting " + t2 + " again by its id");
     }
 }
