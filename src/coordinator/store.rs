@@ -180,7 +180,7 @@ pub struct LocalStore {
 impl LocalStore {
     pub fn open(data_dir: &Path) -> Result<Self, StoreError> {
         let dir = data_dir.join("spate-meta");
-        std::fs::create_dir_all(&dir)?;
+        crate::model::create_dir_all_durably(&dir)?;
         let path = dir.join("znodes.json");
         let mut nodes = BTreeMap::new();
         nodes.insert("/".to_string(), LocalNode { node: Node { data: Vec::new(), version: 0 }, ephemeral: false });

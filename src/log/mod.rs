@@ -577,6 +577,15 @@ impl PartitionLog {
                 "producer state rebuilt from the log");
         }
         let log_start_offset = segments[0].base_offset;
+        // The partition directory's own entry: after an unclean stop (a new directory has
+        // no clean-shutdown marker either) it may not be on the disk yet, and a power cut
+        // would take the directory with every fsynced record in it. The first flush
+        // fsyncs the parent too (deferred, not here: a burst of new partitions shares
+        // the group-commit rounds' fsyncs instead of paying one each).
+        let unsynced_files = match dir.parent().filter(|p| !clean && !p.as_os_str().is_empty()) {
+            Some(parent) => vec![SyncTarget::Path(parent.to_path_buf())],
+            None => Vec::new(),
+        };
         // Tombstone horizons are not kept across a restart: a compacted log gets a pass
         // once delete.retention.ms has passed again, so tombstones whose horizon passed
         // meanwhile go even when nothing new comes in.
@@ -591,7 +600,7 @@ impl PartitionLog {
             first_unflushed_append_ms: (recovery_point < log_end_offset).then_some(now_ms),
             dir_changes: u64::from(!clean),
             dir_synced_changes: 0,
-            unsynced_files: Vec::new(),
+            unsynced_files,
             truncated_below: None,
             truncated_at_change: 0,
             deleted_segments: Vec::new(),

@@ -393,6 +393,25 @@ pub fn parallel_map<T: Send, R: Send>(items: Vec<T>, threads_max: usize, f: impl
     results.into_iter().map(|(_, r)| r).collect()
 }
 
+/// `create_dir_all`, then each directory it made is made durable: its parent is fsynced
+/// (a directory's entry is not on the disk until its parent is; a power cut loses it and
+/// everything below it, fsynced or not). Blocking: for start-up, not per partition.
+pub fn create_dir_all_durably(path: &std::path::Path) -> std::io::Result<()> {
+    let mut missing = Vec::new();
+    let mut at = Some(path);
+    while let Some(p) = at.filter(|p| !p.as_os_str().is_empty() && !p.exists()) {
+        missing.push(p);
+        at = p.parent();
+    }
+    std::fs::create_dir_all(path)?;
+    for made in missing.iter().rev() {
+        if let Some(parent) = made.parent().filter(|d| !d.as_os_str().is_empty()) {
+            std::fs::File::open(parent)?.sync_all()?;
+        }
+    }
+    Ok(())
+}
+
 /// Replace `path` with `data` so that a crash leaves the old or the new contents, never
 /// a mix: a temporary file beside it, fsynced, renamed over it, then the directory
 /// fsynced. For small metadata files (checkpoints, snapshots, the embedded store).

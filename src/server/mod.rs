@@ -68,7 +68,7 @@ pub fn now_ms() -> i64 {
 
 /// Start the broker and block until it has shut down.
 pub fn run(config: BrokerConfig) -> anyhow::Result<()> {
-    std::fs::create_dir_all(&config.data_dir)?;
+    crate::model::create_dir_all_durably(&config.data_dir)?;
     // Held until the process exits (the kernel drops the lock on any exit, kill -9 too).
     let _data_dir_lock = lock_data_dir(&config.data_dir)?;
     let cores: Vec<usize> = match core_affinity::get_core_ids() {
@@ -300,7 +300,7 @@ fn open_registry(config: &BrokerConfig, nr_shards: usize) -> anyhow::Result<(Reg
     let broker = local_broker(config, nr_shards);
     let meta_dir = config.data_dir.join("spate-meta");
     if let Some(addr) = &config.coordinator {
-        std::fs::create_dir_all(&meta_dir)?;
+        crate::model::create_dir_all_durably(&meta_dir)?;
         return Ok((Registry::mirror(broker, Some(&meta_dir)), Some(link::Locator::Fixed(addr.clone()))));
     }
     let now = now_ms() as u64;
@@ -315,7 +315,7 @@ fn open_registry(config: &BrokerConfig, nr_shards: usize) -> anyhow::Result<(Reg
         );
     }
     let store = Box::new(ZkStore::connect(&config.metadata, config.zookeeper_session_timeout_ms)?);
-    std::fs::create_dir_all(&meta_dir)?;
+    crate::model::create_dir_all_durably(&meta_dir)?;
     // Every broker runs a coordinator candidate: the link stands for election whenever
     // `/controller` is free, and follows the winner otherwise.
     let locator = Some(link::Locator::ZooKeeper {
@@ -575,8 +575,8 @@ fn cluster_id(data_dir: &std::path::Path) -> anyhow::Result<String> {
         }
     }
     let id = uuid::Uuid::new_v4().simple().to_string()[..22].to_string();
-    std::fs::create_dir_all(path.parent().expect("has parent"))?;
-    std::fs::write(&path, &id)?;
+    crate::model::create_dir_all_durably(path.parent().expect("has parent"))?;
+    crate::model::write_file_atomically(&path, id.as_bytes())?;
     Ok(id)
 }
 
