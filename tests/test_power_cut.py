@@ -20,13 +20,25 @@ SEED = int(os.environ.get("SPATE_TEST_SEED", "0") or 0)
 
 
 @pytest.fixture
-def cutfs(request, tmp_path):
-    fs = CutFs(tmp_path / "fs")
-    yield fs
-    # The brokers on it go first (broker_factory's teardown comes after this one's).
+def cutfs_factory(request, tmp_path):
+    """cutfs_factory() -> a new mounted CutFs (one per simulated machine)."""
+    mounted = []
+
+    def make():
+        mounted.append(CutFs(tmp_path / f"fs{len(mounted)}"))
+        return mounted[-1]
+
+    yield make
+    # The brokers on them go first (broker_factory's teardown comes after this one's).
     for b in getattr(request.node, "_spate_brokers", []):
         b.kill()
-    fs.close()
+    for fs in mounted:
+        fs.close()
+
+
+@pytest.fixture
+def cutfs(cutfs_factory):
+    return cutfs_factory()
 
 
 class Writer(threading.Thread):
@@ -266,3 +278,95 @@ def test_a_failed_fsync_or_write_is_never_acknowledged(broker_factory, cutfs):
     for p, recs in logs.items():
         seqs = [int(v.split(b"-")[1]) for _, v in recs]
         assert seqs == sorted(set(seqs)), f"fe-{p}: duplicated or reordered"
+
+
+def test_a_replica_that_lost_its_tail_in_a_power_cut_is_not_elected(broker_factory, cutfs):
+    """KIP-966's case, `--fsync never` (Kafka's default), replication factor 3,
+    min.insync.replicas=2, acks=all. Replicas [2, 3, 1], leader 2, all in sync and
+    holding every acknowledged record, in their page caches only. Broker 3 loses power
+    (its copy is gone: nothing was fsynced) and broker 2 is killed at once; 3 is back
+    before 2's session expires, so the controller has not yet seen 3 leave the ISR. When
+    2's session expires, the next leader in replica order still in the ISR is 3, with an
+    empty log: electing it would lose every acknowledged record (and 1 would truncate its
+    own copy to match). A broker that registers again fences its previous incarnation,
+    which takes it out of every ISR, so broker 1 is elected and nothing is lost."""
+    from confluent_kafka.admin import NewTopic
+
+    from helpers.clients import admin
+    from test_cluster import cluster_args, wait_brokers
+    from test_replication import partition_states, wait_states
+
+    data3 = cutfs.mnt / "data"
+    durable_mkdir(data3)
+    b1 = broker_factory(*cluster_args(1), name="b1", cores=1)
+    b2 = broker_factory(*cluster_args(2), "--coordinator", b1.bootstrap, name="b2", cores=1)
+    b3 = broker_factory(*cluster_args(3), "--coordinator", b1.bootstrap, name="b3", cores=1, data_dir=data3)
+    wait_brokers(b1.bootstrap, {b.port for b in (b1, b2, b3)})
+    a = admin(b1.bootstrap)
+    a.create_topics([NewTopic("k", 1, replica_assignment=[[2, 3, 1]],
+                              config={"min.insync.replicas": "2"})])["k"].result(20)
+    wait_states(b1.bootstrap, "k", lambda s: s[0][0] == 2 and s[0][2] == [1, 2, 3], what="leader 2, ISR 1,2,3")
+    values = [f"k-{i}".encode() for i in range(200)]
+    cf_produce(b1.bootstrap, "k", [{"value": v, "partition": 0} for v in values], acks="all",
+               enable_idempotence=True)
+
+    cut = cutfs.cut(b3.pid)
+    b2.kill()
+    assert int(cut["bytes_dropped"]) > 0, cut
+    b3.proc.wait(10)
+    b3.restart()
+    states = wait_states(b1.bootstrap, "k", lambda s: s[0][0] not in (-1, 2), timeout=30, what="a new leader")
+    b2.restart()
+    wait_states(b1.bootstrap, "k", lambda s: s[0][2] == [1, 2, 3], timeout=30, what="every replica in sync")
+    got = [v for _, v in read_all(b1.bootstrap, "k", 1)[0]]
+    assert got == values, (f"leader after the cut: {states[0][0]} (ISR {states[0][2]}); {len(got)} records"
+                           f" of {len(values)} acknowledged: {got[:3]}; now {partition_states(b1.bootstrap, 'k')}")
+
+
+def test_one_broker_at_a_time_loses_power_under_fsync_never(broker_factory, cutfs_factory):
+    """`--fsync never` (Kafka's default): three brokers, each on its own cutfs, a topic
+    with replication factor 3 and min.insync.replicas=2, an idempotent acks=all producer
+    writing throughout. Each broker in turn loses power (its unsynced records are gone)
+    and comes back; the next cut waits until it is in sync again. Nothing acknowledged is
+    lost: every acknowledged record was in at least two page caches, and a replica back
+    from a cut is fenced out of the ISR until it has caught up."""
+    from test_cluster import cluster_args, wait_brokers
+    from test_replication import full_isr, wait_states
+
+    rng = random.Random(SEED)
+    fss = [cutfs_factory() for _ in range(3)]
+    for fs in fss:
+        durable_mkdir(fs.mnt / "data")
+    b1 = broker_factory(*cluster_args(1), name="b1", cores=1, data_dir=fss[0].mnt / "data")
+    brokers = [b1] + [broker_factory(*cluster_args(i), "--coordinator", b1.bootstrap, name=f"b{i}", cores=1,
+                                     data_dir=fss[i - 1].mnt / "data") for i in (2, 3)]
+    wait_brokers(b1.bootstrap, {b.port for b in brokers})
+    bootstrap = ",".join(b.bootstrap for b in brokers)
+    create_topic(b1.bootstrap, "rf3", 3, replication_factor=3, config={"min.insync.replicas": "2"})
+    wait_states(b1.bootstrap, "rf3", full_isr, what="every replica in sync")
+    w = Writer(bootstrap, "rf3", 3, "rf3", enable_idempotence=True)
+    w.start()
+    cuts = []
+    for victim in [2, 3, 1]:
+        time.sleep(rng.uniform(1.0, 2.0))
+        b = brokers[victim - 1]
+        cuts.append(fss[victim - 1].cut(b.pid, tear=rng.choice(["none", "keep", "zero"]), seed=rng.getrandbits(32)))
+        b.proc.wait(10)
+        b.restart()
+        wait_states(b1.bootstrap, "rf3", full_isr, timeout=60, what=f"broker {victim} back in sync")
+    start = len(w.acked)
+    deadline = time.monotonic() + 30
+    while len(w.acked) < start + 100 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    stalled = len(w.acked) < start + 100
+    w.stop.set()
+    w.join(150)
+    assert sum(int(c["bytes_dropped"]) for c in cuts) > 0, cuts
+    logs = read_all(b1.bootstrap, "rf3", 3)
+    at = {p: dict(recs) for p, recs in logs.items()}
+    lost = [(p, o, v) for p, o, v in w.acked if at[p].get(o) != v]
+    assert not lost, f"{len(lost)} of {len(w.acked)} acknowledged records lost, first {lost[:5]}; cuts {cuts}"
+    assert not stalled, f"no acks within 30 s of the last cut; failed {w.failed[:3]}"
+    for p, recs in logs.items():
+        seqs = [int(v.split(b"-")[1]) for _, v in recs]
+        assert seqs == sorted(set(seqs)), f"rf3-{p}: duplicated or reordered"
