@@ -431,6 +431,25 @@ fn io_err_string(context: &str, e: &std::io::Error) -> String {
     format!("{context}: {e}")
 }
 
+/// What the process does when a log's disk fails: set once by the broker (`server::run`
+/// halts, as Kafka does when its only log dir has failed); unset in tests and tools, where
+/// the log only goes offline. Called with the partition's directory and the reason.
+static DIR_FAILURE_HOOK: std::sync::OnceLock<fn(&Path, &str)> = std::sync::OnceLock::new();
+
+/// Install the log dir failure hook (the first call wins).
+pub fn on_dir_failure(hook: fn(&Path, &str)) {
+    let _ = DIR_FAILURE_HOOK.set(hook);
+}
+
+/// Whether an I/O error means the disk under the log failed, rather than a condition the
+/// broker lives with: a failed fsync always does (fsyncgate: the data it was to make
+/// durable may be gone, and a second fsync would report success); a write or a rename
+/// only with EIO and its kin. A full disk (ENOSPC) keeps its read-only behaviour, and a
+/// descriptor shortage (EMFILE) is retried by the file budget.
+fn disk_failed(e: &std::io::Error, fsync: bool) -> bool {
+    fsync || matches!(e.raw_os_error(), Some(libc::EIO | libc::EROFS | libc::EUCLEAN | libc::ENODEV | libc::ENXIO))
+}
+
 impl PartitionLog {
     /// Open (or create) the log in `dir` (`<data>/<topic>-<partition>`), recovering after
     /// a crash. `now_ms` is the wall clock (no clock reads inside the log). For a log
@@ -643,7 +662,20 @@ impl PartitionLog {
     }
 
     fn offline_on_err<T>(&mut self, context: &str, r: std::io::Result<T>) -> Result<T, LogError> {
-        r.map_err(|e| self.go_offline(io_err_string(context, &e)))
+        r.map_err(|e| self.go_offline_io(context, &e, false))
+    }
+
+    /// `go_offline` for an I/O error; one that means the disk failed goes to the log dir
+    /// failure hook too.
+    fn go_offline_io(&mut self, context: &str, e: &std::io::Error, fsync: bool) -> LogError {
+        let reason = io_err_string(context, e);
+        let error = self.go_offline(reason.clone());
+        if disk_failed(e, fsync) {
+            if let Some(hook) = DIR_FAILURE_HOOK.get() {
+                hook(&self.dir, &reason);
+            }
+        }
+        error
     }
 
     fn active(&self) -> &Segment {
@@ -805,7 +837,7 @@ impl PartitionLog {
     /// Report the outcome of a deferred append's write. A failure takes the log offline.
     pub fn write_done(&mut self, id: u64, result: std::io::Result<()>) -> Result<(), LogError> {
         if let Err(e) = result {
-            return Err(self.go_offline(io_err_string("append write", &e)));
+            return Err(self.go_offline_io("append write", &e, false));
         }
         let entry = self.pending_writes.iter_mut().find(|w| w.id == id);
         assert!(entry.is_some(), "write_done for unknown write {id}");
@@ -1492,7 +1524,7 @@ impl PartitionLog {
     pub fn mark_flushed(&mut self, flushed: Flushed, result: std::io::Result<()>) -> Result<Offset, LogError> {
         self.check_online()?;
         if let Err(e) = result {
-            return Err(self.go_offline(io_err_string("fdatasync", &e)));
+            return Err(self.go_offline_io("fdatasync", &e, true));
         }
         let mut upto = flushed.upto.0.min(self.written_end_offset().0);
         if let Some(t) = self.truncated_below.take() {

@@ -68,6 +68,7 @@ pub fn now_ms() -> i64 {
 
 /// Start the broker and block until it has shut down.
 pub fn run(config: BrokerConfig) -> anyhow::Result<()> {
+    crate::log::on_dir_failure(halt_on_log_dir_failure);
     crate::model::create_dir_all_durably(&config.data_dir)?;
     // Held until the process exits (the kernel drops the lock on any exit, kill -9 too).
     let _data_dir_lock = lock_data_dir(&config.data_dir)?;
@@ -578,6 +579,19 @@ fn cluster_id(data_dir: &std::path::Path) -> anyhow::Result<String> {
     crate::model::create_dir_all_durably(path.parent().expect("has parent"))?;
     crate::model::write_file_atomically(&path, id.as_bytes())?;
     Ok(id)
+}
+
+/// A log's disk failed (EIO, a failed fsync). The data dir is Spate's only log dir, and
+/// Kafka halts when all its log dirs have failed: nothing on it is trusted again until a
+/// restart recovers it, no acknowledgement the failure covers goes out, and in a cluster
+/// the controller moves the leaderships when the session expires. No shutdown work runs
+/// (it would write to the failed disk).
+fn halt_on_log_dir_failure(partition_dir: &std::path::Path, reason: &str) {
+    let log_dir = partition_dir.parent().unwrap_or(partition_dir);
+    tracing::error!(log_dir = %log_dir.display(), partition = %partition_dir.display(), %reason,
+        "log dir failed: the broker halts (as Kafka does when all its log dirs have failed); a restart recovers it");
+    // SAFETY: _exit ends the process at once; nothing after it runs.
+    unsafe { libc::_exit(1) }
 }
 
 fn install_signal_handlers(shutdown: Arc<AtomicBool>) -> anyhow::Result<()> {

@@ -439,8 +439,13 @@ impl AppendRing {
         }
         for w in r.writes {
             self.appends_written += 1;
+            // Each append gets its own copy of the run's error, with its OS error code (a
+            // log tells a failed disk from a full one by it).
             let result = match &r.error {
-                Some(e) => Err(std::io::Error::new(e.kind(), e.to_string())),
+                Some(e) => Err(match e.raw_os_error() {
+                    Some(code) => std::io::Error::from_raw_os_error(code),
+                    None => std::io::Error::new(e.kind(), e.to_string()),
+                }),
                 None => Ok(()),
             };
             done.push(Completed { tp: w.tp, log: w.log, write_id: w.write_id, result });
