@@ -997,6 +997,10 @@ fn command(state: &Mutex<State>, notifier: &Notifier, line: &str) -> Result<Stri
     match words.first().copied() {
         Some("cut") => {
             let pid: i32 = arg(&words, "pid").ok_or("cut needs pid=P")?.parse().map_err(|e| format!("pid: {e}"))?;
+            if pid <= 0 {
+                // kill(2) would signal a process group, or every process.
+                return Err(format!("pid={pid}: one process, > 0"));
+            }
             let tear = match arg(&words, "tear").unwrap_or("none") {
                 "none" => Tear::None,
                 "keep" => Tear::Keep,
