@@ -378,3 +378,56 @@ def test_one_broker_at_a_time_loses_power_under_fsync_never(broker_factory, cutf
     for p, recs in logs.items():
         seqs = [int(v.split(b"-")[1]) for _, v in recs]
         assert seqs == sorted(set(seqs)), f"rf3-{p}: duplicated or reordered"
+
+
+def test_a_failed_disk_moves_the_leadership(broker_factory, cutfs):
+    """A leader's disk fails (EIO from a write): the broker halts, as Kafka does when its
+    only log dir has failed, the controller fences it when its session expires, and the
+    partition's next in-sync replica leads; the producer goes on there with nothing
+    acknowledged lost. The failed broker comes back (after a power cut, the worst case)
+    and catches up."""
+    from confluent_kafka.admin import NewTopic
+
+    from helpers.clients import admin
+    from test_cluster import cluster_args, wait_brokers
+    from test_replication import wait_states
+
+    data2 = cutfs.mnt / "data"
+    durable_mkdir(data2)
+    b1 = broker_factory(*cluster_args(1), name="b1", cores=1)
+    b2 = broker_factory(*cluster_args(2), "--coordinator", b1.bootstrap, name="b2", cores=1, data_dir=data2)
+    b3 = broker_factory(*cluster_args(3), "--coordinator", b1.bootstrap, name="b3", cores=1)
+    wait_brokers(b1.bootstrap, {b.port for b in (b1, b2, b3)})
+    a = admin(b1.bootstrap)
+    a.create_topics([NewTopic("ld", 1, replica_assignment=[[2, 3, 1]],
+                              config={"min.insync.replicas": "2"})])["ld"].result(20)
+    wait_states(b1.bootstrap, "ld", lambda s: s[0][0] == 2 and s[0][2] == [1, 2, 3], what="leader 2, ISR 1,2,3")
+    w = Writer(",".join(b.bootstrap for b in (b1, b2, b3)), "ld", 1, "ld", enable_idempotence=True)
+    w.start()
+
+    def wait_for_acks(n, timeout):
+        start = len(w.acked)
+        deadline = time.monotonic() + timeout
+        while len(w.acked) < start + n:
+            assert time.monotonic() < deadline, f"no acks; failed {w.failed[:3]}; {b1.log_tail()}"
+            time.sleep(0.05)
+
+    wait_for_acks(100, 30)
+    cutfs.fail("write", "eio", path="/ld-0/")
+    try:
+        status = b2.proc.wait(20)
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"the leader did not halt on its failed disk; {b2.log_tail()}")
+    assert status == 1 and "log dir failed" in b2.log_text(), (status, b2.log_tail())
+    wait_states(b1.bootstrap, "ld", lambda s: s[0][0] in (1, 3), timeout=30, what="a new leader")
+    wait_for_acks(100, 30)
+    cutfs.cut(b2.pid, seed=SEED)
+    b2.restart()
+    wait_states(b1.bootstrap, "ld", lambda s: s[0][2] == [1, 2, 3], timeout=60, what="broker 2 back in sync")
+    w.stop.set()
+    w.join(150)
+    got = dict(read_all(b1.bootstrap, "ld", 1)[0])
+    lost = [(o, v) for _, o, v in w.acked if got.get(o) != v]
+    assert not lost, f"{len(lost)} of {len(w.acked)} acknowledged records lost, first {lost[:5]}"
+    seqs = [int(v.split(b"-")[1]) for v in got.values()]
+    assert seqs == sorted(set(seqs)), "duplicated or reordered"
