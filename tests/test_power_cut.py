@@ -83,12 +83,15 @@ def read_all(bootstrap, topic, partitions, isolation="read_uncommitted"):
     try:
         c.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(partitions)])
         at_eof = set()
+        # 60 s without a record or an end: a long soak's millions of records take longer
+        # than any fixed deadline to read back.
         deadline = time.monotonic() + 60
         while len(at_eof) < partitions:
-            assert time.monotonic() < deadline, f"no end of {topic} within 60 s: {sorted(at_eof)}"
+            assert time.monotonic() < deadline, f"no end of {topic} within 60 s of the last record: {sorted(at_eof)}"
             m = c.poll(0.2)
             if m is None:
                 continue
+            deadline = time.monotonic() + 60
             if m.error():
                 if m.error().code() == KafkaError._PARTITION_EOF:
                     at_eof.add(m.partition())
@@ -155,7 +158,7 @@ def test_acknowledged_writes_survive_power_cuts_under_fsync_always(broker_factor
     durable_mkdir(data)
     b = broker_factory("--fsync", "always", cores=2, data_dir=data)
     # 1 MiB segments: a soak rolls them (a roll's fsyncs, producer snapshots and new
-    # files meet the cuts too), and a restart rescans only the last segment's batches.
+    # files meet the cuts too).
     create_topic(b.bootstrap, "pc", 4, config={"segment.bytes": str(1 << 20)})
     create_topic(b.bootstrap, "pc-txn", 1)
     # A long soak paces the writers: every acknowledged record is kept and read back.
