@@ -40,7 +40,7 @@ fn one_append_of_1100_batches_through_the_ring_is_written_whole_and_the_log_stay
         write_id: write.id,
         file: write.file.clone(),
         position: write.position,
-        parts: parts.into(),
+        parts,
     });
     let mut done = ring.submit();
     while ring.has_in_flight() {

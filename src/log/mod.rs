@@ -388,12 +388,6 @@ pub enum TxnVerification {
     Verified(u64),
 }
 
-/// The patched headers of one append, usually of one batch (kept inline, not allocated).
-pub type HeaderPatches = smallvec::SmallVec<[HeaderPatch; 1]>;
-
-/// A record set's batches: each one's position in the set and its header.
-type Batches = smallvec::SmallVec<[(usize, BatchHeader); 1]>;
-
 /// One appended batch's new header: `header` replaces the first 61 bytes of the
 /// `size`-byte batch at `position` of the record set.
 #[derive(Debug, Clone)]
@@ -717,7 +711,7 @@ impl PartitionLog {
         &mut self,
         records: &[u8],
         now_ms: i64,
-    ) -> Result<(AppendInfo, PendingWrite, HeaderPatches), LogError> {
+    ) -> Result<(AppendInfo, PendingWrite, Vec<HeaderPatch>), LogError> {
         self.append_inner(records, None, now_ms, TxnVerification::Off)
     }
 
@@ -728,7 +722,7 @@ impl PartitionLog {
         records: &[u8],
         leader_epoch: i32,
         now_ms: i64,
-    ) -> Result<(AppendInfo, PendingWrite, HeaderPatches), LogError> {
+    ) -> Result<(AppendInfo, PendingWrite, Vec<HeaderPatch>), LogError> {
         self.append_inner(records, Some(leader_epoch), now_ms, TxnVerification::Off)
     }
 
@@ -740,7 +734,7 @@ impl PartitionLog {
         leader_epoch: i32,
         now_ms: i64,
         verification: TxnVerification,
-    ) -> Result<(AppendInfo, PendingWrite, HeaderPatches), LogError> {
+    ) -> Result<(AppendInfo, PendingWrite, Vec<HeaderPatch>), LogError> {
         self.append_inner(records, Some(leader_epoch), now_ms, verification)
     }
 
@@ -754,7 +748,7 @@ impl PartitionLog {
         records: &[u8],
         leader_epoch: i32,
         now_ms: i64,
-    ) -> Result<(AppendInfo, PendingWrite, HeaderPatches), LogError> {
+    ) -> Result<(AppendInfo, PendingWrite, Vec<HeaderPatch>), LogError> {
         self.check_online()?;
         let (h, size) = batch::check_structure(records, records.len())?;
         let marker = (size == records.len()).then(|| batch::control_marker(records, &h)).flatten();
@@ -774,7 +768,7 @@ impl PartitionLog {
             record_count: 1,
             bytes: size,
         };
-        Ok((info, write, smallvec::smallvec![HeaderPatch { position: 0, size, header }]))
+        Ok((info, write, vec![HeaderPatch { position: 0, size, header }]))
     }
 
     /// The last stable offset under `high_watermark` (see `ProducerStates`): what a
@@ -950,7 +944,7 @@ impl PartitionLog {
         leader_epoch: Option<i32>,
         now_ms: i64,
         verification: TxnVerification,
-    ) -> Result<(AppendInfo, PendingWrite, HeaderPatches), LogError> {
+    ) -> Result<(AppendInfo, PendingWrite, Vec<HeaderPatch>), LogError> {
         self.check_online()?;
         let batch_bytes_max = self.config.max_message_bytes.min(limits::message_bytes_max) as usize;
         let batches = validate_record_set(records, batch_bytes_max)?;
@@ -1013,8 +1007,8 @@ impl PartitionLog {
 
         let log_append_time = self.config.timestamp_type == TimestampType::LogAppendTime;
         let mut next = base_offset;
-        let mut stored = Batches::with_capacity(batches.len());
-        let mut patches = HeaderPatches::with_capacity(batches.len());
+        let mut stored = Vec::with_capacity(batches.len());
+        let mut patches = Vec::with_capacity(batches.len());
         for (pos, original) in &batches {
             let (pos, size) = (*pos, original.size_bytes() as usize);
             let b = &records[pos..pos + size];
@@ -2362,7 +2356,7 @@ fn check_leader_epochs(cache: &LeaderEpochCache, log_start_offset: i64, log_end_
 /// A follower's record set: the batches as the leader stored them, which after cleaning
 /// may hold fewer records than offsets (none, for a producer's last batch: Kafka's
 /// empty batch). Checked as a produced set otherwise.
-fn validate_replicated_set(records: &[u8], batch_bytes_max: usize) -> Result<Batches, LogError> {
+fn validate_replicated_set(records: &[u8], batch_bytes_max: usize) -> Result<Vec<(usize, BatchHeader)>, LogError> {
     validate_batches(records, batch_bytes_max, |h| {
         if h.records_count < 0 || h.last_offset_delta < 0 || h.records_count as i64 > h.last_offset_delta as i64 + 1 {
             return Err(LogError::InvalidRecord(format!(
@@ -2437,7 +2431,7 @@ fn check_timestamps(whole: &[u8], h: &BatchHeader, now_ms: i64, before: i64, aft
     Ok(())
 }
 
-fn validate_record_set(records: &[u8], batch_bytes_max: usize) -> Result<Batches, LogError> {
+fn validate_record_set(records: &[u8], batch_bytes_max: usize) -> Result<Vec<(usize, BatchHeader)>, LogError> {
     validate_batches(records, batch_bytes_max, batch::check_semantics)
 }
 
@@ -2445,11 +2439,11 @@ fn validate_batches(
     records: &[u8],
     batch_bytes_max: usize,
     semantics: impl Fn(&BatchHeader) -> Result<(), LogError>,
-) -> Result<Batches, LogError> {
+) -> Result<Vec<(usize, BatchHeader)>, LogError> {
     if records.is_empty() {
         return Err(LogError::Corrupt("empty record set".into()));
     }
-    let mut batches = Batches::new();
+    let mut batches = Vec::new();
     let mut pos = 0;
     while pos < records.len() {
         if batches.len() == append_batches_max {

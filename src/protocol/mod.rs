@@ -169,30 +169,17 @@ pub struct RequestFrame {
     /// Set when the API key is known to the codec library.
     pub header: Option<RequestHeader>,
     pub body: Bytes,
-    /// The client's address as Kafka shows it in group descriptions ("/127.0.0.1"):
-    /// its connection's, shared by the connection's frames.
-    pub client_host: std::sync::Arc<str>,
+    /// The client's address as Kafka shows it in group descriptions ("/127.0.0.1").
+    pub client_host: String,
     /// The connection's principal (`User:ANONYMOUS` until it authenticates).
     pub principal: std::sync::Arc<crate::security::Principal>,
     /// The name of the listener the request arrived on (`PLAINTEXT` by default).
     pub listener: std::sync::Arc<str>,
 }
 
-/// Decode the header of a request frame made outside a connection (no client address,
-/// the default listener).
-pub fn decode_frame(frame: Bytes) -> Result<RequestFrame, ProtocolError> {
-    decode_frame_from(frame, &std::sync::Arc::from(""), &default_listener_name())
-}
-
-/// Decode the header of a request frame that arrived from `client_host` on `listener`
-/// (the connection's own copies: a frame takes a reference, not an allocation, and no
-/// count another core touches). Unknown API keys and versions still yield the
+/// Decode the header of a request frame. Unknown API keys and versions still yield the
 /// correlation id (from the fixed v0/v1 header prefix) so they can be answered.
-pub fn decode_frame_from(
-    mut frame: Bytes,
-    client_host: &std::sync::Arc<str>,
-    listener: &std::sync::Arc<str>,
-) -> Result<RequestFrame, ProtocolError> {
+pub fn decode_frame(mut frame: Bytes) -> Result<RequestFrame, ProtocolError> {
     if frame.len() < 8 {
         return Err(ProtocolError::BadHeader(format!("frame of {} bytes is shorter than a header", frame.len())));
     }
@@ -206,9 +193,9 @@ pub fn decode_frame_from(
             correlation_id,
             header: None,
             body: Bytes::new(),
-            client_host: client_host.clone(),
+            client_host: String::new(),
             principal: crate::security::Principal::anonymous_arc(),
-            listener: listener.clone(),
+            listener: default_listener_name(),
         });
     };
     if !(key.valid_versions().min..=key.valid_versions().max).contains(&api_version) {
@@ -218,9 +205,9 @@ pub fn decode_frame_from(
             correlation_id,
             header: None,
             body: Bytes::new(),
-            client_host: client_host.clone(),
+            client_host: String::new(),
             principal: crate::security::Principal::anonymous_arc(),
-            listener: listener.clone(),
+            listener: default_listener_name(),
         });
     }
     let header_version = key.request_header_version(api_version);
@@ -232,9 +219,9 @@ pub fn decode_frame_from(
         correlation_id,
         header: Some(header),
         body: frame,
-        client_host: client_host.clone(),
+        client_host: String::new(),
         principal: crate::security::Principal::anonymous_arc(),
-        listener: listener.clone(),
+        listener: default_listener_name(),
     })
 }
 

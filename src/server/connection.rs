@@ -34,7 +34,7 @@ use glommio::net::TcpStream;
 
 use crate::model::limits;
 use crate::protocol::zero_copy::{Response, ResponsePart};
-use crate::protocol::{check_frame_len, decode_frame_from, ProtocolError, RequestFrame};
+use crate::protocol::{check_frame_len, decode_frame, ProtocolError, RequestFrame};
 use kafka_protocol::messages::ApiKey;
 
 use super::admission::{ByteReservation, ConnectionPermit};
@@ -255,7 +255,7 @@ pub async fn serve(ctx: Rc<ShardContext>, stream: TcpStream, permit: ConnectionP
         let flags = libc::fcntl(fd, libc::F_GETFL);
         libc::fcntl(fd, libc::F_SETFL, flags | libc::O_NONBLOCK);
     }
-    let client_host: Arc<str> = stream.peer_addr().map(|a| format!("/{}", a.ip())).unwrap_or_default().into();
+    let client_host = stream.peer_addr().map(|a| format!("/{}", a.ip())).unwrap_or_default();
     tracing::debug!(shard = ctx.id.0, %peer, listener = %listener.name, "connection opened");
     let info = ConnectionInfo { peer: peer.clone(), client_host, fd };
     match listener.tls.clone() {
@@ -309,7 +309,7 @@ pub async fn serve(ctx: Rc<ShardContext>, stream: TcpStream, permit: ConnectionP
 pub(super) struct ConnectionInfo {
     pub(super) peer: String,
     /// The client's address as Kafka shows it in group descriptions ("/127.0.0.1").
-    pub(super) client_host: Arc<str>,
+    pub(super) client_host: String,
     /// The socket, for sendfile and for waking a blocked reader.
     pub(super) fd: std::os::fd::RawFd,
 }
@@ -337,9 +337,6 @@ pub(super) async fn run<S>(
     S: AsyncRead + AsyncWrite + Unpin + 'static,
 {
     let ConnectionInfo { peer, client_host, fd } = info;
-    // The connection's own copy: its frames share it without touching a count that the
-    // other shards' connections to this listener touch too.
-    let listener_name: Arc<str> = Arc::from(&*listener.name);
     let counters = ctx.metrics.shard(ctx.id);
     let (reader, mut writer) = futures_lite::io::split(stream);
     let mut reader = ReadAhead::new(reader);
@@ -496,7 +493,7 @@ pub(super) async fn run<S>(
         let (decision, request) = match &mut sasl {
             Some(gate) if gate.expects_raw_token() => (gate.admit_raw_token(&ctx, &frame, &peer), None),
             _ => {
-                let decoded = match decode_frame_from(frame, &client_host, &listener_name) {
+                let mut decoded = match decode_frame(frame) {
                     Ok(f) => f,
                     Err(e) => {
                         counters.bad_frames.fetch_add(1, Ordering::Relaxed);
@@ -506,6 +503,8 @@ pub(super) async fn run<S>(
                         break;
                     }
                 };
+                decoded.client_host.clone_from(&client_host);
+                decoded.listener = listener.name.clone();
                 let decision = sasl.as_mut().map_or(Gate::Pass, |gate| gate.admit(&ctx, &decoded, &peer));
                 (decision, Some(decoded))
             }

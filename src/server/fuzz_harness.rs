@@ -273,7 +273,7 @@ async fn serve(mut jobs: mpsc::UnboundedReceiver<Job>, kind: Kind) {
 /// are read as sendfile would send them.
 async fn handle_one(ctx: &Rc<ShardContext>, bytes: Bytes) {
     let Ok(mut frame) = crate::protocol::decode_frame(bytes) else { return };
-    frame.client_host = "/127.0.0.1".into();
+    frame.client_host = "/127.0.0.1".to_string();
     let task = {
         let ctx = ctx.clone();
         glommio::spawn_local(async move { super::handlers::handle(&ctx, frame).await })

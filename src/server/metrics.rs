@@ -159,11 +159,7 @@ impl Metrics {
     /// Count record bytes in (produced) and out (fetched) for a topic.
     pub fn add_topic_bytes(&self, id: ShardId, topic: &str, bytes_in: u64, bytes_out: u64) {
         if let Ok(mut m) = self.shard(id).topic_bytes.lock() {
-            // The name is copied only for a topic's first bytes, not on every request.
-            let e = match m.get_mut(topic) {
-                Some(e) => e,
-                None => m.entry(topic.to_string()).or_default(),
-            };
+            let e = m.entry(topic.to_string()).or_default();
             e.0 += bytes_in;
             e.1 += bytes_out;
         }

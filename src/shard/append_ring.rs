@@ -111,13 +111,8 @@ pub struct StagedWrite {
     pub write_id: u64,
     pub file: Arc<File>,
     pub position: u64,
-    /// What to write: a batch's patched header and its bytes, inline for one batch.
-    pub parts: StagedParts,
+    pub parts: Vec<Bytes>,
 }
-
-/// An append's pieces, in order; one batch (its header, then its bytes) fits without an
-/// allocation.
-pub type StagedParts = smallvec::SmallVec<[Bytes; 2]>;
 
 impl StagedWrite {
     fn len(&self) -> usize {
@@ -625,7 +620,7 @@ mod tests {
 
     /// A write of `parts` at `position` of `file`, for log instance 0.
     fn staged(tp: &TopicPartition, write_id: u64, file: &Arc<File>, position: u64, parts: Vec<Bytes>) -> StagedWrite {
-        StagedWrite { tp: tp.clone(), log: 0, write_id, file: file.clone(), position, parts: parts.into() }
+        StagedWrite { tp: tp.clone(), log: 0, write_id, file: file.clone(), position, parts }
     }
 
     #[test]

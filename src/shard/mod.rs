@@ -945,7 +945,7 @@ impl Shard {
         &mut self,
         tp: TopicPartition,
         records: bytes::Bytes,
-        (info, write, patches): (AppendInfo, crate::log::PendingWrite, crate::log::HeaderPatches),
+        (info, write, patches): (AppendInfo, crate::log::PendingWrite, Vec<crate::log::HeaderPatch>),
         durable: bool,
         acks: i16,
         now_ms: i64,
@@ -953,7 +953,7 @@ impl Shard {
         let use_ring = self.ring.is_some();
         let p = self.partitions.get_mut(&tp).expect("the partition just appended");
         // Each batch goes out as its new header, then its bytes from the request.
-        let mut parts = append_ring::StagedParts::with_capacity(2 * patches.len());
+        let mut parts = Vec::with_capacity(2 * patches.len());
         for patch in &patches {
             parts.push(bytes::Bytes::copy_from_slice(&patch.header));
             parts.push(records.slice(patch.position + patch.header.len()..patch.position + patch.size));

@@ -59,7 +59,7 @@ pub async fn handle(ctx: &ShardContext, frame: &RequestFrame) -> Result<Bytes, P
             owned
         }),
         client_id,
-        client_host: frame.client_host.to_string(),
+        client_host: frame.client_host.clone(),
     };
     let group_id = hb.group_id.clone();
     let op = GroupOp::ConsumerHeartbeat { req: hb, now_ms: now_ms(), new_member_id: uuid::Uuid::new_v4().to_string() };

@@ -70,7 +70,7 @@ pub async fn handle(ctx: &ShardContext, frame: &RequestFrame) -> Result<Bytes, P
         _ => return answer(error_code::INVALID_REQUEST, None),
     };
     inner.principal = Arc::new(principal);
-    inner.client_host = format!("/{client}").into();
+    inner.client_host = format!("/{client}");
     inner.listener = frame.listener.clone();
     let response = match Box::pin(super::route(ctx, key, inner)).await {
         Ok(Some(response)) => response,

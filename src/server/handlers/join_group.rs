@@ -43,7 +43,7 @@ pub async fn handle(ctx: &ShardContext, frame: &RequestFrame) -> Result<Bytes, P
         // v0 has no rebalance timeout: Kafka uses the session timeout.
         rebalance_timeout_ms: if v >= 1 { req.rebalance_timeout_ms } else { req.session_timeout_ms },
         client_id: client_id.clone(),
-        client_host: frame.client_host.to_string(),
+        client_host: frame.client_host.clone(),
         require_known_member_id: v >= 4,
         reason: if v >= 8 { req.reason.as_ref().map(|r| r.to_string()) } else { None },
     };

@@ -156,17 +156,47 @@ pub async fn handle(ctx: &ShardContext, frame: &RequestFrame) -> Result<Option<R
                 }
             }
         });
-        // One partition (the common case) is awaited alone, boxed as join_all would box
-        // it (inline, it would double the request task that every spawn copies), without
-        // join_all's vector of results.
-        let partition_responses = if t.partition_data.len() == 1 {
-            let mut calls = calls;
-            let result = Box::pin(calls.next().expect("one partition")).await;
-            vec![partition_response(t.partition_data[0].index, result, version)]
-        } else {
-            let results = futures::future::join_all(calls).await;
-            t.partition_data.iter().zip(results).map(|(p, r)| partition_response(p.index, r, version)).collect()
-        };
+        let results = futures::future::join_all(calls).await;
+        let partition_responses = t
+            .partition_data
+            .iter()
+            .zip(results)
+            .map(|(p, result)| {
+                let r = PartitionProduceResponse::default().with_index(p.index);
+                match result {
+                    Ok((info, log_start_offset)) => {
+                        let r = r.with_base_offset(info.base_offset.0).with_log_append_time_ms(info.log_append_time_ms);
+                        if version >= 5 {
+                            r.with_log_start_offset(log_start_offset.0)
+                        } else {
+                            r
+                        }
+                    }
+                    Err((code, message, record_errors)) => {
+                        let r = r
+                            .with_error_code(code)
+                            .with_base_offset(-1)
+                            .with_log_append_time_ms(-1)
+                            .with_log_start_offset(-1);
+                        if version >= 8 {
+                            // KIP-467: the records refused, so the client fails only them.
+                            r.with_error_message(message.map(str_bytes)).with_record_errors(
+                                record_errors
+                                    .into_iter()
+                                    .map(|(index, why)| {
+                                        BatchIndexAndErrorMessage::default()
+                                            .with_batch_index(index)
+                                            .with_batch_index_error_message(Some(str_bytes(why)))
+                                    })
+                                    .collect(),
+                            )
+                        } else {
+                            r
+                        }
+                    }
+                }
+            })
+            .collect();
         responses.push(
             TopicProduceResponse::default().with_name(t.name.clone()).with_partition_responses(partition_responses),
         );
@@ -181,44 +211,6 @@ pub async fn handle(ctx: &ShardContext, frame: &RequestFrame) -> Result<Option<R
     let mut response = Response::from(respond(ApiKey::Produce, frame, &body)?);
     response.throttle_ms = throttle_ms;
     Ok(Some(response))
-}
-
-/// What a partition's append came to: where its records went (and the log start
-/// offset), or the error code, its message and the records refused (KIP-467).
-type PartitionResult =
-    Result<(crate::log::AppendInfo, crate::model::Offset), (i16, Option<String>, Vec<(i32, String)>)>;
-
-/// A partition's answer: where its records went, or why they did not.
-fn partition_response(index: i32, result: PartitionResult, version: i16) -> PartitionProduceResponse {
-    let r = PartitionProduceResponse::default().with_index(index);
-    match result {
-        Ok((info, log_start_offset)) => {
-            let r = r.with_base_offset(info.base_offset.0).with_log_append_time_ms(info.log_append_time_ms);
-            if version >= 5 {
-                r.with_log_start_offset(log_start_offset.0)
-            } else {
-                r
-            }
-        }
-        Err((code, message, record_errors)) => {
-            let r = r.with_error_code(code).with_base_offset(-1).with_log_append_time_ms(-1).with_log_start_offset(-1);
-            if version >= 8 {
-                // KIP-467: the records refused, so the client fails only them.
-                r.with_error_message(message.map(str_bytes)).with_record_errors(
-                    record_errors
-                        .into_iter()
-                        .map(|(index, why)| {
-                            BatchIndexAndErrorMessage::default()
-                                .with_batch_index(index)
-                                .with_batch_index_error_message(Some(str_bytes(why)))
-                        })
-                        .collect(),
-                )
-            } else {
-                r
-            }
-        }
-    }
 }
 
 /// How long a verification may wait for a coordinator on another broker.
