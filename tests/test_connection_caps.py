@@ -173,7 +173,12 @@ def test_declared_and_trickled_frames_hold_no_more_than_the_request_byte_cap(bro
             time.sleep(0.1)
         loaded = rss_peak_mib(broker)
         print(f"RSS with 40 x 16 MB of 20 MB frames sent: {loaded:.0f} MiB (cap {cap_mib} MiB)")
-        assert loaded - base < cap_mib + 64, f"{loaded - base:.0f} MiB held, cap is {cap_mib} MiB"
+        # The slack: growing bodies' reallocations, and (since `spate serve` keeps freed
+        # request memory for the next requests: limits::malloc_reuse_bytes, 32 MiB of
+        # trim threshold) heap the frames freed that glibc has not handed back. A run
+        # of 2026-12-07 peaked at 198 MiB over the base against the old 64 MiB slack.
+        slack_mib = 64 + 32
+        assert loaded - base < cap_mib + slack_mib, f"{loaded - base:.0f} MiB held, cap is {cap_mib} MiB"
         assert_serves(broker, "during-loaded")
         assert broker.alive()
     finally:
