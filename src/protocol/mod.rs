@@ -20,13 +20,15 @@ use crate::model::limits;
 /// The APIs Spate implements, with the version ranges it advertises. These ranges are
 /// chosen so that librdkafka 2.x (Debian's kcat runs 2.0.2), kafka-python 2.x, kafkajs
 /// 2.x and the Java client 3.x each find a common version; every version listed is
-/// handled. Versions that need topic ids on the record path (Fetch 13+, Produce 13) are
-/// left out until they are used there.
+/// handled.
 pub const SUPPORTED_APIS: &[(ApiKey, i16, i16)] = &[
-    // v10-11: KIP-951's leader hints (tagged, left empty) and TRANSACTION_ABORTABLE; v12
-    // is transaction version 2 (the leader adds the partition to the transaction).
-    (ApiKey::Produce, 3, 12),
-    (ApiKey::Fetch, 4, 12),
+    // v10-11: KIP-951's leader hints and TRANSACTION_ABORTABLE; v12 is transaction
+    // version 2 (the leader adds the partition to the transaction); v13 names topics by
+    // id (KIP-516).
+    (ApiKey::Produce, 3, 13),
+    // v13 names topics by id (KIP-516), v15 the follower with its broker epoch (KIP-903),
+    // v16 adds KIP-951's leader hints; v17-18 add follower fields that KRaft uses.
+    (ApiKey::Fetch, 4, 18),
     // v7 max timestamp (KIP-734), v8 earliest local (KIP-405), v9 latest tiered (KIP-1005,
     // answered as Kafka without remote storage), v10 its TimeoutMs (nothing remote to wait on).
     (ApiKey::ListOffsets, 1, 10),
@@ -114,13 +116,11 @@ pub const SUPPORTED_APIS: &[(ApiKey, i16, i16)] = &[
     (ApiKey::AlterUserScramCredentials, 0, 0),
 ];
 
-/// Versions handled beyond the advertised ranges, for Spate's own brokers, which talk to
-/// each other at fixed versions (`server/peer.rs`): Fetch v15 carries the follower's broker
-/// epoch (ReplicaState.ReplicaEpoch, KIP-903) and names topics by id (v13+). Not
-/// advertised to clients until their topic-id fetches are tested. Envelope (KIP-590)
-/// carries an admin request a broker forwards to the active coordinator with its
-/// client's principal (`server/forward.rs`); Kafka's brokers do not advertise it either.
-pub const PEER_APIS: &[(ApiKey, i16, i16)] = &[(ApiKey::Fetch, 13, 15), (ApiKey::Envelope, 0, 0)];
+/// Versions handled beyond the advertised ranges, for Spate's own brokers: Envelope
+/// (KIP-590) carries an admin request a broker forwards to the active coordinator with
+/// its client's principal (`server/forward.rs`); Kafka's brokers do not advertise it
+/// either.
+pub const PEER_APIS: &[(ApiKey, i16, i16)] = &[(ApiKey::Envelope, 0, 0)];
 
 /// Whether `version` of `key` is handled: advertised, or sent between Spate brokers.
 pub fn handled_version(key: ApiKey, version: i16) -> bool {
@@ -320,6 +320,8 @@ pub mod error_code {
     pub const CORRUPT_MESSAGE: i16 = 2;
     pub const UNKNOWN_TOPIC_OR_PARTITION: i16 = 3;
     pub const UNKNOWN_TOPIC_ID: i16 = 100;
+    // Fetch v13+ (KIP-516): a session opened by names used with ids, or the reverse.
+    pub const FETCH_SESSION_TOPIC_ID_ERROR: i16 = 106;
     pub const LEADER_NOT_AVAILABLE: i16 = 5;
     pub const NOT_LEADER_OR_FOLLOWER: i16 = 6;
     pub const REQUEST_TIMED_OUT: i16 = 7;
@@ -417,14 +419,13 @@ mod tests {
     use kafka_protocol::messages::ApiVersionsResponse;
 
     #[test]
-    fn peer_fetch_versions_are_handled_but_not_advertised() {
-        assert_eq!(supported_range(ApiKey::Fetch), Some((4, 12)));
-        for v in [4, 12, 13, 15] {
-            assert!(handled_version(ApiKey::Fetch, v), "Fetch v{v}");
-        }
-        assert!(!handled_version(ApiKey::Fetch, 16));
+    fn envelope_is_handled_but_not_advertised() {
+        assert_eq!(supported_range(ApiKey::Fetch), Some((4, 18)));
+        assert!(handled_version(ApiKey::Fetch, 18));
+        assert!(!handled_version(ApiKey::Fetch, 19));
         assert!(!handled_version(ApiKey::Fetch, 3));
-        assert!(!handled_version(ApiKey::Produce, 13));
+        assert!(handled_version(ApiKey::Envelope, 0));
+        assert_eq!(supported_range(ApiKey::Envelope), None);
     }
 
     /// A follower's Fetch v15 carries its broker epoch (KIP-903) and reads back as sent.

@@ -4,6 +4,11 @@
 //! records, an error, or a changed high watermark / log start offset. Sessions live on
 //! the shard of the connection that made them; a client that reconnects elsewhere gets
 //! FETCH_SESSION_ID_NOT_FOUND and starts a new one, as it would after an eviction.
+//! A session opened with Fetch v13+ holds its partitions by topic id (KIP-516), older
+//! ones by name; the handler names topics from their ids after `prepare`, so a partition
+//! held by the id of a deleted topic is answered UNKNOWN_TOPIC_ID, never served from a
+//! new topic of the same name. Switching between ids and names within a session is
+//! FETCH_SESSION_TOPIC_ID_ERROR, as in Kafka.
 
 use std::collections::HashMap;
 use std::time::Instant;
@@ -11,6 +16,7 @@ use std::time::Instant;
 use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
 use kafka_protocol::messages::fetch_response::FetchableTopicResponse;
 use kafka_protocol::messages::{FetchRequest, TopicName};
+use uuid::Uuid;
 
 use crate::protocol::error_code;
 
@@ -24,8 +30,14 @@ const fetch_session_partitions_max: usize = 100_000;
 const INITIAL_EPOCH: i32 = 0;
 const FINAL_EPOCH: i32 = -1;
 
+/// The first Fetch version that names topics by id (KIP-516).
+pub const first_topic_id_version: i16 = 13;
+
 struct SessionPartition {
+    /// The name as requested: empty in a session by topic id.
     topic: TopicName,
+    /// The id as requested: zero in a session by name.
+    topic_id: Uuid,
     request: FetchPartition,
     /// (high watermark, last stable offset, log start offset) last sent for it.
     sent: Option<(i64, i64, i64)>,
@@ -33,6 +45,8 @@ struct SessionPartition {
 
 struct Session {
     next_epoch: i32,
+    /// Opened with Fetch v13+: its partitions are held by topic id.
+    by_id: bool,
     partitions: Vec<SessionPartition>,
     last_used: Instant,
 }
@@ -67,7 +81,7 @@ impl FetchSessions {
         }
         match (req.session_id, req.session_epoch) {
             (0, FINAL_EPOCH) => Ok((req.clone(), Mode::Sessionless)),
-            (0, INITIAL_EPOCH) => Ok(self.create(req)),
+            (0, INITIAL_EPOCH) => Ok(self.create(req, version)),
             (0, _) => Err(error_code::INVALID_FETCH_SESSION_EPOCH),
             (id, FINAL_EPOCH) => {
                 self.sessions.remove(&id);
@@ -75,27 +89,31 @@ impl FetchSessions {
             }
             (id, INITIAL_EPOCH) => {
                 self.sessions.remove(&id);
-                Ok(self.create(req))
+                Ok(self.create(req, version))
             }
             (id, epoch) => {
                 let session = self.sessions.get_mut(&id).ok_or(error_code::FETCH_SESSION_ID_NOT_FOUND)?;
                 if epoch != session.next_epoch {
                     return Err(error_code::INVALID_FETCH_SESSION_EPOCH);
                 }
+                if session.by_id != (version >= first_topic_id_version) {
+                    return Err(error_code::FETCH_SESSION_TOPIC_ID_ERROR);
+                }
                 for t in &req.forgotten_topics_data {
-                    session.partitions.retain(|p| !(p.topic == t.topic && t.partitions.contains(&p.request.partition)));
+                    session.partitions.retain(|p| {
+                        !(p.topic == t.topic && p.topic_id == t.topic_id && t.partitions.contains(&p.request.partition))
+                    });
                 }
                 for t in &req.topics {
                     for p in &t.partitions {
-                        let found = session
-                            .partitions
-                            .iter()
-                            .position(|s| s.topic == t.topic && s.request.partition == p.partition);
+                        let found = session.partitions.iter().position(|s| {
+                            s.topic == t.topic && s.topic_id == t.topic_id && s.request.partition == p.partition
+                        });
                         match found {
                             Some(i) => session.partitions[i].request = p.clone(),
-                            None if session.partitions.len() < fetch_session_partitions_max => session
-                                .partitions
-                                .push(SessionPartition { topic: t.topic.clone(), request: p.clone(), sent: None }),
+                            None if session.partitions.len() < fetch_session_partitions_max => {
+                                session.partitions.push(SessionPartition::new(t, p))
+                            }
                             None => return Err(error_code::INVALID_REQUEST),
                         }
                     }
@@ -109,7 +127,7 @@ impl FetchSessions {
         }
     }
 
-    fn create(&mut self, req: &FetchRequest) -> (FetchRequest, Mode) {
+    fn create(&mut self, req: &FetchRequest, version: i16) -> (FetchRequest, Mode) {
         let count: usize = req.topics.iter().map(|t| t.partitions.len()).sum();
         if count > fetch_session_partitions_max {
             return (req.clone(), Mode::Sessionless);
@@ -125,29 +143,25 @@ impl FetchSessions {
                 break self.next_id;
             }
         };
-        let partitions = req
-            .topics
-            .iter()
-            .flat_map(|t| {
-                t.partitions.iter().map(|p| SessionPartition { topic: t.topic.clone(), request: p.clone(), sent: None })
-            })
-            .collect();
-        self.sessions.insert(id, Session { next_epoch: 1, partitions, last_used: Instant::now() });
+        let partitions = req.topics.iter().flat_map(|t| t.partitions.iter().map(|p| SessionPartition::new(t, p))).collect();
+        let by_id = version >= first_topic_id_version;
+        self.sessions.insert(id, Session { next_epoch: 1, by_id, partitions, last_used: Instant::now() });
         (req.clone(), Mode::Session { id, incremental: false })
     }
 
     /// Before answering within a session: remember what is sent, and for an incremental
-    /// answer leave out partitions with nothing new.
+    /// answer leave out partitions with nothing new. A session by id matches the answers
+    /// by `topic_id`, one by name by `topic`.
     pub fn finish(&mut self, mode: Mode, topics: &mut Vec<FetchableTopicResponse>) {
         let Mode::Session { id, incremental } = mode else { return };
         let Some(session) = self.sessions.get_mut(&id) else { return };
+        let by_id = session.by_id;
         for t in topics.iter_mut() {
+            let same_topic = |s: &SessionPartition| if by_id { s.topic_id == t.topic_id } else { s.topic == t.topic };
             t.partitions.retain(|p| {
                 let now = (p.high_watermark, p.last_stable_offset, p.log_start_offset);
-                let Some(s) = session
-                    .partitions
-                    .iter_mut()
-                    .find(|s| s.topic == t.topic && s.request.partition == p.partition_index)
+                let Some(s) =
+                    session.partitions.iter_mut().find(|s| same_topic(s) && s.request.partition == p.partition_index)
                 else {
                     return true;
                 };
@@ -161,14 +175,23 @@ impl FetchSessions {
     }
 }
 
+impl SessionPartition {
+    fn new(t: &FetchTopic, p: &FetchPartition) -> Self {
+        Self { topic: t.topic.clone(), topic_id: t.topic_id, request: p.clone(), sent: None }
+    }
+}
+
 fn group_by_topic(partitions: &[SessionPartition]) -> Vec<FetchTopic> {
     let mut out: Vec<FetchTopic> = Vec::new();
     for p in partitions {
-        match out.iter_mut().find(|t| t.topic == p.topic) {
+        match out.iter_mut().find(|t| t.topic == p.topic && t.topic_id == p.topic_id) {
             Some(t) => t.partitions.push(p.request.clone()),
-            None => {
-                out.push(FetchTopic::default().with_topic(p.topic.clone()).with_partitions(vec![p.request.clone()]))
-            }
+            None => out.push(
+                FetchTopic::default()
+                    .with_topic(p.topic.clone())
+                    .with_topic_id(p.topic_id)
+                    .with_partitions(vec![p.request.clone()]),
+            ),
         }
     }
     out
@@ -266,6 +289,64 @@ mod tests {
         assert_eq!(s.prepare(&request(id, 5, &[]), 12).unwrap_err(), error_code::FETCH_SESSION_ID_NOT_FOUND);
         // Old versions never have sessions.
         assert_eq!(s.prepare(&request(0, 0, &[("a", 0, 0)]), 6).unwrap().1, Mode::Sessionless);
+    }
+
+    /// KIP-516: a session opened with v13+ holds partitions by topic id. The same name
+    /// under two ids is two topics (a topic deleted and created again), forgetting goes
+    /// by id, and names and ids do not mix within a session.
+    #[test]
+    fn a_session_by_topic_id_keeps_ids_apart_and_refuses_names() {
+        let by_id = |id: u128, p: i32, offset: i64| {
+            FetchTopic::default()
+                .with_topic_id(Uuid::from_u128(id))
+                .with_partitions(vec![FetchPartition::default().with_partition(p).with_fetch_offset(offset)])
+        };
+        let mut s = FetchSessions::new(0);
+        let open = FetchRequest::default().with_session_epoch(0).with_topics(vec![by_id(1, 0, 0)]);
+        let (_, mode) = s.prepare(&open, 16).unwrap();
+        let Mode::Session { id, incremental: false } = mode else { panic!("{mode:?}") };
+
+        // A second id for partition 0 joins beside the first; both are fetched, by id.
+        let next = FetchRequest::default().with_session_id(id).with_session_epoch(1).with_topics(vec![by_id(2, 0, 5)]);
+        let (eff, mode) = s.prepare(&next, 16).unwrap();
+        let ids: Vec<u128> = eff.topics.iter().map(|t| t.topic_id.as_u128()).collect();
+        assert_eq!(ids, vec![1, 2]);
+        assert!(eff.topics.iter().all(|t| t.topic.is_empty()), "named later, from the ids");
+
+        // Answers match the session by id: a named answer for id 2 with nothing new is
+        // left out of the next incremental answer, whatever its name.
+        let answer = |eff: &FetchRequest| -> Vec<FetchableTopicResponse> {
+            eff.topics
+                .iter()
+                .map(|t| {
+                    FetchableTopicResponse::default().with_topic(name("t")).with_topic_id(t.topic_id).with_partitions(
+                        vec![PartitionData::default().with_partition_index(0).with_high_watermark(3)],
+                    )
+                })
+                .collect()
+        };
+        let mut topics = answer(&eff);
+        s.finish(mode, &mut topics);
+        assert_eq!(topics.len(), 2, "first answer of each partition");
+        let (eff, mode) = s.prepare(&FetchRequest::default().with_session_id(id).with_session_epoch(2), 16).unwrap();
+        let mut topics = answer(&eff);
+        s.finish(mode, &mut topics);
+        assert!(topics.is_empty(), "nothing new: {topics:?}");
+
+        // Forgetting id 1 leaves id 2.
+        let mut forget = FetchRequest::default().with_session_id(id).with_session_epoch(3);
+        forget.forgotten_topics_data =
+            vec![ForgottenTopic::default().with_topic_id(Uuid::from_u128(1)).with_partitions(vec![0])];
+        let (eff, _) = s.prepare(&forget, 17).unwrap();
+        let ids: Vec<u128> = eff.topics.iter().map(|t| t.topic_id.as_u128()).collect();
+        assert_eq!(ids, vec![2]);
+
+        // A v12 request (names) in this session, and a v13 one in a session by name.
+        let v12 = FetchRequest::default().with_session_id(id).with_session_epoch(4);
+        assert_eq!(s.prepare(&v12, 12).unwrap_err(), error_code::FETCH_SESSION_TOPIC_ID_ERROR);
+        let (_, mode) = s.prepare(&request(0, 0, &[("a", 0, 0)]), 12).unwrap();
+        let Mode::Session { id: named, .. } = mode else { panic!("{mode:?}") };
+        assert_eq!(s.prepare(&request(named, 1, &[]), 13).unwrap_err(), error_code::FETCH_SESSION_TOPIC_ID_ERROR);
     }
 
     #[test]

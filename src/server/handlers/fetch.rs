@@ -7,15 +7,17 @@
 //! epoch from v15 on (KIP-903); consumers read below the high watermark, read_committed
 //! ones (isolation_level 1) below the last stable offset, and get the aborted
 //! transactions that overlap what they read (the client drops those records). v13+ name
-//! topics by id; Spate advertises up to v12 and takes v13..=15 from its own brokers
-//! (`protocol::PEER_APIS`).
+//! topics by id (KIP-516); v16+ answers NOT_LEADER_OR_FOLLOWER and FENCED_LEADER_EPOCH
+//! with the leader this broker knows and its endpoint (KIP-951), so the client goes there
+//! without asking for metadata first. v17's directory ids and v18's follower high
+//! watermark are for KRaft's replicas; a Spate leader ignores them.
 
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use futures::future::{select, select_all, Either};
-use kafka_protocol::messages::fetch_response::{AbortedTransaction, FetchableTopicResponse, PartitionData};
-use kafka_protocol::messages::{ApiKey, FetchRequest, FetchResponse, ProducerId, TopicName};
+use kafka_protocol::messages::fetch_response::{self, AbortedTransaction, FetchableTopicResponse, PartitionData};
+use kafka_protocol::messages::{ApiKey, BrokerId, FetchRequest, FetchResponse, ProducerId, TopicName};
 
 use crate::coordinator::registry::CLUSTER_METADATA_TOPIC;
 use crate::model::{limits, BrokerEpoch, LeaderEpoch, NodeId, Offset, TopicPartition};
@@ -25,7 +27,7 @@ use crate::replication::NO_BROKER_EPOCH;
 use crate::shard::{FetchRecords, PartitionOp, PartitionReply};
 
 use super::super::context::ShardContext;
-use super::super::fetch_sessions;
+use super::super::fetch_sessions::{self, first_topic_id_version};
 use super::super::now_ms;
 use super::super::throttle;
 use super::{partition_error_code, respond};
@@ -33,14 +35,45 @@ use crate::config::THROTTLED_RATE_UNLIMITED;
 
 /// The longest long-poll we honour (Kafka clients use 500 ms by default).
 const fetch_wait_ms_max: i32 = 60_000;
+/// The first Fetch version with KIP-951's leader hints.
+const first_leader_hints_version: i16 = 16;
+
+/// KIP-951: each partition answered NOT_LEADER_OR_FOLLOWER or FENCED_LEADER_EPOCH gets
+/// the leader and leader epoch this broker knows; returns the endpoints of those leaders.
+fn fetch_leader_hints(
+    ctx: &ShardContext,
+    frame: &RequestFrame,
+    topics: &mut [FetchableTopicResponse],
+) -> Vec<fetch_response::NodeEndpoint> {
+    let mut hints = super::LeaderHints::new(ctx);
+    for t in topics.iter_mut() {
+        for p in &mut t.partitions {
+            if let Some((leader, epoch)) = hints.hint(p.error_code, t.topic.as_str(), p.partition_index) {
+                p.current_leader = fetch_response::LeaderIdAndEpoch::default()
+                    .with_leader_id(BrokerId(leader))
+                    .with_leader_epoch(epoch);
+            }
+        }
+    }
+    hints
+        .endpoints(ctx, frame)
+        .into_iter()
+        .map(|b| {
+            fetch_response::NodeEndpoint::default()
+                .with_node_id(BrokerId(b.id))
+                .with_host(super::str_bytes(b.host))
+                .with_port(b.port)
+                .with_rack(b.rack.map(super::str_bytes))
+        })
+        .collect()
+}
 
 pub async fn handle(ctx: &ShardContext, frame: &RequestFrame) -> Result<Response, ProtocolError> {
     let mut req: FetchRequest = decode_body(frame)?;
     if req.topics.iter().any(|t| t.topic.as_str() == CLUSTER_METADATA_TOPIC) {
         return super::cluster_metadata::handle(ctx, frame, req).await.map(Response::from);
     }
-    // v13+ names topics by id, v15+ the follower in ReplicaState (with its broker epoch).
-    let unknown_ids = if frame.api_version >= 13 { resolve_topic_ids(ctx, &mut req) } else { Vec::new() };
+    // v15+ names the follower in ReplicaState (with its broker epoch).
     if frame.api_version >= 15 {
         req.replica_id = req.replica_state.replica_id;
     }
@@ -50,6 +83,13 @@ pub async fn handle(ctx: &ShardContext, frame: &RequestFrame) -> Result<Response
             let body = FetchResponse::default().with_error_code(code).with_session_id(0);
             return respond(ApiKey::Fetch, frame, &body).map(Response::from);
         }
+    };
+    // v13+ names topics by id: named after the session is applied, so that a session's
+    // partition of a topic deleted since is answered by its id.
+    let unknown_ids = if frame.api_version >= first_topic_id_version {
+        resolve_topic_ids(ctx, &mut req)
+    } else {
+        Vec::new()
     };
     let denied = unauthorized(ctx, frame, &mut req);
     let started = Instant::now();
@@ -94,14 +134,11 @@ pub async fn handle(ctx: &ShardContext, frame: &RequestFrame) -> Result<Response
             let mut topics = topics;
             ctx.fetch_sessions.borrow_mut().finish(mode, &mut topics);
             topics.extend(denied.iter().cloned());
-            if frame.api_version >= 13 {
-                let view = ctx.view();
-                for t in &mut topics {
-                    t.topic_id = view.get(t.topic.as_str()).map(|m| m.id).unwrap_or_default();
-                }
-                topics.extend(unknown_ids.iter().cloned());
+            topics.extend(unknown_ids.iter().cloned());
+            let mut body = FetchResponse::default().with_responses(topics).with_session_id(session_id);
+            if frame.api_version >= first_leader_hints_version {
+                body.node_endpoints = fetch_leader_hints(ctx, frame, &mut body.responses);
             }
-            let body = FetchResponse::default().with_responses(topics).with_session_id(session_id);
             let encoded = respond(ApiKey::Fetch, frame, &body)?;
             let flexible = frame.api_version >= 12;
             return splice_file_ranges(encoded, flexible, ranges);
@@ -174,7 +211,7 @@ fn unauthorized(ctx: &ShardContext, frame: &RequestFrame, req: &mut FetchRequest
             denied.push(
                 FetchableTopicResponse::default()
                     .with_topic(t.topic.clone())
-                    .with_topic_id(view.get(t.topic.as_str()).map(|m| m.id).unwrap_or_default())
+                    .with_topic_id(t.topic_id)
                     .with_partitions(partitions),
             );
         }
@@ -339,7 +376,12 @@ async fn fetch_once(
             });
         }
         topic_bytes.push((total_bytes - topic_start_bytes) as u64);
-        topics.push(FetchableTopicResponse::default().with_topic(t.topic.clone()).with_partitions(partitions));
+        topics.push(
+            FetchableTopicResponse::default()
+                .with_topic(t.topic.clone())
+                .with_topic_id(t.topic_id)
+                .with_partitions(partitions),
+        );
     }
     (topics, topic_bytes, ranges, total_bytes, any_error, readable_ends)
 }

@@ -393,6 +393,50 @@ fn listed_brokers(
     brokers
 }
 
+/// KIP-951's leader hints (Produce v10+, Fetch v16+), as Kafka's KafkaApis fills them:
+/// a partition answered NOT_LEADER_OR_FOLLOWER or FENCED_LEADER_EPOCH gets the leader and
+/// leader epoch in this broker's view ((-1, -1) when it knows none), and the answer lists
+/// the endpoints of the leaders named, on the request's listener. A client then goes to
+/// the new leader without a Metadata round trip first.
+pub(super) struct LeaderHints {
+    view: std::rc::Rc<std::sync::Arc<crate::coordinator::view::ClusterView>>,
+    leaders: std::collections::BTreeSet<i32>,
+}
+
+impl LeaderHints {
+    pub(super) fn new(ctx: &ShardContext) -> Self {
+        Self { view: ctx.view(), leaders: std::collections::BTreeSet::new() }
+    }
+
+    /// The (leader, leader epoch) hint for a partition answered `code`, if it gets one.
+    pub(super) fn hint(&mut self, code: i16, topic: &str, partition: i32) -> Option<(i32, i32)> {
+        if code != error_code::NOT_LEADER_OR_FOLLOWER && code != error_code::FENCED_LEADER_EPOCH {
+            return None;
+        }
+        let hint = match self.view.partition(topic, partition) {
+            Some((_, state)) if state.leader.0 >= 0 => (state.leader.0, state.leader_epoch.0),
+            _ => (-1, -1),
+        };
+        if hint.0 >= 0 {
+            self.leaders.insert(hint.0);
+        }
+        Some(hint)
+    }
+
+    /// The name of the topic with id `id`, if this broker knows it.
+    pub(super) fn topic_name(&self, id: uuid::Uuid) -> Option<String> {
+        self.view.by_id(id).map(|(name, _)| name.clone())
+    }
+
+    /// The endpoints of the leaders hinted at, as Metadata would list them.
+    fn endpoints(&self, ctx: &ShardContext, frame: &RequestFrame) -> Vec<ListedBroker> {
+        if self.leaders.is_empty() {
+            return Vec::new();
+        }
+        listed_brokers(ctx, &self.view, frame, false).into_iter().filter(|b| self.leaders.contains(&b.id)).collect()
+    }
+}
+
 fn str_bytes(s: impl Into<String>) -> kafka_protocol::protocol::StrBytes {
     kafka_protocol::protocol::StrBytes::from_string(s.into())
 }

@@ -2,7 +2,9 @@
 //! appends it. acks=0 gets no answer; acks=1 is answered after the append (and after
 //! the fsync when the operator chose `--fsync always` or the topic's flush policy is
 //! due); acks=-1 also waits until the high watermark covers it (the in-sync replicas
-//! have it), within the request timeout.
+//! have it), within the request timeout. v13 names topics by id (KIP-516); v10+ answers
+//! NOT_LEADER_OR_FOLLOWER and FENCED_LEADER_EPOCH with the leader this broker knows and
+//! its endpoint (KIP-951).
 //!
 //! Memory under a slow disk: every partition's append is awaited here (written, then
 //! fsynced when asked) before the request is done, acks=0 included, and the request
@@ -15,9 +17,9 @@ use std::time::Duration;
 
 use futures::future::{select, Either};
 use kafka_protocol::messages::produce_response::{
-    BatchIndexAndErrorMessage, PartitionProduceResponse, TopicProduceResponse,
+    self, BatchIndexAndErrorMessage, PartitionProduceResponse, TopicProduceResponse,
 };
-use kafka_protocol::messages::{ApiKey, ProduceRequest, ProduceResponse};
+use kafka_protocol::messages::{ApiKey, BrokerId, ProduceRequest, ProduceResponse};
 
 use crate::config::FsyncMode;
 use crate::log::{LogError, TxnVerification};
@@ -52,9 +54,18 @@ pub async fn handle(ctx: &ShardContext, frame: &RequestFrame) -> Result<Option<R
     let txn_denied = txn_id
         .is_some_and(|id| !authz::authorize(ctx, frame, &view, AclOperation::Write, ResourceType::TransactionalId, id));
     for t in &req.topic_data {
-        let topic = t.name.as_str();
+        // v13 names topics by id (KIP-516): an id this broker does not know is
+        // UNKNOWN_TOPIC_ID, after the transactional id's authorization, as in Kafka.
+        let by_id = (version >= first_topic_id_version).then(|| view.by_id(t.topic_id).map(|(name, _)| name.clone()));
+        let topic = match &by_id {
+            Some(Some(name)) => name.as_str(),
+            Some(None) => "",
+            None => t.name.as_str(),
+        };
         let denied = if txn_denied {
             Some(error_code::TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
+        } else if by_id.as_ref().is_some_and(Option::is_none) {
+            Some(error_code::UNKNOWN_TOPIC_ID)
         } else if !authz::authorize(ctx, frame, &view, AclOperation::Write, ResourceType::Topic, topic) {
             Some(error_code::TOPIC_AUTHORIZATION_FAILED)
         } else {
@@ -198,19 +209,64 @@ pub async fn handle(ctx: &ShardContext, frame: &RequestFrame) -> Result<Option<R
             })
             .collect();
         responses.push(
-            TopicProduceResponse::default().with_name(t.name.clone()).with_partition_responses(partition_responses),
+            TopicProduceResponse::default()
+                .with_name(t.name.clone())
+                .with_topic_id(t.topic_id)
+                .with_partition_responses(partition_responses),
         );
     }
+    drop(view);
     // Client quotas: the request's bytes against producer_byte_rate, recorded after the
     // append as Kafka does (the data is kept; the client is slowed down).
     let throttle_ms = super::super::quotas::record(ctx, frame, QuotaKind::Produce, frame.body.len() as u64);
     if req.acks == 0 {
         return Ok(None);
     }
-    let body = ProduceResponse::default().with_responses(responses).with_throttle_time_ms(throttle_ms as i32);
+    let mut body = ProduceResponse::default().with_responses(responses).with_throttle_time_ms(throttle_ms as i32);
+    if version >= first_leader_hints_version {
+        body.node_endpoints = produce_leader_hints(ctx, frame, &req, &mut body.responses);
+    }
     let mut response = Response::from(respond(ApiKey::Produce, frame, &body)?);
     response.throttle_ms = throttle_ms;
     Ok(Some(response))
+}
+
+/// The first Produce version that names topics by id (KIP-516).
+const first_topic_id_version: i16 = 13;
+/// The first Produce version with KIP-951's leader hints.
+const first_leader_hints_version: i16 = 10;
+
+/// KIP-951: each partition answered NOT_LEADER_OR_FOLLOWER or FENCED_LEADER_EPOCH gets
+/// the leader and leader epoch this broker knows; returns the endpoints of those leaders.
+fn produce_leader_hints(
+    ctx: &ShardContext,
+    frame: &RequestFrame,
+    req: &ProduceRequest,
+    topics: &mut [TopicProduceResponse],
+) -> Vec<produce_response::NodeEndpoint> {
+    let mut hints = super::LeaderHints::new(ctx);
+    for (t, asked) in topics.iter_mut().zip(&req.topic_data) {
+        let by_id = (frame.api_version >= first_topic_id_version).then(|| hints.topic_name(asked.topic_id)).flatten();
+        let topic = by_id.unwrap_or_else(|| asked.name.to_string());
+        for p in &mut t.partition_responses {
+            if let Some((leader, epoch)) = hints.hint(p.error_code, &topic, p.index) {
+                p.current_leader = produce_response::LeaderIdAndEpoch::default()
+                    .with_leader_id(BrokerId(leader))
+                    .with_leader_epoch(epoch);
+            }
+        }
+    }
+    hints
+        .endpoints(ctx, frame)
+        .into_iter()
+        .map(|b| {
+            produce_response::NodeEndpoint::default()
+                .with_node_id(BrokerId(b.id))
+                .with_host(str_bytes(b.host))
+                .with_port(b.port)
+                .with_rack(b.rack.map(str_bytes))
+        })
+        .collect()
 }
 
 /// How long a verification may wait for a coordinator on another broker.
