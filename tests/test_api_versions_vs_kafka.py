@@ -32,14 +32,10 @@ CREATE_TOPICS = 19
 
 # key: (name, Kafka 4.4's range, Spate's range or None, why Spate does not cover Kafka's).
 GAPS = {
-    0: ("Produce", (0, 13), (3, 12), "v13's topic ids (KIP-516) not yet; v0-2 (magic 0/1 message sets) left "
-        "out by design"),
-    1: ("Fetch", (4, 18), (4, 12), "topic ids for clients (v13, used between Spate's brokers only), KIP-951 "
-        "leader discovery (v16), KIP-853 directory ids (v17), KIP-1166 (v18) not yet"),
+    0: ("Produce", (0, 13), (3, 13), "v0-2 (magic 0/1 message sets) left out by design"),
     2: ("ListOffsets", (1, 11), (1, 10), "v11 (KIP-1023: earliest pending upload, tiered storage) not yet"),
     8: ("OffsetCommit", (2, 10), (2, 9), "v10's topic ids: the kafka-protocol crate stops at v9"),
     9: ("OffsetFetch", (1, 10), (1, 9), "v10's topic ids: the kafka-protocol crate stops at v9"),
-    10: ("FindCoordinator", (0, 6), (0, 5), "v6's share coordinator keys (share groups, issue 48) not yet"),
     18: ("ApiVersions", (0, 5), (0, 4), "v5's cluster and node id checks (KIP-1242): the kafka-protocol crate "
          "stops at v4"),
     27: ("WriteTxnMarkers", (1, 2), (1, 1), "v2's TransactionVersion (KIP-1228), by which a partition checks a "

@@ -13,8 +13,8 @@
 
 #![allow(non_upper_case_globals)]
 
-use std::net::{TcpListener, TcpStream};
-use std::process::{Child, Command, Stdio};
+mod wire_common;
+
 use std::time::{Duration, Instant};
 
 use kafka_protocol::messages::add_partitions_to_txn_request::AddPartitionsToTxnTopic;
@@ -24,9 +24,8 @@ use kafka_protocol::messages::{
     TransactionalId,
 };
 use spate::client::{sb, topic_name, Connection};
+use wire_common::start_broker;
 
-const spate: &str = env!("CARGO_BIN_EXE_spate");
-const broker_start_ms_max: u64 = 15_000;
 const retry_ms_max: u64 = 20_000;
 
 const NONE: i16 = 0;
@@ -41,105 +40,6 @@ const CONCURRENT_TRANSACTIONS: i16 = 51;
 const OPERATION_NOT_ATTEMPTED: i16 = 55;
 const PRODUCER_FENCED: i16 = 90;
 const TRANSACTIONAL_ID_NOT_FOUND: i16 = 105;
-
-struct Broker {
-    child: Child,
-    bootstrap: String,
-    dir: tempfile::TempDir,
-}
-
-impl Drop for Broker {
-    fn drop(&mut self) {
-        if std::thread::panicking() {
-            print_log(self.dir.path());
-        }
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
-}
-
-fn spawn(bootstrap: &str, dir: &std::path::Path) -> Child {
-    Command::new(spate)
-        .args([
-            "serve",
-            "--cores",
-            "2",
-            "--listen",
-            bootstrap,
-            "--metrics-listen",
-            &format!("127.0.0.1:{}", free_port()),
-        ])
-        .arg("--data-dir")
-        .arg(dir)
-        .stdout(Stdio::null())
-        .stderr(log_file(dir))
-        .spawn()
-        .unwrap()
-}
-
-/// The broker's log, appended to across restarts (printed when a test fails).
-fn log_file(dir: &std::path::Path) -> std::fs::File {
-    std::fs::OpenOptions::new().create(true).append(true).open(dir.join("broker.log")).unwrap()
-}
-
-fn print_log(dir: &std::path::Path) {
-    if let Ok(text) = std::fs::read_to_string(dir.join("broker.log")) {
-        let tail: Vec<&str> = text.lines().rev().take(60).collect();
-        eprintln!("----- broker log (last lines):\n{}", tail.into_iter().rev().collect::<Vec<_>>().join("\n"));
-    }
-}
-
-fn wait_up(b: &mut Broker) -> bool {
-    let started = Instant::now();
-    while TcpStream::connect(&b.bootstrap).is_err() {
-        if b.child.try_wait().unwrap().is_some() {
-            return false;
-        }
-        assert!(started.elapsed() < Duration::from_millis(broker_start_ms_max), "broker did not start");
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    std::thread::sleep(Duration::from_millis(200));
-    b.child.try_wait().unwrap().is_none()
-}
-
-fn start_broker() -> Broker {
-    for _ in 0..5 {
-        let dir = tempfile::tempdir().unwrap();
-        let bootstrap = format!("127.0.0.1:{}", free_port());
-        let child = spawn(&bootstrap, dir.path());
-        let mut b = Broker { child, bootstrap, dir };
-        if wait_up(&mut b) {
-            return b;
-        }
-    }
-    panic!("broker did not start");
-}
-
-impl Broker {
-    fn kill9_and_restart(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        self.child = spawn(&self.bootstrap, self.dir.path());
-        assert!(wait_up(self), "broker did not restart");
-    }
-
-    /// A connection, retried while the broker starts (its startup checks of the port can
-    /// accept a connection before its shards listen).
-    fn conn(&self) -> Connection {
-        let started = Instant::now();
-        loop {
-            match Connection::open(&self.bootstrap, Duration::from_secs(30), "txn-wiring") {
-                Ok(c) => return c,
-                Err(e) if started.elapsed() > Duration::from_millis(broker_start_ms_max) => panic!("{e}"),
-                Err(_) => std::thread::sleep(Duration::from_millis(100)),
-            }
-        }
-    }
-}
 
 /// Retry `f` while it answers a retriable coordinator error.
 fn retrying<T>(what: &str, mut f: impl FnMut() -> (i16, T)) -> (i16, T) {
@@ -234,16 +134,11 @@ fn wait_state(c: &mut Connection, id: &str, want: &str, within_ms: u64) -> bool 
     false
 }
 
-fn create_topic(b: &Broker, name: &str, partitions: i32) {
-    let mut client = spate::client::Client::connect(spate::client::ClientConfig::new(&b.bootstrap)).unwrap();
-    client.create_topic(name, partitions, 1, &[]).unwrap();
-}
-
 #[test]
 fn coordinator_requests_and_reload() {
-    let mut b = start_broker();
+    let mut b = start_broker(&["--cores", "2"]);
     let mut c = b.conn();
-    create_topic(&b, "t", 2);
+    b.create_topic("t", 2);
     let port: i32 = b.bootstrap.rsplit(':').next().unwrap().parse().unwrap();
 
     // Before __transaction_state exists nobody coordinates an id.
@@ -261,6 +156,11 @@ fn coordinator_requests_and_reload() {
     assert_eq!(find_txn_coordinator(&mut c, "tx-a"), (NONE, port));
     let req = FindCoordinatorRequest::default().with_key_type(1).with_key(sb(""));
     assert_eq!(c.call(&req).unwrap().1.error_code, INVALID_REQUEST);
+    // v6's share coordinator (KIP-932): no share groups here, so INVALID_REQUEST, as
+    // Kafka 4.4 answers where no share coordinator runs.
+    let req = FindCoordinatorRequest::default().with_key_type(2).with_coordinator_keys(vec![sb("share-group")]);
+    let found = c.call_version(6, &req).unwrap();
+    assert_eq!(found.coordinators.iter().map(|k| k.error_code).collect::<Vec<_>>(), vec![INVALID_REQUEST]);
 
     let (code, pid, epoch) = init(&mut c, "tx-a", 60_000);
     assert_eq!((code, epoch), (NONE, 0));
@@ -326,9 +226,9 @@ fn coordinator_requests_and_reload() {
 
 #[test]
 fn fencing_and_timeouts() {
-    let b = start_broker();
+    let b = start_broker(&["--cores", "2"]);
     let mut c = b.conn();
-    create_topic(&b, "t", 1);
+    b.create_topic("t", 1);
     assert_eq!(find_txn_coordinator(&mut c, "tx-f").0, NONE);
     let (_, pid, e0) = init(&mut c, "tx-f", 60_000);
     // A new producer with the same id, no transaction open: epoch + 1, the old fenced.
@@ -368,9 +268,9 @@ fn fencing_and_timeouts() {
 /// transaction reaches its Complete* state, and the producer carries on.
 #[test]
 fn markers_complete_transactions() {
-    let b = start_broker();
+    let b = start_broker(&["--cores", "2"]);
     let mut c = b.conn();
-    create_topic(&b, "t", 2);
+    b.create_topic("t", 2);
     assert_eq!(find_txn_coordinator(&mut c, "tx-m").0, NONE);
     let (_, pid, e) = init(&mut c, "tx-m", 60_000);
     assert_eq!(add(&mut c, "tx-m", pid, e, &[("t", &[0, 1])]), vec![NONE, NONE]);
@@ -409,9 +309,9 @@ fn end_v5(c: &mut Connection, id: &str, pid: i64, epoch: i16, commit: bool) -> (
 
 #[test]
 fn transaction_version_2_bumps_the_epoch_at_every_end() {
-    let b = start_broker();
+    let b = start_broker(&["--cores", "2"]);
     let mut c = b.conn();
-    create_topic(&b, "t2", 1);
+    b.create_topic("t2", 1);
     assert_eq!(find_txn_coordinator(&mut c, "tx-v2").0, NONE);
     let (_, pid, e) = init(&mut c, "tx-v2", 60_000);
     assert_eq!(add(&mut c, "tx-v2", pid, e, &[("t2", &[0])]), vec![NONE]);

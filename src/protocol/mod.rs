@@ -42,7 +42,8 @@ pub const SUPPORTED_APIS: &[(ApiKey, i16, i16)] = &[
     (ApiKey::DeleteTopics, 1, 6),
     (ApiKey::DescribeConfigs, 1, 4),
     // v5: the client knows TRANSACTION_ABORTABLE (never answered here).
-    (ApiKey::FindCoordinator, 0, 5),
+    // v6: share coordinators (KIP-932), answered INVALID_REQUEST (no share groups yet).
+    (ApiKey::FindCoordinator, 0, 6),
     (ApiKey::JoinGroup, 0, 9),
     (ApiKey::SyncGroup, 0, 5),
     (ApiKey::Heartbeat, 0, 4),

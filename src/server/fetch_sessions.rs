@@ -143,7 +143,8 @@ impl FetchSessions {
                 break self.next_id;
             }
         };
-        let partitions = req.topics.iter().flat_map(|t| t.partitions.iter().map(|p| SessionPartition::new(t, p))).collect();
+        let partitions =
+            req.topics.iter().flat_map(|t| t.partitions.iter().map(|p| SessionPartition::new(t, p))).collect();
         let by_id = version >= first_topic_id_version;
         self.sessions.insert(id, Session { next_epoch: 1, by_id, partitions, last_used: Instant::now() });
         (req.clone(), Mode::Session { id, incremental: false })
@@ -319,9 +320,10 @@ mod tests {
             eff.topics
                 .iter()
                 .map(|t| {
-                    FetchableTopicResponse::default().with_topic(name("t")).with_topic_id(t.topic_id).with_partitions(
-                        vec![PartitionData::default().with_partition_index(0).with_high_watermark(3)],
-                    )
+                    FetchableTopicResponse::default()
+                        .with_topic(name("t"))
+                        .with_topic_id(t.topic_id)
+                        .with_partitions(vec![PartitionData::default().with_partition_index(0).with_high_watermark(3)])
                 })
                 .collect()
         };

@@ -86,11 +86,8 @@ pub async fn handle(ctx: &ShardContext, frame: &RequestFrame) -> Result<Response
     };
     // v13+ names topics by id: named after the session is applied, so that a session's
     // partition of a topic deleted since is answered by its id.
-    let unknown_ids = if frame.api_version >= first_topic_id_version {
-        resolve_topic_ids(ctx, &mut req)
-    } else {
-        Vec::new()
-    };
+    let unknown_ids =
+        if frame.api_version >= first_topic_id_version { resolve_topic_ids(ctx, &mut req) } else { Vec::new() };
     let denied = unauthorized(ctx, frame, &mut req);
     let started = Instant::now();
     let deadline = started + Duration::from_millis(req.max_wait_ms.clamp(0, fetch_wait_ms_max) as u64);

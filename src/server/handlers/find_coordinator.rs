@@ -7,7 +7,9 @@
 //! COORDINATOR_NOT_AVAILABLE until it exists, and the client asks again (for
 //! `__transaction_state`, which is created on demand, they first ask the active
 //! coordinator for the same key, so that it creates the topic). An empty
-//! transactional id is INVALID_REQUEST; other key types are INVALID_REQUEST too.
+//! transactional id is INVALID_REQUEST; other key types are INVALID_REQUEST too. v6
+//! adds key type 2, a share group's share coordinator (KIP-932): Spate has no share
+//! coordinator yet, and answers INVALID_REQUEST, as Kafka 4.4 does where none runs.
 
 use bytes::Bytes;
 use kafka_protocol::messages::find_coordinator_response::Coordinator;
@@ -22,6 +24,7 @@ use super::{respond, str_bytes};
 
 const KEY_TYPE_GROUP: i8 = 0;
 const KEY_TYPE_TRANSACTION: i8 = 1;
+const KEY_TYPE_SHARE: i8 = 2;
 
 pub async fn handle(ctx: &ShardContext, frame: &RequestFrame) -> Result<Bytes, ProtocolError> {
     let req: FindCoordinatorRequest = decode_body(frame)?;
@@ -81,6 +84,9 @@ pub async fn handle(ctx: &ShardContext, frame: &RequestFrame) -> Result<Bytes, P
                 return Err((error_code::TRANSACTIONAL_ID_AUTHORIZATION_FAILED, None));
             }
             KEY_TYPE_TRANSACTION => txn_partition(key),
+            KEY_TYPE_SHARE => {
+                return Err((error_code::INVALID_REQUEST, Some("share groups are not supported by this broker".into())))
+            }
             other => return Err((error_code::INVALID_REQUEST, Some(format!("unknown key type {other}")))),
         };
         let leader = reg.leader_of(&tp.topic, tp.partition);
