@@ -50,8 +50,6 @@ GAPS = {
     55: ("DescribeQuorum", (0, 2), None, "no KRaft quorum: the coordinator is embedded or ZooKeeper"),
     64: ("UnregisterBroker", (0, 0), None, "not yet (a broker's registration lapses with its session)"),
     74: ("ListConfigResources", (0, 1), None, "client metrics resources (KIP-714) not implemented"),
-    75: ("DescribeTopicPartitions", (0, 0), None, "KIP-966's paginated describe not yet (kafka-topics "
-         "falls back to Metadata)"),
     76: ("ShareGroupHeartbeat", (1, 1), None, "share groups: issue 48"),
     77: ("ShareGroupDescribe", (1, 1), None, "share groups: issue 48"),
     78: ("ShareFetch", (1, 2), None, "share groups: issue 48"),

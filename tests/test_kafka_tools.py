@@ -290,6 +290,19 @@ def test_kafka_topics_default_placement_matches_metadata(cluster, tools_classpat
     assert partitions == {(topic, p): v for p, v in view.items()}, (
         f"kafka-topics --describe: {partitions}\nconfluent metadata: {view}")
     assert {leader for leader, _, _ in view.values()} == {1, 2, 3}, view
+    # The same through DescribeTopicPartitions' pages (KIP-966): 4 partitions per answer,
+    # this topic and another of 3, so pages end inside a topic and at a topic's end.
+    other = "tools-placed-2"
+    rc, out = topics_tool(tools_classpath, b2.bootstrap, "--create", "--topic", other, "--partitions", "3",
+                          "--replication-factor", "1")
+    assert rc == 0, out
+    other_view = wait_for(lambda: cluster_view(b1.bootstrap, other), lambda v: len(v) == 3, 20, f"{other} metadata")
+    rc, out = topics_tool(tools_classpath, b1.bootstrap, "--describe", "--topic", "tools-placed.*",
+                          "--partition-size-limit-per-response", "4")
+    topics, partitions = parse_describe(out)
+    assert topics == {topic: (6, 3), other: (3, 1)}, out
+    want = {(t, p): v for t, v_ in ((topic, view), (other, other_view)) for p, v in v_.items()}
+    assert partitions == want, f"paged kafka-topics --describe: {partitions}\nconfluent metadata: {want}"
 
 
 def test_kafka_topics_bad_assignments_are_refused(cluster, tools_classpath):

@@ -97,6 +97,8 @@ pub const SUPPORTED_APIS: &[(ApiKey, i16, i16)] = &[
     // either already in the named dir or the dir is not found (v0 left Kafka 4.0).
     (ApiKey::AlterReplicaLogDirs, 1, 2),
     (ApiKey::DescribeCluster, 0, 2),
+    // KIP-966's paginated describe (kafka-topics.sh --describe, the Java admin).
+    (ApiKey::DescribeTopicPartitions, 0, 0),
     // kafka-features.sh upgrade/downgrade/disable: only the finalized levels (`features`).
     (ApiKey::UpdateFeatures, 0, 2),
     // SASL listeners (src/server/sasl_gate.rs). v0 of the handshake is advertised because

@@ -27,6 +27,7 @@ mod describe_configs;
 mod describe_groups;
 mod describe_log_dirs;
 mod describe_producers;
+mod describe_topic_partitions;
 mod describe_transactions;
 mod elect_leaders;
 mod end_txn;
@@ -172,6 +173,7 @@ async fn route_other(ctx: &ShardContext, key: ApiKey, frame: RequestFrame) -> Re
         ApiKey::DescribeLogDirs => describe_log_dirs::handle(ctx, &frame).await.map(Some),
         ApiKey::AlterReplicaLogDirs => alter_replica_log_dirs::handle(ctx, &frame).map(Some),
         ApiKey::DescribeCluster => describe_cluster::handle(ctx, &frame).map(Some),
+        ApiKey::DescribeTopicPartitions => describe_topic_partitions::handle(ctx, &frame).map(Some),
         ApiKey::UpdateFeatures => update_features::handle(ctx, &frame).map(Some),
         ApiKey::AddPartitionsToTxn => add_partitions_to_txn::handle(ctx, &frame).await.map(Some),
         ApiKey::AddOffsetsToTxn => add_offsets_to_txn::handle(ctx, &frame).await.map(Some),
