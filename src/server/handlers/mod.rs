@@ -401,13 +401,13 @@ fn listed_brokers(
 /// the endpoints of the leaders named, on the request's listener. A client then goes to
 /// the new leader without a Metadata round trip first.
 pub(super) struct LeaderHints {
-    view: std::rc::Rc<std::sync::Arc<crate::coordinator::view::ClusterView>>,
+    view: std::sync::Arc<crate::coordinator::view::ClusterView>,
     leaders: std::collections::BTreeSet<i32>,
 }
 
 impl LeaderHints {
     pub(super) fn new(ctx: &ShardContext) -> Self {
-        Self { view: ctx.view(), leaders: std::collections::BTreeSet::new() }
+        Self { view: std::sync::Arc::clone(&ctx.view()), leaders: std::collections::BTreeSet::new() }
     }
 
     /// The (leader, leader epoch) hint for a partition answered `code`, if it gets one.
