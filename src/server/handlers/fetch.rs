@@ -45,6 +45,10 @@ fn fetch_leader_hints(
     frame: &RequestFrame,
     topics: &mut [FetchableTopicResponse],
 ) -> Vec<fetch_response::NodeEndpoint> {
+    let wanted = |p: &PartitionData| super::LeaderHints::wanted(p.error_code);
+    if !topics.iter().any(|t| t.partitions.iter().any(wanted)) {
+        return Vec::new();
+    }
     let mut hints = super::LeaderHints::new(ctx);
     for t in topics.iter_mut() {
         for p in &mut t.partitions {

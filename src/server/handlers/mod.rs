@@ -410,9 +410,14 @@ impl LeaderHints {
         Self { view: std::sync::Arc::clone(&ctx.view()), leaders: std::collections::BTreeSet::new() }
     }
 
+    /// Whether a partition answered `code` gets a hint.
+    pub(super) fn wanted(code: i16) -> bool {
+        code == error_code::NOT_LEADER_OR_FOLLOWER || code == error_code::FENCED_LEADER_EPOCH
+    }
+
     /// The (leader, leader epoch) hint for a partition answered `code`, if it gets one.
     pub(super) fn hint(&mut self, code: i16, topic: &str, partition: i32) -> Option<(i32, i32)> {
-        if code != error_code::NOT_LEADER_OR_FOLLOWER && code != error_code::FENCED_LEADER_EPOCH {
+        if !Self::wanted(code) {
             return None;
         }
         let hint = match self.view.partition(topic, partition) {

@@ -244,8 +244,14 @@ fn produce_leader_hints(
     req: &ProduceRequest,
     topics: &mut [TopicProduceResponse],
 ) -> Vec<produce_response::NodeEndpoint> {
+    // Nothing to look up, and nothing allocated, unless a partition failed that way.
+    let hinted =
+        |t: &TopicProduceResponse| t.partition_responses.iter().any(|p| super::LeaderHints::wanted(p.error_code));
+    if !topics.iter().any(hinted) {
+        return Vec::new();
+    }
     let mut hints = super::LeaderHints::new(ctx);
-    for (t, asked) in topics.iter_mut().zip(&req.topic_data) {
+    for (t, asked) in topics.iter_mut().zip(&req.topic_data).filter(|(t, _)| hinted(t)) {
         let by_id = (frame.api_version >= first_topic_id_version).then(|| hints.topic_name(asked.topic_id)).flatten();
         let topic = by_id.unwrap_or_else(|| asked.name.to_string());
         for p in &mut t.partition_responses {
