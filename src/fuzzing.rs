@@ -25,7 +25,11 @@ pub fn request(data: &[u8]) {
     }
     let Ok(key) = ApiKey::try_from(frame.api_key) else { return };
     if shape::check_request(frame.api_key, frame.api_version, &frame.body).is_ok() {
-        let _ = RequestKind::decode(key, &mut frame.body.clone(), frame.api_version);
+        let mut body = frame.body.clone();
+        let _ = match crate::protocol::newer::codec_version(key, frame.api_version, true) {
+            Some(version) => RequestKind::decode(key, &mut body, version).map(drop),
+            None => crate::protocol::newer::decode_request(key, &mut body, frame.api_version).map(drop),
+        };
     }
 }
 

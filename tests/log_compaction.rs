@@ -628,7 +628,7 @@ fn end_txn_at_epoch(log: &mut PartitionLog, pid: i64, epoch: i16, commit: bool, 
     use spate::log::batch::{encode_marker, ControlMarker};
     use std::os::unix::fs::FileExt;
     let mut b = encode_marker(pid, epoch, ControlMarker { commit, coordinator_epoch: 0 }, now);
-    let (_, write, patches) = log.append_marker_shared(&b, 0, now).unwrap();
+    let (_, write, patches) = log.append_marker_shared(&b, 0, now, 0).unwrap();
     for p in patches {
         b[p.position..p.position + p.header.len()].copy_from_slice(&p.header);
     }

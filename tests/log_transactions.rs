@@ -44,7 +44,7 @@ fn append(log: &mut PartitionLog, mut b: Vec<u8>) -> Result<(i64, i64), LogError
 /// Append a marker the way the shard does (shared bytes, patched header); its offset.
 fn marker(log: &mut PartitionLog, pid: i64, epoch: i16, commit: bool, coordinator_epoch: i32) -> Result<i64, LogError> {
     let mut b = encode_marker(pid, epoch, ControlMarker { commit, coordinator_epoch }, 2_000);
-    let (info, write, patches) = log.append_marker_shared(&b, 0, 2_000)?;
+    let (info, write, patches) = log.append_marker_shared(&b, 0, 2_000, 0)?;
     for p in patches {
         b[p.position..p.position + p.header.len()].copy_from_slice(&p.header);
     }

@@ -770,6 +770,7 @@ enum Body {
         epoch: ProducerEpoch,
         commit: bool,
         coordinator_epoch: i32,
+        transaction_version: i8,
     },
     WriteTxnMarkerAnswer {
         req: u64,
@@ -1598,9 +1599,24 @@ impl Sim {
             }
             Body::FetchAnswer { req, partition, result } => self.on_fetch_answer(b, partition, req, result),
             Body::Produce { req, partition, ids, batch, txn } => self.on_produce(b, req, partition, ids, batch, txn),
-            Body::WriteTxnMarker { req, partition, producer_id, epoch, commit, coordinator_epoch } => {
-                self.on_write_txn_marker(b, req, partition, producer_id, epoch, commit, coordinator_epoch)
-            }
+            Body::WriteTxnMarker {
+                req,
+                partition,
+                producer_id,
+                epoch,
+                commit,
+                coordinator_epoch,
+                transaction_version,
+            } => self.on_write_txn_marker(
+                b,
+                req,
+                partition,
+                producer_id,
+                epoch,
+                commit,
+                coordinator_epoch,
+                transaction_version,
+            ),
             other => panic!("broker {} got {other:?}", b.id),
         }
     }

@@ -33,20 +33,10 @@ CREATE_TOPICS = 19
 # key: (name, Kafka 4.4's range, Spate's range or None, why Spate does not cover Kafka's).
 GAPS = {
     0: ("Produce", (0, 13), (3, 13), "v0-2 (magic 0/1 message sets) left out by design"),
-    2: ("ListOffsets", (1, 11), (1, 10), "v11 (KIP-1023: earliest pending upload, tiered storage) not yet"),
-    8: ("OffsetCommit", (2, 10), (2, 9), "v10's topic ids: the kafka-protocol crate stops at v9"),
-    9: ("OffsetFetch", (1, 10), (1, 9), "v10's topic ids: the kafka-protocol crate stops at v9"),
-    18: ("ApiVersions", (0, 5), (0, 4), "v5's cluster and node id checks (KIP-1242): the kafka-protocol crate "
-         "stops at v4"),
-    27: ("WriteTxnMarkers", (1, 2), (1, 1), "v2's TransactionVersion (KIP-1228), by which a partition checks a "
-         "transactions v2 marker's epoch strictly (above the producer's): the crate stops at v1"),
-    28: ("TxnOffsetCommit", (0, 6), (0, 5), "v6's topic ids (KIP-1319) not yet"),
-    35: ("DescribeLogDirs", (1, 5), (1, 4), "v5's new response fields: the kafka-protocol crate stops at v4"),
     38: ("CreateDelegationToken", (1, 3), None, "delegation tokens not implemented"),
     39: ("RenewDelegationToken", (1, 2), None, "delegation tokens not implemented"),
     40: ("ExpireDelegationToken", (1, 2), None, "delegation tokens not implemented"),
     41: ("DescribeDelegationToken", (1, 3), None, "delegation tokens not implemented"),
-    42: ("DeleteGroups", (0, 3), (0, 2), "v3's per-group ErrorMessage: the kafka-protocol crate stops at v2"),
     55: ("DescribeQuorum", (0, 2), None, "no KRaft quorum: the coordinator is embedded or ZooKeeper"),
     64: ("UnregisterBroker", (0, 0), None, "not yet (a broker's registration lapses with its session)"),
     74: ("ListConfigResources", (0, 1), None, "client metrics resources (KIP-714) not implemented"),

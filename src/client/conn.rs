@@ -258,6 +258,30 @@ impl Connection {
         self.call_at(version, req)
     }
 
+    /// Send a request of API `key` at `version` whose body `body` writes (one of
+    /// `protocol::newer`'s encoders, for a version the crate does not code) and return the
+    /// answer's body, after its header, for `newer`'s decoders.
+    pub fn call_raw(
+        &mut self,
+        key: ApiKey,
+        version: i16,
+        body: impl FnOnce(&mut bytes::BytesMut) -> anyhow::Result<()>,
+    ) -> Result<Bytes, Error> {
+        let correlation_id = self.next_correlation_id;
+        self.next_correlation_id = self.next_correlation_id.wrapping_add(1);
+        let buf = crate::protocol::encode_request_with(key as i16, version, correlation_id, &self.client_id, body)
+            .map_err(|e| Error::Protocol(format!("encoding {key:?} v{version}: {e}")))?;
+        self.stream.write_all(&buf).map_err(|e| self.io_error(e))?;
+        let mut frame = self.read_frame()?;
+        let header_version = crate::protocol::newer::response_header_version(key, version);
+        let header = ResponseHeader::decode(&mut frame, header_version)
+            .map_err(|e| Error::Protocol(format!("decoding {key:?} v{version} response header: {e}")))?;
+        if header.correlation_id != correlation_id {
+            return Err(Error::Protocol(format!("{}: correlation id mismatch", self.addr)));
+        }
+        Ok(frame)
+    }
+
     /// Send a request the broker does not answer (Produce with acks=0).
     pub fn send_only<R: Request>(&mut self, req: &R) -> Result<(), Error> {
         let version = self.version_of(R::KEY)?;

@@ -741,13 +741,15 @@ impl PartitionLog {
     /// Append one end-of-transaction marker (`batch::encode_marker`'s control batch), as
     /// the transaction coordinator's WriteTxnMarkers asks the leader to (Kafka's
     /// `AppendOrigin.COORDINATOR`): its producer's epoch must not be older than the
-    /// partition's, nor its coordinator epoch older than the last marker's. Stamps the
-    /// base offset and `leader_epoch`; the caller writes as for `append_shared`.
+    /// partition's (from `transaction_version` 2, must be newer: `check_marker`), nor its
+    /// coordinator epoch older than the last marker's. Stamps the base offset and
+    /// `leader_epoch`; the caller writes as for `append_shared`.
     pub fn append_marker_shared(
         &mut self,
         records: &[u8],
         leader_epoch: i32,
         now_ms: i64,
+        transaction_version: i8,
     ) -> Result<(AppendInfo, PendingWrite, Vec<HeaderPatch>), LogError> {
         self.check_online()?;
         let (h, size) = batch::check_structure(records, records.len())?;
@@ -756,7 +758,7 @@ impl PartitionLog {
             return Err(LogError::InvalidRecord("not one end-of-transaction marker".into()));
         };
         let (id, epoch) = (crate::model::ProducerId(h.producer_id), crate::model::ProducerEpoch(h.producer_epoch));
-        self.producers.check_marker(id, epoch, marker.coordinator_epoch)?;
+        self.producers.check_marker(id, epoch, marker.coordinator_epoch, transaction_version)?;
         let base_offset = self.log_end_offset().0;
         let header = batch::patched_header(records, base_offset, Some(leader_epoch), None);
         let stored = BatchHeader::parse(&header);

@@ -16,7 +16,7 @@ use bytes::{Buf, Bytes};
 use futures_lite::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use glommio::net::TcpStream;
 use kafka_protocol::messages::{ResponseHeader, SaslAuthenticateRequest, SaslHandshakeRequest};
-use kafka_protocol::protocol::{Decodable, HeaderVersion, Request, StrBytes};
+use kafka_protocol::protocol::{Decodable, Request, StrBytes};
 
 use crate::model::limits;
 use crate::security::client::{client_nonce, ClientSecurity, SaslClient};
@@ -123,9 +123,21 @@ impl Peer {
 
     /// Send `req` at `version`; wait at most `timeout` for the answer.
     pub async fn call<R: Request>(&mut self, version: i16, req: &R, timeout: Duration) -> Result<R::Response, String> {
+        self.call_with::<R>(version, |buf| req.encode(buf, version), timeout).await
+    }
+
+    /// Send a request of `R`'s API at `version`, its body written by `body` (one of
+    /// `protocol::newer`'s encoders, for a version the crate does not code); wait at most
+    /// `timeout` for the answer.
+    pub async fn call_with<R: Request>(
+        &mut self,
+        version: i16,
+        body: impl FnOnce(&mut bytes::BytesMut) -> anyhow::Result<()>,
+        timeout: Duration,
+    ) -> Result<R::Response, String> {
         let correlation_id = self.next_correlation_id;
         self.next_correlation_id = self.next_correlation_id.wrapping_add(1);
-        let buf = crate::protocol::encode_request(version, correlation_id, &self.client_id, req)
+        let buf = crate::protocol::encode_request_with(R::KEY, version, correlation_id, &self.client_id, body)
             .map_err(|e| format!("encoding API {} v{version}: {e}", R::KEY))?;
         let addr = self.addr.clone();
         let io = |e: std::io::Error| format!("{addr}: {e}");
@@ -148,7 +160,9 @@ impl Peer {
             .map_err(|e| format!("{}: {e}", self.addr))?;
         let mut frame = Bytes::from(frame);
         let decode = |e: anyhow::Error| format!("decoding API {} v{version} answer: {e}", R::KEY);
-        let resp_header = ResponseHeader::decode(&mut frame, R::Response::header_version(version)).map_err(decode)?;
+        let key = kafka_protocol::messages::ApiKey::try_from(R::KEY).map_err(|_| format!("unknown API {}", R::KEY))?;
+        let header_version = crate::protocol::newer::response_header_version(key, version);
+        let resp_header = ResponseHeader::decode(&mut frame, header_version).map_err(decode)?;
         if resp_header.correlation_id != correlation_id {
             return Err(io(std::io::Error::other("correlation id mismatch")));
         }

@@ -12,7 +12,7 @@
 //! is not the active coordinator, from the active coordinator over the network).
 //!
 //! Markers (Kafka's `TransactionMarkerChannelManager`, simplified): one WriteTxnMarkers
-//! request (v1) per partition leader, this broker included (through its own listener),
+//! request (v2, with the transaction's version) per partition leader, this broker included (through its own listener),
 //! retried with backoff, with the leader the metadata names at each round, until every
 //! partition has answered. A partition whose topic is gone, or whose leader answers that
 //! it cannot hold markers (UNSUPPORTED_FOR_MESSAGE_FORMAT), needs none; a leader that
@@ -51,8 +51,9 @@ const marker_request_timeout_ms: u64 = 30_000;
 /// Backoff between marker rounds with partitions left, doubling up to the max.
 const marker_retry_backoff_ms: u64 = 100;
 const marker_retry_backoff_ms_max: u64 = 2_000;
-/// The version of WriteTxnMarkers sent (the only one kafka-protocol 0.18 knows).
-const write_txn_markers_version: i16 = 1;
+/// The version of WriteTxnMarkers sent: v2 carries the transaction version (KIP-1228),
+/// coded by `protocol::newer`.
+const write_txn_markers_version: i16 = 2;
 /// The version of FindCoordinator sent to the active coordinator (key and key_type).
 const find_coordinator_version: i16 = 3;
 /// The version of InitProducerId sent to the active coordinator for a producer id.
@@ -287,7 +288,10 @@ async fn write_markers(
         );
     let req = WriteTxnMarkersRequest::default().with_markers(vec![marker]);
     let mut peer = Peer::connect(&addr, "spate-txn-markers", ctx.config.inter_broker_security()?).await?;
-    let resp = peer.call(write_txn_markers_version, &req, Duration::from_millis(marker_request_timeout_ms)).await?;
+    let versions = [m.markers.transaction_version];
+    let body = |buf: &mut bytes::BytesMut| crate::protocol::newer::encode_write_txn_markers_v2(&req, &versions, buf);
+    let timeout = Duration::from_millis(marker_request_timeout_ms);
+    let resp = peer.call_with::<WriteTxnMarkersRequest>(write_txn_markers_version, body, timeout).await?;
     let mut codes = Vec::new();
     for result in resp.markers.iter().filter(|r| r.producer_id.0 == m.markers.producer_id) {
         for t in &result.topics {

@@ -92,6 +92,21 @@ pub mod list_offsets {
     pub const EARLIEST_LOCAL_TIMESTAMP: i64 = -4;
     /// KIP-1005, v9+: the highest offset in remote storage.
     pub const LATEST_TIERED_TIMESTAMP: i64 = -5;
+    /// KIP-1023, v11+: the first offset not yet uploaded to remote storage.
+    pub const EARLIEST_PENDING_UPLOAD_TIMESTAMP: i64 = -6;
+
+    /// The first ListOffsets version that may ask for `timestamp`; None for a negative
+    /// one that no version defines (Kafka answers both UNSUPPORTED_VERSION).
+    pub fn first_version(timestamp: i64) -> Option<i16> {
+        match timestamp {
+            0.. | LATEST_TIMESTAMP | EARLIEST_TIMESTAMP => Some(0),
+            MAX_TIMESTAMP => Some(7),
+            EARLIEST_LOCAL_TIMESTAMP => Some(8),
+            LATEST_TIERED_TIMESTAMP => Some(9),
+            EARLIEST_PENDING_UPLOAD_TIMESTAMP => Some(11),
+            _ => None,
+        }
+    }
 }
 
 /// A request for the owner of one partition.
@@ -119,6 +134,8 @@ pub enum PartitionOp {
         coordinator_epoch: i32,
         commit: bool,
         now_ms: i64,
+        /// WriteTxnMarkers v2's TransactionVersion (0 below v2).
+        transaction_version: i8,
     },
     /// Read whole batches from `offset`, at most `max_bytes` (but at least one batch when
     /// `min_one_batch`).
@@ -1080,7 +1097,15 @@ impl Shard {
                 };
                 self.write_appended(tp, records, (info, write, patches), durable, acks, now_ms)
             }
-            PartitionOp::WriteMarker { tp, producer_id, producer_epoch, coordinator_epoch, commit, now_ms } => {
+            PartitionOp::WriteMarker {
+                tp,
+                producer_id,
+                producer_epoch,
+                coordinator_epoch,
+                commit,
+                now_ms,
+                transaction_version,
+            } => {
                 let p = self.partition_mut(&tp, now_ms)?;
                 let epoch = p.replica.may_append(true).map_err(|e| match e {
                     AppendRefusal::NotLeader => PartitionError::NotLeader(tp.clone()),
@@ -1091,7 +1116,7 @@ impl Shard {
                 let marker = crate::log::batch::ControlMarker { commit, coordinator_epoch };
                 let records =
                     bytes::Bytes::from(crate::log::batch::encode_marker(producer_id, producer_epoch, marker, now_ms));
-                let appended = p.log.append_marker_shared(&records, epoch.0, now_ms)?;
+                let appended = p.log.append_marker_shared(&records, epoch.0, now_ms, transaction_version)?;
                 if tp.topic == crate::group::OFFSETS_TOPIC {
                     self.offsets_txn_marker(&tp, producer_id, producer_epoch, commit);
                 }
@@ -1190,7 +1215,7 @@ impl Shard {
                     LATEST_TIMESTAMP => Some((last_fetchable, -1, p.log.latest_epoch())),
                     MAX_TIMESTAMP => bounded(p.log.offset_for_max_timestamp()?),
                     // Kafka with remote storage disabled: offset -1, epoch -1, no error.
-                    LATEST_TIERED_TIMESTAMP => None,
+                    LATEST_TIERED_TIMESTAMP | EARLIEST_PENDING_UPLOAD_TIMESTAMP => None,
                     ts => bounded(p.log.offset_for_timestamp(ts)?.map(|(o, t)| (o, t, p.log.epoch_for_offset(o)))),
                 };
                 // As Kafka: the leader's epoch for "latest", else the epoch the offset was

@@ -210,6 +210,10 @@ pub struct Markers {
     pub producer_epoch: i16,
     pub commit: bool,
     pub partitions: Vec<TopicPartition>,
+    /// The transaction version of the client that ended it (Kafka's
+    /// ClientTransactionVersion): WriteTxnMarkers v2 carries it, and from 2 the
+    /// partition takes the marker only above the epoch its data was written at.
+    pub transaction_version: i8,
 }
 
 /// The write in flight for an id, and who waits for it.
@@ -670,6 +674,7 @@ fn markers_of(r: &TxnRecord, commit: bool) -> Markers {
         producer_epoch: r.producer_epoch,
         commit,
         partitions: r.partitions.iter().cloned().collect(),
+        transaction_version: r.client_version.clamp(0, i8::MAX.into()) as i8,
     }
 }
 
@@ -899,7 +904,13 @@ mod tests {
         assert_eq!(resumed[0].0, "a");
         assert_eq!(
             resumed[0].1,
-            Markers { producer_id: 5, producer_epoch: 3, commit: true, partitions: vec![tp(0), tp(1)] }
+            Markers {
+                producer_id: 5,
+                producer_epoch: 3,
+                commit: true,
+                partitions: vec![tp(0), tp(1)],
+                transaction_version: 0
+            }
         );
         assert!(c.get("c").is_none());
         c.markers_written("a", 20).unwrap();

@@ -400,14 +400,25 @@ impl ProducerStates {
     /// from coordinator epoch `coordinator_epoch` (Kafka's `appendEndTxnMarker` checks):
     /// an epoch older than the producer's is `InvalidProducerEpoch`, a coordinator epoch
     /// older than the last marker's is `CoordinatorFenced`. Changes nothing.
+    ///
+    /// From transaction version 2 (KIP-890 part 2: the coordinator bumps the epoch as it
+    /// ends each transaction, so its markers are above the epoch the data was written
+    /// at), the epoch must be above the producer's (KIP-1228), so that a late marker
+    /// cannot end the next transaction, already written at that epoch. The one exception
+    /// is a marker retried after it was written: its epoch is the producer's and no
+    /// transaction is open here (or the epoch is at its maximum), as Kafka 4.4 allows.
     pub fn check_marker(
         &self,
         producer_id: ProducerId,
         epoch: ProducerEpoch,
         coordinator_epoch: i32,
+        transaction_version: i8,
     ) -> Result<(), ProducerStateError> {
         let Some(e) = self.producers.get(&producer_id) else { return Ok(()) };
-        if epoch < e.epoch {
+        let strict = transaction_version >= 2;
+        let stale = if strict { epoch <= e.epoch } else { epoch < e.epoch };
+        let retried = strict && epoch == e.epoch && (e.current_txn_first_offset < 0 || epoch.0 == i16::MAX);
+        if stale && !retried {
             return Err(ProducerStateError::InvalidProducerEpoch { producer_id, epoch, current: e.epoch });
         }
         if coordinator_epoch < e.coordinator_epoch {
@@ -671,6 +682,37 @@ mod tests {
         assert_eq!(l.send(batch(7, 0, 0, 3, 10)), Ok((0, 2, true)), "retry of the first batch");
         assert_eq!(l.send(batch(7, 0, 3, 2, 11)), Ok((3, 4, true)));
         assert_eq!(l.log_end, 5);
+    }
+
+    #[test]
+    fn transaction_version_2_markers_must_be_above_the_producers_epoch() {
+        let (id, ours) = (ProducerId(7), |e: i16| ProducerEpoch(e));
+        let mut l = Leader::new();
+        let txn = |epoch, seq| ProducerBatch { transactional: true, ..batch(7, epoch, seq, 1, 10) };
+        // A transaction written at epoch 3.
+        l.send(txn(3, 0)).unwrap();
+        // Version 1: the marker at the data's epoch is taken, an older one is not.
+        assert!(l.states.check_marker(id, ours(3), 0, 1).is_ok());
+        assert!(l.states.check_marker(id, ours(2), 0, 1).is_err());
+        // Version 2: the coordinator bumped the epoch to end it; the data's epoch is stale.
+        assert!(matches!(
+            l.states.check_marker(id, ours(3), 0, 2),
+            Err(ProducerStateError::InvalidProducerEpoch { .. })
+        ));
+        assert!(l.states.check_marker(id, ours(4), 0, 2).is_ok());
+        let end = l.log_end;
+        l.states.apply_marker(id, ours(4), true, 0, end, 11);
+        l.log_end += 1;
+        // The same marker again, nothing open: a retry after a lost answer, taken.
+        assert!(l.states.check_marker(id, ours(4), 0, 2).is_ok());
+        // The next transaction is written at epoch 4: a late marker of epoch 4 must not end it.
+        l.send(txn(4, 0)).unwrap();
+        assert!(matches!(
+            l.states.check_marker(id, ours(4), 0, 2),
+            Err(ProducerStateError::InvalidProducerEpoch { .. })
+        ));
+        assert!(l.states.check_marker(id, ours(4), 0, 1).is_ok(), "version 1 keeps Kafka's older check");
+        assert!(l.states.check_marker(id, ours(5), 0, 2).is_ok());
     }
 
     #[test]

@@ -498,6 +498,7 @@ impl Sim {
                 epoch: ProducerEpoch(m.producer_epoch),
                 commit: m.commit,
                 coordinator_epoch,
+                transaction_version: m.transaction_version,
             };
             self.send(Node::TxnCoordinator, Node::Broker(leader), body);
         }
@@ -555,6 +556,7 @@ impl Sim {
         epoch: ProducerEpoch,
         commit: bool,
         coordinator_epoch: i32,
+        transaction_version: i8,
     ) {
         let (me, now) = (b.id, self.now_ms);
         let unchecked = self.knobs.markers_unapplied;
@@ -572,7 +574,7 @@ impl Sim {
             }
         };
         if !unchecked {
-            if let Err(e) = r.log.producers.check_marker(producer_id, epoch, coordinator_epoch) {
+            if let Err(e) = r.log.producers.check_marker(producer_id, epoch, coordinator_epoch, transaction_version) {
                 self.note(format!("b{me} p{p} refuses a marker of {producer_id} epoch {epoch}: {e}"));
                 self.count(match e {
                     ProducerStateError::CoordinatorFenced { .. } => "markers refused: older coordinator epoch",

@@ -1,6 +1,7 @@
 //! DeleteGroups: removes empty groups and their committed offsets. Answered once the
 //! tombstones are written (fsynced under `--fsync always`), as Kafka answers after its
-//! local append.
+//! local append. v3 adds a message per group, which is null as in Kafka 4.4's answers
+//! (`protocol::newer`).
 
 use bytes::Bytes;
 use kafka_protocol::messages::delete_groups_response::DeletableGroupResult;
@@ -12,7 +13,7 @@ use crate::shard::{DurableWait, GroupOp, GroupReply};
 
 use super::super::context::ShardContext;
 use super::super::now_ms;
-use super::{group_error_code, respond};
+use super::{group_error_code, respond, respond_newer};
 
 pub async fn handle(ctx: &ShardContext, frame: &RequestFrame) -> Result<Bytes, ProtocolError> {
     let req: DeleteGroupsRequest = decode_body(frame)?;
@@ -48,7 +49,13 @@ pub async fn handle(ctx: &ShardContext, frame: &RequestFrame) -> Result<Bytes, P
         };
         results.push(DeletableGroupResult::default().with_group_id(id.clone()).with_error_code(code));
     }
-    respond(ApiKey::DeleteGroups, frame, &DeleteGroupsResponse::default().with_results(results))
+    let answer = DeleteGroupsResponse::default().with_results(results);
+    if frame.api_version >= 3 {
+        return respond_newer(ApiKey::DeleteGroups, frame, |buf| {
+            crate::protocol::newer::encode_delete_groups_response_v3(&answer, buf)
+        });
+    }
+    respond(ApiKey::DeleteGroups, frame, &answer)
 }
 
 /// Whether the tombstones were appended (`waits` is None when not), written and, when

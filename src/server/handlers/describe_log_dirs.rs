@@ -3,7 +3,8 @@
 //! offset lag (Kafka's `max(high watermark - log end offset, 0)`: 0 on a leader and on
 //! a follower, whose high watermark never passes its log end), never a future replica
 //! (no intra-broker moves); from v4 the file system's total and usable bytes (the disk
-//! monitor's last statvfs reading, `server/disk.rs`).
+//! monitor's last statvfs reading, `server/disk.rs`); from v5 whether the directory is
+//! cordoned (KIP-1066), never: Spate has no `cordoned.log.dirs`.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -20,14 +21,14 @@ use crate::protocol::{decode_body, error_code, ProtocolError, RequestFrame};
 use crate::shard::{PartitionOp, PartitionReply};
 
 use super::super::context::ShardContext;
-use super::{respond, str_bytes};
+use super::{respond, respond_newer, str_bytes};
 
 pub async fn handle(ctx: &ShardContext, frame: &RequestFrame) -> Result<Bytes, ProtocolError> {
     let req: DescribeLogDirsRequest = decode_body(frame)?;
     // Kafka's handleDescribeLogDirsRequest: DESCRIBE on the cluster.
     if !super::authz::authorize_cluster(ctx, frame, &ctx.view(), crate::security::acl::AclOperation::Describe) {
         let body = DescribeLogDirsResponse::default().with_error_code(error_code::CLUSTER_AUTHORIZATION_FAILED);
-        return respond(ApiKey::DescribeLogDirs, frame, &body);
+        return answer(frame, &body);
     }
     // The replicas hosted here, among those asked for (null: all of them).
     let hosted: Vec<TopicPartition> = {
@@ -88,7 +89,7 @@ pub async fn handle(ctx: &ShardContext, frame: &RequestFrame) -> Result<Bytes, P
         )
         .with_total_bytes(total_bytes)
         .with_usable_bytes(usable_bytes);
-    respond(ApiKey::DescribeLogDirs, frame, &DescribeLogDirsResponse::default().with_results(vec![result]))
+    answer(frame, &DescribeLogDirsResponse::default().with_results(vec![result]))
 }
 
 /// This broker's one log dir: the data dir, absolute.
@@ -100,4 +101,13 @@ pub(super) fn log_dir(ctx: &ShardContext) -> PathBuf {
 /// system (Java's `File.getAbsolutePath`); as given if that fails.
 pub(super) fn absolute(path: &Path) -> PathBuf {
     std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf())
+}
+
+fn answer(frame: &RequestFrame, body: &DescribeLogDirsResponse) -> Result<Bytes, ProtocolError> {
+    if frame.api_version >= 5 {
+        return respond_newer(ApiKey::DescribeLogDirs, frame, |buf| {
+            crate::protocol::newer::encode_describe_log_dirs_response_v5(body, buf)
+        });
+    }
+    respond(ApiKey::DescribeLogDirs, frame, body)
 }

@@ -223,6 +223,34 @@ fn respond<T: Encodable>(key: ApiKey, frame: &RequestFrame, body: &T) -> Result<
         .map_err(|e| ProtocolError::BadBody(format!("encoding {key:?} v{} answer: {e}", frame.api_version)))
 }
 
+/// Name a topic given by id (the KIP-516 versions of the offset APIs: OffsetCommit v10,
+/// OffsetFetch v10, TxnOffsetCommit v6) from this broker's view. An id it does not know
+/// leaves the name empty, which no topic has; the handler answers it UNKNOWN_TOPIC_ID.
+fn name_topic_by_id(
+    view: &crate::coordinator::view::ClusterView,
+    id: uuid::Uuid,
+) -> kafka_protocol::messages::TopicName {
+    let name = view.by_id(id).map_or("", |(name, _)| name.as_str());
+    kafka_protocol::messages::TopicName(crate::client::sb(name))
+}
+
+/// A topic's id in this broker's view, for an answer that names topics by id (nil when
+/// the topic is gone).
+fn topic_id_of(view: &crate::coordinator::view::ClusterView, name: &str) -> uuid::Uuid {
+    view.get(name).map_or(uuid::Uuid::nil(), |t| t.id)
+}
+
+/// Encode an answer to `frame` at a version the crate does not code, with one of
+/// `protocol::newer`'s encoders.
+fn respond_newer(
+    key: ApiKey,
+    frame: &RequestFrame,
+    encode: impl FnOnce(&mut bytes::BytesMut) -> anyhow::Result<()>,
+) -> Result<Bytes, ProtocolError> {
+    crate::protocol::encode_newer_response(key, frame.api_version, frame.correlation_id, encode)
+        .map_err(|e| ProtocolError::BadBody(format!("encoding {key:?} v{} answer: {e}", frame.api_version)))
+}
+
 /// The Kafka error code for a partition-level failure.
 fn partition_error_code(e: &PartitionError) -> i16 {
     match e {

@@ -5,6 +5,8 @@
 //! serves OffsetFetch from memory, where the commit is applied at once. A partition
 //! of a topic the metadata does not know (or past its partition count) is answered
 //! UNKNOWN_TOPIC_OR_PARTITION and not committed, as Kafka does; the rest go ahead.
+//! v10 names topics by id (`protocol::newer`): an id this broker does not know is
+//! UNKNOWN_TOPIC_ID (after the group's authorization, before the topic's).
 
 use bytes::Bytes;
 use kafka_protocol::messages::offset_commit_response::{OffsetCommitResponsePartition, OffsetCommitResponseTopic};
@@ -12,15 +14,21 @@ use kafka_protocol::messages::{ApiKey, OffsetCommitRequest, OffsetCommitResponse
 
 use crate::config::FsyncMode;
 use crate::group::OffsetCommit;
-use crate::protocol::{decode_body, error_code, ProtocolError, RequestFrame};
+use crate::protocol::{decode_body, decode_newer_body, error_code, newer, ProtocolError, RequestFrame};
 use crate::shard::{GroupOp, GroupReply};
 
 use super::super::context::ShardContext;
 use super::super::now_ms;
-use super::{group_error_code, respond};
+use super::{group_error_code, respond, respond_newer};
 
 pub async fn handle(ctx: &ShardContext, frame: &RequestFrame) -> Result<Bytes, ProtocolError> {
-    let req: OffsetCommitRequest = decode_body(frame)?;
+    let by_id = frame.api_version >= 10;
+    let mut req: OffsetCommitRequest =
+        if by_id { decode_newer_body(frame, newer::decode_offset_commit_v10)? } else { decode_body(frame)? };
+    if by_id {
+        let view = ctx.view();
+        req.topics.iter_mut().for_each(|t| t.name = super::name_topic_by_id(&view, t.topic_id));
+    }
     // Per request partition, in order: does the metadata know it?
     let known: Vec<bool> = {
         let reg = ctx.view();
@@ -49,6 +57,8 @@ pub async fn handle(ctx: &ShardContext, frame: &RequestFrame) -> Result<Bytes, P
         .flat_map(|t| {
             let code = if group_denied {
                 Some(error_code::GROUP_AUTHORIZATION_FAILED)
+            } else if by_id && t.name.is_empty() {
+                Some(error_code::UNKNOWN_TOPIC_ID)
             } else if !super::authz::authorize(
                 ctx,
                 frame,
@@ -125,7 +135,7 @@ pub async fn handle(ctx: &ShardContext, frame: &RequestFrame) -> Result<Bytes, P
         .topics
         .iter()
         .map(|t| {
-            OffsetCommitResponseTopic::default().with_name(t.name.clone()).with_partitions(
+            OffsetCommitResponseTopic::default().with_name(t.name.clone()).with_topic_id(t.topic_id).with_partitions(
                 t.partitions
                     .iter()
                     .map(|p| {
@@ -141,7 +151,13 @@ pub async fn handle(ctx: &ShardContext, frame: &RequestFrame) -> Result<Bytes, P
             )
         })
         .collect();
-    respond(ApiKey::OffsetCommit, frame, &OffsetCommitResponse::default().with_topics(topics))
+    let answer = OffsetCommitResponse::default().with_topics(topics);
+    if by_id {
+        return respond_newer(ApiKey::OffsetCommit, frame, |buf| {
+            newer::encode_offset_commit_response_v10(&answer, buf)
+        });
+    }
+    respond(ApiKey::OffsetCommit, frame, &answer)
 }
 
 /// Kafka's `offsets.commit.timeout.ms` default: how long a commit waits for the in-sync

@@ -4,7 +4,9 @@
 //! read_committed consumers, KIP-447) a partition that has one is answered
 //! UNSTABLE_OFFSET_COMMIT (offset -1), which the client retries. v9 (KIP-848): a member
 //! of a consumer group must fetch at its member epoch (STALE_MEMBER_EPOCH, or
-//! UNKNOWN_MEMBER_ID, for the group).
+//! UNKNOWN_MEMBER_ID, for the group). v10 names topics by id (`protocol::newer`): an id
+//! this broker does not know is answered UNKNOWN_TOPIC_ID for each partition asked, and
+//! an all-partitions answer leaves out topics that no longer exist (they have no id).
 
 use bytes::Bytes;
 use kafka_protocol::messages::offset_fetch_response::{
@@ -13,11 +15,11 @@ use kafka_protocol::messages::offset_fetch_response::{
 };
 use kafka_protocol::messages::{ApiKey, GroupId, OffsetFetchRequest, OffsetFetchResponse, TopicName};
 
-use crate::protocol::{decode_body, error_code, ProtocolError, RequestFrame};
+use crate::protocol::{decode_body, decode_newer_body, error_code, newer, ProtocolError, RequestFrame};
 use crate::shard::{GroupOp, GroupReply, OffsetList};
 
 use super::super::context::ShardContext;
-use super::{authz, group_error_code, respond, str_bytes};
+use super::{authz, group_error_code, respond, respond_newer, str_bytes};
 
 /// Authorization (Kafka's handleOffsetFetchRequest): DESCRIBE on the group, else
 /// GROUP_AUTHORIZATION_FAILED; a named partition of a topic the principal may not
@@ -83,11 +85,27 @@ fn by_topic(list: OffsetList) -> Vec<(String, Vec<PartitionAnswer>)> {
 }
 
 pub async fn handle(ctx: &ShardContext, frame: &RequestFrame) -> Result<Bytes, ProtocolError> {
-    let req: OffsetFetchRequest = decode_body(frame)?;
     let v = frame.api_version;
+    let by_id = v >= 10;
+    let mut req: OffsetFetchRequest =
+        if by_id { decode_newer_body(frame, newer::decode_offset_fetch_v10)? } else { decode_body(frame)? };
     let mut body = OffsetFetchResponse::default();
     if v >= 8 {
-        for g in &req.groups {
+        for g in &mut req.groups {
+            // v10: topics by id; those this broker does not know are answered here.
+            let mut unknown = Vec::new();
+            if by_id {
+                let view = ctx.view();
+                for t in g.topics.iter_mut().flatten() {
+                    t.name = super::name_topic_by_id(&view, t.topic_id);
+                }
+                g.topics.iter_mut().flatten().filter(|t| t.name.is_empty()).for_each(|t| {
+                    unknown.push(unknown_topic_id(t.topic_id, &t.partition_indexes));
+                });
+                if let Some(ts) = g.topics.as_mut() {
+                    ts.retain(|t| !t.name.is_empty())
+                }
+            }
             let wanted = g.topics.as_ref().map(|ts| {
                 ts.iter().flat_map(|t| t.partition_indexes.iter().map(move |p| (t.name.to_string(), *p))).collect()
             });
@@ -117,6 +135,12 @@ pub async fn handle(ctx: &ShardContext, frame: &RequestFrame) -> Result<Bytes, P
                             )
                         })
                         .collect();
+                    if by_id {
+                        let view = ctx.view();
+                        group.topics.iter_mut().for_each(|t| t.topic_id = super::topic_id_of(&view, &t.name));
+                        group.topics.retain(|t| !t.topic_id.is_nil());
+                        group.topics.extend(unknown);
+                    }
                 }
                 Err(code) => group.error_code = code,
             }
@@ -156,5 +180,26 @@ pub async fn handle(ctx: &ShardContext, frame: &RequestFrame) -> Result<Bytes, P
             Err(_) => {}
         }
     }
+    if by_id {
+        return respond_newer(ApiKey::OffsetFetch, frame, |buf| newer::encode_offset_fetch_response_v10(&body, buf));
+    }
     respond(ApiKey::OffsetFetch, frame, &body)
+}
+
+/// v10: the answer for a topic id this broker does not know (Kafka 4.4's: no offset, an
+/// empty metadata string, UNKNOWN_TOPIC_ID).
+fn unknown_topic_id(id: uuid::Uuid, partitions: &[i32]) -> OffsetFetchResponseTopics {
+    OffsetFetchResponseTopics::default().with_topic_id(id).with_partitions(
+        partitions
+            .iter()
+            .map(|p| {
+                OffsetFetchResponsePartitions::default()
+                    .with_partition_index(*p)
+                    .with_committed_offset(-1)
+                    .with_committed_leader_epoch(-1)
+                    .with_metadata(Some(str_bytes(String::new())))
+                    .with_error_code(error_code::UNKNOWN_TOPIC_ID)
+            })
+            .collect(),
+    )
 }

@@ -20,6 +20,9 @@
 //! the commit; its refusal is every partition's code, mapped as Kafka's group
 //! coordinator maps it (CONCURRENT_TRANSACTIONS is the client's to retry).
 //!
+//! v6 names topics by id (`protocol::newer`): an id this broker does not know is
+//! UNKNOWN_TOPIC_ID (after the transactional id's and the group's authorization).
+//!
 //! Not done yet: KIP-890 part 1's check for v4 and below (that the producer added the
 //! group's offsets partition with AddOffsetsToTxn).
 
@@ -32,14 +35,14 @@ use kafka_protocol::messages::{ApiKey, TxnOffsetCommitRequest, TxnOffsetCommitRe
 use crate::config::FsyncMode;
 use crate::group::OffsetCommit;
 use crate::log::LogError;
-use crate::protocol::{decode_body, error_code, ProtocolError, RequestFrame};
+use crate::protocol::{decode_body, decode_newer_body, error_code, newer, ProtocolError, RequestFrame};
 use crate::shard::{group_partition, GroupOp, GroupReply, PartitionError, TxnCommitRefusal};
 use crate::txn::coordinator::ProducerIdAndEpoch;
 
 use super::super::context::ShardContext;
 use super::super::now_ms;
 use super::offset_commit::replication_failure;
-use super::{group_error_code, partition_error_code, respond};
+use super::{group_error_code, partition_error_code, respond, respond_newer};
 
 /// The code for a transactional commit whose batch was not appended, as Kafka's
 /// `GroupMetadataManager.storeOffsets` maps its append's errors.
@@ -72,7 +75,16 @@ fn add_error_code(code: i16) -> i16 {
 }
 
 pub async fn handle(ctx: &ShardContext, frame: &RequestFrame) -> Result<Bytes, ProtocolError> {
-    let req: TxnOffsetCommitRequest = decode_body(frame)?;
+    let by_id = frame.api_version >= 6;
+    let (mut req, ids): (TxnOffsetCommitRequest, Vec<uuid::Uuid>) = if by_id {
+        decode_newer_body(frame, newer::decode_txn_offset_commit_v6)?
+    } else {
+        (decode_body(frame)?, Vec::new())
+    };
+    if by_id {
+        let view = ctx.view();
+        req.topics.iter_mut().zip(&ids).for_each(|(t, id)| t.name = super::name_topic_by_id(&view, *id));
+    }
     // Per request partition, in order: does the metadata know it?
     let known: Vec<bool> = {
         let reg = ctx.view();
@@ -111,6 +123,8 @@ pub async fn handle(ctx: &ShardContext, frame: &RequestFrame) -> Result<Bytes, P
                 Some(error_code::TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
             } else if group_denied {
                 Some(error_code::GROUP_AUTHORIZATION_FAILED)
+            } else if by_id && t.name.is_empty() {
+                Some(error_code::UNKNOWN_TOPIC_ID)
             } else if !super::authz::authorize(
                 ctx,
                 frame,
@@ -228,5 +242,11 @@ pub async fn handle(ctx: &ShardContext, frame: &RequestFrame) -> Result<Bytes, P
             )
         })
         .collect();
-    respond(ApiKey::TxnOffsetCommit, frame, &TxnOffsetCommitResponse::default().with_topics(topics))
+    let answer = TxnOffsetCommitResponse::default().with_topics(topics);
+    if by_id {
+        return respond_newer(ApiKey::TxnOffsetCommit, frame, |buf| {
+            newer::encode_txn_offset_commit_response_v6(&answer, &ids, buf)
+        });
+    }
+    respond(ApiKey::TxnOffsetCommit, frame, &answer)
 }

@@ -1,4 +1,4 @@
-//! WriteTxnMarkers (v1; Kafka 4 dropped v0): the transaction coordinator asks each partition's leader to
+//! WriteTxnMarkers (v1-2; Kafka 4 dropped v0): the transaction coordinator asks each partition's leader to
 //! end a producer's transaction there with a COMMIT or ABORT marker (Kafka's
 //! `handleWriteTxnMarkersRequest`). Each partition goes to its owner shard, which
 //! appends the control batch at its current leader epoch (`PartitionOp::WriteMarker`);
@@ -8,7 +8,9 @@
 //! INVALID_PRODUCER_EPOCH (a newer epoch of the producer wrote here),
 //! TRANSACTION_COORDINATOR_FENCED (a marker from an older coordinator epoch),
 //! REQUEST_TIMED_OUT. Needs CLUSTER_ACTION on the cluster (every partition answers
-//! CLUSTER_AUTHORIZATION_FAILED otherwise), as Kafka's.
+//! CLUSTER_AUTHORIZATION_FAILED otherwise), as Kafka's. v2 (KIP-1228) carries each
+//! marker's transaction version; from 2 the partition takes it only above the epoch its
+//! producer wrote at (`ProducerStateManager::check_marker`).
 
 use std::time::Duration;
 
@@ -19,7 +21,7 @@ use kafka_protocol::messages::write_txn_markers_response::{
 use kafka_protocol::messages::{ApiKey, WriteTxnMarkersRequest, WriteTxnMarkersResponse};
 
 use crate::model::TopicPartition;
-use crate::protocol::{decode_body, ProtocolError, RequestFrame};
+use crate::protocol::{decode_body, decode_newer_body, ProtocolError, RequestFrame};
 use crate::shard::{PartitionOp, PartitionReply};
 
 use super::super::context::ShardContext;
@@ -32,11 +34,17 @@ use super::{partition_error_code, respond};
 const marker_timeout_ms: u64 = 30_000;
 
 pub async fn handle(ctx: &ShardContext, frame: &RequestFrame) -> Result<Bytes, ProtocolError> {
-    let req: WriteTxnMarkersRequest = decode_body(frame)?;
+    let (req, versions) = if frame.api_version >= 2 {
+        decode_newer_body(frame, crate::protocol::newer::decode_write_txn_markers_v2)?
+    } else {
+        let req: WriteTxnMarkersRequest = decode_body(frame)?;
+        let versions = vec![0; req.markers.len()];
+        (req, versions)
+    };
     let action = crate::security::acl::AclOperation::ClusterAction;
     let allowed = super::authz::authorize_cluster(ctx, frame, &ctx.view(), action);
     let mut markers = Vec::with_capacity(req.markers.len());
-    for m in &req.markers {
+    for (m, &transaction_version) in req.markers.iter().zip(&versions) {
         let mut topics = Vec::with_capacity(m.topics.len());
         for t in &m.topics {
             let calls = t.partition_indexes.iter().map(|&partition| async move {
@@ -50,6 +58,7 @@ pub async fn handle(ctx: &ShardContext, frame: &RequestFrame) -> Result<Bytes, P
                     coordinator_epoch: m.coordinator_epoch,
                     commit: m.transaction_result,
                     now_ms: now_ms(),
+                    transaction_version,
                 };
                 match ctx.call(op).await {
                     Ok(PartitionReply::Produced { written, durable, replicated, .. }) => {
