@@ -331,9 +331,9 @@ def parse_list_offsets(version, resp):
     return out
 
 
-def test_api_versions_advertises_list_offsets_1_to_10(broker):
+def test_api_versions_advertises_list_offsets_1_to_11(broker):
     _corr, err, apis = parse_api_versions_v0(call(broker.port, api_versions_request()))
-    assert err == 0 and apis[2] == (1, 10), apis.get(2)
+    assert err == 0 and apis[2] == (1, 11), apis.get(2)
 
 
 def test_max_timestamp_earliest_local_and_latest_tiered_raw(broker):

@@ -161,7 +161,7 @@ def test_txn_offset_commit_fences_zombies(broker):
     s.sendall(api_versions_request())
     _, _, apis = parse_api_versions_v0(recv_frame(s))
     s.close()
-    assert apis.get(TXN_OFFSET_COMMIT) == (0, 5), apis.get(TXN_OFFSET_COMMIT)
+    assert apis.get(TXN_OFFSET_COMMIT) == (0, 6), apis.get(TXN_OFFSET_COMMIT)
 
     create_topic(broker.bootstrap, TOPIC, partitions=2)
     coordinator_ready(broker.port)

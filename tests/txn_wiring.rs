@@ -294,6 +294,10 @@ fn markers_complete_transactions() {
         std::thread::sleep(Duration::from_millis(100));
     };
     assert_eq!((pid2, e2), (pid, e + 2));
+    // The transactions' topic is internal in Metadata, as Kafka's `Topic.isInternal` says.
+    let mut client = spate::client::Client::connect(spate::client::ClientConfig::new(&b.bootstrap)).unwrap();
+    let m = client.metadata(Some(&["__transaction_state".to_string()]), false).unwrap();
+    assert!(m.topics.len() == 1 && m.topics[0].is_internal, "{m:?}");
 }
 
 /// EndTxn v5 (transaction version 2): (error code, producer id, epoch) of the answer.

@@ -208,6 +208,13 @@ impl fmt::Display for TopicPartition {
     }
 }
 
+/// Kafka's internal topics (its `Topic.isInternal`): the groups' offsets and the
+/// transactions' state, marked internal in Metadata and DescribeTopicPartitions.
+/// (`__share_group_state` joins them with share groups, issue 48.)
+pub fn is_internal_topic(name: &str) -> bool {
+    name == crate::group::OFFSETS_TOPIC || name == crate::txn::TXN_TOPIC
+}
+
 /// Named limits. Everything read from the network or from disk is checked against one
 /// of these before it is trusted.
 #[allow(non_upper_case_globals)]

@@ -29,13 +29,11 @@ use kafka_protocol::messages::add_partitions_to_txn_response::{
 };
 use kafka_protocol::messages::{AddPartitionsToTxnRequest, AddPartitionsToTxnResponse, ApiKey};
 
-use crate::group::OFFSETS_TOPIC;
 use crate::model::TopicPartition;
 use crate::protocol::{decode_body, error_code, ProtocolError, RequestFrame};
 use crate::security::acl::{AclOperation, ResourceType};
 use crate::shard::TxnOp;
 use crate::txn::coordinator::ProducerIdAndEpoch;
-use crate::txn::TXN_TOPIC;
 
 use super::super::context::ShardContext;
 use super::super::now_ms;
@@ -97,7 +95,7 @@ fn unwritable(ctx: &ShardContext, frame: &RequestFrame, topics: &[AddPartitionsT
         .iter()
         .flat_map(|t| {
             let name = t.name.as_str();
-            let internal = name == OFFSETS_TOPIC || name == TXN_TOPIC;
+            let internal = crate::model::is_internal_topic(name);
             let refused =
                 internal || !authz::authorize(ctx, frame, &view, AclOperation::Write, ResourceType::Topic, name);
             t.partitions.iter().map(move |_| refused)

@@ -84,7 +84,7 @@ pub fn handle(ctx: &ShardContext, frame: &RequestFrame) -> Result<Bytes, Protoco
             body.next_cursor = Some(Cursor::default().with_topic_name(crate::client::topic_name(name)));
             break;
         }
-        let internal = name == crate::group::OFFSETS_TOPIC || name == crate::txn::TXN_TOPIC;
+        let internal = crate::model::is_internal_topic(name);
         let topic = DescribeTopicPartitionsResponseTopic::default()
             .with_name(Some(crate::client::topic_name(name)))
             .with_is_internal(internal);
