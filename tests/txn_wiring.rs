@@ -297,7 +297,8 @@ fn markers_complete_transactions() {
     // The transactions' topic is internal in Metadata, as Kafka's `Topic.isInternal` says.
     let mut client = spate::client::Client::connect(spate::client::ClientConfig::new(&b.bootstrap)).unwrap();
     let m = client.metadata(Some(&["__transaction_state".to_string()]), false).unwrap();
-    assert!(m.topics.len() == 1 && m.topics[0].is_internal, "{m:?}");
+    let internal: Vec<_> = m.topics.iter().map(|t| (t.name.clone(), t.is_internal)).collect();
+    assert!(internal.len() == 1 && internal[0].1, "{internal:?}");
 }
 
 /// EndTxn v5 (transaction version 2): (error code, producer id, epoch) of the answer.

@@ -144,7 +144,7 @@ pub async fn handle(ctx: &ShardContext, frame: &RequestFrame) -> Result<Bytes, P
     body.topics = topics
         .into_iter()
         .map(|(name, meta)| {
-            let internal = version >= 1 && crate::model::is_internal_topic(name);
+            let internal = version >= 1 && crate::model::is_internal_topic(&name);
             let mut t =
                 MetadataResponseTopic::default().with_name(Some(TopicName(str_bytes(name)))).with_is_internal(internal);
             if version >= 8 && req.include_topic_authorized_operations {
