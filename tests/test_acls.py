@@ -11,6 +11,7 @@ and certificate subjects: tests/test_security.py."""
 import base64
 import json
 import re
+import struct
 import time
 
 import pytest
@@ -20,6 +21,7 @@ from confluent_kafka.admin import (AclBinding, AclBindingFilter, AclOperation, A
                                    ResourcePatternType, ResourceType)
 
 from helpers.clients import admin, cf_conf, create_topic
+from helpers.wire import call, frame
 from test_kafka_tools import run_tool, tools_classpath  # noqa: F401 (fixture)
 from test_zookeeper import zk_client
 
@@ -114,6 +116,22 @@ def group_error(bootstrap, topic, group, timeout=40):
         c.close()
 
 
+def consumer_heartbeat_error(port, group, topics):
+    """ConsumerGroupHeartbeat v0: a new member of `group` subscribing to `topics` by
+    name; the answer's error code."""
+    def compact(s):
+        return bytes([len(s) + 1]) + s.encode()
+    body = (compact(group) + compact("") + struct.pack(">i", 0) + b"\x00\x00" + struct.pack(">i", 30_000)
+            + bytes([len(topics) + 1]) + b"".join(compact(t) for t in topics)
+            + b"\x00"  # no server assignor
+            + b"\x01"  # owned partitions: none (an empty array, as a joining member sends)
+            + b"\x00")
+    header = struct.pack(">hhih", 68, 0, 7, 4) + b"test" + b"\x00"
+    resp = call(port, frame(header + body))
+    # correlation id, the header's tag buffer, throttle time, error code.
+    return struct.unpack_from(">h", resp, 4 + 1 + 4)[0]
+
+
 def admin_error(future, timeout=20):
     try:
         future.result(timeout)
@@ -191,6 +209,10 @@ def test_kafka_acls_tool_and_enforcement_write_one_topic_read_one_group(broker_f
     # (librdkafka asks for b's metadata first, and stops at that refusal.)
     assert ("Principal = User:ANONYMOUS is Denied Operation = Describe from host = 127.0.0.1 "
             "on resource = Topic:LITERAL:b for request = Metadata with resourceRefCount = 1") in log
+    # KIP-848: a member may subscribe by name only to topics it may describe (Kafka 4.4's
+    # handler refuses the whole heartbeat). (Group g, empty, becomes a consumer group.)
+    assert consumer_heartbeat_error(b.port, "g", ["a", "b"]) == KafkaError.TOPIC_AUTHORIZATION_FAILED
+    assert consumer_heartbeat_error(b.port, "g", ["a"]) == 0
 
 
 def test_prefixed_and_wildcard_patterns_and_deny_beats_allow(broker_factory):

@@ -5,7 +5,10 @@
 //! changed the group waits until its records are stored (in-sync replicas; fsync under
 //! `--fsync always`), as Kafka answers once they are committed.
 //!
-//! Needs READ on the group (GROUP_AUTHORIZATION_FAILED otherwise).
+//! Needs READ on the group (GROUP_AUTHORIZATION_FAILED otherwise) and, as Kafka 4.4,
+//! DESCRIBE on every topic the member subscribes to by name (TOPIC_AUTHORIZATION_FAILED
+//! otherwise, for the whole heartbeat: a client must not learn of topics it may not see).
+//! Not yet: Kafka's filtering of a regex subscription's topics by the member's DESCRIBE.
 
 use bytes::Bytes;
 use kafka_protocol::messages::consumer_group_heartbeat_response::{Assignment, TopicPartitions};
@@ -28,6 +31,16 @@ pub async fn handle(ctx: &ShardContext, frame: &RequestFrame) -> Result<Bytes, P
     };
     if !super::authz::may_read_group(ctx, frame, req.group_id.as_str()) {
         return refuse(error_code::GROUP_AUTHORIZATION_FAILED, None);
+    }
+    if let Some(names) = req.subscribed_topic_names.as_ref().filter(|n| !n.is_empty()) {
+        use crate::security::acl::{AclOperation, ResourceType};
+        let view = ctx.view();
+        let denied = names.iter().any(|t| {
+            !super::authz::authorize(ctx, frame, &view, AclOperation::Describe, ResourceType::Topic, t.as_str())
+        });
+        if denied {
+            return refuse(error_code::TOPIC_AUTHORIZATION_FAILED, None);
+        }
     }
     // v1 (KIP-1082): the member generates its id and sends it from its first request.
     if frame.api_version >= 1 && req.member_id.is_empty() {
