@@ -132,6 +132,20 @@ def consumer_heartbeat_error(port, group, topics):
     return struct.unpack_from(">h", resp, 4 + 1 + 4)[0]
 
 
+def find_share_coordinator_error(port):
+    """FindCoordinator v6 for one share coordinator key: its error code."""
+    key = b"g:AAAAAAAAAAAAAAAAAAAAAA:0"
+    body = b"\x02" + b"\x02" + bytes([len(key) + 1]) + key + b"\x00"
+    header = struct.pack(">hhih", 10, 6, 7, 4) + b"test" + b"\x00"
+    resp = call(port, frame(header + body))
+    # correlation id, tags, throttle time, one coordinator: key, node id, host, port, error.
+    at = 4 + 1 + 4 + 1
+    at += resp[at]  # the key (compact: length + 1)
+    at += 4
+    at += resp[at]  # the host
+    return struct.unpack_from(">h", resp, at + 4)[0]
+
+
 def admin_error(future, timeout=20):
     try:
         future.result(timeout)
@@ -213,6 +227,8 @@ def test_kafka_acls_tool_and_enforcement_write_one_topic_read_one_group(broker_f
     # handler refuses the whole heartbeat). (Group g, empty, becomes a consumer group.)
     assert consumer_heartbeat_error(b.port, "g", ["a", "b"]) == KafkaError.TOPIC_AUTHORIZATION_FAILED
     assert consumer_heartbeat_error(b.port, "g", ["a"]) == 0
+    # A share coordinator key (FindCoordinator v6) is for brokers: CLUSTER_ACTION.
+    assert find_share_coordinator_error(b.port) == KafkaError.CLUSTER_AUTHORIZATION_FAILED
 
 
 def test_prefixed_and_wildcard_patterns_and_deny_beats_allow(broker_factory):

@@ -9,7 +9,9 @@
 //! coordinator for the same key, so that it creates the topic). An empty
 //! transactional id is INVALID_REQUEST; other key types are INVALID_REQUEST too. v6
 //! adds key type 2, a share group's share coordinator (KIP-932): Spate has no share
-//! coordinator yet, and answers INVALID_REQUEST, as Kafka 4.4 does where none runs.
+//! coordinator yet, and answers INVALID_REQUEST, as Kafka 4.4 does where none runs;
+//! before that, as Kafka 4.4, such a key needs CLUSTER_ACTION on the cluster
+//! (CLUSTER_AUTHORIZATION_FAILED).
 
 use bytes::Bytes;
 use kafka_protocol::messages::find_coordinator_response::Coordinator;
@@ -84,6 +86,10 @@ pub async fn handle(ctx: &ShardContext, frame: &RequestFrame) -> Result<Bytes, P
                 return Err((error_code::TRANSACTIONAL_ID_AUTHORIZATION_FAILED, None));
             }
             KEY_TYPE_TRANSACTION => txn_partition(key),
+            // Kafka 4.4: share coordinator keys are for brokers (CLUSTER_ACTION).
+            KEY_TYPE_SHARE if !super::authz::authorize_cluster(ctx, frame, &reg, AclOperation::ClusterAction) => {
+                return Err((error_code::CLUSTER_AUTHORIZATION_FAILED, None));
+            }
             KEY_TYPE_SHARE => {
                 return Err((error_code::INVALID_REQUEST, Some("share groups are not supported by this broker".into())))
             }
