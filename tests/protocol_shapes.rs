@@ -77,18 +77,13 @@ fn real_requests_pass_at_every_version() {
     assert!(checked > 300, "only {checked} (frame, version) pairs checked");
 }
 
-/// Requests at versions past the crate's (tests/newer_requests, one per version, made by
-/// hand: they are not in the fuzz corpus, whose frames tests/test_hostile_frames.py
-/// mutates with a fixed seed): the shape table reads them to their last byte and
-/// `protocol::newer` (or the crate at the version whose body they share) decodes them.
+/// The corpus's requests at versions past the crate's: the shape table reads them to
+/// their last byte and `protocol::newer` (or the crate at the version whose body they
+/// share) decodes them.
 #[test]
 fn newer_requests_pass() {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/newer_requests");
-    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().path()).collect();
-    files.sort();
     let mut checked = 0;
-    for path in files {
-        let frame = std::fs::read(&path).unwrap();
+    for (path, frame) in corpus("request") {
         let key = ApiKey::try_from(i16::from_be_bytes([frame[0], frame[1]])).unwrap();
         let version = i16::from_be_bytes([frame[2], frame[3]]);
         if version <= newer::crate_max(key) {

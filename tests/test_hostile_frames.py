@@ -154,12 +154,14 @@ def blast(port, frames, stats):
         s.close()
 
 
-@pytest.mark.timeout(600)
-def test_twenty_thousand_mutated_real_requests(broker):
-    seeds = [p.read_bytes() for p in sorted(CORPUS.glob("*"))]
-    assert len(seeds) >= 50, "fuzz/corpus/request is missing (scripts/capture-corpus)"
-    rng = random.Random(16)
-    frames = [mutate(rng, rng.choice(seeds)) for _ in range(MUTATIONS)]
+# Memory glibc keeps free for a data core's next requests (limits::malloc_reuse_bytes, a
+# heap per shard) once a blast has grown it: the broker keeps it by design.
+MALLOC_REUSE_BYTES = 32 * 1024 * 1024
+
+
+def blast_and_measure(broker, frames):
+    """Send `frames` from WORKERS connections; (answered, closed, pending, rss_before,
+    rss_peak, rss_after), rss_after once the broker has worked through the blast."""
     rss_before = broker.rss_bytes()
     rss_peak = [rss_before]
     done = threading.Event()
@@ -185,17 +187,36 @@ def test_twenty_thousand_mutated_real_requests(broker):
     answered = sum(s["answered"] for s in stats)
     closed = sum(s["closed"] for s in stats)
     pending = sum(s["pending"] for s in stats)
-    # The broker gives the memory back once it has worked through the blast: wait for it.
+    # The broker gives the memory back once it has worked through the blast (a topic a
+    # mutation created and another deleted, say): wait for it.
     deadline = time.monotonic() + 30
     while (rss_after := broker.rss_bytes()) - rss_before >= RSS_GROWTH_MAX and time.monotonic() < deadline:
         time.sleep(0.2)
-    print(f"{MUTATIONS} mutated requests in {elapsed:.1f}s: {answered} answered, {closed} closed, {pending} left pending; "
-          f"RSS before {rss_before >> 20} MiB, peak {rss_peak[0] >> 20} MiB, after {rss_after >> 20} MiB")
-    assert answered + closed + pending == MUTATIONS
+    print(f"{len(frames)} mutated requests in {elapsed:.1f}s: {answered} answered, {closed} closed, {pending} left "
+          f"pending; RSS before {rss_before >> 20} MiB, peak {rss_peak[0] >> 20} MiB, after {rss_after >> 20} MiB")
+    assert answered + closed + pending == len(frames)
+    return answered, closed, pending, rss_before, rss_peak[0], rss_after
+
+
+@pytest.mark.timeout(600)
+def test_twenty_thousand_mutated_real_requests(broker):
+    seeds = [p.read_bytes() for p in sorted(CORPUS.glob("*"))]
+    assert len(seeds) >= 50, "fuzz/corpus/request is missing (scripts/capture-corpus)"
+    rng = random.Random(16)
+    frames = [mutate(rng, rng.choice(seeds)) for _ in range(MUTATIONS)]
+    answered, _, pending, rss_before, rss_peak, rss_after = blast_and_measure(broker, frames)
     assert pending < MUTATIONS // 5, "most requests neither answered nor refused"
     assert answered > MUTATIONS // 10, "almost nothing was answered: are the seeds real requests?"
-    assert rss_peak[0] - rss_before < 4 * RSS_GROWTH_MAX
-    assert rss_after - rss_before < RSS_GROWTH_MAX
+    assert rss_peak - rss_before < 4 * RSS_GROWTH_MAX
+    # Beyond what each shard's heap keeps for its next requests, by design.
+    shards = broker.cores or len(os.sched_getaffinity(0))  # spate serve's default: a shard per CPU
+    assert rss_after - rss_before < RSS_GROWTH_MAX + shards * MALLOC_REUSE_BYTES
+    # The same blast again finds that memory free and adds little: what it allocates is
+    # given back, not left stranded between live allocations. (Before malloc_trim after
+    # partition deletions, a mutation's 11,011-partition topic, created and deleted
+    # again, added 96 MiB on the second blast, 235 MiB over ten.)
+    *_, rss_again = blast_and_measure(broker, frames)
+    assert rss_again - rss_after < RSS_GROWTH_MAX // 2
     assert_still_serving(broker)
 
 

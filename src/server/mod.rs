@@ -211,6 +211,7 @@ fn remove_trash(trash: crate::shard::Trash) {
             _ => {}
         }
     }
+    let partitions_removed = !trash.dirs.is_empty();
     for dir in trash.dirs {
         match std::fs::remove_dir_all(&dir) {
             Ok(()) => tracing::debug!(dir = %dir.display(), "removed a deleted partition's directory"),
@@ -218,6 +219,26 @@ fn remove_trash(trash: crate::shard::Trash) {
             Err(e) => tracing::warn!(dir = %dir.display(), error = %e, "cannot remove a deleted partition's directory"),
         }
     }
+    if partitions_removed {
+        give_back_free_memory();
+    }
+}
+
+/// Hand the heap's free memory back to the kernel, after partitions are deleted (rare,
+/// and off the data core). A partition's structures are built on the threads that open
+/// logs (up to `log_recovery_threads_max` at once), so they are spread over glibc's
+/// arenas (up to 8 per CPU), and freed chunks stay stranded between live ones: creating
+/// and deleting an 11,011-partition topic ten times took the broker's RSS from 17 to
+/// 235 MiB with 21 MiB of it in use; with this, to about 90 MiB (each arena still keeps
+/// its top free chunk, up to `malloc_reuse_bytes`, for its next requests).
+/// `malloc_trim` holds each arena's lock while it walks it, so a data core allocating
+/// from that arena meanwhile waits: 13-16 ms for all arenas after the 11,011-partition
+/// deletion, 0.4-3 ms after small ones (2-core VM).
+fn give_back_free_memory() {
+    let started = std::time::Instant::now();
+    // SAFETY: malloc_trim only releases free heap memory (under each arena's lock).
+    let released = unsafe { libc::malloc_trim(0) } == 1;
+    tracing::debug!(released, micros = started.elapsed().as_micros() as u64, "free heap memory given back");
 }
 
 /// This broker as it registers: its inter-broker address and every advertised listener.

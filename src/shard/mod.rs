@@ -1292,6 +1292,11 @@ impl Shard {
             }
             PartitionOp::DeletePartition { tp } => {
                 if let Some(p) = self.partitions.remove(&tp) {
+                    // A deleted topic's slots are given back once three quarters are
+                    // empty (each holds a whole `Partition`), not kept for good.
+                    if self.partitions.len() < self.partitions.capacity() / 4 {
+                        self.partitions.shrink_to_fit();
+                    }
                     for (_, w) in p.durable_waiters {
                         let _ = w.send(Err(format!("partition {tp} deleted")));
                     }
