@@ -40,6 +40,11 @@ const log_size_partitions_max: usize = 10_000;
 /// How often the accept loop looks at the shutdown flag.
 const accept_poll_ms: u64 = 200;
 
+/// Whether Spate serves API `key` at some version.
+fn served_api(key: i16) -> bool {
+    kafka_protocol::messages::ApiKey::try_from(key).is_ok_and(|k| crate::protocol::handled_range(k).is_some())
+}
+
 /// A latency histogram with its exact sum (Prometheus wants `_sum`).
 pub struct Latency {
     histogram: Histogram<u64>,
@@ -174,10 +179,17 @@ impl Metrics {
         }
     }
 
-    /// One request of `api_key` handled on shard `id` in `took`.
+    /// One request of `api_key` handled on shard `id` in `took`. Only APIs Spate serves
+    /// get a histogram (about 20 KiB each): the key is the client's, and a histogram per
+    /// key any client sends (mutated requests) grew the broker by 16 MiB per 800 keys,
+    /// up to 65,536 of them. The rest are counted by `spate_unsupported_requests_total`.
     pub fn record_request(&self, id: ShardId, api_key: i16, took: Duration) {
         if let Ok(mut apis) = self.shard(id).api_latency.lock() {
-            apis.entry(api_key).or_default().record(took);
+            if let Some(latency) = apis.get_mut(&api_key) {
+                latency.record(took);
+            } else if served_api(api_key) {
+                apis.entry(api_key).or_default().record(took);
+            }
         }
     }
 
@@ -684,4 +696,25 @@ fn respond(stream: &mut TcpStream, status: &str, content_type: &str, body: &str)
     stream.write_all(head.as_bytes())?;
     stream.write_all(body.as_bytes())?;
     stream.flush()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn request_latency_is_kept_only_for_apis_spate_serves() {
+        let metrics = Metrics::new(1);
+        let shard = ShardId(0);
+        // Keys a mutated request can carry (76: ShareGroupHeartbeat, not served): none kept.
+        for key in [-1, 76, 1000, i16::MAX, i16::MIN] {
+            metrics.record_request(shard, key, Duration::from_micros(10));
+        }
+        assert!(metrics.shard(shard).api_latency.lock().unwrap().is_empty());
+        metrics.record_request(shard, 0, Duration::from_micros(10)); // Produce
+        metrics.record_request(shard, 0, Duration::from_micros(30));
+        let apis = metrics.shard(shard).api_latency.lock().unwrap();
+        assert_eq!(apis.keys().copied().collect::<Vec<_>>(), vec![0]);
+        assert_eq!(apis[&0].histogram.len(), 2);
+    }
 }
