@@ -224,29 +224,57 @@ def test_dynamic_broker_retention_applies_to_topics_without_override_and_survive
     assert (d.value, source(d)) == ("3600000", DYNAMIC_BROKER_CONFIG)
 
 
-def test_broker_configs_refused_as_kafka_refuses_them(broker):
-    """Read-only broker configs are INVALID_REQUEST (Kafka: "Cannot update these configs
-    dynamically"), unknown names and bad values INVALID_CONFIG; validate_only checks and
-    changes nothing; nothing refused is stored."""
-    for name, value, code in (("broker.id", "7", "INVALID_REQUEST"),
-                              ("num.partitions", "3", "INVALID_REQUEST"),
-                              ("no.such.config", "1", "INVALID_CONFIG"),
-                              ("log.retention.ms", "soon", "INVALID_CONFIG"),
-                              ("log.cleanup.policy", "compress", "INVALID_CONFIG")):
+def test_broker_configs_refused_and_accepted_as_kafka_4_4_does(broker):
+    """Every broker config Kafka 4.4 defines is checked as Kafka checks it, and refused
+    with Kafka's INVALID_REQUEST and message (each measured on Kafka 4.4: read-only
+    configs, security configs without their listener prefix, values of the wrong type or
+    out of range, Kafka's thread-count rule); configs Kafka takes at run time that Spate
+    has nothing to act on, and names Kafka does not define, are stored and described (an
+    unknown name as sensitive, without its value). validate_only checks and changes
+    nothing; nothing refused is stored."""
+    for name, value, message in (
+            ("broker.id", "7", "Cannot update these configs dynamically: [broker.id]"),
+            ("num.partitions", "3", "Cannot update these configs dynamically: [num.partitions]"),
+            ("log.retention.ms", "soon", "Invalid value soon for configuration log.retention.ms: Not a number of type LONG"),
+            ("log.cleanup.policy", "compress",
+             "Invalid value compress for configuration log.cleanup.policy: String must be one of: compact, delete"),
+            ("log.cleaner.threads", "-5", "Invalid value -5 for configuration log.cleaner.threads: Value must be at least 0"),
+            ("ssl.keystore.password", "secret", "These security configs can be dynamically updated only per-listener "
+                                                "using the listener prefix: [ssl.keystore.password]"),
+            ("num.network.threads", "20", "Dynamic thread count update validation failed for num.network.threads=20, "
+                                          "value should not be greater than double the current value 3")):
         with pytest.raises(KafkaException) as ei:
             broker_incremental(broker.bootstrap, "1", [set_op(name, value)])
-        assert ei.value.args[0].name() == code, (name, ei.value)
+        assert (ei.value.args[0].name(), ei.value.args[0].str()) == ("INVALID_REQUEST", message), name
     broker_incremental(broker.bootstrap, "1", [set_op("log.retention.ms", "5000")], validate_only=True)
     e = describe_broker(broker.bootstrap, "1")["log.retention.ms"]
     assert (e.value, source(e)) == ("604800000", DEFAULT_CONFIG)
-    assert {source(e) for e in describe_broker(broker.bootstrap, "1").values()} <= {4, 5}
+    described = describe_broker(broker.bootstrap, "1")
+    assert {source(e) for e in described.values()} <= {4, 5}
+    assert len(described) == 350, "Kafka 4.4 describes 350 broker configs (379 less 29 internal ones)"
+    assert (described["num.io.threads"].value, described["num.io.threads"].is_read_only) == ("8", False)
+    assert described["ssl.keystore.password"].is_sensitive and described["ssl.keystore.password"].value is None
+
+    broker_incremental(broker.bootstrap, "1", [set_op("sasl.kerberos.service.name", "kafka2"),
+                                               set_op("num.io.threads", "4"), set_op("no.such.config", "1")])
+    described = describe_broker(broker.bootstrap, "1")
+    e = described["sasl.kerberos.service.name"]
+    assert (e.value, source(e), e.is_read_only) == ("kafka2", DYNAMIC_BROKER_CONFIG, False)
+    assert (described["num.io.threads"].value, source(described["num.io.threads"])) == ("4", DYNAMIC_BROKER_CONFIG)
+    e = described["no.such.config"]
+    assert (e.value, e.is_sensitive, source(e)) == (None, True, DYNAMIC_BROKER_CONFIG)
+    # Kafka's thread-count rule is on the value in effect: 4 now, so 1 is below half.
+    with pytest.raises(KafkaException) as ei:
+        broker_incremental(broker.bootstrap, "1", [set_op("num.io.threads", "1")])
+    assert "at least half the current value 4" in ei.value.args[0].str()
 
 
 def test_broker_list_configs_append_and_subtract(broker):
     """IncrementalAlterConfigs APPEND and SUBTRACT on the one list broker config,
     log.cleanup.policy: on the static default ("delete") at first, then on the dynamic
     value; the result is what a topic without its own cleanup.policy gets. APPEND on a
-    config that is not a list is INVALID_CONFIG, as is a result Kafka would refuse."""
+    config that is not a list is INVALID_CONFIG, a result Kafka would refuse
+    INVALID_REQUEST (Kafka 4.4's answers to both)."""
     def op(name, value, kind):
         return ConfigEntry(name, value, incremental_operation=kind)
 
@@ -258,11 +286,11 @@ def test_broker_list_configs_append_and_subtract(broker):
     e = describe_broker(broker.bootstrap, "1")["log.cleanup.policy"]
     assert (e.value, source(e)) == ("compact", DYNAMIC_BROKER_CONFIG)
     assert describe(broker.bootstrap, "lists-follow")["cleanup.policy"].value == "compact"
-    for entry in (op("log.retention.ms", "5", AlterConfigOpType.APPEND),
-                  op("log.cleanup.policy", "compress", AlterConfigOpType.APPEND)):
+    for entry, code in ((op("log.retention.ms", "5", AlterConfigOpType.APPEND), "INVALID_CONFIG"),
+                        (op("log.cleanup.policy", "compress", AlterConfigOpType.APPEND), "INVALID_REQUEST")):
         with pytest.raises(KafkaException) as ei:
             broker_incremental(broker.bootstrap, "1", [entry])
-        assert ei.value.args[0].name() == "INVALID_CONFIG", (entry, ei.value)
+        assert ei.value.args[0].name() == code, (entry, ei.value)
     assert describe_broker(broker.bootstrap, "1")["log.cleanup.policy"].value == "compact", "nothing refused stored"
 
 
@@ -277,7 +305,7 @@ def test_dynamic_broker_configs_in_zookeeper(broker_factory, zookeeper, tools_cl
     b = broker_factory("--metadata", url, "--node-id", "7")
     rc, out = default_tool(tools_classpath, b.bootstrap, "--alter", "--add-config", "log.retention.ms=1000")
     assert rc == 0, out
-    broker_incremental(b.bootstrap, "7", [set_op("log.segment.bytes", "4096"), set_op("log.retention.ms", "2000")])
+    broker_incremental(b.bootstrap, "7", [set_op("log.segment.bytes", "1048576"), set_op("log.retention.ms", "2000")])
     zk = KazooClient(hosts=zookeeper, timeout=10)
     zk.start(timeout=15)
     try:
@@ -287,7 +315,7 @@ def test_dynamic_broker_configs_in_zookeeper(broker_factory, zookeeper, tools_cl
         assert sorted(zk.get_children("/dyn/config/brokers")) == ["7", "<default>"]
         assert doc("/dyn/config/brokers/<default>") == {"version": 1, "config": {"log.retention.ms": "1000"}}
         assert doc("/dyn/config/brokers/7") == {
-            "version": 1, "config": {"log.retention.ms": "2000", "log.segment.bytes": "4096"}}
+            "version": 1, "config": {"log.retention.ms": "2000", "log.segment.bytes": "1048576"}}
         # Kafka's change notifications, one per change, in order.
         changes = sorted(zk.get_children("/dyn/config/changes"))
         assert [doc(f"/dyn/config/changes/{c}") for c in changes] == [
@@ -301,7 +329,7 @@ def test_dynamic_broker_configs_in_zookeeper(broker_factory, zookeeper, tools_cl
             "log.retention.ms": ("2000", [("DYNAMIC_BROKER_CONFIG", "log.retention.ms", "2000"),
                                           ("DYNAMIC_DEFAULT_BROKER_CONFIG", "log.retention.ms", "1000"),
                                           ("DEFAULT_CONFIG", "log.retention.ms", "604800000")]),
-            "log.segment.bytes": ("4096", [("DYNAMIC_BROKER_CONFIG", "log.segment.bytes", "4096"),
+            "log.segment.bytes": ("1048576", [("DYNAMIC_BROKER_CONFIG", "log.segment.bytes", "1048576"),
                                            ("DEFAULT_CONFIG", "log.segment.bytes", "1073741824")])}
 
         rc, out = default_tool(tools_classpath, b2.bootstrap, "--alter", "--delete-config", "log.retention.ms")

@@ -397,7 +397,7 @@ def test_kafka_configs_broker_default_and_per_broker(broker, tools_classpath):
                            "--alter", "--add-config", "log.retention.ms=86400000")
     assert rc == 0, out
     rc, out = configs_tool(tools_classpath, broker.bootstrap, "--entity-type", "brokers", "--entity-name", "1",
-                           "--alter", "--add-config", "log.segment.bytes=4096")
+                           "--alter", "--add-config", "log.segment.bytes=1048576")
     assert rc == 0, out
 
     rc, out = configs_tool(tools_classpath, broker.bootstrap, "--entity-type", "brokers", "--entity-default",
@@ -409,18 +409,19 @@ def test_kafka_configs_broker_default_and_per_broker(broker, tools_classpath):
                            "--describe")
     assert rc == 0, out
     shown = parse_configs(out)
-    assert shown == {"log.segment.bytes": ("4096", [("DYNAMIC_BROKER_CONFIG", "log.segment.bytes", "4096"),
+    assert shown == {"log.segment.bytes": ("1048576", [("DYNAMIC_BROKER_CONFIG", "log.segment.bytes", "1048576"),
                                                     ("DEFAULT_CONFIG", "log.segment.bytes", "1073741824")])}, out
     described = describe_broker(broker.bootstrap, "1")
     for name in ("log.segment.bytes", "log.retention.ms"):
-        assert described[name].value == {"log.segment.bytes": "4096", "log.retention.ms": "86400000"}[name]
+        assert described[name].value == {"log.segment.bytes": "1048576", "log.retention.ms": "86400000"}[name]
 
+    # Kafka 4.4's smallest log.segment.bytes is 1 MiB: 2.4 MB in 200 KB batches rolls it.
     for topic in ("cfg-follows", "cfg-own"):
         for i in range(12):  # one batch each
-            cf_produce(broker.bootstrap, topic, [{"value": b"%03d" % i + b"x" * 1000}])
+            cf_produce(broker.bootstrap, topic, [{"value": b"%03d" % i + b"x" * 200_000}])
     follows = sorted((broker.data_dir / "cfg-follows-0").glob("*.log"))
     own = sorted((broker.data_dir / "cfg-own-0").glob("*.log"))
-    assert len(follows) >= 4 and all(f.stat().st_size <= 4096 for f in follows), \
+    assert len(follows) >= 3 and all(f.stat().st_size <= 1048576 for f in follows), \
         [(f.name, f.stat().st_size) for f in follows]
     assert len(own) == 1, own
 

@@ -5,6 +5,8 @@
 //! DescribeConfigs can answer every key with its value and source, and converted to a
 //! typed `LogConfig` for the partition log.
 
+mod broker_defs;
+pub mod kafka_broker;
 pub mod properties;
 
 use std::collections::BTreeMap;
@@ -844,35 +846,6 @@ pub fn dynamic_broker_config_topic_name(broker_name: &str) -> Option<&'static st
     DYNAMIC_BROKER_TOPIC_CONFIGS.iter().find(|(b, _)| *b == broker_name).map(|(_, t)| *t)
 }
 
-/// Why a dynamic broker config is refused.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum BrokerConfigError {
-    /// A broker config that cannot change at run time (Kafka: INVALID_REQUEST, "Cannot
-    /// update these configs dynamically").
-    ReadOnly(String),
-    /// A name Spate does not know.
-    Unknown(String),
-    /// A known name with a value its topic config would refuse.
-    InvalidValue(String),
-}
-
-/// Broker configs Spate describes that cannot change at run time.
-pub const READ_ONLY_BROKER_CONFIGS: &[&str] = &[
-    "advertised.listeners",
-    "auto.create.topics.enable",
-    "broker.id",
-    "default.replication.factor",
-    "listeners",
-    "log.dirs",
-    "log.preallocate",
-    "log.roll.jitter.ms",
-    "log.segment.delete.delay.ms",
-    "node.id",
-    "num.partitions",
-    "socket.request.max.bytes",
-    "unclean.leader.election.enable",
-];
-
 /// Dynamic broker configs of their own (not topic defaults): the replication throttle
 /// rates in bytes per second (Kafka's `QuotaConfig`), each a long >= 0, unlimited by
 /// default. `replica.alter.log.dirs.io.max.bytes.per.second` is accepted with no effect
@@ -891,27 +864,48 @@ pub fn is_dynamic_broker_config(name: &str) -> bool {
     dynamic_broker_config_topic_name(name).is_some() || DYNAMIC_BROKER_RATE_CONFIGS.contains(&name)
 }
 
-/// Checks one dynamic broker config (`None`: deleting it, which only needs a known name).
-pub fn check_dynamic_broker_config(name: &str, value: Option<&str>) -> Result<(), BrokerConfigError> {
-    if DYNAMIC_BROKER_RATE_CONFIGS.contains(&name) {
-        return match value.map(|v| v.trim().parse::<i64>()) {
-            None | Some(Ok(0..)) => Ok(()),
-            Some(_) => Err(BrokerConfigError::InvalidValue(format!("{name} must be an integer >= 0"))),
+/// Checks a dynamic change of broker config `name` to `value` (`None`: deleting it) on
+/// a broker, or on the cluster-wide default (`at_default`), whose value in effect is
+/// `current`. Refused as Kafka 4.4 refuses it (every refusal is INVALID_REQUEST there),
+/// with Kafka's message: a read-only config, a per-broker one at the default, a value its
+/// type or validator refuses (`kafka_broker`). Spate's own dynamic configs (topic
+/// defaults, throttle rates) are also checked as Spate applies them; those Spate reads
+/// only at startup are refused. A name Kafka does not define is accepted and stored, as
+/// Kafka does (plugins read their own).
+pub fn check_dynamic_broker_config(
+    name: &str,
+    value: Option<&str>,
+    at_default: bool,
+    current: Option<&str>,
+) -> Result<(), String> {
+    use kafka_broker::{check_kafka_dynamic, check_kafka_value, kafka_broker_config, KafkaConfigRefusal, Mode};
+    let kafka = kafka_broker_config(name);
+    if !is_dynamic_broker_config(name) {
+        return match kafka {
+            Some(config) => check_kafka_dynamic(config, value, at_default, current).map_err(|r| r.message(name)),
+            None => Ok(()),
         };
     }
-    let Some(topic_name) = dynamic_broker_config_topic_name(name) else {
-        return Err(if READ_ONLY_BROKER_CONFIGS.contains(&name) {
-            BrokerConfigError::ReadOnly(name.to_string())
-        } else {
-            BrokerConfigError::Unknown(name.to_string())
-        });
-    };
+    if let Some(config) = kafka {
+        if at_default && config.mode == Mode::PerBroker {
+            return Err(KafkaConfigRefusal::PerBrokerOnly.message(name));
+        }
+        if let Some(v) = value {
+            check_kafka_value(config, v)?;
+        }
+    }
+    let Some(value) = value else { return Ok(()) };
+    if DYNAMIC_BROKER_RATE_CONFIGS.contains(&name) {
+        return match value.trim().parse::<i64>() {
+            Ok(0..) => Ok(()),
+            _ => Err(format!("{name} must be an integer >= 0")),
+        };
+    }
+    let topic_name =
+        dynamic_broker_config_topic_name(name).expect("a dynamic broker config is a rate or a topic default");
     let key =
         TOPIC_CONFIG_KEYS.iter().find(|k| k.name == topic_name).expect("dynamic broker configs name topic configs");
-    match value {
-        Some(v) => check_value(key, v).map_err(|e| BrokerConfigError::InvalidValue(format!("{name}: {e}"))),
-        None => Ok(()),
-    }
+    check_value(key, value).map_err(|e| format!("{name}: {e}"))
 }
 
 /// The dynamic topic defaults in effect on broker `entity`: its own configs over the

@@ -13,7 +13,7 @@ use kafka_protocol::messages::{
 
 use std::collections::BTreeMap;
 
-use crate::config::{check_dynamic_broker_config, BrokerConfigError, TopicConfig, BROKER_DEFAULT_ENTITY};
+use crate::config::{check_dynamic_broker_config, TopicConfig, BROKER_DEFAULT_ENTITY};
 use crate::model::TopicPartition;
 use crate::protocol::{decode_body, error_code, ProtocolError, RequestFrame};
 use crate::shard::PartitionOp;
@@ -101,13 +101,21 @@ async fn alter_broker(
         Change::Replace(_) => BTreeMap::new(),
         Change::Incremental(_) => view.broker_configs(&entity).cloned().unwrap_or_default(),
     };
-    let refuse = |e: BrokerConfigError| match e {
-        BrokerConfigError::ReadOnly(k) => {
-            (error_code::INVALID_REQUEST, Some(format!("Cannot update these configs dynamically: Set({k})")))
-        }
-        BrokerConfigError::Unknown(k) => (error_code::INVALID_CONFIG, Some(format!("unknown broker config {k:?}"))),
-        BrokerConfigError::InvalidValue(m) => (error_code::INVALID_CONFIG, Some(m)),
+    let at_default = entity == BROKER_DEFAULT_ENTITY;
+    let cluster_default = view.broker_configs(BROKER_DEFAULT_ENTITY).cloned().unwrap_or_default();
+    // The value in effect before this change (for Kafka's thread-count rule): the
+    // entity's, the cluster-wide default's, else Kafka's default.
+    let current =
+        |configs: &BTreeMap<String, String>, k: &str| -> Option<String> {
+            configs.get(k).or_else(|| cluster_default.get(k)).cloned().or_else(|| {
+                crate::config::kafka_broker::kafka_broker_config(k).and_then(|c| c.default).map(str::to_string)
+            })
+        };
+    let check = |configs: &BTreeMap<String, String>, k: &str, v: Option<&str>| {
+        check_dynamic_broker_config(k, v, at_default, current(configs, k).as_deref())
     };
+    // Kafka answers every refused broker config with INVALID_REQUEST.
+    let refuse = |message: String| (error_code::INVALID_REQUEST, Some(message));
     let ops: Vec<(&str, i8, Option<&str>)> = match change {
         Change::Replace(list) => {
             list.into_iter().map(|(k, v)| (k, if v.is_some() { OP_SET } else { OP_DELETE }, v)).collect()
@@ -117,13 +125,13 @@ async fn alter_broker(
     for (k, op, v) in ops {
         match (op, v) {
             (OP_SET, Some(v)) => {
-                if let Err(e) = check_dynamic_broker_config(k, Some(v)) {
+                if let Err(e) = check(&configs, k, Some(v)) {
                     return refuse(e);
                 }
                 configs.insert(k.to_string(), v.to_string());
             }
             (OP_DELETE, _) => {
-                if let Err(e) = check_dynamic_broker_config(k, None) {
+                if let Err(e) = check(&configs, k, None) {
                     return refuse(e);
                 }
                 configs.remove(k);
@@ -142,7 +150,7 @@ async fn alter_broker(
                         .unwrap_or_default()
                 });
                 let value = list_change(&now, op, v);
-                if let Err(e) = check_dynamic_broker_config(k, Some(&value)) {
+                if let Err(e) = check(&configs, k, Some(&value)) {
                     return refuse(e);
                 }
                 configs.insert(k.to_string(), value);

@@ -11,6 +11,9 @@ use kafka_protocol::messages::describe_configs_response::{
 };
 use kafka_protocol::messages::{ApiKey, DescribeConfigsRequest, DescribeConfigsResponse};
 
+use std::collections::BTreeMap;
+
+use crate::config::kafka_broker::{kafka_broker_config, kafka_broker_configs, Mode, Ty, STARTUP_ONLY_BROKER_CONFIGS};
 use crate::config::{ConfigSource, BROKER_DEFAULT_ENTITY};
 use crate::model::limits;
 use crate::protocol::{decode_body, error_code, ProtocolError, RequestFrame};
@@ -24,8 +27,14 @@ const RESOURCE_BROKER: i8 = 4;
 const TYPE_BOOLEAN: i8 = 1;
 const TYPE_STRING: i8 = 2;
 const TYPE_INT: i8 = 3;
+const TYPE_SHORT: i8 = 4;
 const TYPE_LONG: i8 = 5;
+const TYPE_DOUBLE: i8 = 6;
+const TYPE_LIST: i8 = 7;
+const TYPE_CLASS: i8 = 8;
+const TYPE_PASSWORD: i8 = 9;
 
+/// A topic config's type, from its value.
 fn config_type(name: &str, value: &str) -> i8 {
     if value == "true" || value == "false" {
         TYPE_BOOLEAN
@@ -38,10 +47,44 @@ fn config_type(name: &str, value: &str) -> i8 {
     }
 }
 
-/// One described config: name, value, source, read-only, and its synonyms (the same
-/// name in each layer that sets it, in precedence order: this broker's dynamic config, the
-/// cluster-wide dynamic default, the static config, Kafka's default).
-type Described = (String, String, ConfigSource, bool, Vec<(String, String, ConfigSource)>);
+/// A Kafka broker config's type.
+fn broker_config_type(ty: Ty) -> i8 {
+    match ty {
+        Ty::Boolean => TYPE_BOOLEAN,
+        Ty::Short => TYPE_SHORT,
+        Ty::Int => TYPE_INT,
+        Ty::Long => TYPE_LONG,
+        Ty::Double => TYPE_DOUBLE,
+        Ty::String => TYPE_STRING,
+        Ty::List => TYPE_LIST,
+        Ty::Class => TYPE_CLASS,
+        Ty::Password => TYPE_PASSWORD,
+    }
+}
+
+/// One described config: its value in effect (None: null, or sensitive) and where it
+/// comes from, and its synonyms: the same name in each layer that sets it, in
+/// precedence order (this broker's dynamic config, the cluster-wide dynamic default, the
+/// static config, Kafka's default).
+struct Described {
+    name: String,
+    value: Option<String>,
+    source: ConfigSource,
+    read_only: bool,
+    /// A password, or a name Kafka does not know (Kafka cannot tell it is not a secret):
+    /// described without its value.
+    sensitive: bool,
+    config_type: i8,
+    synonyms: Vec<(String, Option<String>, ConfigSource)>,
+}
+
+impl Described {
+    /// A config set in one layer only.
+    fn single(name: String, value: Option<String>, source: ConfigSource, config_type: i8) -> Self {
+        let synonyms = vec![(name.clone(), value.clone(), source)];
+        Self { name, value, source, read_only: false, sensitive: false, config_type, synonyms }
+    }
+}
 
 /// The static layer of this broker's configs: the config file and Kafka's defaults.
 fn static_broker_configs(ctx: &ShardContext) -> Vec<(String, String, ConfigSource)> {
@@ -76,27 +119,63 @@ fn static_broker_configs(ctx: &ShardContext) -> Vec<(String, String, ConfigSourc
     out
 }
 
-/// This broker's configs, each with its effective value over the dynamic layers.
+/// This broker's configs: every config Kafka 4.4 describes (Spate's value where Spate has
+/// one, else Kafka's default) and any other name set dynamically, each with its value in
+/// effect over the dynamic layers.
 fn broker_configs(ctx: &ShardContext, view: &crate::coordinator::view::ClusterView) -> Vec<Described> {
     let this_broker = view.broker_configs(&ctx.config.node_id.to_string());
     let cluster_default = view.broker_configs(BROKER_DEFAULT_ENTITY);
-    static_broker_configs(ctx)
-        .into_iter()
-        .map(|(name, value, source)| {
-            let dynamic = crate::config::is_dynamic_broker_config(&name);
+    let layers = [(this_broker, ConfigSource::DynamicBroker), (cluster_default, ConfigSource::DynamicDefaultBroker)];
+    let spate: BTreeMap<String, (String, ConfigSource)> =
+        static_broker_configs(ctx).into_iter().map(|(name, value, source)| (name, (value, source))).collect();
+    let mut out: Vec<Described> = kafka_broker_configs()
+        .iter()
+        .filter(|c| !c.internal)
+        .map(|c| {
+            let name = c.name.to_string();
+            let (value, source) = match spate.get(c.name) {
+                Some((v, source)) => (Some(v.clone()), *source),
+                None => (c.default.map(str::to_string), ConfigSource::Default),
+            };
             let mut synonyms = Vec::new();
-            for (layer, layer_source) in
-                [(this_broker, ConfigSource::DynamicBroker), (cluster_default, ConfigSource::DynamicDefaultBroker)]
-            {
-                if let Some(v) = layer.and_then(|l| l.get(&name)) {
-                    synonyms.push((name.clone(), v.clone(), layer_source));
+            for (layer, layer_source) in layers {
+                if let Some(v) = layer.and_then(|l| l.get(c.name)) {
+                    synonyms.push((name.clone(), Some(v.clone()), layer_source));
                 }
             }
             synonyms.push((name.clone(), value, source));
             let (_, value, source) = synonyms[0].clone();
-            (name, value, source, !dynamic, synonyms)
+            let dynamic = crate::config::is_dynamic_broker_config(c.name)
+                || (c.mode != Mode::ReadOnly && !STARTUP_ONLY_BROKER_CONFIGS.contains(&c.name));
+            let sensitive = c.ty == Ty::Password;
+            Described {
+                name,
+                value,
+                source,
+                read_only: !dynamic,
+                sensitive,
+                config_type: broker_config_type(c.ty),
+                synonyms,
+            }
         })
-        .collect()
+        .collect();
+    // Names Kafka does not define, set dynamically (a plugin's, a listener's).
+    for (layer, source) in layers {
+        for (name, value) in layer.into_iter().flatten() {
+            if kafka_broker_config(name).is_some() {
+                continue;
+            }
+            match out.iter_mut().find(|d| d.name == *name) {
+                Some(d) => d.synonyms.push((name.clone(), Some(value.clone()), source)),
+                None => {
+                    let mut d = Described::single(name.clone(), Some(value.clone()), source, TYPE_STRING);
+                    d.sensitive = true;
+                    out.push(d);
+                }
+            }
+        }
+    }
+    out
 }
 
 /// The cluster-wide dynamic default (resource name ""): only what is set there, as Kafka.
@@ -105,8 +184,11 @@ fn broker_default_configs(view: &crate::coordinator::view::ClusterView) -> Vec<D
         .into_iter()
         .flatten()
         .map(|(k, v)| {
-            let synonym = (k.clone(), v.clone(), ConfigSource::DynamicDefaultBroker);
-            (k.clone(), v.clone(), ConfigSource::DynamicDefaultBroker, false, vec![synonym])
+            let kafka = kafka_broker_config(k);
+            let config_type = kafka.map_or(TYPE_STRING, |c| broker_config_type(c.ty));
+            let mut d = Described::single(k.clone(), Some(v.clone()), ConfigSource::DynamicDefaultBroker, config_type);
+            d.sensitive = kafka.is_none_or(|c| c.ty == Ty::Password);
+            d
         })
         .collect()
 }
@@ -150,7 +232,10 @@ pub fn handle(ctx: &ShardContext, frame: &RequestFrame) -> Result<Bytes, Protoco
                     .configs
                     .describe(&ctx.config.topic_defaults)
                     .into_iter()
-                    .map(|(k, v, source)| (k.clone(), v.clone(), source, false, vec![(k, v, source)]))
+                    .map(|(k, v, source)| {
+                        let config_type = config_type(&k, &v);
+                        Described::single(k, Some(v), source, config_type)
+                    })
                     .collect::<Vec<Described>>()),
                 None => Err((error_code::UNKNOWN_TOPIC_OR_PARTITION, format!("topic {name:?} does not exist"))),
             },
@@ -163,25 +248,31 @@ pub fn handle(ctx: &ShardContext, frame: &RequestFrame) -> Result<Bytes, Protoco
             Ok(configs) => {
                 r.configs = configs
                     .into_iter()
-                    .filter(|(k, ..)| {
-                        res.configuration_keys.as_ref().map(|keys| keys.iter().any(|w| w.as_str() == k)).unwrap_or(true)
+                    .filter(|d| {
+                        res.configuration_keys
+                            .as_ref()
+                            .map(|keys| keys.iter().any(|w| w.as_str() == d.name))
+                            .unwrap_or(true)
                     })
-                    .map(|(k, v, source, read_only, synonyms)| {
+                    .map(|d| {
+                        let hide = |v: Option<String>| if d.sensitive { None } else { v.map(str_bytes) };
                         let mut c = DescribeConfigsResourceResult::default()
-                            .with_name(str_bytes(k.clone()))
-                            .with_value(Some(str_bytes(v.clone())))
-                            .with_read_only(read_only)
-                            .with_config_source(source as i8);
+                            .with_name(str_bytes(d.name.clone()))
+                            .with_value(hide(d.value.clone()))
+                            .with_read_only(d.read_only)
+                            .with_is_sensitive(d.sensitive)
+                            .with_config_source(d.source as i8);
                         if frame.api_version >= 3 {
-                            c.config_type = config_type(&k, &v);
+                            c.config_type = d.config_type;
                         }
                         if req.include_synonyms {
-                            c.synonyms = synonyms
+                            c.synonyms = d
+                                .synonyms
                                 .into_iter()
                                 .map(|(k, v, source)| {
                                     DescribeConfigsSynonym::default()
                                         .with_name(str_bytes(k))
-                                        .with_value(Some(str_bytes(v)))
+                                        .with_value(hide(v))
                                         .with_source(source as i8)
                                 })
                                 .collect();
