@@ -236,7 +236,11 @@ fn load_config(args: ServeArgs) -> Result<BrokerConfig, String> {
                 let (config, ignored) = spate::config::properties::from_properties(&text)
                     .map_err(|e| format!("{}: {e}", path.display()))?;
                 if !ignored.is_empty() {
-                    eprintln!("{}: ignoring settings Spate does not have: {}", path.display(), ignored.join(", "));
+                    eprintln!(
+                        "{}: settings Spate does not act on (kept and described): {}",
+                        path.display(),
+                        ignored.join(", ")
+                    );
                 }
                 config
             } else {

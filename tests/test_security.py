@@ -15,7 +15,7 @@ import time
 
 import pytest
 from confluent_kafka import Consumer, KafkaException, Producer
-from confluent_kafka.admin import AdminClient
+from confluent_kafka.admin import AdminClient, ConfigResource, ConfigSource, ResourceType
 
 from helpers.broker import SPATE_BIN, free_port
 from helpers.clients import kcat
@@ -475,6 +475,8 @@ def test_a_kafka_server_properties_file_configures_listeners_and_sasl(broker_fac
         "process.roles=broker,controller\n"
         f"listeners=PLAINTEXT://127.0.0.1:{plain},SASL_SSL://127.0.0.1:{sasl_ssl}\n"
         "num.network.threads=3\n"
+        "sasl.kerberos.service.name=kafka\n"
+        "my.plugin.setting=7\n"
         "ssl.keystore.type=PEM\n"
         f"ssl.keystore.location={certs / 'keystore.pem'}\n"
         "sasl.enabled.mechanisms=PLAIN\n"
@@ -486,7 +488,20 @@ def test_a_kafka_server_properties_file_configures_listeners_and_sasl(broker_fac
     with pytest.raises(KafkaException):
         AdminClient(sasl_conf(sasl_ssl, certs, user=("carol", "wrong"))).list_topics(timeout=4)
     log = b.log_path.read_text()
-    assert "ignoring settings Spate does not have: process.roles, num.network.threads" in log
+    assert ("settings Spate does not act on (kept and described): process.roles, num.network.threads, "
+            "sasl.kerberos.service.name, my.plugin.setting") in log
+    # Described as Kafka 4.4 describes its file: every Kafka config with its value, the
+    # passwords (the JAAS config) and names Kafka does not define without theirs.
+    r = ConfigResource(ResourceType.BROKER, "1")
+    admin = AdminClient({"bootstrap.servers": b.bootstrap})
+    described = admin.describe_configs([r])[r].result(timeout=15)
+    seen = {n: (e.value, e.source, e.is_sensitive) for n, e in described.items()}
+    static = ConfigSource.STATIC_BROKER_CONFIG.value
+    assert seen["num.network.threads"] == ("3", static, False)
+    assert seen["sasl.kerberos.service.name"] == ("kafka", static, False)
+    assert seen["my.plugin.setting"] == (None, static, True)
+    assert seen["listener.name.sasl_ssl.plain.sasl.jaas.config"] == (None, static, True)
+    assert seen["process.roles"] == ("broker,controller", static, False)
 
 
 def produce_one(conf, topic, timeout=20):

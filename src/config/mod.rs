@@ -229,6 +229,11 @@ pub struct BrokerConfig {
     pub super_users: String,
     /// allow.everyone.if.no.acl.found: a resource with no ACL at all is open to everyone.
     pub allow_everyone_if_no_acl_found: bool,
+    /// Every `key=value` of a Kafka `server.properties` file, as written (passwords too):
+    /// DescribeConfigs shows the ones Spate has no setting of its own for as
+    /// STATIC_BROKER_CONFIG, as Kafka shows its file. Only from such a file.
+    #[serde(skip)]
+    pub kafka_static: BTreeMap<String, String>,
     /// The listeners, resolved by `resolve_listeners` (not read from the file).
     #[serde(skip)]
     pub resolved_listeners: Vec<ListenerSpec>,
@@ -392,6 +397,7 @@ impl Default for BrokerConfig {
             authorizer_class_name: None,
             super_users: String::new(),
             allow_everyone_if_no_acl_found: false,
+            kafka_static: BTreeMap::new(),
         }
     }
 }

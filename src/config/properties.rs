@@ -16,8 +16,11 @@
 //! - anything else whose name with `_` for `.` is a broker setting (`listeners`,
 //!   `ssl.client.auth`, `sasl.enabled.mechanisms`, ...) -> that setting.
 //!
-//! Names Spate does not know are returned, so the broker can say it ignores them
-//! (a Kafka file holds many: `num.network.threads`, `zookeeper.connect`, ...).
+//! Names Spate has no setting for are returned, so the broker can say it does not act on
+//! them (a Kafka file holds many: `num.network.threads`, `zookeeper.connect`, ...). Every
+//! pair is kept as written (`BrokerConfig::kafka_static`), for DescribeConfigs, and a value
+//! Kafka's ConfigDef refuses (`kafka_broker`) stops the broker from starting, as it stops
+//! Kafka.
 
 use std::collections::BTreeMap;
 
@@ -116,7 +119,16 @@ pub fn from_properties(text: &str) -> Result<(BrokerConfig, Vec<String>), String
     // (listener name, upper case, or None for `sasl.jaas.config`; username; password)
     let mut logins: Vec<(Option<String>, String, String)> = Vec::new();
     let mut ignored = Vec::new();
-    for (key, value) in parse_pairs(text) {
+    let pairs = parse_pairs(text);
+    // Kafka refuses to start on a value its ConfigDef refuses: so does Spate, for every
+    // config Kafka defines, whether Spate acts on it or not.
+    for (key, value) in &pairs {
+        if let Some(kafka) = super::kafka_broker::kafka_broker_config(key) {
+            super::kafka_broker::check_kafka_value(kafka, value)?;
+        }
+    }
+    let kafka_static: BTreeMap<String, String> = pairs.iter().cloned().collect();
+    for (key, value) in pairs {
         let field = match key.as_str() {
             "log.dirs" | "log.dir" => {
                 let first = value.split(',').next().unwrap_or("").trim();
@@ -178,7 +190,8 @@ pub fn from_properties(text: &str) -> Result<(BrokerConfig, Vec<String>), String
         table.insert("inter_broker_sasl_username".into(), toml::Value::String(user.clone()));
         table.insert("inter_broker_sasl_password".into(), toml::Value::String(password.clone()));
     }
-    let config = toml::Value::Table(table).try_into::<BrokerConfig>().map_err(|e| e.to_string())?;
+    let mut config = toml::Value::Table(table).try_into::<BrokerConfig>().map_err(|e| e.to_string())?;
+    config.kafka_static = kafka_static;
     Ok((config, ignored))
 }
 
@@ -243,6 +256,25 @@ listener.name.internal.scram-sha-512.sasl.jaas.config=x required username="broke
         assert_eq!(c.inter_broker_sasl_username.as_deref(), Some("broker"));
         assert_eq!(c.inter_broker_sasl_password.as_deref(), Some("b=1"));
         assert_eq!(jaas_value(r#"a user_x="1" xusername="no" username = "yes""#, "username").as_deref(), Some("yes"));
+    }
+
+    #[test]
+    fn every_pair_is_kept_and_kafkas_configs_are_checked_as_kafka_checks_them() {
+        let (c, _) = from_properties("sasl.kerberos.service.name=kafka\nmy.plugin=1\nnode.id=2\n").unwrap();
+        assert_eq!(
+            c.kafka_static,
+            BTreeMap::from([
+                ("sasl.kerberos.service.name".into(), "kafka".into()),
+                ("my.plugin".into(), "1".into()),
+                ("node.id".into(), "2".into()),
+            ])
+        );
+        // Kafka 4.4 refuses to start on these; so does Spate, with Kafka's message.
+        assert_eq!(
+            from_properties("num.io.threads=0\n").unwrap_err(),
+            "Invalid value 0 for configuration num.io.threads: Value must be at least 1"
+        );
+        assert!(from_properties("log.cleanup.policy=compress\n").is_err());
     }
 
     #[test]

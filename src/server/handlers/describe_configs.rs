@@ -133,9 +133,10 @@ fn broker_configs(ctx: &ShardContext, view: &crate::coordinator::view::ClusterVi
         .filter(|c| !c.internal)
         .map(|c| {
             let name = c.name.to_string();
-            let (value, source) = match spate.get(c.name) {
-                Some((v, source)) => (Some(v.clone()), *source),
-                None => (c.default.map(str::to_string), ConfigSource::Default),
+            let (value, source) = match (spate.get(c.name), ctx.config.kafka_static.get(c.name)) {
+                (Some((v, source)), _) => (Some(v.clone()), *source),
+                (None, Some(v)) => (Some(v.clone()), ConfigSource::StaticBroker),
+                (None, None) => (c.default.map(str::to_string), ConfigSource::Default),
             };
             let mut synonyms = Vec::new();
             for (layer, layer_source) in layers {
@@ -159,8 +160,10 @@ fn broker_configs(ctx: &ShardContext, view: &crate::coordinator::view::ClusterVi
             }
         })
         .collect();
-    // Names Kafka does not define, set dynamically (a plugin's, a listener's).
-    for (layer, source) in layers {
+    // Names Kafka does not define, in the config file or set dynamically (a plugin's, a
+    // listener's).
+    let file = Some(&ctx.config.kafka_static);
+    for (layer, source) in layers.into_iter().chain([(file, ConfigSource::StaticBroker)]) {
         for (name, value) in layer.into_iter().flatten() {
             if kafka_broker_config(name).is_some() {
                 continue;
