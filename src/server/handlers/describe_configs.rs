@@ -160,12 +160,37 @@ fn broker_configs(ctx: &ShardContext, view: &crate::coordinator::view::ClusterVi
             }
         })
         .collect();
+    // Spate's own dynamic configs outside Kafka's broker ConfigDef (the throttle rates,
+    // Kafka's `DynamicConfig.Broker`), always, with their values (Kafka 4.4 describes them
+    // only once set).
+    for (name, (value, source)) in &spate {
+        if kafka_broker_config(name).is_none() && crate::config::is_dynamic_broker_config(name) {
+            let mut synonyms = Vec::new();
+            for (layer, layer_source) in layers {
+                if let Some(v) = layer.and_then(|l| l.get(name)) {
+                    synonyms.push((name.clone(), Some(v.clone()), layer_source));
+                }
+            }
+            synonyms.push((name.clone(), Some(value.clone()), *source));
+            let (_, value, source) = synonyms[0].clone();
+            let config_type = config_type(name, value.as_deref().unwrap_or(""));
+            out.push(Described {
+                name: name.clone(),
+                value,
+                source,
+                read_only: false,
+                sensitive: false,
+                config_type,
+                synonyms,
+            });
+        }
+    }
     // Names Kafka does not define, in the config file or set dynamically (a plugin's, a
     // listener's).
     let file = Some(&ctx.config.kafka_static);
     for (layer, source) in layers.into_iter().chain([(file, ConfigSource::StaticBroker)]) {
         for (name, value) in layer.into_iter().flatten() {
-            if kafka_broker_config(name).is_some() {
+            if kafka_broker_config(name).is_some() || crate::config::is_dynamic_broker_config(name) {
                 continue;
             }
             match out.iter_mut().find(|d| d.name == *name) {
@@ -190,7 +215,7 @@ fn broker_default_configs(view: &crate::coordinator::view::ClusterView) -> Vec<D
             let kafka = kafka_broker_config(k);
             let config_type = kafka.map_or(TYPE_STRING, |c| broker_config_type(c.ty));
             let mut d = Described::single(k.clone(), Some(v.clone()), ConfigSource::DynamicDefaultBroker, config_type);
-            d.sensitive = kafka.is_none_or(|c| c.ty == Ty::Password);
+            d.sensitive = kafka.map_or(!crate::config::is_dynamic_broker_config(k), |c| c.ty == Ty::Password);
             d
         })
         .collect()
