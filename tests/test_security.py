@@ -502,6 +502,11 @@ def test_a_kafka_server_properties_file_configures_listeners_and_sasl(broker_fac
     assert seen["my.plugin.setting"] == (None, static, True)
     assert seen["listener.name.sasl_ssl.plain.sasl.jaas.config"] == (None, static, True)
     assert seen["process.roles"] == ("broker,controller", static, False)
+    # Kafka's default last among the synonyms, where it has one (confluent-kafka keeps
+    # one synonym per name: the last).
+    synonym = described["num.network.threads"].synonyms["num.network.threads"]
+    assert (synonym.value, synonym.source) == ("3", ConfigSource.DEFAULT_CONFIG.value)
+    assert described["log.dirs"].synonyms["log.dirs"].source == static
 
 
 def produce_one(conf, topic, timeout=20):

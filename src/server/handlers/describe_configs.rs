@@ -145,6 +145,11 @@ fn broker_configs(ctx: &ShardContext, view: &crate::coordinator::view::ClusterVi
                 }
             }
             synonyms.push((name.clone(), value, source));
+            // Kafka's default last, where it has one (as Kafka 4.4 lists it under a
+            // static value).
+            if let (ConfigSource::StaticBroker, Some(default)) = (source, c.default) {
+                synonyms.push((name.clone(), Some(default.to_string()), ConfigSource::Default));
+            }
             let (_, value, source) = synonyms[0].clone();
             let dynamic = crate::config::is_dynamic_broker_config(c.name)
                 || (c.mode != Mode::ReadOnly && !STARTUP_ONLY_BROKER_CONFIGS.contains(&c.name));
