@@ -79,17 +79,24 @@ def test_create_existing_topic_fails(broker):
     assert err.code() == KafkaError.TOPIC_ALREADY_EXISTS, err
 
 
-@pytest.mark.broker_args("--auto-create-topics", "false")
-def test_delete_topic(broker):
+def test_delete_topic(broker_factory):
+    from helpers.broker import free_port
+    from helpers.metrics import scrape
+    mport = free_port()
+    broker = broker_factory("--auto-create-topics", "false", "--metrics-listen", f"127.0.0.1:{mport}")
+    doomed_bytes = 'spate_topic_bytes_in_total{topic="doomed"}'
     create_topic(broker.bootstrap, "doomed", 3)
     create_topic(broker.bootstrap, "keeper", 1)
     cf_produce(broker.bootstrap, "doomed", [{"value": b"old", "partition": p} for p in range(3)])
+    assert doomed_bytes in scrape(mport)
 
     a = admin(broker.bootstrap)
     fs = a.delete_topics(["doomed"], request_timeout=15, operation_timeout=15)
     fs["doomed"].result(15)
     wait_for_topic_gone(broker.bootstrap, "doomed")
     assert "keeper" in topic_metadata(broker.bootstrap)
+    # Its byte counters go with it (/metrics kept one per topic name ever produced to).
+    assert doomed_bytes not in scrape(mport)
 
     fs = a.delete_topics(["doomed"], request_timeout=15)
     with pytest.raises(KafkaException) as ei:

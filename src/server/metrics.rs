@@ -320,7 +320,7 @@ impl Metrics {
             }
         }
 
-        self.render_status(&mut out);
+        self.render_status(&mut out, view);
 
         // Partitions per shard and log sizes, from the registry and the data dir.
         let nr_shards = self.shards.len().max(1);
@@ -408,11 +408,13 @@ fn label_value(s: &str) -> String {
 
 impl Metrics {
     /// Per-topic bytes, partition offsets, offline partitions, groups and consumer lag,
-    /// from what the shards published.
-    fn render_status(&self, out: &mut String) {
+    /// from what the shards published. A deleted topic's byte counters are dropped here
+    /// (they would otherwise stay for good, one entry per topic name ever produced to).
+    fn render_status(&self, out: &mut String, view: &ClusterView) {
         let mut topic_bytes: BTreeMap<String, (u64, u64)> = BTreeMap::new();
         for s in &self.shards {
-            if let Ok(m) = s.topic_bytes.lock() {
+            if let Ok(mut m) = s.topic_bytes.lock() {
+                m.retain(|t, _| view.get(t).is_some());
                 for (t, (i, o)) in m.iter() {
                     let e = topic_bytes.entry(t.clone()).or_default();
                     e.0 += i;
