@@ -151,7 +151,10 @@ pub fn check_kafka_value(config: &KafkaBrokerConfig, value: &str) -> Result<(), 
             if let Some(bad) = items.iter().find(|i| !allowed.is_empty() && !allowed.contains(i)) {
                 return Err(invalid(name, bad, &format!("String must be one of: {}", allowed.join(", "))));
             }
-            if items.iter().enumerate().any(|(i, a)| items[..i].contains(a)) {
+            // Sorted, not pairwise: the value is a client's, and may hold many items.
+            let mut sorted = items.clone();
+            sorted.sort_unstable();
+            if sorted.windows(2).any(|w| w[0] == w[1]) {
                 return Err(format!("Configuration '{name}' values must not be duplicated."));
             }
             Ok(())
@@ -301,6 +304,9 @@ mod tests {
         assert!(check("group.consumer.migration.policy", "upgrade").is_ok());
         assert!(check("compression.type", "brotli").is_err());
         assert!(check("sasl.kerberos.service.name", "kafka").is_ok());
+        // 200,000 items: a duplicate at the end is found without comparing every pair.
+        let many: Vec<String> = (0..200_000).map(|i| format!("v{i}")).chain(["v7".to_string()]).collect();
+        assert!(check("sasl.enabled.mechanisms", &many.join(",")).unwrap_err().contains("must not be duplicated"));
     }
 
     #[test]
