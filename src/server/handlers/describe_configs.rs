@@ -119,9 +119,22 @@ fn static_broker_configs(ctx: &ShardContext) -> Vec<(String, String, ConfigSourc
     out
 }
 
+/// The dynamic layers that set `name`, in precedence order (this broker's, then the
+/// cluster-wide default's), as synonyms.
+fn dynamic_synonyms(
+    name: &str,
+    layers: [(Option<&BTreeMap<String, String>>, ConfigSource); 2],
+) -> Vec<(String, Option<String>, ConfigSource)> {
+    layers
+        .into_iter()
+        .filter_map(|(layer, source)| layer?.get(name).map(|v| (name.to_string(), Some(v.clone()), source)))
+        .collect()
+}
+
 /// This broker's configs: every config Kafka 4.4 describes (Spate's value where Spate has
-/// one, else Kafka's default) and any other name set dynamically, each with its value in
-/// effect over the dynamic layers.
+/// one, else its config file's, else Kafka's default), Spate's throttle rates, and any
+/// other name in the config file or set dynamically, each with its value in effect over
+/// the dynamic layers.
 fn broker_configs(ctx: &ShardContext, view: &crate::coordinator::view::ClusterView) -> Vec<Described> {
     let this_broker = view.broker_configs(&ctx.config.node_id.to_string());
     let cluster_default = view.broker_configs(BROKER_DEFAULT_ENTITY);
@@ -138,12 +151,7 @@ fn broker_configs(ctx: &ShardContext, view: &crate::coordinator::view::ClusterVi
                 (None, Some(v)) => (Some(v.clone()), ConfigSource::StaticBroker),
                 (None, None) => (c.default.map(str::to_string), ConfigSource::Default),
             };
-            let mut synonyms = Vec::new();
-            for (layer, layer_source) in layers {
-                if let Some(v) = layer.and_then(|l| l.get(c.name)) {
-                    synonyms.push((name.clone(), Some(v.clone()), layer_source));
-                }
-            }
+            let mut synonyms = dynamic_synonyms(&name, layers);
             synonyms.push((name.clone(), value, source));
             // Kafka's default last, where it has one (as Kafka 4.4 lists it under a
             // static value).
@@ -170,12 +178,7 @@ fn broker_configs(ctx: &ShardContext, view: &crate::coordinator::view::ClusterVi
     // only once set).
     for (name, (value, source)) in &spate {
         if kafka_broker_config(name).is_none() && crate::config::is_dynamic_broker_config(name) {
-            let mut synonyms = Vec::new();
-            for (layer, layer_source) in layers {
-                if let Some(v) = layer.and_then(|l| l.get(name)) {
-                    synonyms.push((name.clone(), Some(v.clone()), layer_source));
-                }
-            }
+            let mut synonyms = dynamic_synonyms(name, layers);
             synonyms.push((name.clone(), Some(value.clone()), *source));
             let (_, value, source) = synonyms[0].clone();
             let config_type = config_type(name, value.as_deref().unwrap_or(""));
