@@ -151,6 +151,84 @@ fn a_truncation_is_durable_once_a_later_flush_is() {
     assert_eq!(log.log_end_offset(), Offset(1));
 }
 
+/// The recovery point a round passed a segment with is synced, with the directory, by
+/// the next round (the shard's tick queues it: `sync_owed`). Unsynced, a power cut left
+/// it empty and the next start recovered the whole log.
+#[test]
+fn the_recovery_point_a_round_writes_is_synced_by_the_next() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = LogConfig { segment_bytes: 1024, ..small_config() };
+    let mut log = PartitionLog::open(dir.path(), config, 0).unwrap();
+    log.flush().unwrap();
+    while log.segment_base_offsets().len() < 2 {
+        log.append(&mut build_batch(&recs(1, 0, 300)), 0).unwrap();
+    }
+    log.flush().unwrap();
+    assert!(log.sync_owed(), "the recovery point written after the round is owed a sync");
+    let round = log.flush_handle();
+    let checkpoint = spate::log::SyncTarget::Path(dir.path().join(spate::log::RECOVERY_POINT_FILE));
+    assert!(round.files.contains(&checkpoint), "the next round syncs the recovery point");
+    assert!(round.files.contains(&spate::log::SyncTarget::Path(dir.path().to_path_buf())), "and its directory");
+    round.sync().unwrap();
+    log.mark_flushed(round.flushed, Ok(())).unwrap();
+    assert!(!log.sync_owed());
+}
+
+/// A segment whose last batch was flushed before it rolled still gets its trimmed
+/// indexes synced by the next round (a round synced a segment's indexes only while it
+/// held unflushed batches, so such a roll left them at their unsynced length for good).
+#[test]
+fn a_segment_rolled_at_a_rounds_edge_has_its_indexes_synced() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = LogConfig { segment_bytes: 1024, ..small_config() };
+    let mut log = PartitionLog::open(dir.path(), config, 0).unwrap();
+    while log.segment_base_offsets().len() < 2 {
+        log.flush().unwrap();
+        log.append(&mut build_batch(&recs(1, 0, 300)), 0).unwrap();
+    }
+    let rolled = log.segment_base_offsets()[0];
+    let round = log.flush_handle();
+    for suffix in ["index", "timeindex"] {
+        let path = dir.path().join(format!("{:020}.{suffix}", rolled.0));
+        assert!(round.files.contains(&spate::log::SyncTarget::Path(path)), "the rolled segment's .{suffix}");
+    }
+}
+
+/// A torn index on a segment below the recovery point (a power cut can leave one whose
+/// preallocation was never synced) is rebuilt and synced at open, and does not send the
+/// producer-state replay back to that segment: the snapshots after it stay. Before, every
+/// later start replayed the whole log and deleted every snapshot.
+#[test]
+fn a_torn_index_below_the_recovery_point_keeps_the_snapshots_after_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = LogConfig { segment_bytes: 1024, ..small_config() };
+    let mut log = PartitionLog::open(dir.path(), config.clone(), 0).unwrap();
+    while log.segment_base_offsets().len() < 4 {
+        log.append(&mut build_batch(&recs(1, 0, 300)), 0).unwrap();
+        log.flush().unwrap();
+    }
+    log.flush().unwrap();
+    let end = log.log_end_offset();
+    drop(log); // no clean stop
+    let snapshots = || {
+        let mut s: Vec<String> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .filter(|n| n.ends_with(".snapshot"))
+            .collect();
+        s.sort();
+        s
+    };
+    let before = snapshots();
+    assert_eq!(before.len(), 3, "{before:?}");
+    let torn = dir.path().join("00000000000000000000.timeindex");
+    std::fs::OpenOptions::new().write(true).open(&torn).unwrap().set_len(4096 * 5).unwrap();
+    let log = PartitionLog::open(dir.path(), config, 0).unwrap();
+    assert_eq!(snapshots(), before, "a rebuilt index dropped the snapshots after it");
+    assert_eq!(std::fs::metadata(&torn).unwrap().len() % 12, 0, "the torn index was rebuilt");
+    assert_eq!(log.log_end_offset(), end);
+}
+
 /// The descriptors an open log holds inside its directory (by /proc/self/fd, so other
 /// tests' files, in other directories, do not count).
 fn descriptors_into(dir: &std::path::Path) -> Vec<String> {

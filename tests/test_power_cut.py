@@ -12,7 +12,7 @@ import time
 import pytest
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Producer, TopicPartition
 
-from helpers.clients import cf_conf, cf_produce, create_topic, topic_metadata
+from helpers.clients import admin, cf_conf, cf_produce, create_topic, topic_metadata
 from helpers.cutfs import CutFs, usable
 
 pytestmark = pytest.mark.skipif(usable() is not None, reason=str(usable()))
@@ -103,6 +103,46 @@ def read_all(bootstrap, topic, partitions, isolation="read_uncommitted"):
     return out
 
 
+def stale_recovery_points(data, topic, partitions):
+    """The partitions of `topic` whose recovery point, as a power cut left it, is missing,
+    garbled or below the second-newest segment: a restart would recover (read and check)
+    that much more of the log. Each round that passes a segment's base writes it and the
+    next round syncs it, so only the newest two segments can be above it (checked from
+    the third segment on: the first checkpoint comes with the first roll)."""
+    stale = {}
+    for p in range(partitions):
+        d = data / f"{topic}-{p}"
+        bases = sorted(int(f.name[:20]) for f in d.glob("*.log"))
+        if len(bases) < 3:
+            continue
+        try:
+            version, offset, _crc = (d / "spate-recovery-point").read_text().split()
+            point = int(offset) if version == "1" else -1
+        except (OSError, ValueError):
+            point = -1
+        if point < bases[-2]:
+            stale[p] = (point, bases[-3:])
+    return stale
+
+
+def torn_indexes(data, topic, partitions):
+    """The index files, as a power cut left them, of `topic`'s segments below the newest
+    two whose length is not whole entries. Only the newest two can hold an unsynced
+    length (the active one's preallocation; the last rolled one's trim until the round
+    after the roll); a start that rebuilds an older one syncs it, or every later cut
+    brings it back and every start recovers (and replays) the log from there."""
+    torn = []
+    for p in range(partitions):
+        d = data / f"{topic}-{p}"
+        bases = sorted(f.name[:20] for f in d.glob("*.log"))
+        for base in bases[:-2]:
+            for suffix, entry in ((".index", 8), (".timeindex", 12)):
+                f = d / (base + suffix)
+                if f.exists() and f.stat().st_size % entry:
+                    torn.append((f.name, f.stat().st_size))
+    return torn
+
+
 def durable_mkdir(path):
     """The data dir, as an installer leaves it: made, and its entry fsynced."""
     os.mkdir(path)
@@ -129,13 +169,17 @@ def committed_offset(bootstrap, group, topic):
         c.close()
 
 
-def commit_transaction(bootstrap, topic, values):
+def commit_transaction(bootstrap, topic, values, abort=False):
     p = Producer(cf_conf(bootstrap, **{"transactional.id": "power-cut-txn"}))
     p.init_transactions(60)
     p.begin_transaction()
     for v in values:
         p.produce(topic, v, partition=0)
-    p.commit_transaction(60)
+    if abort:
+        p.flush(60)
+        p.abort_transaction(60)
+    else:
+        p.commit_transaction(60)
 
 
 def test_acknowledged_writes_survive_power_cuts_under_fsync_always(broker_factory, cutfs):
@@ -157,10 +201,14 @@ def test_acknowledged_writes_survive_power_cuts_under_fsync_always(broker_factor
     data = cutfs.mnt / "data"
     durable_mkdir(data)
     b = broker_factory("--fsync", "always", cores=2, data_dir=data)
-    # 1 MiB segments: a soak rolls them (a roll's fsyncs, producer snapshots and new
-    # files meet the cuts too).
-    create_topic(b.bootstrap, "pc", 4, config={"segment.bytes": str(1 << 20)})
+    # 256 KiB segments: the cuts meet rolls (a roll's fsyncs, producer snapshots, new
+    # files, the recovery point), several per partition even in the three-cut run.
+    create_topic(b.bootstrap, "pc", 4, config={"segment.bytes": str(1 << 18)})
     create_topic(b.bootstrap, "pc-txn", 1)
+    # Records deleted before each cut (DeleteRecords): the log start offset must stay.
+    create_topic(b.bootstrap, "pc-start", 1)
+    cf_produce(b.bootstrap, "pc-start", [{"value": f"s-{i}".encode(), "partition": 0} for i in range(rounds + 10)])
+    log_start = 0
     # A long soak paces the writers: every acknowledged record is kept and read back.
     pace = {} if rounds <= 3 else {"rate": 2000}
     writers = [Writer(b.bootstrap, "pc", 4, "idem", enable_idempotence=True, **pace),
@@ -196,6 +244,13 @@ def test_acknowledged_writes_survive_power_cuts_under_fsync_always(broker_factor
             values = [f"txn-{rnd}-{i}".encode() for i in range(5)]
             commit_transaction(b.bootstrap, "pc-txn", values)
             txn_values += values
+            # Aborted (its records on the disk, the abort in the transaction index):
+            # read_committed must skip them after the cut, as before it.
+            commit_transaction(b.bootstrap, "pc-txn", [f"aborted-{rnd}-{i}".encode() for i in range(3)], abort=True)
+            a = admin(b.bootstrap)
+            deleted = a.delete_records([TopicPartition("pc-start", 0, rnd + 1)], request_timeout=30)
+            assert deleted[TopicPartition("pc-start", 0)].result(30).low_watermark == rnd + 1
+            log_start = rnd + 1
         if rnd < 3:
             # A partition made just now, written, acknowledged, and the power goes at
             # once: its directory's entry must be as durable as its record.
@@ -205,6 +260,10 @@ def test_acknowledged_writes_survive_power_cuts_under_fsync_always(broker_factor
         before = [len(w.acked) for w in writers]
         cuts.append(cutfs.cut(b.pid, tear=tear, seed=rng.getrandbits(32)))
         cutfs.call("clear")
+        stale = stale_recovery_points(data, "pc", 4)
+        assert not stale, f"cut {rnd}: recovery points (point, newest three segments) {stale}"
+        torn = torn_indexes(data, "pc", 4)
+        assert not torn, f"cut {rnd}: torn indexes below the newest two segments {torn}"
         cut_at = time.monotonic()
         b.proc.wait(10)
         b.restart()
@@ -215,6 +274,9 @@ def test_acknowledged_writes_survive_power_cuts_under_fsync_always(broker_factor
             time.sleep(0.02)
         to_acks.append(time.monotonic() - cut_at)
         stalled = [w.name for w, n in zip(writers, before) if len(w.acked) <= n]
+        if rounds > 3:
+            print(f"cut {rnd + 1}: tear {tear}, faults {faults}, acknowledged {sum(len(w.acked) for w in writers)},"
+                  f" ready {to_ready[-1]:.2f} s, acks {to_acks[-1]:.2f} s", flush=True)
         if stalled:
             break
     for w in writers:
@@ -249,6 +311,16 @@ def test_acknowledged_writes_survive_power_cuts_under_fsync_always(broker_factor
     assert committed_offset(b.bootstrap, "power-cut-group", "pc") == committed
     txn = [v for _, v in read_all(b.bootstrap, "pc-txn", 1, "read_committed")[0]]
     assert txn == txn_values, f"committed transactions after the cuts: {txn}"
+    start = [o for o, _ in read_all(b.bootstrap, "pc-start", 1)[0]]
+    assert start == list(range(log_start, rounds + 10)), f"after DeleteRecords up to {log_start} and the cuts: {start}"
+
+    # A clean stop writes each recovery point beside the clean-shutdown marker; the next
+    # start removes the marker, and a cut then, before any roll, must still find them.
+    assert b.stop() == 0, b.log_tail()
+    b.restart()
+    cutfs.cut(b.pid, tear="none")
+    stale = stale_recovery_points(data, "pc", 4)
+    assert not stale, f"a clean stop, a start, a cut: recovery points (point, newest three segments) {stale}"
 
 
 def test_a_failed_fsync_or_write_is_never_acknowledged(broker_factory, cutfs):

@@ -103,7 +103,7 @@ pub fn replay_from_bound(log_end_offset: i64, replay_from_max: i64, high_waterma
 /// last batch is below the log start, or idle past `expiration_ms`, are dropped. The
 /// replay ends transactions at their markers and gives each segment's transaction index
 /// the aborted ones it lacks (a crash can lose entries the recovery point did not
-/// cover); returns the index files it wrote, for the caller to fsync.
+/// cover). Returns what it made (`Rebuilt`).
 pub fn rebuild(
     dir: &Path,
     segments: &mut [Segment],
@@ -111,7 +111,7 @@ pub fn rebuild(
     high_watermark: i64,
     now_ms: i64,
     expiration_ms: i64,
-) -> std::io::Result<(ProducerStates, i64, Vec<Arc<File>>)> {
+) -> std::io::Result<Rebuilt> {
     let log_start_offset = segments[0].base_offset;
     let log_end_offset = segments[segments.len() - 1].next_offset;
     delete_snapshots_outside(dir, 0, log_end_offset.min(replay_from_max))?;
@@ -136,7 +136,17 @@ pub fn rebuild(
     let (replayed, written) = replay(dir, segments, from, &mut states)?;
     states.remove_before(log_start_offset);
     states.expire(now_ms, expiration_ms);
-    Ok((states, replayed, written))
+    Ok(Rebuilt { states, replayed_from: from, replayed, written })
+}
+
+/// What `rebuild` made: the state, where its replay began (the snapshot's offset, or the
+/// log start without one), the batches it applied, and the transaction index files it
+/// wrote (for the caller to fsync).
+pub struct Rebuilt {
+    pub states: ProducerStates,
+    pub replayed_from: i64,
+    pub replayed: i64,
+    pub written: Vec<Arc<File>>,
 }
 
 /// Read and check one snapshot file: no larger than `producer_snapshot_entries_max`
