@@ -15,7 +15,8 @@ import struct
 import time
 
 import pytest
-from confluent_kafka import Consumer, ElectionType, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka import (Consumer, ElectionType, KafkaError, KafkaException, Producer, TopicCollection,
+                             TopicPartition)
 from confluent_kafka.admin import (AclBinding, AclBindingFilter, AclOperation, AclPermissionType,
                                    AlterConfigOpType, ConfigEntry, ConfigResource, NewTopic,
                                    ResourcePatternType, ResourceType)
@@ -132,6 +133,46 @@ def consumer_heartbeat_error(port, group, topics):
     return struct.unpack_from(">h", resp, 4 + 1 + 4)[0]
 
 
+def uuid_bytes(u):
+    """A confluent-kafka Uuid as the protocol carries it (16 bytes)."""
+    return struct.pack(">qq", u.get_most_significant_bits(), u.get_least_significant_bits())
+
+
+def consumer_heartbeat_regex(port, group, regex):
+    """ConsumerGroupHeartbeat v1: a new member of `group` subscribing by `regex`; the
+    answer's error code and assignment ({topic id: partitions}; None if absent)."""
+    def compact(s):
+        return bytes([len(s) + 1]) + s.encode()
+    body = (compact(group) + compact("regexmember0000000000a") + struct.pack(">i", 0)
+            + b"\x00\x00"  # no instance id, no rack
+            + struct.pack(">i", 30_000)
+            + b"\x00"  # no topic names
+            + compact(regex)
+            + b"\x00"  # no server assignor
+            + b"\x01"  # owned partitions: none
+            + b"\x00")
+    header = struct.pack(">hhih", 68, 1, 8, 4) + b"test" + b"\x00"
+    resp = call(port, frame(header + body))
+    at = 4 + 1 + 4  # correlation id, the header's tag buffer, throttle time
+    error = struct.unpack_from(">h", resp, at)[0]
+    at += 2
+    for _ in range(2):  # error message, member id (compact nullable strings)
+        at += max(resp[at] - 1, 0) + 1
+    at += 8  # member epoch, heartbeat interval
+    if resp[at] == 0xFF:
+        return error, None
+    at += 1
+    assignment = {}
+    for _ in range(resp[at] - 1):
+        at += 1
+        topic_id = resp[at:at + 16]
+        at += 16
+        count = resp[at] - 1
+        assignment[topic_id] = list(struct.unpack_from(f">{count}i", resp, at + 1))
+        at += 1 + 4 * count
+    return error, assignment
+
+
 def find_share_coordinator_error(port):
     """FindCoordinator v6 for one share coordinator key: its error code."""
     key = b"g:AAAAAAAAAAAAAAAAAAAAAA:0"
@@ -223,8 +264,13 @@ def test_kafka_acls_tool_and_enforcement_write_one_topic_read_one_group(broker_f
     # (librdkafka asks for b's metadata first, and stops at that refusal.)
     assert ("Principal = User:ANONYMOUS is Denied Operation = Describe from host = 127.0.0.1 "
             "on resource = Topic:LITERAL:b for request = Metadata with resourceRefCount = 1") in log
-    # KIP-848: a member may subscribe by name only to topics it may describe (Kafka 4.4's
-    # handler refuses the whole heartbeat). (Group g, empty, becomes a consumer group.)
+    # KIP-848: a regex subscription resolves to the topics the member may describe (Kafka
+    # 4.4's TopicRegexResolver); b matches but is left out. (Group g, empty, becomes a
+    # consumer group.)
+    a_id = a.describe_topics(TopicCollection(["a"]), request_timeout=15)["a"].result(15).topic_id
+    error, assignment = consumer_heartbeat_regex(b.port, "g", "a|b")
+    assert error == 0 and assignment == {uuid_bytes(a_id): [0]}, (error, assignment)
+    # And by name only to topics it may describe (the handler refuses the whole heartbeat).
     assert consumer_heartbeat_error(b.port, "g", ["a", "b"]) == KafkaError.TOPIC_AUTHORIZATION_FAILED
     assert consumer_heartbeat_error(b.port, "g", ["a"]) == 0
     # A share coordinator key (FindCoordinator v6) is for brokers: CLUSTER_ACTION.

@@ -516,7 +516,8 @@ impl PartitionLog {
         let mut segments: Vec<Segment> = Vec::with_capacity(bases.len().max(1));
         let mut cut_at: Option<usize> = None;
         let mut recovered_from: Option<i64> = None;
-        let mut reindexed = Vec::new();
+        // Per kept segment, in order: were its indexes rebuilt here?
+        let mut reindexed: Vec<bool> = Vec::with_capacity(bases.len().max(1));
         for (i, &base) in bases.iter().enumerate() {
             if cut_at.is_some() {
                 for suffix in [".log", ".index", ".timeindex"] {
@@ -540,7 +541,6 @@ impl PartitionLog {
                 if !clean && beyond_recovery_point {
                     recovered_from.get_or_insert(base);
                 }
-                reindexed.push(base);
                 if let Some((stop, dropped)) =
                     seg.recover(limits::message_bytes_max as usize, config.index_interval_bytes)?
                 {
@@ -564,9 +564,11 @@ impl PartitionLog {
                 }
             }
             segments.push(seg);
+            reindexed.push(must_recover);
         }
         if segments.is_empty() {
             segments.push(Segment::create(dir, 0, config.segment_index_bytes)?);
+            reindexed.push(false);
         }
         let last = segments.len() - 1;
         for (i, seg) in segments.iter_mut().enumerate() {
@@ -581,7 +583,7 @@ impl PartitionLog {
                 // Rebuilt indexes below the active segment are never synced by a flush
                 // round (they are below the recovery point): synced here, or the next
                 // power cut brings back the torn ones and every start recovers them again.
-                if reindexed.contains(&seg.base_offset) {
+                if reindexed[i] {
                     seg.index.sync()?;
                     seg.time_index.sync()?;
                 }
@@ -1219,11 +1221,15 @@ impl PartitionLog {
     /// syncs it (by path: whatever replaced it since is what must be durable) and the
     /// directory. No descriptor is held meanwhile.
     fn replaced_unsynced(&mut self, path: PathBuf) {
-        let target = SyncTarget::Path(path);
+        self.owe_sync(SyncTarget::Path(path));
+        self.dir_changes += 1;
+    }
+
+    /// The next flush round syncs `target` (once, however often it is owed).
+    fn owe_sync(&mut self, target: SyncTarget) {
         if !self.unsynced_files.contains(&target) {
             self.unsynced_files.push(target);
         }
-        self.dir_changes += 1;
     }
 
     /// The latest leader epoch the log knows of (None before any batch carried one).
@@ -1293,9 +1299,7 @@ impl PartitionLog {
         // segment's indexes only while it holds unflushed batches, so those rolled at a
         // round's edge stayed at their unsynced length, and a power cut tore them.
         for target in [self.active().index.sync_target(), self.active().time_index.sync_target()] {
-            if !self.unsynced_files.contains(&target) {
-                self.unsynced_files.push(target);
-            }
+            self.owe_sync(target);
         }
         let r = Segment::create(&self.dir, next, self.config.segment_index_bytes);
         let seg = self.offline_on_err("roll: create segment", r)?;

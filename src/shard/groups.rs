@@ -81,6 +81,8 @@ pub enum GroupOp {
         req: ConsumerHeartbeat,
         now_ms: i64,
         new_member_id: String,
+        /// Whose DESCRIBE a regex resolved by this heartbeat keeps (None: no authorizer).
+        describe: Option<Box<DescribeFilter>>,
     },
     /// TxnOffsetCommit: offsets that become visible when the producer's transaction
     /// commits.
@@ -247,17 +249,48 @@ impl std::fmt::Debug for GroupReply {
     }
 }
 
+/// The principal (and its address) of the heartbeat that resolves a group's subscription
+/// regexes: the topics it may not DESCRIBE are left out of the resolution, which the
+/// whole group then uses until the topics change (Kafka's
+/// `TopicRegexResolver.filterTopicDescribeAuthorizedTopics`, with the triggering
+/// member's request context). A left-out topic is not an attempt: no denial is logged.
+#[derive(Debug, Clone)]
+pub struct DescribeFilter {
+    pub authorizer: std::sync::Arc<crate::security::acl::AuthorizerConfig>,
+    pub principal: std::sync::Arc<crate::security::Principal>,
+    pub host: String,
+}
+
 /// The shard's view of the cluster's topics, as a consumer group's assignor sees them.
-struct ViewTopics<'a>(&'a super::ClusterView);
+struct ViewTopics<'a>(&'a super::ClusterView, Option<&'a DescribeFilter>);
 
 impl TopicsImage for ViewTopics<'_> {
     fn topic(&self, name: &str) -> Option<(uuid::Uuid, i32)> {
         self.0.get(name).map(|t| (t.id, t.partitions))
     }
 
-    /// Internal topics are never matched (Kafka's regex resolution leaves them out).
+    /// Internal topics are never matched (Kafka's regex resolution leaves them out), nor
+    /// those the heartbeat's principal may not describe.
     fn matching(&self, regex: &regex::Regex) -> Vec<String> {
-        self.0.topics().map(|(name, _)| name).filter(|t| !t.starts_with("__") && regex.is_match(t)).cloned().collect()
+        use crate::security::acl::{AclOperation, ResourceType};
+        let described = |t: &str| {
+            self.1.is_none_or(|f| {
+                f.authorizer.authorize(
+                    self.0.acls(),
+                    &f.principal,
+                    &f.host,
+                    AclOperation::Describe,
+                    ResourceType::Topic,
+                    t,
+                )
+            })
+        };
+        self.0
+            .topics()
+            .map(|(name, _)| name)
+            .filter(|t| !t.starts_with("__") && regex.is_match(t) && described(t))
+            .cloned()
+            .collect()
     }
 
     fn generation(&self) -> u64 {
@@ -516,9 +549,9 @@ impl Shard {
                     .validate_fetch(&group_id, member.as_ref().map(|(m, e)| (m.as_str(), *e)))
                     .map(|()| self.groups.fetch_offsets(&group_id, partitions.as_deref(), require_stable)),
             ),
-            GroupOp::ConsumerHeartbeat { req, now_ms, new_member_id } => {
+            GroupOp::ConsumerHeartbeat { req, now_ms, new_member_id, describe } => {
                 now = now_ms;
-                let topics = ViewTopics(&self.view);
+                let topics = ViewTopics(&self.view, describe.as_deref());
                 let result = self.groups.consumer_heartbeat(&req, &topics, now_ms, &new_member_id);
                 GroupReply::ConsumerHeartbeat { result, wrote: self.groups.has_pending_records() }
             }

@@ -23,7 +23,9 @@ mod log_start;
 mod replica;
 mod txns;
 pub use append_ring::{AppendRing, Completed, StagedWrite};
-pub use groups::{group_partition, GroupLoad, GroupLoadStep, GroupOp, GroupReply, OffsetList, TxnCommitRefusal};
+pub use groups::{
+    group_partition, DescribeFilter, GroupLoad, GroupLoadStep, GroupOp, GroupReply, OffsetList, TxnCommitRefusal,
+};
 pub use log_start::{LogStartMove, LogStartWait};
 pub use replica::{load_hw_checkpoints, FetcherStart, IsrOutcome, ReplicaState, HW_CHECKPOINT_PREFIX};
 pub use txns::{is_txn_partition, txn_partition, TxnLoad, TxnMarkers, TxnOp, TxnReply, TxnWrite};

@@ -21,7 +21,7 @@ use super::super::context::ShardContext;
 pub(super) const CLUSTER_DENIED: &str = "Cluster authorization failed.";
 
 /// The client's address as the authorizer matches it (`127.0.0.1`, not `/127.0.0.1`).
-fn host(frame: &RequestFrame) -> &str {
+pub(super) fn host(frame: &RequestFrame) -> &str {
     frame.client_host.trim_start_matches('/')
 }
 

@@ -8,7 +8,8 @@
 //! Needs READ on the group (GROUP_AUTHORIZATION_FAILED otherwise) and, as Kafka 4.4,
 //! DESCRIBE on every topic the member subscribes to by name (TOPIC_AUTHORIZATION_FAILED
 //! otherwise, for the whole heartbeat: a client must not learn of topics it may not see).
-//! Not yet: Kafka's filtering of a regex subscription's topics by the member's DESCRIBE.
+//! A regex subscription is resolved on the coordinator's shard to the topics the
+//! principal of the heartbeat that resolves it may DESCRIBE (`shard::DescribeFilter`).
 
 use bytes::Bytes;
 use kafka_protocol::messages::consumer_group_heartbeat_response::{Assignment, TopicPartitions};
@@ -16,7 +17,7 @@ use kafka_protocol::messages::{ApiKey, ConsumerGroupHeartbeatRequest, ConsumerGr
 
 use crate::group::consumer::{self, ConsumerHeartbeat};
 use crate::protocol::{decode_body, error_code, ProtocolError, RequestFrame};
-use crate::shard::{GroupOp, GroupReply};
+use crate::shard::{DescribeFilter, GroupOp, GroupReply};
 
 use super::super::context::ShardContext;
 use super::super::now_ms;
@@ -75,7 +76,19 @@ pub async fn handle(ctx: &ShardContext, frame: &RequestFrame) -> Result<Bytes, P
         client_host: frame.client_host.clone(),
     };
     let group_id = hb.group_id.clone();
-    let op = GroupOp::ConsumerHeartbeat { req: hb, now_ms: now_ms(), new_member_id: uuid::Uuid::new_v4().to_string() };
+    let describe = super::authz::enabled(ctx).then(|| {
+        Box::new(DescribeFilter {
+            authorizer: ctx.authorizer.clone(),
+            principal: frame.principal.clone(),
+            host: super::authz::host(frame).to_string(),
+        })
+    });
+    let op = GroupOp::ConsumerHeartbeat {
+        req: hb,
+        now_ms: now_ms(),
+        new_member_id: uuid::Uuid::new_v4().to_string(),
+        describe,
+    };
     match ctx.call_group(op, None).await {
         Some(GroupReply::ConsumerHeartbeat { result: Ok(r), wrote }) => {
             // What the heartbeat changed (epochs, assignments) is on the offsets
