@@ -1,7 +1,7 @@
 """Go's Kafka clients against the broker: franz-go (kgo v1.22.3, kadm v1.20.0) and sarama
 (v1.61.1), both with their defaults, from the Go test package in tests/go.
 
-tests/go holds seven Go tests, built once per session into target/go-tests with
+tests/go holds eight Go tests, built once per session into target/go-tests with
 `go test -c` (offline: scripts/install-deps downloads the modules) and run against a
 single broker and against a three-broker cluster (topics with three replicas there):
 
@@ -39,6 +39,12 @@ single broker and against a three-broker cluster (topics with three replicas the
                                consumers; GetOffset by timestamp lands on the record.
   TestSaramaTwoMemberGroup     two members with the sticky strategy split the partitions
                                and read every record; committed offsets = end offsets.
+  TestFranzNextGenGroup        a KIP-848 group (kgo.ServerSideBalancer) of three kgo
+                               members subscribed by regex: the broker's uniform assignor
+                               splits a topic's partitions, a topic created later is
+                               assigned too, one member commits and leaves and the others
+                               take its partitions over: every record read exactly once,
+                               committed offsets = end offsets, the group Empty at the end.
 
 Each Go test reports its own result; this file requires every one of them to pass (a
 Go-side skip fails here). Without Go the tests skip with the reason, which fails the run
@@ -59,13 +65,14 @@ GO_DIR = REPO_ROOT / "tests" / "go"
 BUILD_DIR = REPO_ROOT / "target" / "go-tests"
 GO_TESTS = {"TestFranzAdmin", "TestFranzProduceConsumeGroup", "TestFranzCodecsTimestampsProducers",
             "TestFranzGroupOffsetsAdmin", "TestSarama", "TestSaramaCodecsPartitionConsumer",
-            "TestSaramaTwoMemberGroup"}
+            "TestSaramaTwoMemberGroup", "TestFranzNextGenGroup"}
 
 GO_BUILD_TIMEOUT_S = 600
-GO_RUN_TIMEOUT_S = 550  # the seven Go tests, each bounded at 150 s by the Go side
+GO_RUN_TIMEOUT_S = 550  # the eight Go tests, each bounded at 150 s by the Go side
 
-# Quick group formation: the kgo test waits for a group of one, then of two.
-GROUP_ARGS = ("--group-initial-rebalance-delay-ms", "300")
+# Quick group formation: the kgo tests wait for a group of one, then of two (classic) or
+# three (KIP-848: members reconcile at each heartbeat, every second here).
+GROUP_ARGS = ("--group-initial-rebalance-delay-ms", "300", "--group-consumer-heartbeat-interval-ms", "1000")
 
 
 def find_go():
