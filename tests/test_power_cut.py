@@ -204,7 +204,9 @@ def test_acknowledged_writes_survive_power_cuts_under_fsync_always(broker_factor
     # 256 KiB segments: the cuts meet rolls (a roll's fsyncs, producer snapshots, new
     # files, the recovery point), several per partition even in the three-cut run.
     create_topic(b.bootstrap, "pc", 4, config={"segment.bytes": str(1 << 18)})
-    create_topic(b.bootstrap, "pc-txn", 1)
+    # Small segments: transactions end up in segments below the recovery point, whose
+    # transaction index is not rebuilt at open (it must have been synced).
+    create_topic(b.bootstrap, "pc-txn", 1, config={"segment.bytes": "100"})
     # Records deleted before each cut (DeleteRecords): the log start offset must stay.
     create_topic(b.bootstrap, "pc-start", 1)
     cf_produce(b.bootstrap, "pc-start", [{"value": f"s-{i}".encode(), "partition": 0} for i in range(rounds + 10)])
@@ -241,12 +243,16 @@ def test_acknowledged_writes_survive_power_cuts_under_fsync_always(broker_factor
         if b.alive():
             commit_offset(b.bootstrap, "power-cut-group", "pc", 100 + rnd)
             committed = 100 + rnd
-            values = [f"txn-{rnd}-{i}".encode() for i in range(5)]
-            commit_transaction(b.bootstrap, "pc-txn", values)
-            txn_values += values
             # Aborted (its records on the disk, the abort in the transaction index):
-            # read_committed must skip them after the cut, as before it.
+            # read_committed must skip them after the cut, as before it. The commits
+            # after it move the recovery point and the producer snapshots (a roll per
+            # batch) past the abort, so that the next start trusts the abort's segment
+            # and its transaction index instead of replaying them.
             commit_transaction(b.bootstrap, "pc-txn", [f"aborted-{rnd}-{i}".encode() for i in range(3)], abort=True)
+            values = [f"txn-{rnd}-{i}".encode() for i in range(5)]
+            commit_transaction(b.bootstrap, "pc-txn", values[:2])
+            commit_transaction(b.bootstrap, "pc-txn", values[2:])
+            txn_values += values
             a = admin(b.bootstrap)
             deleted = a.delete_records([TopicPartition("pc-start", 0, rnd + 1)], request_timeout=30)
             assert deleted[TopicPartition("pc-start", 0)].result(30).low_watermark == rnd + 1
