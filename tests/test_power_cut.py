@@ -195,8 +195,13 @@ def test_acknowledged_writes_survive_power_cuts_under_fsync_always(broker_factor
     Soak (by hand): SPATE_POWER_CUTS=N runs N cuts; past the third, a random tear, a random
     interval and, every other cut on average, a fault (short write, EIO from a write or an
     fsync: the broker halts, and the cut finds it dead) on a random partition first. Prints cuts, records acknowledged, lost (must be
-    0) and the time from each cut to the broker answering and to acks again."""
+    0) and the time from each cut to the broker answering and to acks again.
+    SPATE_POWER_CUTS_MINUTES=M ends the cuts after M minutes (the read-back and every
+    check still run): the way to end a soak early without losing its loss count."""
     rounds = int(os.environ.get("SPATE_POWER_CUTS", "3"))
+    # A soak that must end by a time (SPATE_POWER_CUTS_MINUTES) stops cutting then and
+    # still reads everything back and counts what was lost.
+    ends_at = time.monotonic() + 60 * float(os.environ.get("SPATE_POWER_CUTS_MINUTES", "inf"))
     rng = random.Random(SEED)
     data = cutfs.mnt / "data"
     durable_mkdir(data)
@@ -220,6 +225,9 @@ def test_acknowledged_writes_survive_power_cuts_under_fsync_always(broker_factor
     txn_values, cuts, stalled, made, faults, committed = [], [], [], 0, 0, None
     to_ready, to_acks = [], []
     for rnd in range(rounds):
+        if rnd >= 3 and time.monotonic() > ends_at:
+            print(f"SPATE_POWER_CUTS_MINUTES reached after {rnd} cuts", flush=True)
+            break
         tear = ["none", "keep", "zero"][rnd] if rnd < 3 else rng.choice(["none", "keep", "zero"])
         time.sleep(rng.uniform(0.5, 1.5))
         if rnd >= 3 and rng.random() < 0.5:
