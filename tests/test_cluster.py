@@ -21,6 +21,7 @@ import time
 
 import pytest
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, TopicPartition
+from kazoo.exceptions import NoNodeError
 
 from helpers.broker import SPATE_BIN  # noqa: E402
 from helpers.clients import admin, cf_consume, cf_produce, create_topic, kcat
@@ -462,10 +463,13 @@ def test_zookeeper_cluster_and_coordinator_failover(broker_factory, zookeeper):
         survivors = [i for i in brokers if i != active]
         deadline = killed + ZK_SESSION_MS / 1000 + 20
         while time.monotonic() < deadline:
-            # Kafka's order: /controller first, then /controller_epoch.
-            if zk.exists("/controller") and zk_json(zk, "/controller")["brokerid"] != active \
-                    and int(zk.get("/controller_epoch")[0]) > epoch:
-                break
+            # Kafka's order: /controller first, then /controller_epoch. The dead one's
+            # ephemeral /controller can go between a look and a read (CI saw NoNodeError).
+            try:
+                if zk_json(zk, "/controller")["brokerid"] != active and int(zk.get("/controller_epoch")[0]) > epoch:
+                    break
+            except NoNodeError:
+                pass
             time.sleep(0.1)
         else:
             raise AssertionError("no standby took over")
